@@ -1,0 +1,61 @@
+"""The `cronfleet` command. Each subcommand lives in the module of its domain and
+registers itself here; imports are lazy so `cronfleet next-fires` does not load
+SQLAlchemy or Kafka.
+
+Exit codes: 0 success, 1 failure at run time, 2 bad input (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand name -> module that defines `register(subparsers)`; each registered
+# parser sets `func`, a callable taking the parsed args and returning an exit code.
+SUBCOMMANDS: dict[str, str] = {
+    "stack": "kit.stack.cli",
+    "db": "kit.store.cli",
+    "tokens": "kit.store.cli_tokens",
+    "api": "kit.api.cli",
+    "next-fires": "kit.next_fires",
+    "sim": "sim.cli",
+    "calibrate": "sim.calibrate_cli",
+}
+
+
+class UsageError(Exception):
+    """Bad input on the command line: printed as one line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cronfleet", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+                continue  # that part of the kit is not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"cronfleet {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""When a job fires: one-off, fixed interval, or cron in an IANA time zone.
+
+DST rule (explicit, because croniter alone does not give it):
+- cron is matched against local wall-clock time;
+- a local time that does not exist (clocks spring forward) still fires once, shifted
+  forward by the gap (02:30 on a 02:00->03:00 day fires at 03:30);
+- a local time that occurs twice (clocks fall back) fires once, at its first
+  occurrence, for a fixed-time job; a job whose hour field is `*` is not fixed-time
+  and fires in both repeated hours, as cron does for sub-hourly work;
+- interval schedules keep elapsed time and ignore the zone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from kit.core.errors import FieldError
+
+# Longest DST shift worth looking back over (Lord Howe is 30 min, most zones 1 h).
+_MAX_SHIFT = timedelta(hours=3)
+MIN_INTERVAL_S = 1
+MAX_INTERVAL_S = 366 * 86_400
+
+
+@dataclass(frozen=True)
+class CronSchedule:
+    expr: str
+    timezone: str = "UTC"
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def fixed_time(self) -> bool:
+        """True when the hour field names hours, so a repeated hour must not fire twice."""
+        hour = self.expr.split()[1]
+        return hour not in ("*", "*/1")
+
+
+@dataclass(frozen=True)
+class IntervalSchedule:
+    every_s: int
+    anchor: datetime  # aware; fires at anchor + k * every_s
+
+
+@dataclass(frozen=True)
+class OneOffSchedule:
+    at: datetime  # aware
+
+
+Schedule = CronSchedule | IntervalSchedule | OneOffSchedule
+
+
+def parse_timezone(name: str, field: str = "timezone") -> ZoneInfo:
+    if not isinstance(name, str) or not name:
+        raise FieldError(field, "must be an IANA time zone name such as 'Europe/Paris'")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise FieldError(field, f"unknown time zone {name!r}") from exc
+
+
+def parse_cron(expr: str, field: str = "cron") -> str:
+    if not isinstance(expr, str) or not expr.strip():
+        raise FieldError(field, "must be a cron expression such as '0 * * * *'")
+    expr = " ".join(expr.split())
+    if len(expr.split()) != 5:
+        raise FieldError(field, f"{expr!r} must have 5 fields: minute hour day month weekday")
+    if not croniter.is_valid(expr):
+        raise FieldError(field, f"{expr!r} is not a valid cron expression")
+    return expr
+
+
+def parse_instant(value: object, field: str) -> datetime:
+    """An ISO 8601 instant with an offset (or `Z`); naive times are refused, not guessed."""
+    if isinstance(value, datetime):
+        instant = value
+    elif isinstance(value, str):
+        try:
+            instant = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise FieldError(field, f"{value!r} is not an ISO 8601 time") from exc
+    else:
+        raise FieldError(field, "must be an ISO 8601 time with an offset")
+    if instant.tzinfo is None:
+        raise FieldError(field, "needs a UTC offset or 'Z' (naive times are ambiguous)")
+    return instant.astimezone(UTC)
+
+
+def parse_schedule(data: Mapping[str, object], now: datetime) -> Schedule:
+    """Validate a schedule given as `{"cron", "timezone"}`, `{"every_s", "anchor"?}` or `{"at"}`.
+
+    `now` anchors interval schedules that name no anchor; it is not a clock read.
+    """
+    if not isinstance(data, Mapping):
+        raise FieldError("schedule", "must be an object with 'cron', 'every_s' or 'at'")
+    kinds = [k for k in ("cron", "every_s", "at") if data.get(k) is not None]
+    if len(kinds) != 1:
+        raise FieldError("schedule", "give exactly one of 'cron', 'every_s' or 'at'")
+    allowed = {"cron": {"cron", "timezone"}, "every_s": {"every_s", "anchor"}, "at": {"at"}}
+    extra = sorted(set(data) - allowed[kinds[0]])
+    if extra:
+        raise FieldError(f"schedule.{extra[0]}", f"not allowed with '{kinds[0]}'")
+    if kinds[0] == "cron":
+        expr = parse_cron(data["cron"], "schedule.cron")  # type: ignore[arg-type]
+        tz = data.get("timezone") or "UTC"
+        parse_timezone(tz, "schedule.timezone")  # type: ignore[arg-type]
+        return CronSchedule(expr, str(tz))
+    if kinds[0] == "every_s":
+        every = data["every_s"]
+        if isinstance(every, bool) or not isinstance(every, int):
+            raise FieldError("schedule.every_s", "must be a whole number of seconds")
+        if not MIN_INTERVAL_S <= every <= MAX_INTERVAL_S:
+            raise FieldError(
+                "schedule.every_s", f"must be between {MIN_INTERVAL_S} and {MAX_INTERVAL_S}"
+            )
+        anchor = data.get("anchor")
+        anchor_at = parse_instant(anchor, "schedule.anchor") if anchor is not None else now
+        return IntervalSchedule(every, anchor_at.astimezone(UTC).replace(microsecond=0))
+    return OneOffSchedule(parse_instant(data["at"], "schedule.at"))
+
+
+def schedule_to_dict(schedule: Schedule) -> dict[str, object]:
+    """The JSON form stored in the jobs table and returned by the API."""
+    if isinstance(schedule, CronSchedule):
+        return {"cron": schedule.expr, "timezone": schedule.timezone}
+    if isinstance(schedule, IntervalSchedule):
+        return {"every_s": schedule.every_s, "anchor": schedule.anchor.isoformat()}
+    return {"at": schedule.at.isoformat()}
+
+
+def next_fire(schedule: Schedule, after: datetime) -> datetime | None:
+    """The first fire time strictly after `after` (aware, UTC), or None when there is none."""
+    if after.tzinfo is None:
+        raise ValueError("after must be an aware datetime")
+    if isinstance(schedule, OneOffSchedule):
+        return schedule.at if schedule.at > after else None
+    if isinstance(schedule, IntervalSchedule):
+        step = timedelta(seconds=schedule.every_s)
+        if after < schedule.anchor:
+            return schedule.anchor
+        k = (after - schedule.anchor) // step + 1
+        return schedule.anchor + k * step
+    return _next_cron(schedule, after)
+
+
+def next_fires(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
+    fires: list[datetime] = []
+    cursor = after
+    while len(fires) < count:
+        nxt = next_fire(schedule, cursor)
+        if nxt is None:
+            break
+        fires.append(nxt)
+        cursor = nxt
+    return fires
+
+
+def _instants(naive: datetime, zone: ZoneInfo, fixed_time: bool) -> list[datetime]:
+    """The UTC instants at which a local wall-clock time happens, by the DST rule above."""
+    first = naive.replace(tzinfo=zone, fold=0)
+    second = naive.replace(tzinfo=zone, fold=1)
+    roundtrip = first.astimezone(UTC).astimezone(zone).replace(tzinfo=None)
+    if roundtrip != naive:  # in a gap: fold=0 uses the offset before it, i.e. shifted forward
+        return [first.astimezone(UTC)]
+    if first.utcoffset() != second.utcoffset():  # repeated hour
+        both = [first.astimezone(UTC), second.astimezone(UTC)]
+        return both[:1] if fixed_time else both
+    return [first.astimezone(UTC)]
+
+
+def _next_cron(schedule: CronSchedule, after: datetime) -> datetime:
+    zone = schedule.zone
+    fixed = schedule.fixed_time
+    local_after = after.astimezone(zone).replace(tzinfo=None)
+    # Start a little early: in a repeated hour the answer can be a wall time that
+    # is earlier than `after`'s own wall time.
+    it = croniter(schedule.expr, local_after - _MAX_SHIFT)
+    best: datetime | None = None
+    while True:
+        candidate: datetime = it.get_next(datetime)
+        for instant in _instants(candidate, zone, fixed):
+            if instant > after and (best is None or instant < best):
+                best = instant
+        if best is not None and candidate > local_after + _MAX_SHIFT:
+            return best

@@ -1,0 +1,61 @@
+"""One settings object for the whole kit, read from the environment at the edge.
+
+Precedence: `CRONFLEET_*` environment variables, then the connection file that
+`cronfleet stack up` writes (`$CRONFLEET_HOME/stack.env`), then defaults that
+work on one machine. Only the CLI and service entry points build a `Settings`;
+everything below them receives it as an argument.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def cronfleet_home() -> Path:
+    """Where the local stack keeps its data, logs, pid files and connection file."""
+    return Path(os.environ.get("CRONFLEET_HOME", Path.home() / ".cronfleet")).expanduser()
+
+
+def stack_env_file() -> Path:
+    return cronfleet_home() / "stack.env"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="CRONFLEET_",
+        env_file=None,  # set per instance in load_settings(), so CRONFLEET_HOME is honoured
+        extra="ignore",
+    )
+
+    database_url: str = Field(
+        default="postgresql+psycopg://cronfleet:cronfleet@127.0.0.1:55432/cronfleet",
+        description="SQLAlchemy URL of the PostgreSQL database (psycopg 3 driver).",
+    )
+    kafka_bootstrap: str = Field(
+        default="127.0.0.1:59092", description="Kafka bootstrap servers, comma separated."
+    )
+    api_host: str = Field(default="127.0.0.1", description="Address the HTTP API binds to.")
+    api_port: int = Field(default=8080, ge=1, le=65535, description="Port of the HTTP API.")
+    partitions: int = Field(
+        default=1024, ge=1, le=65536, description="Logical partitions of the trigger index."
+    )
+    one_off_grace_s: int = Field(
+        default=60, ge=0, description="How far in the past a one-off time may be when created."
+    )
+    max_task_spec_bytes: int = Field(
+        default=16_384, ge=256, description="Largest accepted task spec (JSON bytes)."
+    )
+    log_level: str = Field(default="INFO", description="Python logging level of services.")
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build the settings: environment first, then the stack's connection file, then defaults."""
+    env_file = stack_env_file()
+    kwargs: dict[str, object] = {}
+    if env_file.exists():
+        kwargs["_env_file"] = str(env_file)
+    return Settings(**kwargs, **overrides)  # type: ignore[arg-type]
