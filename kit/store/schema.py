@@ -1,0 +1,214 @@
+"""The tables of the kit, as one SQLAlchemy Core MetaData.
+
+The Alembic migrations in `migrations/versions` are the reviewed history of this file;
+a test migrates a fresh database and checks that it equals this MetaData.
+
+Conventions: every instant is `timestamptz`; ids are UUIDs handled as strings; policy
+objects (schedule, task, retry, misfire) are `jsonb` in the shape the core's
+`to_dict()`/`schedule_to_dict()` produce, so the scheduler can parse them back.
+`triggers.fire_at` is when the trigger should fire: the nominal fire time plus the job's
+deterministic jitter offset (`kit.core.jitter.jitter_offset_ms(job_id, jitter_s*1000)`).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+
+# Deterministic constraint names, so migrations and autogenerate agree.
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+TRIGGER_KINDS = ("schedule", "retry", "manual")
+RUN_STATUSES = (
+    "pending",
+    "dispatched",
+    "running",
+    "succeeded",
+    "retry_scheduled",
+    "dead",
+    "skipped",
+    "cancelled",
+)
+OVERLAP_POLICIES = ("allow", "forbid", "queue", "replace")
+PRIORITY_TIERS = ("critical", "high", "normal", "low")
+
+
+def _tstz(name: str, nullable: bool = True, now_default: bool = False) -> Column:
+    return Column(
+        name,
+        DateTime(timezone=True),
+        nullable=nullable,
+        server_default=text("now()") if now_default else None,
+    )
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    _tstz("created_at", nullable=False, now_default=True),
+)
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("token_id", Text, primary_key=True),
+    Column("tenant", Text, ForeignKey("tenants.tenant"), nullable=False),
+    Column("scopes", ARRAY(Text), nullable=False),
+    # sha256 hex of the secret part; the secret itself is never stored.
+    Column("secret_hash", Text, nullable=False),
+    _tstz("created_at", nullable=False, now_default=True),
+    _tstz("revoked_at"),
+    Index(None, "tenant"),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("job_id", UUID(as_uuid=False), primary_key=True),
+    Column("tenant", Text, ForeignKey("tenants.tenant"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("schedule", JSONB, nullable=False),
+    Column("timezone", Text, nullable=False),
+    Column("task_spec", JSONB, nullable=False),
+    Column("retry_policy", JSONB, nullable=False),
+    Column("timeout_s", Integer, nullable=False),
+    Column("overlap", Text, nullable=False),
+    Column("misfire", JSONB, nullable=False),
+    Column("priority", Text, nullable=False),
+    Column("jitter_s", Integer, nullable=False, server_default=text("0")),
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    _tstz("created_at", nullable=False, now_default=True),
+    _tstz("updated_at", nullable=False, now_default=True),
+    UniqueConstraint("tenant", "name"),
+    CheckConstraint(_in("overlap", OVERLAP_POLICIES), name="overlap"),
+    CheckConstraint(_in("priority", PRIORITY_TIERS), name="priority"),
+    CheckConstraint("timeout_s BETWEEN 1 AND 86400", name="timeout_s"),
+    CheckConstraint("jitter_s BETWEEN 0 AND 3600", name="jitter_s"),
+    CheckConstraint("version >= 1", name="version"),
+)
+
+# The trigger index: one scheduler node scans its partitions with
+# `partition_id = :p AND fire_at <= now() + 5s`, which this primary key serves.
+triggers = Table(
+    "triggers",
+    metadata,
+    Column("partition_id", SmallInteger, nullable=False),
+    _tstz("fire_at", nullable=False),
+    Column("job_id", UUID(as_uuid=False), nullable=False),
+    Column("job_version", Integer, nullable=False),
+    Column("kind", Text, nullable=False, server_default=text("'schedule'")),
+    Column("attempt", Integer, nullable=False, server_default=text("1")),
+    PrimaryKeyConstraint("partition_id", "fire_at", "job_id"),
+    CheckConstraint(_in("kind", TRIGGER_KINDS), name="kind"),
+    Index(None, "job_id"),
+)
+
+# No foreign key to jobs: run history outlives a deleted job.
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", UUID(as_uuid=False), primary_key=True),
+    Column("job_id", UUID(as_uuid=False), nullable=False),
+    Column("tenant", Text, nullable=False),
+    Column("job_version", Integer, nullable=False),
+    Column("priority", Text, nullable=False, server_default=text("'normal'")),
+    _tstz("scheduled_at", nullable=False),
+    Column("attempt", Integer, nullable=False, server_default=text("1")),
+    Column("status", Text, nullable=False, server_default=text("'pending'")),
+    Column("trigger_kind", Text, nullable=False),
+    Column("lease_token", Text),
+    _tstz("lease_expires_at"),
+    Column("worker_id", Text),
+    _tstz("dispatched_at"),
+    _tstz("started_at"),
+    _tstz("finished_at"),
+    Column("error", Text),
+    Column("skip_reason", Text),
+    _tstz("created_at", nullable=False, now_default=True),
+    CheckConstraint(_in("status", RUN_STATUSES), name="status"),
+    CheckConstraint(_in("trigger_kind", TRIGGER_KINDS), name="trigger_kind"),
+    CheckConstraint("attempt >= 1", name="attempt"),
+    # Run history of a job, newest first, keyset-paginated on (scheduled_at, run_id).
+    Index("ix_runs_job_id_scheduled_at", "job_id", text("scheduled_at DESC"), text("run_id DESC")),
+    # The reaper: expired leases of running runs.
+    Index(None, "status", "lease_expires_at"),
+    # The reaper: runs committed but never published.
+    Index(
+        "ix_runs_undispatched",
+        "scheduled_at",
+        postgresql_where=text("status = 'pending' AND dispatched_at IS NULL"),
+    ),
+)
+
+partition_leases = Table(
+    "partition_leases",
+    metadata,
+    Column("partition_id", SmallInteger, primary_key=True, autoincrement=False),
+    Column("owner", Text),
+    # The fencing token: bumped whenever ownership changes hands.
+    Column("epoch", BigInteger, nullable=False, server_default=text("0")),
+    _tstz("expires_at", nullable=False),
+)
+
+scheduler_nodes = Table(
+    "scheduler_nodes",
+    metadata,
+    Column("node_id", Text, primary_key=True),
+    _tstz("heartbeat_at", nullable=False),
+    _tstz("started_at", nullable=False, now_default=True),
+)
+
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("run_id", UUID(as_uuid=False), primary_key=True),
+    Column("job_id", UUID(as_uuid=False), nullable=False),
+    Column("tenant", Text, nullable=False),
+    # One entry per failed attempt: {"attempt", "error", "finished_at"}.
+    Column("errors", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    _tstz("created_at", nullable=False, now_default=True),
+    _tstz("replayed_at"),
+    Index(None, "tenant", "created_at"),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("tenant", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    # sha256 hex of the canonical JSON request body: same key + other body -> 409.
+    Column("request_hash", Text, nullable=False),
+    Column("job_id", UUID(as_uuid=False), nullable=False),
+    _tstz("created_at", nullable=False, now_default=True),
+    PrimaryKeyConstraint("tenant", "key"),
+)
