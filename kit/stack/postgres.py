@@ -1,0 +1,266 @@
+"""The stack's PostgreSQL: Debian's server binaries, a data directory of our own.
+
+We never touch a Debian cluster (`pg_lsclusters`); we run `initdb`/`pg_ctl` on
+$CRONFLEET_HOME/postgres/data as the `postgres` system user, because the server
+refuses to run as root, which is how this kit is run on CI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import stat
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from kit.settings import cronfleet_home
+from kit.stack.process import (
+    StackError,
+    alive,
+    choose_port,
+    load_state,
+    log_tail,
+    progress,
+    read_pid,
+    save_state,
+    wait_until,
+)
+
+PREFERRED_PORT = 55432
+START_TIMEOUT_S = 60
+ROLE = DATABASE = PASSWORD = "cronfleet"
+SERVER_CONF = """# written by `cronfleet stack up` on every start; edits are overwritten
+listen_addresses = '127.0.0.1'
+port = {port}
+unix_socket_directories = '{socket_dir}'
+max_connections = 200
+shared_buffers = 256MB
+"""
+
+
+@dataclass(frozen=True)
+class Postgres:
+    """Where the stack's PostgreSQL lives; paths only, state is on disk."""
+
+    root: Path
+
+    @classmethod
+    def default(cls) -> Postgres:
+        return cls(cronfleet_home() / "postgres")
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "postgres.log"
+
+    @property
+    def port(self) -> int:
+        return load_state().get("postgres_port", PREFERRED_PORT)
+
+    @property
+    def socket_dir(self) -> Path:
+        # unix socket paths are limited to ~107 bytes; fall back to the temp dir
+        own = self.root / "run"
+        return own if len(str(own)) < 90 else Path(tempfile.gettempdir())
+
+    def url(self) -> str:
+        return f"postgresql+psycopg://{ROLE}:{PASSWORD}@127.0.0.1:{self.port}/{DATABASE}"
+
+    def pid(self) -> int | None:
+        """The postmaster's pid when it runs on our data directory, else None."""
+        pid = read_pid(self.data / "postmaster.pid")
+        return pid if pid is not None and alive(pid, "postgres") else None
+
+    def answers(self, timeout_s: int = 2) -> bool:
+        import psycopg
+
+        try:
+            with psycopg.connect(
+                host="127.0.0.1",
+                port=self.port,
+                user=ROLE,
+                password=PASSWORD,
+                dbname=DATABASE,
+                connect_timeout=timeout_s,
+            ) as conn:
+                conn.execute("select 1")
+        except psycopg.Error:
+            return False
+        return True
+
+    # --- up ----------------------------------------------------------------------------
+
+    def up(self) -> None:
+        bin_dir = server_bin_dir()
+        if self.pid() is not None:
+            if self.answers():
+                progress(f"postgres: already running on 127.0.0.1:{self.port}")
+                return
+            progress("postgres: running but not answering yet; waiting")
+        else:
+            self._prepare(bin_dir)
+            self._start(bin_dir)
+        self._ensure_role_and_database(bin_dir)
+        if not wait_until(self.answers, START_TIMEOUT_S):
+            raise StackError(f"postgres: does not accept connections as {ROLE}; see {self.log}")
+
+    def _prepare(self, bin_dir: Path) -> None:
+        user = postgres_user()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.socket_dir.mkdir(exist_ok=True)
+        for path in (self.root, self.socket_dir):
+            if path != Path(tempfile.gettempdir()):
+                os.chown(path, user.pw_uid, user.pw_gid)
+        make_traversable(self.root.parent)
+        if not (self.data / "PG_VERSION").exists():
+            progress(f"postgres: initialising {self.data}")
+            as_postgres(
+                bin_dir / "initdb",
+                "-D", str(self.data), "-U", "postgres", "-E", "UTF8", "--no-locale",
+                "--auth-local=peer", "--auth-host=scram-sha-256",
+            )  # fmt: skip
+            with (self.data / "postgresql.conf").open("a") as conf:
+                conf.write("\ninclude_if_exists = 'cronfleet.conf'\n")
+        made_by = (self.data / "PG_VERSION").read_text().strip()
+        if made_by != bin_dir.parent.name:
+            raise StackError(
+                f"postgres: {self.data} was made by PostgreSQL {made_by} but the newest server "
+                f"here is {bin_dir.parent.name}; run `cronfleet stack down` and remove {self.root}"
+            )
+        # a postmaster.pid whose process is gone would make pg_ctl refuse to start
+        with contextlib.suppress(FileNotFoundError):
+            if self.pid() is None:
+                (self.data / "postmaster.pid").unlink()
+
+    def _start(self, bin_dir: Path) -> None:
+        port = choose_port(self.port, "postgres")
+        save_state(postgres_port=port)
+        conf = self.data / "cronfleet.conf"
+        conf.write_text(SERVER_CONF.format(port=port, socket_dir=self.socket_dir))
+        user = postgres_user()
+        os.chown(conf, user.pw_uid, user.pw_gid)
+        progress(f"postgres: starting PostgreSQL {bin_dir.parent.name} on 127.0.0.1:{port}")
+        try:
+            as_postgres(
+                bin_dir / "pg_ctl",
+                "-D", str(self.data), "-l", str(self.log), "-w", "-t", str(START_TIMEOUT_S),
+                "start",
+            )  # fmt: skip
+        except StackError as exc:
+            raise StackError(f"{exc}; log tail:\n{log_tail(self.log)}") from None
+
+    def _ensure_role_and_database(self, bin_dir: Path) -> None:
+        """Idempotent: the role and the database exist, the password is ours."""
+        role_sql = (
+            f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{ROLE}') THEN "
+            f"CREATE ROLE {ROLE} LOGIN CREATEDB PASSWORD '{PASSWORD}'; ELSE "
+            f"ALTER ROLE {ROLE} LOGIN CREATEDB PASSWORD '{PASSWORD}'; END IF; END $$;"
+        )
+        self._psql(bin_dir, role_sql)
+        exists = self._psql(bin_dir, f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'")
+        if exists.strip() != "1":
+            self._psql(bin_dir, f"CREATE DATABASE {DATABASE} OWNER {ROLE}")
+
+    def _psql(self, bin_dir: Path, sql: str) -> str:
+        return as_postgres(
+            bin_dir / "psql",
+            "-h", str(self.socket_dir), "-p", str(self.port), "-d", "postgres",
+            "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-c", sql,
+        )  # fmt: skip
+
+    # --- down --------------------------------------------------------------------------
+
+    def down(self) -> None:
+        pid = self.pid()
+        if pid is None:
+            progress("postgres: not running")
+            return
+        bin_dir = server_bin_dir(install=False)
+        progress(f"postgres: stopping (pid {pid})")
+        for mode in ("fast", "immediate"):
+            with contextlib.suppress(StackError):
+                as_postgres(bin_dir / "pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "30",
+                            "stop")  # fmt: skip
+            if self.pid() is None:
+                return
+        raise StackError(f"postgres: pid {pid} did not stop; see {self.log}")
+
+
+# --- the Debian server ----------------------------------------------------------------------
+
+
+def server_bin_dir(install: bool = True) -> Path:
+    """The newest /usr/lib/postgresql/<major>/bin, installing the package when none is there."""
+    found = _newest_server()
+    if found is None and install:
+        _apt_install_postgresql()
+        found = _newest_server()
+    if found is None:
+        raise StackError("postgres: no server under /usr/lib/postgresql/*/bin after install")
+    return found
+
+
+def _newest_server() -> Path | None:
+    candidates = [
+        p.parent
+        for p in Path("/usr/lib/postgresql").glob("*/bin/postgres")
+        if p.parent.parent.name.isdigit()
+    ]
+    return max(candidates, key=lambda p: int(p.parent.name), default=None)
+
+
+def _apt_install_postgresql() -> None:
+    log = cronfleet_home() / "apt.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
+    steps = (
+        ("apt-get update", ["apt-get", "update", "-q"]),
+        ("apt-get install postgresql", ["apt-get", "install", "-y", "-q", "postgresql"]),
+    )
+    progress(f"postgres: not installed; installing with apt-get (log: {log})")
+    with log.open("a") as out:
+        for name, cmd in steps:
+            progress(f"postgres: {name} ...")
+            try:
+                done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+            except FileNotFoundError:
+                raise StackError("postgres: not installed and apt-get is not available") from None
+            if done.returncode != 0:
+                last = log_tail(log, 1).strip()
+                raise StackError(f"postgres: `{name}` failed (exit {done.returncode}): {last}")
+
+
+def postgres_user() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError:
+        raise StackError("postgres: system user `postgres` missing (package broken?)") from None
+
+
+def as_postgres(program: Path, *args: str) -> str:
+    """Run a server tool as the `postgres` user (it refuses root); one-line error on failure."""
+    cmd = [str(program), *args]
+    if os.geteuid() == 0:
+        cmd = ["runuser", "-u", "postgres", "--", *cmd]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd="/")
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        reason = detail[-1] if detail else f"exit {done.returncode}"
+        raise StackError(f"postgres: {program.name} failed: {reason}")
+    return done.stdout
+
+
+def make_traversable(path: Path) -> None:
+    """Give others search (x) permission on `path` and its parents, so `postgres` reaches
+    its data directory under e.g. /root/.cronfleet; read permission is not granted."""
+    for directory in (path, *path.parents):
+        mode = directory.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            progress(f"postgres: allowing others to traverse {directory} (chmod o+x)")
+            directory.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
