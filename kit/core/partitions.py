@@ -1,4 +1,4 @@
-"""Which of the trigger index's logical partitions a job lives in.
+"""Which of the trigger index's logical partitions a job lives in, and which node owns it.
 
 The hash must be stable across processes and Python versions (so not `hash()`):
 blake2b of the job id, reduced modulo the partition count.
@@ -6,6 +6,7 @@ blake2b of the job id, reduced modulo the partition count.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from hashlib import blake2b
 
 PARTITION_COUNT = 1024
@@ -16,3 +17,48 @@ def partition_of(job_id: str, partitions: int = PARTITION_COUNT) -> int:
         raise ValueError("partitions must be at least 1")
     digest = blake2b(job_id.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % partitions
+
+
+def assign_partitions(
+    partitions: int, nodes: Sequence[str], current: Mapping[int, str]
+) -> dict[int, str]:
+    """Which live node owns each partition: balanced, sticky and deterministic.
+
+    Balanced: per-node counts differ by at most one. Sticky: a partition keeps its
+    current owner while that owner is live and under its quota, so a node joining
+    takes only what it must and a node leaving gives up only its own partitions.
+    The one-larger quotas go to the nodes that already hold the most (ties by
+    name), which is what makes join/leave moves minimal. Deterministic: nodes are
+    sorted, partitions walked in order. O(partitions + nodes log nodes), because
+    the model calls it every simulated second.
+    """
+    if partitions < 0:
+        raise ValueError("partitions must not be negative")
+    live = sorted(set(nodes))
+    if not live or partitions == 0:
+        return {}
+    held = dict.fromkeys(live, 0)
+    for p, owner in current.items():
+        if owner in held and 0 <= p < partitions:
+            held[owner] += 1
+    base, extra = divmod(partitions, len(live))
+    by_holding = sorted(live, key=lambda n: (-held[n], n))
+    quota = {n: base + (1 if i < extra else 0) for i, n in enumerate(by_holding)}
+
+    result: dict[int, str] = {}
+    kept = dict.fromkeys(live, 0)
+    orphans: list[int] = []
+    for p in range(partitions):
+        owner = current.get(p)
+        if owner is not None and owner in quota and kept[owner] < quota[owner]:
+            result[p] = owner
+            kept[owner] += 1
+        else:
+            orphans.append(p)
+    i = 0
+    for node in live:
+        need = quota[node] - kept[node]
+        for p in orphans[i : i + need]:
+            result[p] = node
+        i += need
+    return result

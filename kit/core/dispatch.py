@@ -1,0 +1,79 @@
+"""How due runs are held and ordered between the scan and the publish.
+
+A scheduler node scans a few seconds ahead, holds the runs in a `TimerWheel` and
+publishes each at its second; after an outage, a catch-up backlog is worked by
+priority first, then by age.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
+
+from kit.core.errors import FieldError
+
+T = TypeVar("T")
+
+PRIORITY_TIERS: tuple[str, ...] = ("critical", "high", "normal", "low")
+_RANK = {name: i for i, name in enumerate(PRIORITY_TIERS)}
+DEFAULT_TIER = "normal"
+
+
+def tier_rank(name: str) -> int:
+    """0 for the most urgent tier; FieldError for an unknown name."""
+    try:
+        return _RANK[name]
+    except (KeyError, TypeError):
+        raise FieldError("priority", f"must be one of {', '.join(PRIORITY_TIERS)}") from None
+
+
+def scan_window(now_ms: int, scan_ahead_ms: int = 5000) -> tuple[int, int]:
+    """The scan reads triggers with fire_at <= hi; those with fire_at < lo (= now) are
+    already late and go through the misfire policy."""
+    if scan_ahead_ms < 0:
+        raise FieldError("scan_ahead_ms", "must not be negative")
+    return now_ms, now_ms + scan_ahead_ms
+
+
+class TimerWheel(Generic[T]):
+    """Items held until due, popped in (due_ms, tier rank, insertion) order.
+
+    A binary heap rather than a hashed wheel: pop order is exact and deterministic,
+    and O(log n) per item is fast enough for the peak (50,000 items/s). Pure: no
+    threads, no clock; the caller says what time it is.
+    """
+
+    __slots__ = ("_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, int, T]] = []
+        self._seq = 0
+
+    def add(self, due_ms: int, item: T, priority: str | int = DEFAULT_TIER) -> None:
+        """Hold `item` until `due_ms`; `priority` is a tier name or its rank."""
+        rank = priority if isinstance(priority, int) else tier_rank(priority)
+        self._seq += 1
+        heapq.heappush(self._heap, (due_ms, rank, self._seq, item))
+
+    def pop_due(self, now_ms: int) -> list[T]:
+        """Every item with due_ms <= now_ms, in order."""
+        heap = self._heap
+        out: list[T] = []
+        pop = heapq.heappop
+        while heap and heap[0][0] <= now_ms:
+            out.append(pop(heap)[3])
+        return out
+
+    def next_due_ms(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+def catch_up_order(
+    items: Iterable[T], priority_of: Callable[[T], str], due_of: Callable[[T], int]
+) -> list[T]:
+    """A backlog in working order: highest priority first, then oldest; stable."""
+    return sorted(items, key=lambda x: (tier_rank(priority_of(x)), due_of(x)))

@@ -1,0 +1,336 @@
+"""Leases as explicit state transitions with fencing.
+
+Partition lease: which scheduler node may write a partition's triggers and runs. Its
+`epoch` is the fencing token: it increments whenever ownership changes hands
+(including a takeover after expiry, and a node re-acquiring its own expired lease),
+so a write carrying an older epoch is refused.
+
+Run lease: which worker may finish a run. Its `token` is new on every claim; a finish
+or heartbeat by any other token is refused. Every run-lease function returns a
+`Transition`, looks its target up in `TRANSITIONS`, and never mutates its input.
+
+Time is the caller's (the database clock in production, simulated time in the
+model). A lease is live while now_ms < expires_at_ms.
+
+`python -m kit.core.leases` prints docs/state-machine.md from the tables below.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+# ---------------------------------------------------------------------------
+# Partition lease
+
+
+@dataclass(frozen=True)
+class PartitionLease:
+    partition_id: int
+    owner: str | None
+    epoch: int
+    expires_at_ms: int
+
+    def live(self, now_ms: int) -> bool:
+        return self.owner is not None and now_ms < self.expires_at_ms
+
+
+@dataclass(frozen=True)
+class LeaseDecision:
+    granted: bool
+    lease: PartitionLease
+    reason: str | None = None
+
+
+def _refuse(lease: PartitionLease, reason: str) -> LeaseDecision:
+    return LeaseDecision(False, lease, reason)
+
+
+def _epoch_reason(held: int, offered: int) -> str:
+    if offered < held:
+        return f"stale epoch {offered} (current {held})"
+    return f"unknown epoch {offered} (current {held})"
+
+
+def acquire_partition(
+    lease: PartitionLease | None, partition_id: int, node: str, now_ms: int, ttl_ms: int
+) -> LeaseDecision:
+    """Take a free or expired partition (new epoch), or renew one `node` holds live."""
+    if ttl_ms <= 0:
+        raise ValueError("ttl_ms must be positive")
+    if lease is None:
+        return LeaseDecision(True, PartitionLease(partition_id, node, 1, now_ms + ttl_ms))
+    if lease.partition_id != partition_id:
+        raise ValueError(f"lease is for partition {lease.partition_id}, not {partition_id}")
+    if lease.live(now_ms):
+        if lease.owner == node:
+            return LeaseDecision(True, replace(lease, expires_at_ms=now_ms + ttl_ms))
+        return _refuse(lease, f"held by {lease.owner} until {lease.expires_at_ms}")
+    return LeaseDecision(True, PartitionLease(partition_id, node, lease.epoch + 1, now_ms + ttl_ms))
+
+
+def renew_partition(
+    lease: PartitionLease, node: str, epoch: int, now_ms: int, ttl_ms: int
+) -> LeaseDecision:
+    """Extend a live lease; only its owner at the current epoch may."""
+    if ttl_ms <= 0:
+        raise ValueError("ttl_ms must be positive")
+    if lease.owner != node:
+        return _refuse(lease, f"not owner (owner is {lease.owner})")
+    if epoch != lease.epoch:
+        return _refuse(lease, _epoch_reason(lease.epoch, epoch))
+    if now_ms >= lease.expires_at_ms:
+        return _refuse(lease, f"expired at {lease.expires_at_ms}")
+    return LeaseDecision(True, replace(lease, expires_at_ms=now_ms + ttl_ms))
+
+
+def release_partition(lease: PartitionLease, node: str, epoch: int) -> LeaseDecision:
+    """Give a partition up (graceful shutdown, rebalance); the epoch is kept, the next
+    acquire increments it."""
+    if lease.owner != node:
+        return _refuse(lease, f"not owner (owner is {lease.owner})")
+    if epoch != lease.epoch:
+        return _refuse(lease, _epoch_reason(lease.epoch, epoch))
+    return LeaseDecision(True, replace(lease, owner=None, expires_at_ms=0))
+
+
+def fenced_write_allowed(lease: PartitionLease, node: str, epoch: int, now_ms: int) -> bool:
+    """May `node`, believing it holds `epoch`, write to this partition now?"""
+    return lease.owner == node and lease.epoch == epoch and now_ms < lease.expires_at_ms
+
+
+# ---------------------------------------------------------------------------
+# Run lease
+
+
+class RunStatus(StrEnum):
+    pending = "pending"
+    dispatched = "dispatched"
+    running = "running"
+    succeeded = "succeeded"
+    retry_scheduled = "retry_scheduled"
+    dead = "dead"
+    skipped = "skipped"
+    cancelled = "cancelled"
+
+
+CLAIMABLE = frozenset({RunStatus.pending, RunStatus.dispatched})
+TERMINAL = frozenset({RunStatus.succeeded, RunStatus.dead, RunStatus.skipped, RunStatus.cancelled})
+
+
+@dataclass(frozen=True)
+class RunLease:
+    run_id: str
+    attempt: int
+    status: RunStatus
+    token: str | None = None
+    worker: str | None = None
+    expires_at_ms: int | None = None
+    retry_at_ms: int | None = None  # set while retry_scheduled
+
+
+@dataclass(frozen=True)
+class Transition:
+    accepted: bool
+    run: RunLease
+    reason: str | None = None
+    event: str | None = None  # the TRANSITIONS event applied (None when refused)
+
+
+@dataclass(frozen=True)
+class TransitionRule:
+    source: RunStatus
+    event: str
+    target: RunStatus
+    guard: str
+
+
+_S = RunStatus
+TRANSITIONS: tuple[TransitionRule, ...] = (
+    TransitionRule(_S.pending, "dispatch", _S.dispatched, "published to the run queue"),
+    TransitionRule(_S.pending, "claim", _S.running, "attempt matches; new token"),
+    TransitionRule(_S.dispatched, "claim", _S.running, "attempt matches; new token"),
+    TransitionRule(_S.running, "heartbeat", _S.running, "token matches; lease not expired"),
+    TransitionRule(_S.running, "finish_ok", _S.succeeded, "token matches"),
+    TransitionRule(
+        _S.running, "finish_retry", _S.retry_scheduled, "token matches; failed; retry_at given"
+    ),
+    TransitionRule(_S.running, "finish_dead", _S.dead, "token matches; failed; no retry_at"),
+    TransitionRule(_S.running, "expire", _S.pending, "lease expired; attempt + 1"),
+    TransitionRule(_S.running, "expire_dead", _S.dead, "lease expired; attempts exhausted"),
+    TransitionRule(_S.retry_scheduled, "retry_due", _S.pending, "now >= retry_at"),
+    TransitionRule(_S.pending, "cancel", _S.cancelled, "not started"),
+    TransitionRule(_S.dispatched, "cancel", _S.cancelled, "not started"),
+    TransitionRule(_S.retry_scheduled, "cancel", _S.cancelled, "not started"),
+    TransitionRule(_S.running, "cancel", _S.cancelled, "replace overlap; worker told to stop"),
+)
+_RULES = {(r.source, r.event): r.target for r in TRANSITIONS}
+
+
+def _move(run: RunLease, event: str, **changes: object) -> Transition:
+    target = _RULES.get((run.status, event))
+    if target is None:
+        return Transition(False, run, f"cannot {event} a {run.status.value} run")
+    return Transition(True, replace(run, status=target, **changes), None, event)
+
+
+def _no(run: RunLease, reason: str) -> Transition:
+    return Transition(False, run, reason)
+
+
+def dispatch_run(run: RunLease) -> Transition:
+    """The scheduler published the run to its queue."""
+    return _move(run, "dispatch")
+
+
+def claim_run(
+    run: RunLease, worker: str, token: str, attempt: int, now_ms: int, ttl_ms: int
+) -> Transition:
+    """A worker takes the run. A duplicate delivery finds it running and claims nothing."""
+    if ttl_ms <= 0:
+        raise ValueError("ttl_ms must be positive")
+    if run.status not in CLAIMABLE:
+        return _no(run, f"not claimable: status is {run.status.value}")
+    if attempt != run.attempt:
+        return _no(run, f"attempt mismatch: run is at {run.attempt}, claim is for {attempt}")
+    return _move(
+        run,
+        "claim",
+        token=token,
+        worker=worker,
+        expires_at_ms=now_ms + ttl_ms,
+        retry_at_ms=None,
+    )
+
+
+def heartbeat_run(run: RunLease, token: str, now_ms: int, ttl_ms: int) -> Transition:
+    """Extend the lease; only the current token, and only before it expired."""
+    if ttl_ms <= 0:
+        raise ValueError("ttl_ms must be positive")
+    if run.status is not RunStatus.running:
+        return _no(run, f"not running: status is {run.status.value}")
+    if token != run.token:
+        return _no(run, "stale token")
+    if run.expires_at_ms is not None and now_ms >= run.expires_at_ms:
+        return _no(run, f"lease expired at {run.expires_at_ms}")
+    return _move(run, "heartbeat", expires_at_ms=now_ms + ttl_ms)
+
+
+def finish_run(
+    run: RunLease, token: str, succeeded: bool, now_ms: int, retry_at_ms: int | None
+) -> Transition:
+    """Record the outcome, only for the current token.
+
+    A finish after the lease's expiry is still accepted while the token matches: the
+    reaper has not re-queued the run (that would have cleared the token), so no one
+    else can hold it, and accepting saves a needless re-run.
+    """
+    if run.status is not RunStatus.running:
+        return _no(run, f"not running: status is {run.status.value}")
+    if token != run.token:
+        return _no(run, "stale token")
+    released = {"token": None, "expires_at_ms": None}
+    if succeeded:
+        return _move(run, "finish_ok", **released)
+    if retry_at_ms is not None:
+        return _move(
+            run, "finish_retry", attempt=run.attempt + 1, retry_at_ms=retry_at_ms, **released
+        )
+    return _move(run, "finish_dead", **released)
+
+
+def expire_run(run: RunLease, now_ms: int, max_attempts: int | None = None) -> Transition:
+    """The reaper's move: a running run whose lease expired goes back to pending with
+    the next attempt (or dead, when `max_attempts` is given and is used up)."""
+    if run.status is not RunStatus.running:
+        return _no(run, f"not running: status is {run.status.value}")
+    if run.expires_at_ms is not None and now_ms < run.expires_at_ms:
+        return _no(run, f"lease live until {run.expires_at_ms}")
+    released = {"token": None, "worker": None, "expires_at_ms": None}
+    if max_attempts is not None and run.attempt >= max_attempts:
+        return _move(run, "expire_dead", **released)
+    return _move(run, "expire", attempt=run.attempt + 1, **released)
+
+
+def retry_due_run(run: RunLease, now_ms: int) -> Transition:
+    """A scheduled retry whose time has come becomes pending again (to be dispatched)."""
+    if run.status is not RunStatus.retry_scheduled:
+        return _no(run, f"not awaiting retry: status is {run.status.value}")
+    if run.retry_at_ms is not None and now_ms < run.retry_at_ms:
+        return _no(run, f"retry not due until {run.retry_at_ms}")
+    return _move(run, "retry_due", retry_at_ms=None)
+
+
+def cancel_run(run: RunLease) -> Transition:
+    """Cancel a run that has not finished (a user's cancel, or the replace overlap)."""
+    released = {"token": None, "expires_at_ms": None, "retry_at_ms": None}
+    return _move(run, "cancel", **released)
+
+
+# ---------------------------------------------------------------------------
+# The partition lease as a table too, for the docs (its functions above implement it).
+
+PARTITION_TRANSITIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("free", "acquire", "held", "epoch + 1"),
+    ("held", "acquire (same node)", "held", "lease live; renews, epoch kept"),
+    ("held", "acquire (other node)", "held", "refused while live"),
+    ("held", "renew", "held", "owner and epoch match; not expired"),
+    ("held", "time passes", "expired", "now >= expires_at"),
+    ("expired", "acquire", "held", "any node, epoch + 1 (takeover fences the old owner)"),
+    ("held", "release", "free", "owner and epoch match; epoch kept"),
+    ("expired", "release", "free", "owner and epoch match; epoch kept"),
+)
+
+
+def render_state_table() -> str:
+    """The text of docs/state-machine.md, generated from TRANSITIONS so they agree."""
+    lines = [
+        "# Lease state machines",
+        "",
+        "Generated by `python -m kit.core.leases > docs/state-machine.md` from",
+        "`kit.core.leases.TRANSITIONS`; a test fails when this file and the table differ.",
+        "",
+        "## Run lease",
+        "",
+        "| from | event | to | guard |",
+        "| --- | --- | --- | --- |",
+    ]
+    for r in TRANSITIONS:
+        lines.append(f"| {r.source.value} | {r.event} | {r.target.value} | {r.guard} |")
+    lines += [
+        "",
+        "Any other (state, event) pair is refused with a reason; so is a claim for the",
+        "wrong attempt, and a heartbeat or finish by a token that is not the current one.",
+        "",
+        "```mermaid",
+        "stateDiagram-v2",
+        f"    [*] --> {RunStatus.pending.value}",
+        f"    [*] --> {RunStatus.skipped.value}: misfire skip",
+    ]
+    for r in TRANSITIONS:
+        lines.append(f"    {r.source.value} --> {r.target.value}: {r.event}")
+    for status in sorted(TERMINAL, key=lambda s: s.value):
+        lines.append(f"    {status.value} --> [*]")
+    lines += [
+        "```",
+        "",
+        "## Partition lease",
+        "",
+        "The epoch is the fencing token: every write to a partition carries it, and a",
+        "write with an older epoch is refused.",
+        "",
+        "| from | event | to | guard |",
+        "| --- | --- | --- | --- |",
+    ]
+    for source, event, target, guard in PARTITION_TRANSITIONS:
+        lines.append(f"| {source} | {event} | {target} | {guard} |")
+    lines += ["", "```mermaid", "stateDiagram-v2", "    [*] --> free"]
+    for source, event, target, _guard in PARTITION_TRANSITIONS:
+        lines.append(f"    {source} --> {target}: {event}")
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render_state_table())

@@ -1,0 +1,106 @@
+"""What a job chose to happen after an outage (misfire) and when runs overlap."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from kit.core.errors import FieldError
+
+MISFIRE_KINDS = ("run_all", "run_once", "skip_late")
+MAX_DEADLINE_S = 86_400 * 7
+
+
+@dataclass(frozen=True)
+class MisfirePolicy:
+    kind: str = "run_once"
+    deadline_s: int = 60  # skip_late: fire a missed time at most this far behind now
+
+    def __post_init__(self) -> None:
+        if self.kind not in MISFIRE_KINDS:
+            raise FieldError("misfire.kind", f"must be one of {', '.join(MISFIRE_KINDS)}")
+        d = self.deadline_s
+        if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= MAX_DEADLINE_S:
+            raise FieldError(
+                "misfire.deadline_s", f"must be a whole number between 0 and {MAX_DEADLINE_S}"
+            )
+
+    @classmethod
+    def parse(cls, data: Mapping[str, object] | str | None) -> MisfirePolicy:
+        """`{"kind": ..., "deadline_s": ...}`, or just the kind as a string."""
+        if data is None:
+            return cls()
+        if isinstance(data, str):
+            return cls(kind=data)
+        if not isinstance(data, Mapping):
+            raise FieldError("misfire", "must be an object with 'kind'")
+        extra = sorted(set(data) - {"kind", "deadline_s"})
+        if extra:
+            raise FieldError(f"misfire.{extra[0]}", "unknown field")
+        return cls(
+            kind=data.get("kind", cls.kind),  # type: ignore[arg-type]
+            deadline_s=data.get("deadline_s", cls.deadline_s),  # type: ignore[arg-type]
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "deadline_s": self.deadline_s}
+
+
+@dataclass(frozen=True)
+class MisfirePlan:
+    fire_ms: list[int] = field(default_factory=list)
+    skipped_ms: list[int] = field(default_factory=list)
+
+
+def plan_misfire(missed_ms: Sequence[int], now_ms: int, policy: MisfirePolicy) -> MisfirePlan:
+    """Split fire times already in the past into those to fire and those recorded as
+    skipped. Every missed time lands in exactly one of the two lists (ascending)."""
+    missed = sorted(missed_ms)
+    if not missed:
+        return MisfirePlan()
+    if policy.kind == "run_all":
+        return MisfirePlan(missed, [])
+    if policy.kind == "run_once":
+        return MisfirePlan(missed[-1:], missed[:-1])
+    limit_ms = policy.deadline_s * 1000
+    fire = [t for t in missed if now_ms - t <= limit_ms]
+    skipped = [t for t in missed if now_ms - t > limit_ms]
+    return MisfirePlan(fire, skipped)
+
+
+class OverlapPolicy(StrEnum):
+    allow = "allow"
+    forbid = "forbid"
+    queue = "queue"
+    replace = "replace"
+
+    @classmethod
+    def parse(cls, value: object, field: str = "overlap") -> OverlapPolicy:
+        if value is None:
+            return cls.allow
+        try:
+            return cls(value)
+        except ValueError:
+            names = ", ".join(p.value for p in cls)
+            raise FieldError(field, f"must be one of {names}") from None
+
+
+class OverlapAction(StrEnum):
+    fire = "fire"
+    skip = "skip"
+    queue = "queue"
+    fire_and_cancel_running = "fire_and_cancel_running"
+
+
+def decide_overlap(policy: OverlapPolicy, running_count: int) -> OverlapAction:
+    """What to do with a run that is due while `running_count` runs of its job run."""
+    if running_count < 0:
+        raise ValueError("running_count must not be negative")
+    if running_count == 0 or policy is OverlapPolicy.allow:
+        return OverlapAction.fire
+    if policy is OverlapPolicy.forbid:
+        return OverlapAction.skip
+    if policy is OverlapPolicy.queue:
+        return OverlapAction.queue
+    return OverlapAction.fire_and_cancel_running

@@ -1,0 +1,53 @@
+import pytest
+
+from kit.core.dispatch import (
+    PRIORITY_TIERS,
+    TimerWheel,
+    catch_up_order,
+    scan_window,
+    tier_rank,
+)
+from kit.core.errors import FieldError
+
+
+def test_scan_window():
+    assert scan_window(10_000) == (10_000, 15_000)
+    assert scan_window(10_000, 2_000) == (10_000, 12_000)
+    with pytest.raises(FieldError):
+        scan_window(0, -1)
+
+
+def test_tier_rank():
+    assert [tier_rank(t) for t in PRIORITY_TIERS] == [0, 1, 2, 3]
+    with pytest.raises(FieldError) as exc:
+        tier_rank("urgent")
+    assert exc.value.field == "priority"
+
+
+def test_timer_wheel_orders_by_due_then_tier_then_insertion():
+    w = TimerWheel()
+    w.add(2000, "late-normal")
+    w.add(1000, "a-low", "low")
+    w.add(1000, "b-normal")
+    w.add(1000, "c-critical", "critical")
+    w.add(1000, "d-normal")
+    w.add(3000, "future")
+    assert len(w) == 6 and w.next_due_ms() == 1000
+    assert w.pop_due(999) == []
+    assert w.pop_due(2000) == ["c-critical", "b-normal", "d-normal", "a-low", "late-normal"]
+    assert len(w) == 1 and w.next_due_ms() == 3000
+    assert w.pop_due(10_000) == ["future"]
+    assert w.next_due_ms() is None and len(w) == 0
+
+
+def test_timer_wheel_accepts_ranks_and_unorderable_items():
+    w = TimerWheel()
+    w.add(5, {"id": 1}, 3)
+    w.add(5, {"id": 2}, 0)
+    assert w.pop_due(5) == [{"id": 2}, {"id": 1}]
+
+
+def test_catch_up_order_priority_then_age():
+    items = [("low", 1), ("normal", 5), ("critical", 9), ("normal", 2), ("high", 7)]
+    out = catch_up_order(items, lambda x: x[0], lambda x: x[1])
+    assert out == [("critical", 9), ("high", 7), ("normal", 2), ("normal", 5), ("low", 1)]

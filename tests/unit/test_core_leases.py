@@ -1,0 +1,183 @@
+from pathlib import Path
+
+import pytest
+
+from kit.core.leases import (
+    TRANSITIONS,
+    PartitionLease,
+    RunLease,
+    RunStatus,
+    acquire_partition,
+    cancel_run,
+    claim_run,
+    dispatch_run,
+    expire_run,
+    fenced_write_allowed,
+    finish_run,
+    heartbeat_run,
+    release_partition,
+    render_state_table,
+    renew_partition,
+    retry_due_run,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+TTL = 1000
+
+# --- partition lease
+
+
+def test_acquire_free_then_renew_by_owner_keeps_epoch():
+    d = acquire_partition(None, 7, "a", 0, TTL)
+    assert d.granted and d.lease == PartitionLease(7, "a", 1, 1000)
+    d2 = acquire_partition(d.lease, 7, "a", 500, TTL)
+    assert d2.granted and d2.lease.epoch == 1 and d2.lease.expires_at_ms == 1500
+
+
+def test_other_node_refused_while_live_then_takes_over_with_new_epoch():
+    lease = acquire_partition(None, 7, "a", 0, TTL).lease
+    refused = acquire_partition(lease, 7, "b", 999, TTL)
+    assert not refused.granted and "held by a" in refused.reason
+    taken = acquire_partition(lease, 7, "b", 1000, TTL)
+    assert taken.granted and taken.lease.owner == "b" and taken.lease.epoch == 2
+
+
+def test_reacquiring_own_expired_lease_bumps_epoch():
+    lease = acquire_partition(None, 7, "a", 0, TTL).lease
+    again = acquire_partition(lease, 7, "a", 5000, TTL)
+    assert again.granted and again.lease.epoch == 2
+
+
+def test_renew_refusals_name_the_reason():
+    lease = PartitionLease(3, "a", 4, 1000)
+    assert renew_partition(lease, "b", 4, 0, TTL).reason.startswith("not owner")
+    assert renew_partition(lease, "a", 3, 0, TTL).reason.startswith("stale epoch")
+    assert renew_partition(lease, "a", 5, 0, TTL).reason.startswith("unknown epoch")
+    assert renew_partition(lease, "a", 4, 1000, TTL).reason.startswith("expired")
+    ok = renew_partition(lease, "a", 4, 999, TTL)
+    assert ok.granted and ok.lease.expires_at_ms == 1999
+
+
+def test_release_and_fencing():
+    lease = PartitionLease(3, "a", 4, 1000)
+    assert fenced_write_allowed(lease, "a", 4, 999)
+    assert not fenced_write_allowed(lease, "a", 4, 1000)
+    assert not fenced_write_allowed(lease, "a", 3, 0)
+    assert not fenced_write_allowed(lease, "b", 4, 0)
+    assert not release_partition(lease, "a", 3).granted
+    assert not release_partition(lease, "b", 4).granted
+    freed = release_partition(lease, "a", 4)
+    assert freed.granted and freed.lease.owner is None and freed.lease.epoch == 4
+    assert not fenced_write_allowed(freed.lease, "a", 4, 0)
+    nxt = acquire_partition(freed.lease, 3, "a", 0, TTL)
+    assert nxt.granted and nxt.lease.epoch == 5
+
+
+def test_acquire_wrong_partition_is_a_programming_error():
+    with pytest.raises(ValueError):
+        acquire_partition(PartitionLease(1, "a", 1, 10), 2, "a", 0, TTL)
+
+
+# --- run lease
+
+
+def pending(attempt=1):
+    return RunLease("r1", attempt, RunStatus.pending)
+
+
+def running(token="t1", expires=1000, attempt=1):
+    return RunLease("r1", attempt, RunStatus.running, token, "w1", expires)
+
+
+def test_claim_from_pending_and_dispatched_only():
+    t = claim_run(pending(), "w1", "t1", 1, 0, TTL)
+    assert t.accepted and t.run == running()
+    t = claim_run(dispatch_run(pending()).run, "w1", "t1", 1, 0, TTL)
+    assert t.accepted
+    dup = claim_run(running(), "w2", "t2", 1, 0, TTL)
+    assert not dup.accepted and "not claimable" in dup.reason and dup.run == running()
+
+
+def test_claim_for_the_wrong_attempt_is_refused():
+    t = claim_run(pending(attempt=2), "w1", "t1", 1, 0, TTL)
+    assert not t.accepted and "attempt mismatch" in t.reason
+
+
+def test_heartbeat_needs_current_token_before_expiry():
+    assert heartbeat_run(running(), "t1", 999, TTL).run.expires_at_ms == 1999
+    assert heartbeat_run(running(), "old", 0, TTL).reason == "stale token"
+    assert "expired" in heartbeat_run(running(), "t1", 1000, TTL).reason
+
+
+def test_finish_outcomes():
+    ok = finish_run(running(), "t1", True, 10, None)
+    assert ok.accepted and ok.run.status is RunStatus.succeeded and ok.run.token is None
+    retry = finish_run(running(), "t1", False, 10, 5000)
+    assert retry.run.status is RunStatus.retry_scheduled
+    assert retry.run.attempt == 2 and retry.run.retry_at_ms == 5000
+    dead = finish_run(running(), "t1", False, 10, None)
+    assert dead.run.status is RunStatus.dead and dead.run.attempt == 1
+
+
+def test_stale_finish_is_refused():
+    t = finish_run(running(token="new"), "old", True, 10, None)
+    assert not t.accepted and t.reason == "stale token" and t.run.status is RunStatus.running
+
+
+def test_expire_returns_to_pending_with_next_attempt():
+    assert not expire_run(running(), 999).accepted
+    t = expire_run(running(), 1000)
+    assert t.accepted and t.run == RunLease("r1", 2, RunStatus.pending)
+    # the old worker's late finish is now refused
+    assert not finish_run(t.run, "t1", True, 1001, None).accepted
+    assert expire_run(running(attempt=3), 1000, max_attempts=3).run.status is RunStatus.dead
+
+
+def test_retry_due_and_cancel():
+    waiting = finish_run(running(), "t1", False, 10, 5000).run
+    assert not retry_due_run(waiting, 4999).accepted
+    back = retry_due_run(waiting, 5000)
+    assert back.accepted and back.run.status is RunStatus.pending and back.run.attempt == 2
+    assert cancel_run(back.run).run.status is RunStatus.cancelled
+    assert not cancel_run(RunLease("r", 1, RunStatus.succeeded)).accepted
+
+
+# --- the table
+
+
+def test_state_machine_doc_is_generated_from_the_table():
+    committed = (ROOT / "docs" / "state-machine.md").read_text()
+    regenerate = "python -m kit.core.leases > docs/state-machine.md"
+    assert committed == render_state_table(), f"stale doc; run: {regenerate}"
+
+
+def _every_operation(run):
+    yield dispatch_run(run)
+    yield cancel_run(run)
+    for tok in ("t1", "other"):
+        yield heartbeat_run(run, tok, 0, TTL)
+        yield heartbeat_run(run, tok, 5000, TTL)
+        for ok in (True, False):
+            for retry_at in (None, 9000):
+                yield finish_run(run, tok, ok, 0, retry_at)
+    for attempt in (1, 2):
+        yield claim_run(run, "w9", "t9", attempt, 0, TTL)
+    for now in (0, 5000):
+        yield expire_run(run, now)
+        yield expire_run(run, now, max_attempts=1)
+        yield retry_due_run(run, now)
+
+
+def test_every_accepted_transition_is_in_the_table():
+    rules = {(r.source, r.event, r.target) for r in TRANSITIONS}
+    used = set()
+    for status in RunStatus:
+        run = RunLease("r1", 1, status, "t1", "w1", 1000, 2000)
+        for t in _every_operation(run):
+            if t.accepted:
+                triple = (status, t.event, t.run.status)
+                assert triple in rules
+                used.add(triple)
+            else:
+                assert t.run == run and t.reason
+    assert used == rules  # and the table has no rule the functions never take

@@ -1,0 +1,73 @@
+import pytest
+
+from kit.core.errors import FieldError
+from kit.core.policies import (
+    MisfirePolicy,
+    OverlapAction,
+    OverlapPolicy,
+    decide_overlap,
+    plan_misfire,
+)
+
+MISSED = [1_000, 61_000, 121_000, 181_000]
+NOW = 200_000
+
+
+def test_run_all_fires_every_missed_time():
+    plan = plan_misfire(MISSED, NOW, MisfirePolicy("run_all"))
+    assert plan.fire_ms == MISSED and plan.skipped_ms == []
+
+
+def test_run_once_fires_only_the_latest():
+    plan = plan_misfire(list(reversed(MISSED)), NOW, MisfirePolicy("run_once"))
+    assert plan.fire_ms == [181_000]
+    assert plan.skipped_ms == [1_000, 61_000, 121_000]
+
+
+def test_skip_late_uses_the_deadline_inclusively():
+    plan = plan_misfire(MISSED, NOW, MisfirePolicy("skip_late", deadline_s=79))
+    assert plan.fire_ms == [121_000, 181_000]
+    assert plan.skipped_ms == [1_000, 61_000]
+
+
+def test_nothing_missed_nothing_planned():
+    plan = plan_misfire([], NOW, MisfirePolicy("run_once"))
+    assert plan.fire_ms == [] and plan.skipped_ms == []
+
+
+def test_misfire_parse():
+    assert MisfirePolicy.parse(None) == MisfirePolicy()
+    assert MisfirePolicy.parse("run_all").kind == "run_all"
+    p = MisfirePolicy.parse({"kind": "skip_late", "deadline_s": 30})
+    assert MisfirePolicy.parse(p.to_dict()) == p
+    for bad, field in [
+        ({"kind": "sometimes"}, "misfire.kind"),
+        ({"kind": "skip_late", "deadline_s": -1}, "misfire.deadline_s"),
+        ({"kind": "run_all", "extra": 1}, "misfire.extra"),
+    ]:
+        with pytest.raises(FieldError) as exc:
+            MisfirePolicy.parse(bad)
+        assert exc.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("policy", "running", "action"),
+    [
+        (OverlapPolicy.allow, 3, OverlapAction.fire),
+        (OverlapPolicy.forbid, 0, OverlapAction.fire),
+        (OverlapPolicy.forbid, 1, OverlapAction.skip),
+        (OverlapPolicy.queue, 0, OverlapAction.fire),
+        (OverlapPolicy.queue, 2, OverlapAction.queue),
+        (OverlapPolicy.replace, 0, OverlapAction.fire),
+        (OverlapPolicy.replace, 1, OverlapAction.fire_and_cancel_running),
+    ],
+)
+def test_decide_overlap(policy, running, action):
+    assert decide_overlap(policy, running) is action
+
+
+def test_overlap_parse():
+    assert OverlapPolicy.parse("queue") is OverlapPolicy.queue
+    assert OverlapPolicy.parse(None) is OverlapPolicy.allow
+    with pytest.raises(FieldError):
+        OverlapPolicy.parse("sometimes")
