@@ -17,7 +17,6 @@ model). A lease is live while now_ms < expires_at_ms.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -333,4 +332,4 @@ def render_state_table() -> str:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render_state_table())
+    print(render_state_table(), end="")

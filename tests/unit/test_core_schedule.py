@@ -1,0 +1,91 @@
+from datetime import UTC, datetime
+
+import pytest
+
+from kit.core.errors import FieldError
+from kit.core.ids import run_id
+from kit.core.schedule import (
+    CronSchedule,
+    IntervalSchedule,
+    OneOffSchedule,
+    next_fire,
+    next_fires,
+    parse_schedule,
+    schedule_to_dict,
+)
+from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+
+NOW = datetime(2025, 6, 1, tzinfo=UTC)
+
+
+def utc(*a):
+    return datetime(*a, tzinfo=UTC)
+
+
+def test_parse_each_kind_and_roundtrip():
+    cron = parse_schedule({"cron": "0  9 * * 1-5", "timezone": "Europe/Berlin"}, NOW)
+    assert cron == CronSchedule("0 9 * * 1-5", "Europe/Berlin")
+    interval = parse_schedule({"every_s": 90}, NOW)
+    assert interval == IntervalSchedule(90, NOW)
+    one = parse_schedule({"at": "2025-06-02T10:00:00+02:00"}, NOW)
+    assert one == OneOffSchedule(utc(2025, 6, 2, 8))
+    for s in (cron, interval, one):
+        assert parse_schedule(schedule_to_dict(s), NOW) == s
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"cron": "0 9 * *"}, "schedule.cron"),
+        ({"cron": "0 25 * * *"}, "schedule.cron"),
+        ({"cron": "0 9 * * *", "timezone": "Europe/Atlantis"}, "schedule.timezone"),
+        ({"every_s": 0}, "schedule.every_s"),
+        ({"every_s": 1.5}, "schedule.every_s"),
+        ({"at": "2025-06-02T10:00:00"}, "schedule.at"),
+        ({"cron": "* * * * *", "every_s": 5}, "schedule"),
+        ({"every_s": 5, "timezone": "UTC"}, "schedule.timezone"),
+        ({}, "schedule"),
+    ],
+)
+def test_parse_names_the_bad_field(data, field):
+    with pytest.raises(FieldError) as exc:
+        parse_schedule(data, NOW)
+    assert exc.value.field == field
+
+
+def test_next_fire_is_strictly_after():
+    s = CronSchedule("0 * * * *")
+    assert next_fire(s, utc(2025, 1, 1, 10)) == utc(2025, 1, 1, 11)
+    i = IntervalSchedule(60, utc(2025, 1, 1))
+    assert next_fire(i, utc(2024, 12, 31)) == utc(2025, 1, 1)
+    assert next_fire(i, utc(2025, 1, 1)) == utc(2025, 1, 1, 0, 1)
+    o = OneOffSchedule(utc(2025, 1, 1))
+    assert next_fire(o, utc(2024, 1, 1)) == utc(2025, 1, 1)
+    assert next_fire(o, utc(2025, 1, 1)) is None
+    assert next_fires(o, utc(2024, 1, 1), 3) == [utc(2025, 1, 1)]
+    with pytest.raises(ValueError):
+        next_fire(s, datetime(2025, 1, 1))
+
+
+def test_fall_back_fixed_time_fires_once_hourly_fires_twice():
+    # America/New_York falls back 2025-11-02 02:00 EDT -> 01:00 EST
+    day = utc(2025, 11, 2, 4)
+    fixed = next_fires(CronSchedule("30 1 * * *", "America/New_York"), day, 2)
+    assert fixed == [utc(2025, 11, 2, 5, 30), utc(2025, 11, 3, 6, 30)]
+    hourly = next_fires(CronSchedule("30 * * * *", "America/New_York"), day, 3)
+    assert hourly == [utc(2025, 11, 2, 4, 30), utc(2025, 11, 2, 5, 30), utc(2025, 11, 2, 6, 30)]
+
+
+def test_spring_forward_gap_fires_shifted():
+    # Europe/Berlin springs forward 2025-03-30 02:00 CET -> 03:00 CEST
+    s = CronSchedule("30 2 * * *", "Europe/Berlin")
+    assert next_fire(s, utc(2025, 3, 29, 12)) == utc(2025, 3, 30, 1, 30)  # 03:30 CEST
+
+
+def test_time_conversions_and_run_id():
+    t = utc(2025, 1, 1, 0, 0, 0, 123_456)
+    assert to_epoch_ms(t) == 1_735_689_600_123
+    assert from_epoch_ms(1_735_689_600_123) == utc(2025, 1, 1, 0, 0, 0, 123_000)
+    assert run_id("j", t) == run_id("j", to_epoch_ms(t)) != run_id("k", t)
+    with pytest.raises(ValueError):
+        to_epoch_ms(datetime(2025, 1, 1))

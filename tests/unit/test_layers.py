@@ -1,0 +1,205 @@
+"""The import rules of DESIGN.md, checked on the source (AST), not by importing it.
+
+- kit/core: imports nothing of the project outside kit.core, no I/O library, and
+  reads neither the wall clock nor the global random state.
+- sim/: imports from kit only kit.core (checked when sim/ has modules).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Top-level modules kit/core must not import (I/O, network, processes, threads, OS).
+FORBIDDEN_IN_CORE = frozenset(
+    {
+        "sqlalchemy",
+        "alembic",
+        "psycopg",
+        "psycopg2",
+        "confluent_kafka",
+        "kafka",
+        "simpy",
+        "httpx",
+        "requests",
+        "aiohttp",
+        "urllib",
+        "urllib3",
+        "http",
+        "socket",
+        "ssl",
+        "select",
+        "selectors",
+        "subprocess",
+        "asyncio",
+        "threading",
+        "multiprocessing",
+        "concurrent",
+        "os",
+        "shutil",
+        "pathlib",
+        "tempfile",
+        "time",
+        "secrets",
+        "fastapi",
+        "uvicorn",
+        "pydantic_settings",
+    }
+)
+# Calls that read a clock, whatever object they are called on (datetime.now, date.today).
+CLOCK_METHODS = frozenset({"now", "utcnow", "today"})
+# The only names kit/core may take from the `random` module: an explicit seeded source.
+RANDOM_ALLOWED = frozenset({"Random"})
+# uuid1 reads the clock, uuid4 the OS random source.
+UUID_FORBIDDEN = frozenset({"uuid1", "uuid4"})
+
+
+def _modules(directory: Path) -> list[Path]:
+    return sorted(directory.rglob("*.py")) if directory.is_dir() else []
+
+
+def core_violations(source: str) -> list[str]:
+    """Every breach of the kit/core rules in one module's source."""
+    found: list[str] = []
+    tree = ast.parse(source)
+    random_aliases: set[str] = set()
+    uuid_aliases: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.name
+                found += _core_import_problems(name, node.lineno)
+                if name == "random":
+                    random_aliases.add(alias.asname or "random")
+                if name == "uuid":
+                    uuid_aliases.add(alias.asname or "uuid")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative imports stay inside the package
+                continue
+            module = node.module or ""
+            found += _core_import_problems(module, node.lineno)
+            names = {a.name for a in node.names}
+            if module == "random" and names - RANDOM_ALLOWED:
+                found.append(f"line {node.lineno}: from random import {sorted(names)}")
+            if module == "uuid" and names & UUID_FORBIDDEN:
+                found.append(f"line {node.lineno}: from uuid import {sorted(names)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            attr = node.func.attr
+            owner = node.func.value
+            if attr in CLOCK_METHODS:
+                found.append(f"line {node.lineno}: clock read .{attr}()")
+            if isinstance(owner, ast.Name):
+                if owner.id in random_aliases and attr not in RANDOM_ALLOWED:
+                    found.append(f"line {node.lineno}: global random {owner.id}.{attr}()")
+                if owner.id in uuid_aliases and attr in UUID_FORBIDDEN:
+                    found.append(f"line {node.lineno}: {owner.id}.{attr}()")
+    return found
+
+
+def _core_import_problems(module: str, lineno: int) -> list[str]:
+    top = module.split(".")[0]
+    if top in FORBIDDEN_IN_CORE:
+        return [f"line {lineno}: imports I/O module {module}"]
+    if top in ("kit", "sim", "chaos", "loadtest") and not (
+        module == "kit.core" or module.startswith("kit.core.")
+    ):
+        return [f"line {lineno}: imports {module} (kit.core imports only kit.core)"]
+    return []
+
+
+def sim_violations(source: str) -> list[str]:
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            module = node.module or ""
+            names = [module]
+            if module == "kit":  # `from kit import store`
+                names = [f"kit.{a.name}" for a in node.names]
+        for name in names:
+            if (name == "kit" or name.startswith("kit.")) and not (
+                name == "kit.core" or name.startswith("kit.core.")
+            ):
+                found.append(f"line {node.lineno}: imports {name} (sim may use only kit.core)")
+    return found
+
+
+CORE_MODULES = _modules(ROOT / "kit" / "core")
+SIM_MODULES = _modules(ROOT / "sim")
+
+
+def test_core_has_modules():
+    assert len(CORE_MODULES) >= 8
+
+
+@pytest.mark.parametrize("path", CORE_MODULES, ids=lambda p: p.name)
+def test_core_module_is_pure(path: Path):
+    assert core_violations(path.read_text()) == []
+
+
+def test_sim_imports_only_kit_core():
+    problems = {
+        str(p.relative_to(ROOT)): v for p in SIM_MODULES if (v := sim_violations(p.read_text()))
+    }
+    assert problems == {}
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import sqlalchemy",
+        "from psycopg import sql",
+        "import confluent_kafka.admin",
+        "import simpy",
+        "import httpx",
+        "import requests",
+        "import socket",
+        "import subprocess",
+        "import os.path",
+        "from time import monotonic",
+        "import time\nx = time.time()",
+        "from datetime import datetime\nx = datetime.now()",
+        "import datetime\nx = datetime.datetime.utcnow()",
+        "from datetime import date\nx = date.today()",
+        "import random\nx = random.random()",
+        "import random as r\nx = r.randint(1, 2)",
+        "from random import choice",
+        "import uuid\nx = uuid.uuid4()",
+        "from kit.store import models",
+        "from kit import settings",
+        "import kit.settings",
+        "import sim.model",
+    ],
+)
+def test_core_rule_catches(source: str):
+    assert core_violations(source)
+
+
+def test_core_rule_allows_pure_code():
+    ok = (
+        "import random\nfrom datetime import UTC, datetime\nfrom kit.core.errors import X\n"
+        "def f(rng: random.Random):\n    return rng.random(), datetime.fromtimestamp(0, UTC)\n"
+        "r = random.Random(4)\n"
+    )
+    assert core_violations(ok) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "bad"),
+    [
+        ("from kit.store import models", True),
+        ("import kit.api.app", True),
+        ("from kit import settings", True),
+        ("from kit import core", False),
+        ("from kit.core.leases import claim_run", False),
+        ("import simpy", False),
+    ],
+)
+def test_sim_rule(source: str, bad: bool):
+    assert bool(sim_violations(source)) is bad
