@@ -1,0 +1,1 @@
+"""The stack's Kafka broker; pom.xml beside this file lists the jars it runs from."""
