@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, create_engine
+from datetime import datetime
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    DateTime,
+    Engine,
+    bindparam,
+    create_engine,
+    func,
+    select,
+)
 
 
 def engine_for(database_url: str, pool_size: int = 10) -> Engine:
@@ -12,3 +23,16 @@ def engine_for(database_url: str, pool_size: int = 10) -> Engine:
         max_overflow=pool_size,
         pool_pre_ping=True,
     )
+
+
+def at_or_now(now: datetime | None) -> ColumnElement[datetime]:
+    """`coalesce(:now, now())`: the database's clock unless a caller (a test, the model)
+    passes an explicit instant."""
+    return func.coalesce(bindparam("now", now, type_=DateTime(timezone=True)), func.now())
+
+
+def db_now(conn: Connection, now: datetime | None = None) -> datetime:
+    """The instant a transaction decides with, as a Python value (the database's clock)."""
+    if now is not None:
+        return now
+    return conn.execute(select(func.now())).scalar_one()

@@ -1,0 +1,430 @@
+"""The job repository: a job and its trigger are always written in one transaction.
+
+An edit bumps `version` and replaces the job's triggers with one of the new version, so a
+trigger of an older version cannot fire. Deleting a job removes its triggers and keeps
+its run history. A paused job keeps its trigger: the scheduler skips the fire and says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg import errors as pg_errors
+from psycopg.types.json import Jsonb
+from sqlalchemy import Connection, Engine, delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import IntegrityError
+
+from kit.core.jitter import jitter_offset_ms
+from kit.core.partitions import PARTITION_COUNT, partition_of
+from kit.core.schedule import (
+    CronSchedule,
+    OneOffSchedule,
+    Schedule,
+    next_fire,
+    parse_schedule,
+    schedule_to_dict,
+)
+from kit.store.db import db_now
+from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken
+from kit.store.schema import idempotency_keys, jobs, triggers
+from kit.store.tenants import tenant_upsert_in
+
+_NAME_CONSTRAINT = "uq_jobs_tenant_name"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job as a client may set it (the API builds it from the request)."""
+
+    name: str
+    schedule: Schedule
+    task: Mapping[str, Any]
+    retry: Mapping[str, Any]  # RetryPolicy.to_dict()
+    misfire: Mapping[str, Any]  # MisfirePolicy.to_dict()
+    timeout_s: int = 3600
+    overlap: str = "allow"
+    priority: str = "normal"
+    jitter_s: int = 0
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    tenant: str
+    spec: JobSpec
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    next_fire_at: datetime | None  # the job's schedule trigger, None once a one-off fired
+
+    @property
+    def status(self) -> str:
+        if self.spec.paused:
+            return "paused"
+        return "active" if self.next_fire_at is not None else "finished"
+
+
+@dataclass(frozen=True)
+class JobCreate:
+    tenant: str
+    spec: JobSpec
+    partitions: int = PARTITION_COUNT
+    idempotency_key: str | None = None
+    request_hash: str | None = None  # request_fingerprint() of the body, with the key
+    now: datetime | None = None  # None: the database's clock
+    job_id: str | None = None  # None: a new uuid4
+
+
+@dataclass(frozen=True)
+class JobCreated:
+    job: JobRecord
+    created: bool  # False: an idempotent replay returned the job created earlier
+
+
+@dataclass(frozen=True)
+class JobUpdate:
+    tenant: str
+    job_id: str
+    changes: Mapping[str, Any] = field(default_factory=dict)  # JobSpec field -> new value
+    partitions: int = PARTITION_COUNT
+    now: datetime | None = None
+
+
+def request_fingerprint(body: Any) -> str:
+    """sha256 of canonical JSON: the same request body always gives the same hash."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def first_fire_at(
+    spec: JobSpec,
+    job_id: str,
+    now: datetime,
+    nominal_cache: dict[Schedule, datetime | None] | None = None,
+) -> datetime | None:
+    """When a new (or rescheduled) job's trigger fires: the next fire after `now`, moved by
+    the job's deterministic jitter. A one-off time inside the creation grace (already
+    past) fires at once rather than never; the API refuses older ones.
+
+    `nominal_cache` shares next-fire computations across a batch with the same `now`
+    (bulk loads repeat schedules, and a sub-hourly cron costs milliseconds to evaluate).
+    """
+    if isinstance(spec.schedule, OneOffSchedule):
+        nominal: datetime | None = spec.schedule.at
+    elif nominal_cache is not None:
+        if spec.schedule not in nominal_cache:
+            nominal_cache[spec.schedule] = next_fire(spec.schedule, now)
+        nominal = nominal_cache[spec.schedule]
+    else:
+        nominal = next_fire(spec.schedule, now)
+    if nominal is None:
+        return None
+    return nominal + timedelta(milliseconds=jitter_offset_ms(job_id, spec.jitter_s * 1000))
+
+
+def _row_values(tenant: str, job_id: str, spec: JobSpec) -> dict[str, Any]:
+    timezone = spec.schedule.timezone if isinstance(spec.schedule, CronSchedule) else "UTC"
+    return {
+        "job_id": job_id,
+        "tenant": tenant,
+        "name": spec.name,
+        "schedule": schedule_to_dict(spec.schedule),
+        "timezone": timezone,
+        "task_spec": dict(spec.task),
+        "retry_policy": dict(spec.retry),
+        "timeout_s": spec.timeout_s,
+        "overlap": spec.overlap,
+        "misfire": dict(spec.misfire),
+        "priority": spec.priority,
+        "jitter_s": spec.jitter_s,
+        "paused": spec.paused,
+    }
+
+
+def _name_taken(exc: IntegrityError, names: Sequence[str]) -> bool:
+    orig = exc.orig
+    return (
+        isinstance(orig, pg_errors.UniqueViolation)
+        and orig.diag.constraint_name == _NAME_CONSTRAINT
+        and bool(names)
+    )
+
+
+def job_create(engine: Engine, params: JobCreate) -> JobCreated:
+    """Write the job and its first trigger in one transaction, or return the job an
+    earlier request with the same Idempotency-Key created."""
+    job_id = params.job_id or str(uuid.uuid4())
+    try:
+        with engine.begin() as conn:
+            if params.idempotency_key is not None:
+                earlier = _claim_idempotency_key(conn, params, job_id)
+                if earlier is not None:
+                    return JobCreated(earlier, created=False)
+            tenant_upsert_in(conn, params.tenant)
+            now = db_now(conn, params.now)
+            conn.execute(jobs.insert().values(**_row_values(params.tenant, job_id, params.spec)))
+            fire_at = first_fire_at(params.spec, job_id, now)
+            if fire_at is not None:
+                conn.execute(
+                    triggers.insert().values(
+                        partition_id=partition_of(job_id, params.partitions),
+                        fire_at=fire_at,
+                        job_id=job_id,
+                        job_version=1,
+                        kind="schedule",
+                        attempt=1,
+                    )
+                )
+            record = _job_select(conn, params.tenant, job_id)
+    except IntegrityError as exc:
+        if _name_taken(exc, [params.spec.name]):
+            raise NameTaken([params.spec.name]) from exc
+        raise
+    assert record is not None
+    return JobCreated(record, created=True)
+
+
+def _claim_idempotency_key(conn: Connection, params: JobCreate, job_id: str) -> JobRecord | None:
+    """Insert the key (it names the job about to be created), or resolve an earlier use.
+
+    A concurrent request with the same key blocks on the insert until the first one
+    commits or rolls back, so two retries cannot both create.
+    """
+    claimed = conn.execute(
+        insert(idempotency_keys)
+        .values(
+            tenant=params.tenant,
+            key=params.idempotency_key,
+            request_hash=params.request_hash or "",
+            job_id=job_id,
+        )
+        .on_conflict_do_nothing()
+        .returning(idempotency_keys.c.job_id)
+    ).first()
+    if claimed is not None:
+        return None
+    earlier = conn.execute(
+        select(idempotency_keys.c.request_hash, idempotency_keys.c.job_id).where(
+            idempotency_keys.c.tenant == params.tenant,
+            idempotency_keys.c.key == params.idempotency_key,
+        )
+    ).one()
+    if earlier.request_hash != (params.request_hash or ""):
+        raise IdempotencyConflict(
+            "this Idempotency-Key was already used with a different request body"
+        )
+    record = _job_select(conn, params.tenant, earlier.job_id)
+    if record is None:
+        raise IdempotencyConflict("the job created with this Idempotency-Key has been deleted")
+    return record
+
+
+def jobs_create_batch(
+    engine: Engine,
+    tenant: str,
+    specs: Sequence[JobSpec],
+    partitions: int = PARTITION_COUNT,
+    now: datetime | None = None,
+) -> list[str]:
+    """Create many jobs and their triggers with COPY, all or nothing; returns job ids in
+    the order of `specs`. Names must be unique within the batch and the tenant."""
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        seen: set[str] = set()
+        dupes = [n for n in names if n in seen or seen.add(n)]  # type: ignore[func-returns-value]
+        raise NameTaken(sorted(set(dupes)))
+    job_ids = [str(uuid.uuid4()) for _ in specs]
+    try:
+        with engine.begin() as conn:
+            tenant_upsert_in(conn, tenant)
+            taken = conn.execute(
+                select(jobs.c.name).where(jobs.c.tenant == tenant, jobs.c.name.in_(names))
+            ).scalars()
+            taken_names = sorted(taken)
+            if taken_names:
+                raise NameTaken(taken_names)
+            now_at = db_now(conn, now)
+            _copy_jobs(conn, tenant, job_ids, specs, partitions, now_at)
+    except IntegrityError as exc:
+        if _name_taken(exc, names):
+            raise NameTaken(names) from exc
+        raise
+    return job_ids
+
+
+_JOB_COLUMNS = (
+    "job_id",
+    "tenant",
+    "name",
+    "schedule",
+    "timezone",
+    "task_spec",
+    "retry_policy",
+    "timeout_s",
+    "overlap",
+    "misfire",
+    "priority",
+    "jitter_s",
+    "paused",
+    "version",
+    "created_at",
+    "updated_at",
+)
+_JSON_COLUMNS = {"schedule", "task_spec", "retry_policy", "misfire"}
+
+
+def _copy_jobs(
+    conn: Connection,
+    tenant: str,
+    job_ids: Sequence[str],
+    specs: Sequence[JobSpec],
+    partitions: int,
+    now: datetime,
+) -> None:
+    """COPY into jobs, then triggers, on the transaction's own connection."""
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    with raw.cursor() as cur:
+        with cur.copy(f"COPY jobs ({', '.join(_JOB_COLUMNS)}) FROM STDIN") as copy:
+            for job_id, spec in zip(job_ids, specs, strict=True):
+                values = _row_values(tenant, job_id, spec)
+                values.update(version=1, created_at=now, updated_at=now)
+                copy.write_row(
+                    [Jsonb(values[c]) if c in _JSON_COLUMNS else values[c] for c in _JOB_COLUMNS]
+                )
+        with cur.copy(
+            "COPY triggers (partition_id, fire_at, job_id, job_version, kind, attempt) FROM STDIN"
+        ) as copy:
+            nominal_cache: dict[Schedule, datetime | None] = {}
+            for job_id, spec in zip(job_ids, specs, strict=True):
+                fire_at = first_fire_at(spec, job_id, now, nominal_cache)
+                if fire_at is not None:
+                    copy.write_row(
+                        (partition_of(job_id, partitions), fire_at, job_id, 1, "schedule", 1)
+                    )
+
+
+def _job_select(conn: Connection, tenant: str, job_id: str, lock: bool = False) -> JobRecord | None:
+    next_fire_at = (
+        select(func.min(triggers.c.fire_at))
+        .where(triggers.c.job_id == jobs.c.job_id, triggers.c.kind == "schedule")
+        .scalar_subquery()
+    )
+    query = select(jobs, next_fire_at.label("next_fire_at")).where(
+        jobs.c.tenant == tenant, jobs.c.job_id == job_id
+    )
+    if lock:
+        query = query.with_for_update(of=jobs)
+    row = conn.execute(query).first()
+    return _record(row) if row is not None else None
+
+
+def _record(row: Any) -> JobRecord:
+    schedule_data = dict(row.schedule)
+    # Stored schedules were validated on write; parse them back without a grace check.
+    schedule = parse_schedule(schedule_data, now=row.created_at)
+    spec = JobSpec(
+        name=row.name,
+        schedule=schedule,
+        task=row.task_spec,
+        retry=row.retry_policy,
+        misfire=row.misfire,
+        timeout_s=row.timeout_s,
+        overlap=row.overlap,
+        priority=row.priority,
+        jitter_s=row.jitter_s,
+        paused=row.paused,
+    )
+    return JobRecord(
+        job_id=str(row.job_id),
+        tenant=row.tenant,
+        spec=spec,
+        version=row.version,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        next_fire_at=row.next_fire_at,
+    )
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def job_get(engine: Engine, tenant: str, job_id: str) -> JobRecord:
+    if not _is_uuid(job_id):
+        raise JobNotFound(job_id)
+    with engine.begin() as conn:
+        record = _job_select(conn, tenant, job_id)
+    if record is None:
+        raise JobNotFound(job_id)
+    return record
+
+
+def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
+    """Apply changes, bump the version, and replace the triggers with one of the new version.
+
+    The schedule trigger keeps its fire time unless the schedule or jitter changed
+    (then it is recomputed from now); a one-off that already fired stays fired.
+    """
+    if not _is_uuid(params.job_id):
+        raise JobNotFound(params.job_id)
+    try:
+        with engine.begin() as conn:
+            current = _job_select(conn, params.tenant, params.job_id, lock=True)
+            if current is None:
+                raise JobNotFound(params.job_id)
+            spec = replace(current.spec, **dict(params.changes))
+            version = current.version + 1
+            now = db_now(conn, params.now)
+            if spec.schedule != current.spec.schedule or spec.jitter_s != current.spec.jitter_s:
+                fire_at = first_fire_at(spec, params.job_id, now)
+            else:
+                fire_at = current.next_fire_at
+            values = _row_values(params.tenant, params.job_id, spec)
+            values.update(version=version, updated_at=now)
+            conn.execute(update(jobs).where(jobs.c.job_id == params.job_id).values(**values))
+            conn.execute(delete(triggers).where(triggers.c.job_id == params.job_id))
+            if fire_at is not None:
+                conn.execute(
+                    triggers.insert().values(
+                        partition_id=partition_of(params.job_id, params.partitions),
+                        fire_at=fire_at,
+                        job_id=params.job_id,
+                        job_version=version,
+                        kind="schedule",
+                        attempt=1,
+                    )
+                )
+            record = _job_select(conn, params.tenant, params.job_id)
+    except IntegrityError as exc:
+        name = params.changes.get("name")
+        if name is not None and _name_taken(exc, [name]):
+            raise NameTaken([name]) from exc
+        raise
+    assert record is not None
+    return record
+
+
+def job_delete(engine: Engine, tenant: str, job_id: str) -> None:
+    """Remove the job and its triggers; its runs stay as history."""
+    if not _is_uuid(job_id):
+        raise JobNotFound(job_id)
+    with engine.begin() as conn:
+        deleted = conn.execute(
+            delete(jobs).where(jobs.c.tenant == tenant, jobs.c.job_id == job_id)
+        ).rowcount
+        if deleted != 1:
+            raise JobNotFound(job_id)
+        conn.execute(delete(triggers).where(triggers.c.job_id == job_id))

@@ -1,0 +1,206 @@
+"""Runs as the API sees them: history listing with keyset pagination, and run-now.
+
+A run's id is `kit.core.ids.run_id(job_id, scheduled_at)`, so inserting the same
+(job, scheduled time) twice yields one row; run-now relies on that too.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import DateTime, Engine, bindparam, select, tuple_
+from sqlalchemy.dialects.postgresql import UUID, insert
+
+from kit.core.errors import FieldError
+from kit.core.ids import run_id as make_run_id
+from kit.core.timeutil import EPOCH
+from kit.store.db import db_now
+from kit.store.errors import JobNotFound, RunNotFound
+from kit.store.schema import RUN_STATUSES, jobs, runs
+
+MAX_PAGE = 500
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    job_id: str
+    tenant: str
+    job_version: int
+    priority: str
+    scheduled_at: datetime
+    attempt: int
+    status: str
+    trigger_kind: str
+    worker_id: str | None
+    lease_expires_at: datetime | None
+    dispatched_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    skip_reason: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class RunPage:
+    runs: list[RunRecord]
+    next_cursor: str | None  # None: this was the last page
+
+
+def _record(row: Any) -> RunRecord:
+    return RunRecord(
+        run_id=str(row.run_id),
+        job_id=str(row.job_id),
+        tenant=row.tenant,
+        job_version=row.job_version,
+        priority=row.priority,
+        scheduled_at=row.scheduled_at,
+        attempt=row.attempt,
+        status=row.status,
+        trigger_kind=row.trigger_kind,
+        worker_id=row.worker_id,
+        lease_expires_at=row.lease_expires_at,
+        dispatched_at=row.dispatched_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        error=row.error,
+        skip_reason=row.skip_reason,
+        created_at=row.created_at,
+    )
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def cursor_encode(scheduled_at: datetime, run_id: str) -> str:
+    """Opaque to clients: the (scheduled_at, run_id) of the last run on a page."""
+    micros = (scheduled_at - EPOCH) // timedelta(microseconds=1)
+    raw = f"{micros}:{run_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def cursor_decode(cursor: str) -> tuple[datetime, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        micros_text, run_id = base64.urlsafe_b64decode(padded).decode().split(":", 1)
+        micros = int(micros_text)
+        if not _is_uuid(run_id):
+            raise ValueError(run_id)
+        at = EPOCH + timedelta(microseconds=micros)
+    except (ValueError, UnicodeDecodeError, binascii.Error, OverflowError, OSError) as exc:
+        raise FieldError("cursor", "is not a cursor returned by this API") from exc
+    return at, run_id
+
+
+def runs_list(
+    engine: Engine,
+    tenant: str,
+    job_id: str,
+    status: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> RunPage:
+    """Runs of one job, newest first, keyset-paginated on (scheduled_at, run_id).
+
+    History outlives the job: a deleted job's runs are still listed; a job that
+    never existed for this tenant (and has no runs) is not found.
+    """
+    if status is not None and status not in RUN_STATUSES:
+        raise FieldError("status", f"must be one of {', '.join(RUN_STATUSES)}")
+    if not 1 <= limit <= MAX_PAGE:
+        raise FieldError("limit", f"must be between 1 and {MAX_PAGE}")
+    after = cursor_decode(cursor) if cursor else None
+    if not _is_uuid(job_id):
+        raise JobNotFound(job_id)
+    query = (
+        select(runs)
+        .where(runs.c.tenant == tenant, runs.c.job_id == job_id)
+        .order_by(runs.c.scheduled_at.desc(), runs.c.run_id.desc())
+        .limit(limit + 1)
+    )
+    if status is not None:
+        query = query.where(runs.c.status == status)
+    if after is not None:
+        query = query.where(
+            tuple_(runs.c.scheduled_at, runs.c.run_id)
+            < tuple_(
+                bindparam("after_at", after[0], type_=DateTime(timezone=True)),
+                bindparam("after_id", after[1], type_=UUID(as_uuid=False)),
+            )
+        )
+    with engine.begin() as conn:
+        rows = conn.execute(query).all()
+        if not rows and after is None:
+            exists = conn.execute(
+                select(jobs.c.job_id).where(jobs.c.tenant == tenant, jobs.c.job_id == job_id)
+            ).first()
+            if exists is None:
+                raise JobNotFound(job_id)
+    page = [_record(row) for row in rows[:limit]]
+    next_cursor = None
+    if len(rows) > limit:
+        last = page[-1]
+        next_cursor = cursor_encode(last.scheduled_at, last.run_id)
+    return RunPage(page, next_cursor)
+
+
+def run_get(engine: Engine, tenant: str, run_id: str) -> RunRecord:
+    if not _is_uuid(run_id):
+        raise RunNotFound(run_id)
+    with engine.begin() as conn:
+        row = conn.execute(
+            select(runs).where(runs.c.tenant == tenant, runs.c.run_id == run_id)
+        ).first()
+    if row is None:
+        raise RunNotFound(run_id)
+    return _record(row)
+
+
+def run_now(
+    engine: Engine, tenant: str, job_id: str, now: datetime | None = None
+) -> tuple[RunRecord, bool]:
+    """Insert a manual run scheduled now (pending, not yet dispatched: the dispatcher or
+    the reaper publishes it). Returns (run, created); a second call within the same
+    millisecond names the same run id and returns the existing run."""
+    if not _is_uuid(job_id):
+        raise JobNotFound(job_id)
+    with engine.begin() as conn:
+        job = conn.execute(
+            select(jobs.c.version, jobs.c.priority).where(
+                jobs.c.tenant == tenant, jobs.c.job_id == job_id
+            )
+        ).first()
+        if job is None:
+            raise JobNotFound(job_id)
+        at = db_now(conn, now).astimezone(UTC)
+        at = at.replace(microsecond=at.microsecond // 1000 * 1000)  # run ids are per ms
+        rid = make_run_id(job_id, at)
+        inserted = conn.execute(
+            insert(runs)
+            .values(
+                run_id=rid,
+                job_id=job_id,
+                tenant=tenant,
+                job_version=job.version,
+                priority=job.priority,
+                scheduled_at=at,
+                attempt=1,
+                status="pending",
+                trigger_kind="manual",
+            )
+            .on_conflict_do_nothing(index_elements=[runs.c.run_id])
+            .returning(runs.c.run_id)
+        ).first()
+        row = conn.execute(select(runs).where(runs.c.run_id == rid)).one()
+    return _record(row), inserted is not None
