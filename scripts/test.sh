@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: install cronfleet and its test
+# dependencies, start the local stack (real PostgreSQL and Kafka), lint, test.
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh tests/unit -q`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+
+echo "==> installing cronfleet with its test dependencies"
+python3 -m pip install -q -e ".[dev]"
+
+echo "==> starting the local stack (PostgreSQL, Kafka)"
+python3 -m kit.cli stack up
+
+echo "==> ruff"
+python3 -m ruff check .
+
+echo "==> pytest"
+python3 -m pytest "$@"
