@@ -187,6 +187,7 @@ class Broker:
                 raise StackError(f"kafka: Maven fetch took over {FETCH_TIMEOUT_S}s") from None
         jars = list(partial.glob("kafka_2.13-*.jar"))
         if done.returncode != 0 or not jars:
+            shutil.rmtree(partial, ignore_errors=True)
             reason = _last_error_line(fetch_log)
             raise StackError(f"kafka: Maven fetch failed (exit {done.returncode}): {reason}")
         shutil.rmtree(self.lib, ignore_errors=True)
