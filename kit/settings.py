@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     max_task_spec_bytes: int = Field(
         default=16_384, ge=256, description="Largest accepted task spec (JSON bytes)."
     )
+    max_request_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=1024, description="Largest accepted HTTP request body."
+    )
     log_level: str = Field(default="INFO", description="Python logging level of services.")
 
 

@@ -1,0 +1,99 @@
+"""The jobs API application: `create_app(settings)` builds it; nothing runs at import."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from sqlalchemy import Engine, text
+from starlette.concurrency import run_in_threadpool
+
+from kit.api import errors
+from kit.api.auth import BearerAuth
+from kit.api.limits import BodyLimit
+from kit.api.models import ErrorOut
+from kit.api.routes import router
+from kit.settings import Settings, load_settings
+from kit.store.db import engine_for
+
+_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorOut, "description": description}
+    for status, description in (
+        (401, "no, malformed, unknown or revoked bearer token"),
+        (403, "the token lacks the scope"),
+        (404, "no such object for this tenant"),
+        (409, "conflict (name taken, Idempotency-Key reused with another body)"),
+        (413, "request body too large"),
+        (422, "invalid input; `fields` names each problem"),
+    )
+}
+
+
+def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
+    settings = settings or load_settings()
+    owned_engine = engine is None
+    engine = engine or engine_for(settings.database_url)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if owned_engine:
+            engine.dispose()
+
+    app = FastAPI(
+        title="cronfleet jobs API",
+        version="1",
+        description=(
+            "Schedule jobs (cron with a time zone, fixed interval, one-off), edit, pause, "
+            "run now, and read run history. Every /v1 route needs `Authorization: Bearer "
+            "<token>` (`cronfleet tokens create`). Runs are executed at least once; tasks "
+            "receive the run id as an idempotency key."
+        ),
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    errors.install(app)
+    app.include_router(router, responses=_ERROR_RESPONSES)
+    # Outermost first: authenticate, then bound the body.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(BearerAuth, engine=lambda: app.state.engine)
+
+    @app.get("/healthz", tags=["health"], summary="Liveness and database reachability")
+    async def healthz(request: Request) -> JSONResponse:
+        def ping() -> None:
+            with request.app.state.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+
+        try:
+            await run_in_threadpool(ping)
+        except Exception as exc:  # any driver error means "not ready"
+            return JSONResponse(
+                {"status": "unavailable", "database": type(exc).__name__}, status_code=503
+            )
+        return JSONResponse({"status": "ok"})
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer"}
+            }
+            for path, operations in schema.get("paths", {}).items():
+                if path.startswith("/v1"):
+                    for operation in operations.values():
+                        operation["security"] = [{"bearer": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,154 @@
+"""One error body for every 4xx: {"error": {"code", "message", "fields": [{field, reason}]}}.
+
+Field paths are dotted and relative to the request body (`schedule.cron`,
+`jobs[17].task.url`), whether the problem was found by pydantic, by a core parser or by
+a check that needs the settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from kit.api.models import SERVER_SET_FIELDS, TASK_TYPES
+from kit.core.errors import FieldError
+from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken, RunNotFound
+
+MAX_FIELDS_REPORTED = 100
+
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid",
+}
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        fields: Sequence[tuple[str, str]] = (),
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code or _CODES.get(status, "error")
+        self.message = message
+        self.fields = list(fields)
+        self.headers = headers
+
+
+def error_response(error: ApiError) -> JSONResponse:
+    body = {
+        "error": {
+            "code": error.code,
+            "message": error.message,
+            "fields": [{"field": f, "reason": r} for f, r in error.fields[:MAX_FIELDS_REPORTED]],
+        }
+    }
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
+
+
+def field_error(exc: FieldError, prefix: str = "") -> ApiError:
+    path = f"{prefix}.{exc.field}" if prefix else exc.field
+    return ApiError(422, f"{path}: {exc.reason}", [(path, exc.reason)])
+
+
+def _path(loc: Sequence[Any]) -> str:
+    """("body", "jobs", 17, "task", "http", "url") -> "jobs[17].task.url"."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    out = ""
+    previous: Any = None
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif previous == "task" and part in TASK_TYPES:
+            pass  # the discriminated union's tag, not a field the client wrote
+        else:
+            out += f".{part}" if out else str(part)
+        previous = part
+    return out
+
+
+def _problem(error: dict[str, Any]) -> tuple[str, str]:
+    loc = error.get("loc", ())
+    kind = error.get("type", "")
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldError):
+        # A core parser named the field from the object it was given (`schedule.cron`):
+        # prefix it with where that object sits in the body (`jobs[3]`).
+        where = _path(loc[:-1])
+        return (f"{where}.{cause.field}" if where else cause.field), cause.reason
+    path = _path(loc) or "body"
+    if kind == "extra_forbidden":
+        name = loc[-1] if loc else ""
+        if name in SERVER_SET_FIELDS and len(loc) == 2:
+            return path, "is set by the server and cannot be given"
+        return path, "unknown field"
+    if kind == "missing":
+        return path, "is required"
+    if kind == "json_invalid":
+        return "body", "is not valid JSON"
+    if kind == "union_tag_invalid":
+        return path, f"must be one of {', '.join(TASK_TYPES)}"
+    message = str(error.get("msg", "is invalid"))
+    return path, message.removeprefix("Value error, ")
+
+
+def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    problems = [_problem(e) for e in exc.errors()]
+    problems = list(dict.fromkeys(problems))  # unions repeat the same complaint
+    first = problems[0] if problems else ("body", "is invalid")
+    return error_response(ApiError(422, f"{first[0]}: {first[1]}", problems))
+
+
+def install(app: FastAPI) -> None:
+    async def on_api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc)
+
+    async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation(request, exc)
+
+    async def on_field_error(request: Request, exc: FieldError) -> JSONResponse:
+        return error_response(field_error(exc))
+
+    async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "request refused"
+        return error_response(ApiError(exc.status_code, message, headers=exc.headers))
+
+    async def on_not_found(request: Request, exc: Exception) -> JSONResponse:
+        kind = "run" if isinstance(exc, RunNotFound) else "job"
+        return error_response(ApiError(404, f"no such {kind}"))
+
+    async def on_name_taken(request: Request, exc: NameTaken) -> JSONResponse:
+        fields = [("name", f"{name!r} is already used by another job") for name in exc.names]
+        return error_response(ApiError(409, str(exc), fields, code="name_taken"))
+
+    async def on_idempotency(request: Request, exc: IdempotencyConflict) -> JSONResponse:
+        return error_response(
+            ApiError(409, exc.reason, [("Idempotency-Key", exc.reason)], code="idempotency_key")
+        )
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(FieldError, on_field_error)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(JobNotFound, on_not_found)
+    app.add_exception_handler(RunNotFound, on_not_found)
+    app.add_exception_handler(NameTaken, on_name_taken)
+    app.add_exception_handler(IdempotencyConflict, on_idempotency)

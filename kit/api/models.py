@@ -1,0 +1,333 @@
+"""Request and response bodies of the jobs API.
+
+Unknown fields are refused (extra="forbid"), so a typo or a server-set field such as
+`tenant` or `version` is a 422 naming it rather than silently ignored. Schedule, retry
+and misfire are validated by the core's own parsers, so the API's messages are the
+core's; a FieldError raised here keeps its dotted field (`schedule.cron`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kit.core.errors import FieldError
+from kit.core.policies import MisfirePolicy
+from kit.core.retry import RetryPolicy
+from kit.core.schedule import OneOffSchedule, Schedule, parse_schedule, schedule_to_dict
+from kit.store.jobs import JobRecord, JobSpec
+from kit.store.runs import RunRecord
+
+# Fields the server sets; a client that sends one is told so by name.
+SERVER_SET_FIELDS = frozenset(
+    {"job_id", "tenant", "version", "status", "created_at", "updated_at", "next_fire_at"}
+)
+MAX_BATCH_JOBS = 5000
+PRIORITIES = ("critical", "high", "normal", "low")
+OVERLAPS = ("allow", "forbid", "queue", "replace")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class HttpTask(_Strict):
+    type: Literal["http"]
+    url: str = Field(min_length=1, max_length=4096)
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        scheme, sep, rest = value.partition("://")
+        if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
+            raise ValueError("must be an absolute http:// or https:// URL")
+        return value
+
+
+class CommandTask(_Strict):
+    type: Literal["command"]
+    argv: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+
+
+class NoopTask(_Strict):
+    type: Literal["noop"]
+
+
+class SleepTask(_Strict):
+    type: Literal["sleep"]
+    seconds: float = Field(ge=0, le=86_400)
+
+
+Task = Annotated[HttpTask | CommandTask | NoopTask | SleepTask, Field(discriminator="type")]
+TASK_TYPES = ("http", "command", "noop", "sleep")
+
+_SCHEDULE_DOC = (
+    'One of {"cron": "0 * * * *", "timezone": "Europe/Paris"}, '
+    '{"every_s": 300, "anchor": "2030-01-01T00:00:00Z"} or {"at": "2030-01-01T09:00:00Z"}.'
+)
+
+
+def _schedule(value: dict[str, Any]) -> dict[str, Any]:
+    # `now` only anchors an interval without an anchor; the grace of one-off times
+    # is checked by the route, which knows the settings.
+    return schedule_to_dict(parse_schedule(value, now=datetime.now(UTC)))
+
+
+def _retry(value: dict[str, Any]) -> dict[str, Any]:
+    return RetryPolicy.parse(value).to_dict()
+
+
+def _misfire(value: dict[str, Any]) -> dict[str, Any]:
+    return MisfirePolicy.parse(value).to_dict()
+
+
+class JobIn(_Strict):
+    """A job as a client creates it."""
+
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
+    schedule: dict[str, Any] = Field(description=_SCHEDULE_DOC)
+    task: Task
+    retry: dict[str, Any] = Field(
+        default_factory=lambda: RetryPolicy().to_dict(),
+        description='{"max_attempts": 1..100, "base_s", "cap_s" (<= 86400), "jitter": full|none}',
+    )
+    timeout_s: int = Field(default=3600, ge=1, le=86_400)
+    overlap: Literal["allow", "forbid", "queue", "replace"] = "allow"
+    misfire: dict[str, Any] = Field(
+        default_factory=lambda: MisfirePolicy().to_dict(),
+        description='{"kind": run_all|run_once|skip_late, "deadline_s"}',
+    )
+    priority: Literal["critical", "high", "normal", "low"] = "normal"
+    jitter_s: int = Field(default=0, ge=0, le=3600)
+    paused: bool = False
+
+    @field_validator("schedule")
+    @classmethod
+    def _check_schedule(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _schedule(value)
+
+    @field_validator("retry")
+    @classmethod
+    def _check_retry(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _retry(value)
+
+    @field_validator("misfire")
+    @classmethod
+    def _check_misfire(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _misfire(value)
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "nightly-report",
+                    "schedule": {"cron": "0 3 * * *", "timezone": "Europe/Paris"},
+                    "task": {"type": "http", "url": "https://example.org/report", "method": "POST"},
+                    "retry": {"max_attempts": 5, "base_s": 2, "cap_s": 600, "jitter": "full"},
+                    "priority": "high",
+                }
+            ]
+        }
+    )
+
+    def to_spec(self) -> JobSpec:
+        return JobSpec(
+            name=self.name,
+            schedule=parse_schedule(self.schedule, now=datetime.now(UTC)),
+            task=self.task.model_dump(exclude_none=True),
+            retry=self.retry,
+            misfire=self.misfire,
+            timeout_s=self.timeout_s,
+            overlap=self.overlap,
+            priority=self.priority,
+            jitter_s=self.jitter_s,
+            paused=self.paused,
+        )
+
+
+class JobPatch(_Strict):
+    """An edit: any client field; the others keep their values. Bumps `version`."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
+    schedule: dict[str, Any] | None = Field(default=None, description=_SCHEDULE_DOC)
+    task: Task | None = None
+    retry: dict[str, Any] | None = None
+    timeout_s: int | None = Field(default=None, ge=1, le=86_400)
+    overlap: Literal["allow", "forbid", "queue", "replace"] | None = None
+    misfire: dict[str, Any] | None = None
+    priority: Literal["critical", "high", "normal", "low"] | None = None
+    jitter_s: int | None = Field(default=None, ge=0, le=3600)
+    paused: bool | None = None
+
+    @field_validator("schedule")
+    @classmethod
+    def _check_schedule(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else _schedule(value)
+
+    @field_validator("retry")
+    @classmethod
+    def _check_retry(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else _retry(value)
+
+    @field_validator("misfire")
+    @classmethod
+    def _check_misfire(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else _misfire(value)
+
+    def changes(self) -> dict[str, Any]:
+        """JobSpec field -> new value, for the fields the client sent."""
+        sent = self.model_fields_set
+        for name in sorted(sent):
+            if getattr(self, name) is None:
+                raise FieldError(name, "cannot be null; leave it out to keep the current value")
+        if not sent:
+            raise FieldError("body", "give at least one field to change")
+        changes: dict[str, Any] = {name: getattr(self, name) for name in sent}
+        if "schedule" in changes:
+            changes["schedule"] = parse_schedule(changes["schedule"], now=datetime.now(UTC))
+        if "task" in changes:
+            changes["task"] = self.task.model_dump(exclude_none=True)  # type: ignore[union-attr]
+        return changes
+
+
+class JobBatchIn(_Strict):
+    jobs: list[JobIn] = Field(min_length=1, max_length=MAX_BATCH_JOBS)
+
+
+def check_one_off_grace(schedule: Schedule, now: datetime, grace_s: int) -> None:
+    """A one-off time may be a little in the past (clock skew, slow clients), not more."""
+    if isinstance(schedule, OneOffSchedule):
+        late_s = (now - schedule.at).total_seconds()
+        if late_s > grace_s:
+            raise FieldError(
+                "schedule.at", f"is {int(late_s)} s in the past; at most {grace_s} s is accepted"
+            )
+
+
+def check_task_size(task: Mapping[str, Any], max_bytes: int) -> None:
+    size = len(json.dumps(dict(task), separators=(",", ":")).encode())
+    if size > max_bytes:
+        raise FieldError("task", f"is {size} bytes of JSON; the limit is {max_bytes}")
+
+
+def check_limits(spec: JobSpec, now: datetime, one_off_grace_s: int, max_task_bytes: int) -> None:
+    """Checks that depend on the settings, so they are not in the models."""
+    check_one_off_grace(spec.schedule, now, one_off_grace_s)
+    check_task_size(spec.task, max_task_bytes)
+
+
+class JobOut(BaseModel):
+    job_id: str
+    tenant: str
+    name: str
+    schedule: dict[str, Any]
+    task: dict[str, Any]
+    retry: dict[str, Any]
+    timeout_s: int
+    overlap: str
+    misfire: dict[str, Any]
+    priority: str
+    jitter_s: int
+    paused: bool
+    status: Literal["active", "paused", "finished"]
+    version: int
+    next_fire_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, job: JobRecord) -> JobOut:
+        spec = job.spec
+        return cls(
+            job_id=job.job_id,
+            tenant=job.tenant,
+            name=spec.name,
+            schedule=schedule_to_dict(spec.schedule),
+            task=dict(spec.task),
+            retry=dict(spec.retry),
+            timeout_s=spec.timeout_s,
+            overlap=spec.overlap,
+            misfire=dict(spec.misfire),
+            priority=spec.priority,
+            jitter_s=spec.jitter_s,
+            paused=spec.paused,
+            status=job.status,  # type: ignore[arg-type]
+            version=job.version,
+            next_fire_at=job.next_fire_at,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+        )
+
+
+class JobBatchOut(BaseModel):
+    count: int
+    job_ids: list[str]
+
+
+class RunOut(BaseModel):
+    run_id: str
+    job_id: str
+    job_version: int
+    scheduled_at: datetime
+    attempt: int
+    status: str
+    trigger: str
+    priority: str
+    worker_id: str | None
+    dispatched_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    skip_reason: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, run: RunRecord) -> RunOut:
+        return cls(
+            run_id=run.run_id,
+            job_id=run.job_id,
+            job_version=run.job_version,
+            scheduled_at=run.scheduled_at,
+            attempt=run.attempt,
+            status=run.status,
+            trigger=run.trigger_kind,
+            priority=run.priority,
+            worker_id=run.worker_id,
+            dispatched_at=run.dispatched_at,
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+            error=run.error,
+            skip_reason=run.skip_reason,
+            created_at=run.created_at,
+        )
+
+
+class RunPageOut(BaseModel):
+    runs: list[RunOut]
+    next_cursor: str | None
+
+
+class FieldProblem(BaseModel):
+    field: str
+    reason: str
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    fields: list[FieldProblem] = Field(default_factory=list)
+
+
+class ErrorOut(BaseModel):
+    """The one shape of every 4xx answer."""
+
+    error: ErrorBody

@@ -1,0 +1,199 @@
+"""The /v1 routes: jobs and their runs. Every object is scoped to the caller's tenant;
+another tenant's id is simply not found (404), never forbidden, so ids leak nothing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from sqlalchemy import Engine
+from starlette.concurrency import run_in_threadpool
+
+from kit.api.auth import principal
+from kit.api.errors import ApiError
+from kit.api.models import (
+    JobBatchIn,
+    JobBatchOut,
+    JobIn,
+    JobOut,
+    JobPatch,
+    RunOut,
+    RunPageOut,
+    check_limits,
+    check_one_off_grace,
+    check_task_size,
+)
+from kit.core.errors import FieldError
+from kit.settings import Settings
+from kit.store import jobs as job_store
+from kit.store import runs as run_store
+from kit.store.errors import NameTaken
+from kit.store.tokens import TokenInfo
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(principal)])
+Caller = Annotated[TokenInfo, Depends(principal)]
+
+
+def _engine(request: Request) -> Engine:
+    return request.app.state.engine
+
+
+def _settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+@router.post(
+    "/jobs",
+    status_code=201,
+    response_model=JobOut,
+    tags=["jobs"],
+    summary="Create a job and its first trigger",
+    responses={200: {"model": JobOut, "description": "idempotent replay of an earlier create"}},
+)
+async def create_job(
+    body: JobIn,
+    request: Request,
+    response: Response,
+    caller: Caller,
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
+    ] = None,
+) -> JobOut:
+    """A retried create with the same `Idempotency-Key` and body returns the same job
+    (200); the same key with another body is a 409."""
+    settings = _settings(request)
+    spec = body.to_spec()
+    check_limits(spec, datetime.now(UTC), settings.one_off_grace_s, settings.max_task_spec_bytes)
+    request_hash = None
+    if idempotency_key is not None:
+        request_hash = job_store.request_fingerprint(await request.json())
+    params = job_store.JobCreate(
+        tenant=caller.tenant,
+        spec=spec,
+        partitions=settings.partitions,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+    )
+    result = await run_in_threadpool(job_store.job_create, _engine(request), params)
+    if not result.created:
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
+    return JobOut.of(result.job)
+
+
+@router.post(
+    "/jobs:batch",
+    status_code=201,
+    response_model=JobBatchOut,
+    tags=["jobs"],
+    summary="Create many jobs at once, all or nothing",
+)
+def create_jobs_batch(body: JobBatchIn, request: Request, caller: Caller) -> JobBatchOut:
+    """Up to 5,000 jobs per call. Any invalid job refuses the whole batch with a 422 that
+    names each problem (`jobs[17].schedule.cron`); nothing is written."""
+    settings = _settings(request)
+    now = datetime.now(UTC)
+    specs: list[job_store.JobSpec] = []
+    problems: list[tuple[str, str]] = []
+    first_index: dict[str, int] = {}
+    for index, job in enumerate(body.jobs):
+        try:
+            spec = job.to_spec()
+            check_limits(spec, now, settings.one_off_grace_s, settings.max_task_spec_bytes)
+        except FieldError as exc:
+            problems.append((f"jobs[{index}].{exc.field}", exc.reason))
+            continue
+        if spec.name in first_index:
+            problems.append(
+                (f"jobs[{index}].name", f"duplicates jobs[{first_index[spec.name]}].name")
+            )
+        first_index.setdefault(spec.name, index)
+        specs.append(spec)
+    if problems:
+        raise ApiError(422, f"{problems[0][0]}: {problems[0][1]}", problems)
+    try:
+        job_ids = job_store.jobs_create_batch(
+            _engine(request), caller.tenant, specs, settings.partitions
+        )
+    except NameTaken as exc:
+        fields = [
+            (f"jobs[{first_index[name]}].name", f"{name!r} is already used by another job")
+            for name in exc.names
+            if name in first_index
+        ]
+        raise ApiError(409, str(exc), fields, code="name_taken") from exc
+    return JobBatchOut(count=len(job_ids), job_ids=job_ids)
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut, tags=["jobs"], summary="Get a job")
+def get_job(job_id: str, request: Request, caller: Caller) -> JobOut:
+    return JobOut.of(job_store.job_get(_engine(request), caller.tenant, job_id))
+
+
+@router.patch(
+    "/jobs/{job_id}",
+    response_model=JobOut,
+    tags=["jobs"],
+    summary="Edit a job (also pause and resume); bumps its version",
+)
+def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) -> JobOut:
+    """Send only the fields to change. The job's trigger is replaced by one of the new
+    version in the same transaction, so the old version never fires."""
+    settings = _settings(request)
+    changes: dict[str, Any] = body.changes()
+    if "schedule" in changes:
+        check_one_off_grace(changes["schedule"], datetime.now(UTC), settings.one_off_grace_s)
+    if "task" in changes:
+        check_task_size(changes["task"], settings.max_task_spec_bytes)
+    params = job_store.JobUpdate(
+        tenant=caller.tenant, job_id=job_id, changes=changes, partitions=settings.partitions
+    )
+    return JobOut.of(job_store.job_update(_engine(request), params))
+
+
+@router.delete(
+    "/jobs/{job_id}",
+    status_code=204,
+    response_class=Response,
+    tags=["jobs"],
+    summary="Delete a job and its triggers (its run history stays)",
+)
+def delete_job(job_id: str, request: Request, caller: Caller) -> Response:
+    job_store.job_delete(_engine(request), caller.tenant, job_id)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/jobs/{job_id}/runs",
+    response_model=RunPageOut,
+    tags=["runs"],
+    summary="A job's runs, newest first",
+)
+def list_runs(
+    job_id: str,
+    request: Request,
+    caller: Caller,
+    status: Annotated[str | None, Query(description="only runs in this status")] = None,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
+    limit: Annotated[int, Query(ge=1, le=run_store.MAX_PAGE)] = 50,
+) -> RunPageOut:
+    page = run_store.runs_list(_engine(request), caller.tenant, job_id, status, cursor, limit)
+    return RunPageOut(runs=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor)
+
+
+@router.post(
+    "/jobs/{job_id}/runs",
+    status_code=202,
+    response_model=RunOut,
+    tags=["runs"],
+    summary="Run a job now (a manual run, dispatched asynchronously)",
+)
+def run_job_now(job_id: str, request: Request, caller: Caller) -> RunOut:
+    run, _ = run_store.run_now(_engine(request), caller.tenant, job_id)
+    return RunOut.of(run)
+
+
+@router.get("/runs/{run_id}", response_model=RunOut, tags=["runs"], summary="Get a run")
+def get_run(run_id: str, request: Request, caller: Caller) -> RunOut:
+    return RunOut.of(run_store.run_get(_engine(request), caller.tenant, run_id))
