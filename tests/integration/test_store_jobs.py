@@ -1,0 +1,242 @@
+"""The job repository against the real PostgreSQL: a job and its trigger are written
+together, edits replace the trigger with one of the new version, deletes keep history."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine, select
+
+from kit.core.ids import run_id
+from kit.core.jitter import jitter_offset_ms
+from kit.core.partitions import partition_of
+from kit.core.policies import MisfirePolicy
+from kit.core.retry import RetryPolicy
+from kit.core.schedule import parse_schedule
+from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken
+from kit.store.jobs import (
+    JobCreate,
+    JobSpec,
+    JobUpdate,
+    job_create,
+    job_delete,
+    job_get,
+    job_update,
+    jobs_create_batch,
+)
+from kit.store.runs import run_now, runs_list
+from kit.store.schema import api_tokens, jobs, triggers
+from kit.store.tokens import token_create, token_revoke, token_verify
+
+pytestmark = pytest.mark.integration
+
+NOW = datetime(2030, 1, 7, 10, 2, 30, tzinfo=UTC)  # explicit time: no clock in assertions
+
+
+def spec(name: str = "report", schedule: dict | None = None, **extra: object) -> JobSpec:
+    return JobSpec(
+        name=name,
+        schedule=parse_schedule(schedule or {"cron": "*/15 * * * *"}, now=NOW),
+        task={"type": "noop"},
+        retry=RetryPolicy().to_dict(),
+        misfire=MisfirePolicy().to_dict(),
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def trigger_rows(engine: Engine, job_id: str | None = None) -> list:
+    query = select(triggers).order_by(triggers.c.fire_at)
+    if job_id is not None:
+        query = query.where(triggers.c.job_id == job_id)
+    with engine.connect() as conn:
+        return list(conn.execute(query))
+
+
+def test_create_writes_job_and_first_trigger(engine: Engine) -> None:
+    created = job_create(engine, JobCreate(tenant="acme", spec=spec(), partitions=64, now=NOW))
+    job = created.job
+    assert created.created and job.version == 1 and job.status == "active"
+    [trigger] = trigger_rows(engine, job.job_id)
+    assert trigger.partition_id == partition_of(job.job_id, 64)
+    assert trigger.fire_at == datetime(2030, 1, 7, 10, 15, tzinfo=UTC)
+    assert (trigger.job_version, trigger.kind, trigger.attempt) == (1, "schedule", 1)
+    assert job.next_fire_at == trigger.fire_at
+    assert job_get(engine, "acme", job.job_id) == job
+
+
+def test_trigger_fire_time_carries_the_jobs_deterministic_jitter(engine: Engine) -> None:
+    job = job_create(engine, JobCreate(tenant="acme", spec=spec(jitter_s=600), now=NOW)).job
+    [trigger] = trigger_rows(engine, job.job_id)
+    offset = timedelta(milliseconds=jitter_offset_ms(job.job_id, 600_000))
+    assert trigger.fire_at == datetime(2030, 1, 7, 10, 15, tzinfo=UTC) + offset
+
+
+def test_create_with_taken_name_writes_nothing(
+    engine: Engine, row_counts: Callable[[], dict[str, int]]
+) -> None:
+    job_create(engine, JobCreate(tenant="acme", spec=spec(), now=NOW))
+    before = row_counts()
+    with pytest.raises(NameTaken):
+        job_create(
+            engine,
+            JobCreate(tenant="acme", spec=spec(), now=NOW, idempotency_key="k", request_hash="h"),
+        )
+    assert row_counts() == before
+    # The same name in another tenant is a different job.
+    job_create(engine, JobCreate(tenant="other", spec=spec(), now=NOW))
+
+
+def test_idempotency_key_returns_the_same_job_or_conflicts(engine: Engine) -> None:
+    params = JobCreate(tenant="acme", spec=spec(), now=NOW, idempotency_key="k1", request_hash="a")
+    first = job_create(engine, params)
+    again = job_create(engine, params)
+    assert (first.created, again.created) == (True, False)
+    assert again.job.job_id == first.job.job_id
+    with engine.connect() as conn:
+        assert len(conn.execute(select(jobs)).all()) == 1
+    with pytest.raises(IdempotencyConflict, match="different request body"):
+        job_create(
+            engine,
+            JobCreate(tenant="acme", spec=spec(), now=NOW, idempotency_key="k1", request_hash="b"),
+        )
+    job_delete(engine, "acme", first.job.job_id)
+    with pytest.raises(IdempotencyConflict, match="deleted"):
+        job_create(engine, params)
+
+
+def test_edit_bumps_version_and_replaces_the_trigger(engine: Engine) -> None:
+    job = job_create(engine, JobCreate(tenant="acme", spec=spec(), now=NOW)).job
+    later = NOW + timedelta(minutes=1)
+    edited = job_update(
+        engine,
+        JobUpdate(
+            tenant="acme",
+            job_id=job.job_id,
+            changes={"schedule": parse_schedule({"cron": "0 12 * * *"}, now=NOW)},
+            now=later,
+        ),
+    )
+    assert edited.version == 2
+    rows = trigger_rows(engine, job.job_id)
+    assert [(r.job_version, r.fire_at) for r in rows] == [
+        (2, datetime(2030, 1, 7, 12, 0, tzinfo=UTC))
+    ]
+    # An edit that leaves the schedule alone keeps the fire time, under the new version.
+    renamed = job_update(
+        engine, JobUpdate(tenant="acme", job_id=job.job_id, changes={"name": "renamed"}, now=later)
+    )
+    assert renamed.version == 3 and renamed.spec.name == "renamed"
+    assert [(r.job_version, r.fire_at) for r in trigger_rows(engine, job.job_id)] == [
+        (3, datetime(2030, 1, 7, 12, 0, tzinfo=UTC))
+    ]
+
+
+def test_pause_keeps_the_trigger_and_resume_keeps_it_firing(engine: Engine) -> None:
+    job = job_create(engine, JobCreate(tenant="acme", spec=spec(), now=NOW)).job
+    paused = job_update(
+        engine, JobUpdate(tenant="acme", job_id=job.job_id, changes={"paused": True}, now=NOW)
+    )
+    assert paused.status == "paused" and paused.version == 2
+    [trigger] = trigger_rows(engine, job.job_id)
+    assert trigger.job_version == 2 and trigger.fire_at == job.next_fire_at
+    resumed = job_update(
+        engine, JobUpdate(tenant="acme", job_id=job.job_id, changes={"paused": False}, now=NOW)
+    )
+    assert resumed.status == "active" and resumed.version == 3
+    assert [r.job_version for r in trigger_rows(engine, job.job_id)] == [3]
+
+
+def test_a_fired_one_off_stays_fired_across_an_edit(engine: Engine) -> None:
+    at = {"at": (NOW + timedelta(hours=1)).isoformat()}
+    job = job_create(engine, JobCreate(tenant="acme", spec=spec(schedule=at), now=NOW)).job
+    assert trigger_rows(engine, job.job_id)[0].fire_at == NOW + timedelta(hours=1)
+    with engine.begin() as conn:  # what the scheduler does once it fired
+        conn.execute(triggers.delete().where(triggers.c.job_id == job.job_id))
+    edited = job_update(
+        engine, JobUpdate(tenant="acme", job_id=job.job_id, changes={"priority": "high"}, now=NOW)
+    )
+    assert edited.status == "finished" and trigger_rows(engine, job.job_id) == []
+
+
+def test_delete_removes_triggers_and_keeps_runs(engine: Engine) -> None:
+    job = job_create(engine, JobCreate(tenant="acme", spec=spec(), now=NOW)).job
+    other = job_create(engine, JobCreate(tenant="acme", spec=spec("other"), now=NOW)).job
+    run, _ = run_now(engine, "acme", job.job_id, now=NOW)
+    job_delete(engine, "acme", job.job_id)
+    assert trigger_rows(engine, job.job_id) == []
+    assert len(trigger_rows(engine, other.job_id)) == 1
+    with pytest.raises(JobNotFound):
+        job_get(engine, "acme", job.job_id)
+    assert [r.run_id for r in runs_list(engine, "acme", job.job_id).runs] == [run.run_id]
+    with pytest.raises(JobNotFound):
+        job_delete(engine, "acme", job.job_id)
+
+
+def test_other_tenants_job_is_not_found(engine: Engine) -> None:
+    job = job_create(engine, JobCreate(tenant="acme", spec=spec(), now=NOW)).job
+    for call in (
+        lambda: job_get(engine, "rival", job.job_id),
+        lambda: job_delete(engine, "rival", job.job_id),
+        lambda: job_update(engine, JobUpdate(tenant="rival", job_id=job.job_id, changes={})),
+        lambda: run_now(engine, "rival", job.job_id),
+        lambda: job_get(engine, "acme", "not-a-uuid"),
+    ):
+        with pytest.raises(JobNotFound):
+            call()
+    assert job_get(engine, "acme", job.job_id).version == 1
+
+
+def test_batch_writes_every_job_and_trigger(engine: Engine) -> None:
+    specs = [spec(f"job-{i}", {"every_s": 60 + i, "anchor": NOW.isoformat()}) for i in range(3000)]
+    job_ids = jobs_create_batch(engine, "acme", specs, partitions=1024, now=NOW)
+    assert len(set(job_ids)) == 3000
+    rows = {r.job_id: r for r in trigger_rows(engine)}
+    assert set(rows) == set(job_ids)
+    for i in (0, 1234, 2999):
+        assert rows[job_ids[i]].partition_id == partition_of(job_ids[i], 1024)
+        assert rows[job_ids[i]].fire_at == NOW + timedelta(seconds=60 + i)
+    assert job_get(engine, "acme", job_ids[7]).spec.name == "job-7"
+
+
+def test_batch_is_all_or_nothing(engine: Engine, row_counts: Callable[[], dict[str, int]]) -> None:
+    job_create(engine, JobCreate(tenant="acme", spec=spec("taken"), now=NOW))
+    before = row_counts()
+    specs = [spec(f"job-{i}") for i in range(500)] + [spec("taken")]
+    with pytest.raises(NameTaken) as refused:
+        jobs_create_batch(engine, "acme", specs, now=NOW)
+    assert refused.value.names == ["taken"]
+    with pytest.raises(NameTaken):
+        jobs_create_batch(engine, "acme", [spec("twice"), spec("twice")], now=NOW)
+    assert row_counts() == before
+
+
+def test_run_now_is_one_run_per_millisecond(engine: Engine) -> None:
+    job = job_create(engine, JobCreate(tenant="acme", spec=spec(), now=NOW)).job
+    first, created = run_now(engine, "acme", job.job_id, now=NOW + timedelta(microseconds=100))
+    second, again = run_now(engine, "acme", job.job_id, now=NOW + timedelta(microseconds=900))
+    assert (created, again) == (True, False)
+    assert first == second
+    assert first.run_id == run_id(job.job_id, NOW)
+    assert (first.status, first.trigger_kind, first.dispatched_at) == ("pending", "manual", None)
+    third, created = run_now(engine, "acme", job.job_id, now=NOW + timedelta(milliseconds=1))
+    assert created and third.run_id != first.run_id
+
+
+def test_tokens_verify_by_hash_and_revoke(engine: Engine) -> None:
+    issued = token_create(engine, "acme", ["read"])
+    assert issued.token.startswith(f"cf_{issued.token_id}_")
+    info = token_verify(engine, issued.token)
+    assert info is not None and info.tenant == "acme" and info.scopes == ("read",)
+    assert not info.allows("write")
+    with engine.connect() as conn:
+        stored = conn.execute(select(api_tokens)).one()
+    secret = issued.token.split("_", 2)[2]
+    assert secret not in str(tuple(stored)) and len(stored.secret_hash) == 64
+    assert (
+        token_verify(engine, issued.token[:-1] + ("A" if issued.token[-1] != "A" else "B")) is None
+    )
+    assert token_verify(engine, "cf_0000000000000000_" + secret) is None
+    assert token_revoke(engine, issued.token_id)
+    assert token_verify(engine, issued.token) is None
