@@ -1,0 +1,124 @@
+"""Deny by default: every /v1 route needs a live bearer token with the right scope, and
+every object is scoped to its tenant (another tenant's id is a 404, never a 403)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine
+
+from kit.store.tokens import token_create, token_revoke
+
+pytestmark = pytest.mark.integration
+
+JOB = {"name": "nightly", "schedule": {"cron": "0 3 * * *"}, "task": {"type": "noop"}}
+NIL = "00000000-0000-0000-0000-000000000000"
+ROUTES = [
+    ("get", f"/v1/jobs/{NIL}"),
+    ("post", "/v1/jobs"),
+    ("post", "/v1/jobs:batch"),
+    ("patch", f"/v1/jobs/{NIL}"),
+    ("delete", f"/v1/jobs/{NIL}"),
+    ("get", f"/v1/jobs/{NIL}/runs"),
+    ("post", f"/v1/jobs/{NIL}/runs"),
+    ("get", f"/v1/runs/{NIL}"),
+    ("get", "/v1/no-such-route"),
+]
+
+
+def assert_error(response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code and error["message"]
+    return error
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_every_v1_route_refuses_a_request_without_token(
+    client: TestClient, method: str, path: str
+) -> None:
+    response = client.request(method, path, json=JOB)
+    assert_error(response, 401, "unauthorized")
+    assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Basic dXNlcjpwYXNz",
+        "Bearer",
+        "Bearer not-a-token",
+        "Bearer cf_0123456789abcdef_" + "x" * 43,  # well-formed, unknown id
+    ],
+)
+def test_malformed_or_unknown_tokens_are_401(client: TestClient, header: str) -> None:
+    assert_error(
+        client.get(f"/v1/jobs/{NIL}", headers={"Authorization": header}), 401, "unauthorized"
+    )
+
+
+def test_wrong_secret_and_revoked_tokens_are_401(client: TestClient, engine: Engine) -> None:
+    issued = token_create(engine, "acme", ["read", "write"])
+    good = {"Authorization": f"Bearer {issued.token}"}
+    assert client.post("/v1/jobs", json=JOB, headers=good).status_code == 201
+    tampered = issued.token[:-2] + ("zz" if not issued.token.endswith("zz") else "yy")
+    bad = {"Authorization": f"Bearer {tampered}"}
+    assert_error(client.get(f"/v1/jobs/{NIL}", headers=bad), 401, "unauthorized")
+    assert token_revoke(engine, issued.token_id)
+    assert_error(client.get(f"/v1/jobs/{NIL}", headers=good), 401, "unauthorized")
+
+
+def test_scopes_read_write_admin(
+    client: TestClient, auth: Callable[..., dict[str, str]], row_counts: Callable
+) -> None:
+    reader, writer, admin = auth(scopes=["read"]), auth(scopes=["write"]), auth(scopes=["admin"])
+    before = row_counts()
+    error = assert_error(client.post("/v1/jobs", json=JOB, headers=reader), 403, "forbidden")
+    assert "write" in error["message"]
+    assert row_counts() == before
+    job_id = client.post("/v1/jobs", json=JOB, headers=writer).json()["job_id"]
+    assert_error(client.get(f"/v1/jobs/{job_id}", headers=writer), 403, "forbidden")
+    assert client.get(f"/v1/jobs/{job_id}", headers=reader).status_code == 200
+    assert_error(client.delete(f"/v1/jobs/{job_id}", headers=reader), 403, "forbidden")
+    assert client.get(f"/v1/jobs/{job_id}", headers=admin).status_code == 200
+    assert (
+        client.patch(f"/v1/jobs/{job_id}", json={"paused": True}, headers=admin).status_code == 200
+    )
+
+
+def test_health_and_docs_need_no_token(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/jobs", "/v1/jobs:batch", "/v1/jobs/{job_id}", "/v1/runs/{run_id}"} <= set(
+        spec["paths"]
+    )
+    assert spec["paths"]["/v1/jobs"]["post"]["security"] == [{"bearer": []}]
+    assert client.get("/docs").status_code == 200
+
+
+def test_other_tenants_objects_are_not_found(
+    client: TestClient, auth: Callable[..., dict[str, str]]
+) -> None:
+    acme, rival = auth("acme"), auth("rival")
+    job = client.post("/v1/jobs", json=JOB, headers=acme).json()
+    run = client.post(f"/v1/jobs/{job['job_id']}/runs", headers=acme).json()
+    attempts = [
+        client.get(f"/v1/jobs/{job['job_id']}", headers=rival),
+        client.patch(f"/v1/jobs/{job['job_id']}", json={"paused": True}, headers=rival),
+        client.delete(f"/v1/jobs/{job['job_id']}", headers=rival),
+        client.get(f"/v1/jobs/{job['job_id']}/runs", headers=rival),
+        client.post(f"/v1/jobs/{job['job_id']}/runs", headers=rival),
+        client.get(f"/v1/runs/{run['run_id']}", headers=rival),
+    ]
+    for response in attempts:
+        assert_error(response, 404, "not_found")
+    mine = client.get(f"/v1/jobs/{job['job_id']}", headers=acme).json()
+    assert mine == job  # untouched: not paused, same version
+    assert [
+        r["run_id"]
+        for r in client.get(f"/v1/jobs/{job['job_id']}/runs", headers=acme).json()["runs"]
+    ] == [run["run_id"]]
+    # The rival may use the same name: names are per tenant.
+    assert client.post("/v1/jobs", json=JOB, headers=rival).status_code == 201
