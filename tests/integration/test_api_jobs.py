@@ -191,6 +191,19 @@ def test_oversized_body_is_413_and_writes_nothing(
     assert row_counts() == before
 
 
+def test_streamed_oversized_body_is_413_too(
+    client: TestClient, auth: Headers, row_counts: Counts
+) -> None:
+    """No Content-Length (chunked): the limit is enforced while the body is read."""
+    headers = {**auth(), "Content-Type": "application/json"}
+    before = row_counts()
+    chunks = (b"x" * (1024 * 1024) for _ in range(9))
+    response = client.post("/v1/jobs", content=chunks, headers=headers)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+    assert row_counts() == before
+
+
 def test_edit_bumps_version_and_replaces_the_trigger(
     client: TestClient, auth: Headers, engine: Engine
 ) -> None:
@@ -229,8 +242,12 @@ def test_edit_refuses_bad_fields_and_changes_nothing(
         response = client.patch(url, json=body, headers=headers)
         assert response.status_code == 422, (body, response.text)
         assert field in problems(response), (body, response.text)
+    other = client.post("/v1/jobs", json=job(name="other"), headers=headers).json()
+    taken = client.patch(url, json={"name": "other"}, headers=headers)
+    assert taken.status_code == 409 and "name" in problems(taken)
     assert client.get(url, headers=headers).json() == created
     assert [t.job_version for t in trigger_rows(engine, created["job_id"])] == [1]
+    assert client.get(f"/v1/jobs/{other['job_id']}", headers=headers).json() == other
 
 
 def test_pause_and_resume(client: TestClient, auth: Headers, engine: Engine) -> None:
