@@ -175,18 +175,33 @@ def _instants(naive: datetime, zone: ZoneInfo, fixed_time: bool) -> list[datetim
     return [first.astimezone(UTC)]
 
 
+def _steady(zone: ZoneInfo, instant: datetime) -> bool:
+    """No UTC-offset change within _MAX_SHIFT of `instant` (transitions are months apart)."""
+    return (instant - _MAX_SHIFT).astimezone(zone).utcoffset() == (
+        instant + _MAX_SHIFT
+    ).astimezone(zone).utcoffset()
+
+
 def _next_cron(schedule: CronSchedule, after: datetime) -> datetime:
     zone = schedule.zone
     fixed = schedule.fixed_time
     local_after = after.astimezone(zone).replace(tzinfo=None)
-    # Start a little early: in a repeated hour the answer can be a wall time that
-    # is earlier than `after`'s own wall time.
-    it = croniter(schedule.expr, local_after - _MAX_SHIFT)
+    # Near a transition, start a little early: in a repeated hour the answer can be a
+    # wall time earlier than `after`'s own. Away from one, wall order is instant order.
+    start = local_after if _steady(zone, after) else local_after - _MAX_SHIFT
+    it = croniter(schedule.expr, start)
     best: datetime | None = None
+    horizon: datetime | None = None
     while True:
         candidate: datetime = it.get_next(datetime)
         for instant in _instants(candidate, zone, fixed):
             if instant > after and (best is None or instant < best):
                 best = instant
-        if best is not None and candidate > local_after + _MAX_SHIFT:
+        if best is None:
+            continue
+        if horizon is None:
+            # A later wall time shifted out of a gap can still be an earlier instant:
+            # near a transition keep looking one shift further.
+            horizon = candidate if _steady(zone, best) else candidate + _MAX_SHIFT
+        if candidate >= horizon:
             return best
