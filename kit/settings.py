@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     api_host: str = Field(default="127.0.0.1", description="Address the HTTP API binds to.")
     api_port: int = Field(default=8080, ge=1, le=65535, description="Port of the HTTP API.")
     partitions: int = Field(
-        default=1024, ge=1, le=32768, description="Logical partitions of the trigger index (smallint ids)."
+        default=1024, ge=1, le=32768, description="Logical partitions of the trigger index."
     )
     one_off_grace_s: int = Field(
         default=60, ge=0, description="How far in the past a one-off time may be when created."
