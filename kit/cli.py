@@ -29,9 +29,12 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cronfleet", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="cronfleet",
+        description="cronfleet: distributed job scheduler kit and its capacity model",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module_name in SUBCOMMANDS.items():
+    for module_name in SUBCOMMANDS.values():
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
