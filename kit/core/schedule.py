@@ -177,9 +177,8 @@ def _instants(naive: datetime, zone: ZoneInfo, fixed_time: bool) -> list[datetim
 
 def _steady(zone: ZoneInfo, instant: datetime) -> bool:
     """No UTC-offset change within _MAX_SHIFT of `instant` (transitions are months apart)."""
-    return (instant - _MAX_SHIFT).astimezone(zone).utcoffset() == (
-        instant + _MAX_SHIFT
-    ).astimezone(zone).utcoffset()
+    before = (instant - _MAX_SHIFT).astimezone(zone).utcoffset()
+    return before == (instant + _MAX_SHIFT).astimezone(zone).utcoffset()
 
 
 def _next_cron(schedule: CronSchedule, after: datetime) -> datetime:
