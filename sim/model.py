@@ -101,6 +101,7 @@ class Model:
         self.run_ttl_ms = int(float(ls["run_ttl_s"]) * 1000)
         self.heartbeat_ms = int(float(ls["heartbeat_s"]) * 1000)
         self.grace_ms = int(float(ls["undispatched_grace_s"]) * 1000)
+        self.scan_batch_rows = int(ls["scan_batch_rows"])
         ahead = float(ls["scan_ahead_s"])
         self.scan_ahead_ms = None if ahead < 0 else int(ahead * 1000)
         # the drain before a rebalance release must cover the scan-ahead window
@@ -458,8 +459,11 @@ class SchedulerNode:
 
     def _scanner(self):
         m = self.m
+        first = True
         while True:
-            yield self._wait_local_second()
+            if not first:
+                yield self._wait_local_second()
+            first = False
             m.events += 1
             if not self.alive or self.cut:
                 continue
@@ -484,6 +488,9 @@ class SchedulerNode:
         idx = np.arange(i0, i1)
         pp = wl.part[i0:i1]
         rows = idx[scanning[pp] & (wl.fire_ms[i0:i1] > m.advanced_to[pp])]
+        if rows.size > m.scan_batch_rows:  # a bounded batch, oldest first
+            hi = int(wl.fire_ms[rows[m.scan_batch_rows - 1]])
+            rows = rows[wl.fire_ms[rows] <= hi]
         n_parts = int(scanning.sum())
         p = m.p
         service = (

@@ -68,6 +68,7 @@ DEFAULTS: dict[str, Any] = {
         "heartbeat_s": 10.0,
         "scan_ahead_s": -1.0,  # < 0: the core's default (kit.core.dispatch.scan_window)
         "undispatched_grace_s": 10.0,
+        "scan_batch_rows": 50_000,  # most due rows one scan transaction takes
     },
     "reaper": {"period_s": 1.0},
     "profile": {},  # overrides of the calibration profile's numbers
