@@ -107,6 +107,9 @@ jobs = Table(
     Column("jitter_s", Integer, nullable=False, server_default=text("0")),
     Column("paused", Boolean, nullable=False, server_default=text("false")),
     Column("version", Integer, nullable=False, server_default=text("1")),
+    # Auto-pause: after this many consecutive dead-lettered runs (NULL: never).
+    Column("pause_after_dead", Integer),
+    Column("dead_streak", Integer, nullable=False, server_default=text("0")),
     _tstz("created_at", nullable=False, now_default=True),
     _tstz("updated_at", nullable=False, now_default=True),
     UniqueConstraint("tenant", "name"),
@@ -128,6 +131,8 @@ triggers = Table(
     Column("job_version", Integer, nullable=False),
     Column("kind", Text, nullable=False, server_default=text("'schedule'")),
     Column("attempt", Integer, nullable=False, server_default=text("1")),
+    # For a retry trigger: the scheduled time of the run it retries (its run id).
+    _tstz("run_scheduled_at"),
     PrimaryKeyConstraint("partition_id", "fire_at", "job_id"),
     CheckConstraint(_in("kind", TRIGGER_KINDS), name="kind"),
     Index(None, "job_id"),
@@ -153,6 +158,9 @@ runs = Table(
     _tstz("started_at"),
     _tstz("finished_at"),
     Column("error", Text),
+    # One entry per failed attempt: {"attempt", "error", "finished_at"}.
+    Column("errors", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    _tstz("retry_at"),
     Column("skip_reason", Text),
     _tstz("created_at", nullable=False, now_default=True),
     CheckConstraint(_in("status", RUN_STATUSES), name="status"),

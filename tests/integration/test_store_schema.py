@@ -53,7 +53,9 @@ def test_every_instant_is_timestamptz(engine: Engine) -> None:
 
 
 def test_database_is_at_head(db_url: str) -> None:
-    assert migrate.current_revision(db_url) == migrate.head_revision(db_url) == "0001"
+    head = migrate.head_revision(db_url)
+    assert head is not None
+    assert migrate.current_revision(db_url) == head
 
 
 def test_db_current_cli_reports_up_to_date(db_url: str) -> None:
