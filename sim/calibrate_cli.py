@@ -10,6 +10,7 @@ batch size (intercept = per-statement cost, slope = per-row cost).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import platform
 import statistics
@@ -177,10 +178,8 @@ def measure_kafka(bootstrap: str) -> dict[str, float]:
     time.sleep(1.0)
     fut = admin.create_topics([NewTopic(TOPIC, num_partitions=4, replication_factor=1)])
     for f in fut.values():
-        try:
+        with contextlib.suppress(Exception):
             f.result(10)
-        except Exception:
-            pass
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
     payload = b"x" * 300
     n = 50_000
