@@ -67,4 +67,4 @@ def test_db_current_cli_reports_up_to_date(db_url: str) -> None:
         env={**os.environ, "CRONFLEET_DATABASE_URL": db_url},
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "0001 (up to date)"
+    assert done.stdout.strip() == f"{migrate.head_revision(db_url)} (up to date)"
