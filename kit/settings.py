@@ -54,6 +54,28 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="INFO", description="Python logging level of services.")
 
+    # The life of a run: scheduler, workers, reaper (see DESIGN.md).
+    scan_ahead_ms: int = Field(default=5000, ge=0, description="How far ahead a node scans.")
+    partition_lease_ttl_ms: int = Field(
+        default=10_000,
+        ge=1000,
+        description="Partition lease length; a dead node's partitions move after it.",
+    )
+    node_heartbeat_ms: int = Field(default=2000, ge=100, description="Scheduler membership beat.")
+    run_lease_ttl_ms: int = Field(
+        default=30_000, ge=1000, description="Run lease length; workers heartbeat well within it."
+    )
+    reaper_period_ms: int = Field(default=5000, ge=100, description="How often the reaper looks.")
+    undispatched_grace_ms: int = Field(
+        default=10_000, ge=0, description="Age after which a never-published run is re-published."
+    )
+    run_topic_partitions: int = Field(default=6, ge=1, description="Partitions per tier topic.")
+    worker_concurrency: int = Field(default=8, ge=1, description="Runs a worker executes at once.")
+    http_allow_hosts: str = Field(
+        default="",
+        description="Comma-separated hosts/CIDRs the http task may reach even if private/loopback.",
+    )
+
 
 def load_settings(**overrides: object) -> Settings:
     """Build the settings: environment first, then the stack's connection file, then defaults."""
