@@ -220,3 +220,54 @@ idempotency_keys = Table(
     _tstz("created_at", nullable=False, now_default=True),
     PrimaryKeyConstraint("tenant", "key"),
 )
+
+# The task-queue API for outside, pull-based workers (kit.core.queue_task). A queue is a
+# name within a tenant, created by its first task. `visible_at` is when a lease may take
+# the task: the delay or nack backoff while queued, the lease expiry while leased, so one
+# partial index serves the lease scan ("visible tasks, oldest first") for both.
+QUEUE_TASK_STATUSES = ("queued", "leased", "done", "dead")
+
+queue_tasks = Table(
+    "queue_tasks",
+    metadata,
+    Column("task_id", UUID(as_uuid=False), primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'queued'")),
+    # Leases granted so far; the first lease is attempt 1.
+    Column("attempt", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("timeout_s", Integer, nullable=False),
+    _tstz("visible_at", nullable=False),
+    Column("lease_token", Text),
+    _tstz("lease_expires_at"),
+    # The current attempt may not be held past this (leased_at + timeout_s).
+    _tstz("deadline_at"),
+    Column("worker_id", Text),
+    Column("result", JSONB),
+    # One entry per failed attempt: {"attempt", "error", "at"}.
+    Column("errors", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("dead_reason", Text),
+    Column("idempotency_key", Text),
+    # sha256 hex of the canonical JSON of (queue, body): same key + other request -> 409.
+    Column("request_hash", Text),
+    _tstz("created_at", nullable=False, now_default=True),
+    _tstz("finished_at"),
+    # NULL keys are distinct, so only keyed tasks are deduplicated.
+    UniqueConstraint("tenant", "idempotency_key"),
+    CheckConstraint(_in("status", QUEUE_TASK_STATUSES), name="status"),
+    CheckConstraint("attempt >= 0", name="attempt"),
+    CheckConstraint("max_attempts BETWEEN 1 AND 100", name="max_attempts"),
+    CheckConstraint("timeout_s BETWEEN 1 AND 86400", name="timeout_s"),
+    # The lease scan: visible tasks of one queue, oldest first.
+    Index(
+        "ix_queue_tasks_visible",
+        "tenant",
+        "queue",
+        "visible_at",
+        postgresql_where=text("status IN ('queued', 'leased')"),
+    ),
+    # Stats: counts per status of one queue.
+    Index(None, "tenant", "queue", "status"),
+)
