@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from kit.core.errors import FieldError
+
 # subcommand name -> module that defines `register(subparsers)`; each registered
 # parser sets `func`, a callable taking the parsed args and returning an exit code.
 SUBCOMMANDS: dict[str, str] = {
@@ -20,7 +22,7 @@ SUBCOMMANDS: dict[str, str] = {
     "api": "kit.api.cli",
     "next-fires": "kit.next_fires",
     "sim": "sim.cli",
-    "calibrate": "sim.calibrate_cli",
+    "calibrate": "kit.calibrate",
 }
 
 
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except UsageError as exc:
+    except (UsageError, FieldError) as exc:
         print(f"cronfleet {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kit.core.errors import FieldError
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -52,10 +54,10 @@ def _options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _usage(msg: str):
-    from kit.cli import UsageError
-
-    return UsageError(msg)
+def _usage(msg: str) -> FieldError:
+    """Bad input on the command line: `cronfleet` prints it as one line and exits 2."""
+    field, _, reason = msg.partition(": ")
+    return FieldError(field, reason) if reason else FieldError("sim", msg)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 
 import kit.core.dispatch
@@ -74,22 +71,6 @@ def test_retry_policy_comes_from_the_core(monkeypatch):
     monkeypatch.setattr(kit.core.retry, "backoff_ceiling_ms", lambda policy, attempt: 60_000)
     _, slow = simulate("steady", *STEADY)
     assert slow["model"]["simulated_s"] > base["model"]["simulated_s"]
-
-
-def test_sim_imports_nothing_of_kit_but_the_core():
-    edge = {"cli.py", "calibrate_cli.py"}  # CLI entry points: kit.cli errors, kit.settings
-    for path in Path("sim").rglob("*.py"):
-        if path.name in edge:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            for name in names:
-                if name == "kit" or name.startswith("kit."):
-                    assert name.startswith("kit.core"), f"{path} imports {name}"
 
 
 def test_cli_runs_a_scenario_and_refuses_a_bad_override(tmp_path, capsys):
