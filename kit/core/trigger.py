@@ -1,0 +1,276 @@
+"""What a scan does with one due trigger: which runs to insert (fired or skipped, and
+why), whether to re-arm a retry, and where the trigger goes next.
+
+Pure: the scheduler node reads the trigger rows and their jobs, calls `decide_scan`
+with the scan's `now_ms`, and writes what it returns in one fenced transaction. The
+model can call the same function.
+
+Rules (documented in docs/scheduler.md too):
+- A trigger whose job is gone, or whose `job_version` is not the job's current
+  version, is deleted and never fires (an edit replaced it).
+- A fire time earlier than `now_ms - MISFIRE_GRACE_MS` is *late*: it goes through the
+  job's misfire policy. Two seconds is the trigger-lag target, so a run that could no
+  longer start on time counts as missed; anything younger fires as usual (a scan that
+  ran a little late, a partition that just moved).
+- A paused job records a skipped run (reason 'paused') for each fire and advances.
+- Overlap (forbid/queue/replace) is judged against the job's runs that are pending,
+  dispatched or running when the scan looks. Because the scan looks ahead, a job with
+  such a policy is only fired within `OVERLAP_HORIZON_MS` of its fire time, so the
+  judgement is at most about a second early, not a whole scan-ahead window.
+- Expansion is bounded: at most `max_fires` fire times per trigger per scan. After a
+  long outage the rest is worked on the next scans; `run_once` only fires when the
+  last missed time is in the chunk, so chunking never fires more than once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kit.core.ids import run_id as make_run_id
+from kit.core.policies import (
+    MisfirePolicy,
+    OverlapAction,
+    OverlapPolicy,
+    decide_overlap,
+    plan_misfire,
+)
+from kit.core.schedule import Schedule, next_fire
+from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+
+MISFIRE_GRACE_MS = 2000
+OVERLAP_HORIZON_MS = 1000
+MAX_FIRES_PER_TRIGGER = 500
+
+SKIP_PAUSED = "paused"
+SKIP_OVERLAP = "overlap"
+SKIP_MISFIRE = "misfire"
+# A queued run (overlap policy 'queue'): status 'pending', dispatched_at NULL and this
+# marker in skip_reason, so the reaper leaves it alone; the worker that finishes the
+# job's running run clears the marker and publishes the oldest queued run.
+QUEUED = "queued"
+
+DROP_JOB_GONE = "job deleted"
+DROP_STALE_VERSION = "stale job version"
+DROP_MALFORMED = "retry trigger names no run"
+
+
+@dataclass(frozen=True)
+class DueTrigger:
+    partition_id: int
+    fire_at_ms: int
+    job_id: str
+    job_version: int
+    kind: str = "schedule"  # schedule | retry | manual
+    attempt: int = 1
+    run_scheduled_at_ms: int | None = None  # retry: the scheduled time of its run
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What the decision needs to know about a job (parsed from its row)."""
+
+    job_id: str
+    version: int
+    schedule: Schedule
+    priority: str = "normal"
+    jitter_offset_ms: int = 0  # kit.core.jitter.jitter_offset_ms(job_id, jitter_s * 1000)
+    paused: bool = False
+    overlap: OverlapPolicy = OverlapPolicy.allow
+    misfire: MisfirePolicy = field(default_factory=MisfirePolicy)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """A run row to insert. status 'pending' (fired, or queued) or 'skipped'."""
+
+    run_id: str
+    job_id: str
+    scheduled_at_ms: int
+    status: str
+    priority: str
+    trigger_kind: str
+    skip_reason: str | None = None
+
+    @property
+    def fired(self) -> bool:
+        return self.status == "pending" and self.skip_reason is None
+
+
+@dataclass(frozen=True)
+class Rearm:
+    """A retry trigger came due: run `run_id` goes retry_scheduled -> pending at `attempt`."""
+
+    run_id: str
+    job_id: str
+    attempt: int
+    scheduled_at_ms: int  # the run's own scheduled time
+    due_ms: int  # when to publish it (the retry time)
+    priority: str
+
+
+@dataclass(frozen=True)
+class TriggerDecision:
+    trigger: DueTrigger
+    delete: bool  # False: not due for this job yet, leave the trigger as it is
+    runs: tuple[PlannedRun, ...] = ()
+    next_fire_at_ms: int | None = None  # the schedule trigger to insert in its place
+    rearm: Rearm | None = None
+    cancel_run_id: str | None = None  # a retry that will not happen (job paused/edited/gone)
+    cancel_active: bool = False  # overlap 'replace': cancel the job's active runs first
+    dropped: str | None = None  # why the trigger was deleted without any run
+
+
+def next_fire_ms(job: JobView, fire_at_ms: int) -> int | None:
+    """The trigger time after `fire_at_ms`, both including the job's jitter offset."""
+    nominal = from_epoch_ms(fire_at_ms - job.jitter_offset_ms)
+    nxt: datetime | None = next_fire(job.schedule, nominal)
+    return None if nxt is None else to_epoch_ms(nxt) + job.jitter_offset_ms
+
+
+def decide_trigger(
+    trigger: DueTrigger,
+    job: JobView | None,
+    now_ms: int,
+    horizon_ms: int,
+    active_runs: int = 0,
+    *,
+    misfire_grace_ms: int = MISFIRE_GRACE_MS,
+    overlap_horizon_ms: int = OVERLAP_HORIZON_MS,
+    max_fires: int = MAX_FIRES_PER_TRIGGER,
+) -> TriggerDecision:
+    """Decide one trigger at `now_ms`; fire times up to `horizon_ms` are taken now.
+
+    `active_runs`: the job's runs pending, dispatched or running (for overlap).
+    """
+    if max_fires < 1:
+        raise ValueError("max_fires must be at least 1")
+    if trigger.kind == "retry":
+        return _decide_retry(trigger, job)
+    if job is None:
+        return TriggerDecision(trigger, delete=True, dropped=DROP_JOB_GONE)
+    if trigger.job_version != job.version:
+        return TriggerDecision(trigger, delete=True, dropped=DROP_STALE_VERSION)
+    if trigger.kind == "manual":
+        run = _run(job, trigger.fire_at_ms, "pending", "manual")
+        return TriggerDecision(trigger, delete=True, runs=(run,))
+
+    limit_ms = horizon_ms
+    if job.overlap is not OverlapPolicy.allow and not job.paused:
+        limit_ms = min(horizon_ms, now_ms + overlap_horizon_ms)
+    if trigger.fire_at_ms > limit_ms:
+        return TriggerDecision(trigger, delete=False)
+
+    fires: list[int] = []
+    t: int | None = trigger.fire_at_ms
+    while t is not None and t <= limit_ms and len(fires) < max_fires:
+        fires.append(t)
+        nxt = next_fire_ms(job, t)
+        t = nxt if nxt is None or nxt > t else None  # a schedule must move forward
+    next_at = t
+
+    if job.paused:
+        runs = tuple(_run(job, f, "skipped", "schedule", SKIP_PAUSED) for f in fires)
+        return TriggerDecision(trigger, delete=True, runs=runs, next_fire_at_ms=next_at)
+
+    late_before = now_ms - misfire_grace_ms
+    late = [f for f in fires if f < late_before]
+    misfire_skipped: set[int] = set()
+    if late:
+        more_late = next_at is not None and next_at < late_before
+        candidates = late + ([next_at] if more_late and next_at is not None else [])
+        plan = plan_misfire(candidates, now_ms, job.misfire)
+        misfire_skipped = set(plan.skipped_ms)
+
+    runs_out: list[PlannedRun] = []
+    cancel_active = False
+    active = active_runs
+    for f in fires:
+        if f in misfire_skipped:
+            runs_out.append(_run(job, f, "skipped", "schedule", SKIP_MISFIRE))
+            continue
+        action = decide_overlap(job.overlap, active)
+        if action is OverlapAction.skip:
+            runs_out.append(_run(job, f, "skipped", "schedule", SKIP_OVERLAP))
+            continue
+        if action is OverlapAction.fire_and_cancel_running:
+            cancel_active = True
+            active = 0
+        reason = QUEUED if action is OverlapAction.queue else None
+        runs_out.append(_run(job, f, "pending", "schedule", reason))
+        active += 1
+    return TriggerDecision(
+        trigger,
+        delete=True,
+        runs=tuple(runs_out),
+        next_fire_at_ms=next_at,
+        cancel_active=cancel_active,
+    )
+
+
+def _run(job: JobView, at_ms: int, status: str, kind: str, reason: str | None = None) -> PlannedRun:
+    return PlannedRun(
+        run_id=make_run_id(job.job_id, at_ms),
+        job_id=job.job_id,
+        scheduled_at_ms=at_ms,
+        status=status,
+        priority=job.priority,
+        trigger_kind=kind,
+        skip_reason=reason,
+    )
+
+
+def _decide_retry(trigger: DueTrigger, job: JobView | None) -> TriggerDecision:
+    if trigger.run_scheduled_at_ms is None:
+        return TriggerDecision(trigger, delete=True, dropped=DROP_MALFORMED)
+    rid = make_run_id(trigger.job_id, trigger.run_scheduled_at_ms)
+    why = None
+    if job is None:
+        why = DROP_JOB_GONE
+    elif trigger.job_version != job.version:
+        why = DROP_STALE_VERSION
+    elif job.paused:
+        why = SKIP_PAUSED
+    if why is not None or job is None:
+        return TriggerDecision(trigger, delete=True, cancel_run_id=rid, dropped=why)
+    rearm = Rearm(
+        run_id=rid,
+        job_id=trigger.job_id,
+        attempt=trigger.attempt,
+        scheduled_at_ms=trigger.run_scheduled_at_ms,
+        due_ms=trigger.fire_at_ms,
+        priority=job.priority,
+    )
+    return TriggerDecision(trigger, delete=True, rearm=rearm)
+
+
+def decide_scan(
+    due: Iterable[DueTrigger],
+    jobs: Mapping[str, JobView],
+    active_runs: Mapping[str, int],
+    now_ms: int,
+    horizon_ms: int,
+    **limits: int,
+) -> list[TriggerDecision]:
+    """Decide a scan's triggers in fire order; a job's runs fired earlier in the scan
+    count as active for its later triggers."""
+    active = dict(active_runs)
+    out: list[TriggerDecision] = []
+    for trig in sorted(due, key=lambda t: (t.fire_at_ms, t.job_id, t.kind)):
+        job = jobs.get(trig.job_id)
+        d = decide_trigger(trig, job, now_ms, horizon_ms, active.get(trig.job_id, 0), **limits)
+        if d.cancel_active:
+            active[trig.job_id] = 0
+        active[trig.job_id] = active.get(trig.job_id, 0) + sum(
+            1 for r in d.runs if r.status == "pending"
+        )
+        if d.rearm is not None:
+            active[trig.job_id] = active.get(trig.job_id, 0) + 1
+        out.append(d)
+    return out
+
+
+def fired_runs(decisions: Sequence[TriggerDecision]) -> list[PlannedRun]:
+    """The runs to hold for dispatch (pending and not queued)."""
+    return [r for d in decisions for r in d.runs if r.fired]

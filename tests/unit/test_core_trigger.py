@@ -1,0 +1,189 @@
+"""kit.core.trigger: what a scan does with each due trigger."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kit.core.ids import run_id
+from kit.core.policies import MISFIRE_KINDS, MisfirePolicy, OverlapPolicy
+from kit.core.schedule import CronSchedule, IntervalSchedule, OneOffSchedule
+from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+from kit.core.trigger import (
+    DROP_JOB_GONE,
+    DROP_STALE_VERSION,
+    QUEUED,
+    DueTrigger,
+    JobView,
+    decide_scan,
+    decide_trigger,
+    fired_runs,
+    next_fire_ms,
+)
+
+T0 = to_epoch_ms(datetime(2030, 1, 1, tzinfo=UTC))
+JOB = "7b9d3c1e-0000-4000-8000-000000000001"
+
+
+def every(seconds: int, **kw) -> JobView:
+    return JobView(JOB, 1, IntervalSchedule(seconds, from_epoch_ms(T0 - seconds * 1_000_000)), **kw)
+
+
+def trig(at_ms: int, version: int = 1, **kw) -> DueTrigger:
+    return DueTrigger(7, at_ms, JOB, version, **kw)
+
+
+def test_fires_every_time_in_the_window_and_advances_past_it():
+    d = decide_trigger(trig(T0 + 1000), every(1), now_ms=T0, horizon_ms=T0 + 5000)
+    assert [r.scheduled_at_ms for r in d.runs] == [T0 + s * 1000 for s in range(1, 6)]
+    assert all(r.fired and r.run_id == run_id(JOB, r.scheduled_at_ms) for r in d.runs)
+    assert d.delete and d.next_fire_at_ms == T0 + 6000
+
+
+def test_a_trigger_beyond_the_window_is_left_alone():
+    d = decide_trigger(trig(T0 + 9000), every(1), now_ms=T0, horizon_ms=T0 + 5000)
+    assert not d.delete and d.runs == ()
+
+
+def test_one_off_fires_once_and_is_deleted():
+    job = JobView(JOB, 1, OneOffSchedule(from_epoch_ms(T0 + 2000)))
+    d = decide_trigger(trig(T0 + 2000), job, now_ms=T0, horizon_ms=T0 + 5000)
+    assert [r.scheduled_at_ms for r in d.runs] == [T0 + 2000]
+    assert d.delete and d.next_fire_at_ms is None
+
+
+def test_jitter_is_kept_on_the_next_fire():
+    job = JobView(JOB, 1, CronSchedule("* * * * *"), jitter_offset_ms=1234)
+    d = decide_trigger(trig(T0 + 1234), job, now_ms=T0, horizon_ms=T0 + 5000)
+    assert d.next_fire_at_ms == T0 + 60_000 + 1234
+    assert next_fire_ms(job, T0 + 60_000 + 1234) == T0 + 120_000 + 1234
+
+
+def test_old_version_and_deleted_job_never_fire():
+    stale = decide_trigger(
+        trig(T0, version=1),
+        every(1).__class__(JOB, 2, every(1).schedule),
+        now_ms=T0,
+        horizon_ms=T0 + 5000,
+    )
+    gone = decide_trigger(trig(T0), None, now_ms=T0, horizon_ms=T0 + 5000)
+    for d, why in ((stale, DROP_STALE_VERSION), (gone, DROP_JOB_GONE)):
+        assert d.delete and d.runs == () and d.next_fire_at_ms is None and d.dropped == why
+
+
+def test_paused_records_skipped_runs_and_advances():
+    d = decide_trigger(trig(T0), every(2, paused=True), now_ms=T0, horizon_ms=T0 + 5000)
+    assert [(r.status, r.skip_reason) for r in d.runs] == [("skipped", "paused")] * 3
+    assert fired_runs([d]) == [] and d.next_fire_at_ms == T0 + 6000
+
+
+def test_overlap_forbid_skips_while_a_run_is_active_and_looks_only_a_second_ahead():
+    job = every(1, overlap=OverlapPolicy.forbid)
+    d = decide_trigger(trig(T0 + 1000), job, now_ms=T0, horizon_ms=T0 + 5000, active_runs=1)
+    assert [(r.scheduled_at_ms, r.skip_reason) for r in d.runs] == [(T0 + 1000, "overlap")]
+    assert d.next_fire_at_ms == T0 + 2000
+    free = decide_trigger(trig(T0 + 1000), job, now_ms=T0, horizon_ms=T0 + 5000)
+    assert [r.fired for r in free.runs] == [True]
+
+
+def test_overlap_queue_and_replace():
+    q = decide_trigger(
+        trig(T0 + 1000),
+        every(60, overlap=OverlapPolicy.queue),
+        now_ms=T0,
+        horizon_ms=T0 + 5000,
+        active_runs=1,
+    )
+    assert [(r.status, r.skip_reason) for r in q.runs] == [("pending", QUEUED)]
+    assert fired_runs([q]) == []
+    r = decide_trigger(
+        trig(T0 + 1000),
+        every(60, overlap=OverlapPolicy.replace),
+        now_ms=T0,
+        horizon_ms=T0 + 5000,
+        active_runs=1,
+    )
+    assert r.cancel_active and [x.fired for x in r.runs] == [True]
+
+
+def test_misfire_policies_after_an_outage():
+    start = T0 - 60_000  # a minute of missed 10 s fires: -60..-10 s, then on time
+    now, hi = T0, T0 + 5000
+    kinds = {}
+    for kind in MISFIRE_KINDS:
+        job = every(10, misfire=MisfirePolicy(kind, deadline_s=25))
+        d = decide_trigger(trig(start), job, now_ms=now, horizon_ms=hi)
+        kinds[kind] = [(r.scheduled_at_ms - T0) // 1000 for r in d.runs if r.fired]
+        assert [(r.scheduled_at_ms - T0) // 1000 for r in d.runs] == [
+            -60,
+            -50,
+            -40,
+            -30,
+            -20,
+            -10,
+            0,
+        ]
+    assert kinds["run_all"] == [-60, -50, -40, -30, -20, -10, 0]
+    assert kinds["run_once"] == [-10, 0]
+    assert kinds["skip_late"] == [-20, -10, 0]
+
+
+def test_retry_trigger_rearms_its_run():
+    t = trig(T0 + 3000, kind="retry", attempt=2, run_scheduled_at_ms=T0 - 5000)
+    d = decide_trigger(t, every(60), now_ms=T0, horizon_ms=T0 + 5000)
+    assert d.rearm is not None and d.rearm.run_id == run_id(JOB, T0 - 5000)
+    assert d.rearm.attempt == 2 and d.rearm.due_ms == T0 + 3000 and d.delete and d.runs == ()
+    paused = decide_trigger(t, every(60, paused=True), now_ms=T0, horizon_ms=T0 + 5000)
+    assert paused.rearm is None and paused.cancel_run_id == run_id(JOB, T0 - 5000)
+
+
+def test_scan_counts_runs_fired_earlier_in_the_scan_as_active():
+    other = DueTrigger(7, T0 + 500, JOB, 1, kind="manual")
+    ds = decide_scan(
+        [trig(T0 + 1000), other],
+        {JOB: every(60, overlap=OverlapPolicy.forbid)},
+        {},
+        now_ms=T0,
+        horizon_ms=T0 + 5000,
+    )
+    assert [r.skip_reason for d in ds for r in d.runs] == [None, "overlap"]
+
+
+# -- properties ---------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    every_s=st.integers(1, 120),
+    behind_s=st.integers(0, 4000),
+    kind=st.sampled_from(MISFIRE_KINDS),
+    deadline_s=st.integers(0, 600),
+    max_fires=st.integers(1, 50),
+)
+def test_successive_scans_account_for_every_fire_time_once(
+    every_s, behind_s, kind, deadline_s, max_fires
+):
+    """Chunked catch-up: every fire time up to the horizon becomes exactly one run
+    (fired or skipped), run_once fires at most one late time, run_all skips none."""
+    job = every(every_s, misfire=MisfirePolicy(kind, deadline_s))
+    now = T0 + behind_s * 1000
+    at: int | None = T0
+    seen: list[int] = []
+    fired_late = 0
+    for _ in range(10_000):
+        if at is None:
+            break
+        d = decide_trigger(trig(at), job, now_ms=now, horizon_ms=now + 5000, max_fires=max_fires)
+        if not d.delete:
+            break
+        seen += [r.scheduled_at_ms for r in d.runs]
+        fired_late += sum(1 for r in d.runs if r.fired and r.scheduled_at_ms < now - 2000)
+        if kind == "run_all":
+            assert all(r.fired for r in d.runs)
+        at = d.next_fire_at_ms
+    expected = list(range(T0, now + 5000 + 1, every_s * 1000))
+    assert seen == expected
+    if kind == "run_once":
+        assert fired_late == (1 if any(t < now - 2000 for t in expected) else 0)
