@@ -1,0 +1,1 @@
+"""The reaper: re-queues runs whose worker vanished and publishes runs never dispatched."""

@@ -1,0 +1,69 @@
+"""`cronfleet reaper [--metrics-port N]`: the reaper service."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "reaper", help="re-queue runs whose lease expired, publish runs never dispatched"
+    )
+    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
+    parser.add_argument("--topic-prefix", default=None, help="run topic prefix (tests)")
+    parser.add_argument("--once", action="store_true", help="one pass, then exit")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import threading
+
+    from prometheus_client import start_http_server
+
+    from kit.cli import UsageError
+    from kit.reaper.reaper import Reaper, ReaperMetrics
+    from kit.settings import load_settings
+    from kit.store.db import engine_for
+    from kit.transport import RunPublisher
+    from kit.transport.message import DEFAULT_TOPIC_PREFIX
+
+    if not 0 <= args.metrics_port <= 65535:
+        raise UsageError(f"metrics-port: {args.metrics_port} is not between 0 and 65535")
+    settings = load_settings()
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
+    metrics = ReaperMetrics()
+    if args.metrics_port:
+        start_http_server(args.metrics_port, registry=metrics.registry)
+    engine = engine_for(settings.database_url, pool_size=2)
+    publisher = RunPublisher(
+        settings.kafka_bootstrap, topic_prefix=args.topic_prefix or DEFAULT_TOPIC_PREFIX
+    )
+    reaper = Reaper(engine, publisher, settings.undispatched_grace_ms, metrics)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    try:
+        if args.once:
+            reaper.tick()
+        else:
+            reaper.run(stop, settings.reaper_period_ms)
+    finally:
+        publisher.close()
+        engine.dispose()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kit.reaper.cli` before kit/cli.py maps the subcommand."""
+    import sys
+
+    parser = argparse.ArgumentParser(prog="cronfleet")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["reaper", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

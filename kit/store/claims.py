@@ -1,0 +1,392 @@
+"""A worker's writes to a run: claim, heartbeat, finish. Every write after the claim is
+conditional on the lease token, so a worker whose lease expired (and whose run the
+reaper handed to another worker) cannot overwrite anything: its write finds no row.
+
+Claims lock their rows in run id order, so two workers claiming overlapping batches
+(a rebalance redelivers) cannot deadlock; a claim waits on a row the reaper holds while
+it publishes, then sees it dispatched and takes it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, text
+
+from kit.core.outcome import DeadLetter, RetryAt, after_failure, should_pause
+from kit.core.partitions import PARTITION_COUNT, partition_of
+from kit.core.retry import RetryPolicy
+from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+from kit.core.trigger import QUEUED
+from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
+
+MAX_ERROR_CHARS = 4000
+_TTL = "make_interval(secs => CAST(:ttl_ms AS double precision) / 1000.0)"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a queue message asks for: this run at this attempt."""
+
+    run_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    run_id: str
+    job_id: str
+    tenant: str
+    attempt: int
+    lease_token: str
+    priority: str
+    scheduled_at: datetime
+    started_at: datetime
+    task_spec: dict[str, Any] | None  # None: the job was deleted after the run was made
+    timeout_s: int | None
+
+
+@dataclass(frozen=True)
+class RunPointer:
+    """Enough to publish a run to its queue again."""
+
+    run_id: str
+    job_id: str
+    attempt: int
+    scheduled_at: datetime
+    priority: str
+
+
+@dataclass(frozen=True)
+class FinishResult:
+    accepted: bool  # False: stale (the lease token is no longer this worker's)
+    status: str | None = None  # succeeded | retry_scheduled | dead | cancelled
+    retry_at: datetime | None = None
+    next_attempt: int | None = None
+    job_paused: bool = False  # this dead letter reached the job's pause_after_dead
+    queued_next: RunPointer | None = None  # overlap 'queue': the run to publish now
+
+
+_CLAIM = f"""
+WITH wanted AS (
+    SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:attempts AS int[])) AS w(run_id, attempt)
+), locked AS (
+    SELECT r.run_id FROM runs r JOIN wanted w ON w.run_id = r.run_id AND w.attempt = r.attempt
+    WHERE r.status IN ('pending', 'dispatched')
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+)
+UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
+    lease_expires_at = now() + {_TTL}, worker_id = :worker_id, started_at = now(),
+    dispatched_at = coalesce(r.dispatched_at, now()), finished_at = NULL, retry_at = NULL
+FROM locked l
+WHERE r.run_id = l.run_id
+RETURNING r.run_id, r.job_id, r.tenant, r.attempt, r.lease_token, r.priority,
+    r.scheduled_at, r.started_at,
+    (SELECT j.task_spec FROM jobs j WHERE j.job_id = r.job_id) AS task_spec,
+    (SELECT j.timeout_s FROM jobs j WHERE j.job_id = r.job_id) AS timeout_s
+"""
+
+
+def runs_claim(
+    engine: Engine, claims: Sequence[Claim], worker_id: str, ttl_ms: int
+) -> list[ClaimedRun]:
+    """One conditional update for a batch: only runs still claimable at the message's
+    attempt are taken, each with a fresh token and an expiry by the database clock.
+    A message that claims nothing is a duplicate delivery."""
+    if not claims:
+        return []
+    params = {
+        "run_ids": [c.run_id for c in claims],
+        "attempts": [c.attempt for c in claims],
+        "worker_id": worker_id,
+        "ttl_ms": ttl_ms,
+    }
+    with engine.begin() as conn:
+        rows = conn.execute(text(_CLAIM), params).all()
+    return [
+        ClaimedRun(
+            run_id=str(row.run_id),
+            job_id=str(row.job_id),
+            tenant=row.tenant,
+            attempt=row.attempt,
+            lease_token=row.lease_token,
+            priority=row.priority,
+            scheduled_at=row.scheduled_at,
+            started_at=row.started_at,
+            task_spec=row.task_spec,
+            timeout_s=row.timeout_s,
+        )
+        for row in rows
+    ]
+
+
+def runs_heartbeat(
+    engine: Engine, leases: Sequence[tuple[str, str]], ttl_ms: int
+) -> tuple[set[str], set[str]]:
+    """Extend every (run_id, token) lease in one statement. Returns (kept, lost): a lost
+    run was reaped, cancelled (overlap 'replace') or finished elsewhere, so its task
+    should stop."""
+    if not leases:
+        return set(), set()
+    sql = f"""
+    UPDATE runs r SET lease_expires_at = now() + {_TTL}
+    FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
+    WHERE r.run_id = h.run_id AND r.lease_token = h.token AND r.status = 'running'
+    RETURNING r.run_id
+    """
+    params = {"run_ids": [r for r, _ in leases], "tokens": [t for _, t in leases], "ttl_ms": ttl_ms}
+    with engine.begin() as conn:
+        kept = {str(row.run_id) for row in conn.execute(text(sql), params)}
+    return kept, {r for r, _ in leases} - kept
+
+
+def release_queued_in(conn: Connection, job_id: str) -> RunPointer | None:
+    """Overlap 'queue': a run of the job ended, so its oldest run held back by the
+    scheduler (marker `skip_reason = 'queued'`, see kit.core.trigger.QUEUED) loses the
+    marker and is returned for the caller to publish after commit. Should that publish
+    never happen, the run is now an ordinary undispatched run: the reaper publishes it."""
+    row = conn.execute(
+        text(
+            """
+            UPDATE runs SET skip_reason = NULL
+            WHERE run_id = (
+                SELECT run_id FROM runs
+                WHERE job_id = :job_id AND status = 'pending' AND dispatched_at IS NULL
+                  AND skip_reason = :queued
+                ORDER BY scheduled_at, run_id LIMIT 1
+                FOR UPDATE SKIP LOCKED)
+            RETURNING run_id, job_id, attempt, scheduled_at, priority
+            """
+        ),
+        {"job_id": job_id, "queued": QUEUED},
+    ).first()
+    return pointer_of(row) if row is not None else None
+
+
+def pointer_of(row: Any) -> RunPointer:
+    return RunPointer(str(row.run_id), str(row.job_id), row.attempt, row.scheduled_at, row.priority)
+
+
+def run_finish_ok(engine: Engine, run_id: str, token: str) -> FinishResult:
+    """Success, only while this worker holds the lease; resets the job's dead streak."""
+    with engine.begin() as conn:
+        row = conn.execute(
+            text(
+                """
+                UPDATE runs SET status = 'succeeded', finished_at = now(), error = NULL,
+                    lease_token = NULL, lease_expires_at = NULL
+                WHERE run_id = :run_id AND lease_token = :token AND status = 'running'
+                RETURNING job_id
+                """
+            ),
+            {"run_id": run_id, "token": token},
+        ).first()
+        if row is None:
+            return FinishResult(False)
+        conn.execute(
+            text("UPDATE jobs SET dead_streak = 0 WHERE job_id = :job_id AND dead_streak <> 0"),
+            {"job_id": row.job_id},
+        )
+        queued = release_queued_in(conn, str(row.job_id))
+    return FinishResult(True, "succeeded", queued_next=queued)
+
+
+def run_finish_cancelled(engine: Engine, run_id: str, token: str, reason: str) -> FinishResult:
+    """A run that cannot execute (its job was deleted): cancelled, with the reason."""
+    with engine.begin() as conn:
+        row = conn.execute(
+            text(
+                """
+                UPDATE runs SET status = 'cancelled', finished_at = now(), error = :reason,
+                    lease_token = NULL, lease_expires_at = NULL
+                WHERE run_id = :run_id AND lease_token = :token AND status = 'running'
+                RETURNING job_id
+                """
+            ),
+            {"run_id": run_id, "token": token, "reason": reason[:MAX_ERROR_CHARS]},
+        ).first()
+        if row is None:
+            return FinishResult(False)
+        queued = release_queued_in(conn, str(row.job_id))
+    return FinishResult(True, "cancelled", queued_next=queued)
+
+
+_APPEND_ERROR = """errors = errors || jsonb_build_array(jsonb_build_object(
+    'attempt', attempt, 'error', CAST(:error AS text), 'finished_at', now()))"""
+
+
+def run_finish_failed(
+    engine: Engine,
+    run_id: str,
+    token: str,
+    error: str,
+    rng: random.Random,
+    partitions: int = PARTITION_COUNT,
+) -> FinishResult:
+    """A failed attempt, only while this worker holds the lease: in one transaction,
+    either a retry (run retry_scheduled + a retry trigger at the backoff time, decided
+    by the core from the database clock) or a dead letter (+ the job's dead streak, and
+    the auto-pause when it reaches pause_after_dead)."""
+    error = error[:MAX_ERROR_CHARS]
+    with engine.begin() as conn:
+        run = conn.execute(
+            text(
+                f"""
+                SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at,
+                    (extract(epoch FROM now()) * 1000)::bigint AS now_ms,
+                    j.retry_policy, j.version, {ATTEMPT_BASE_SQL} AS attempt_base
+                FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
+                WHERE r.run_id = :run_id AND r.lease_token = :token AND r.status = 'running'
+                FOR UPDATE OF r
+                """
+            ),
+            {"run_id": run_id, "token": token},
+        ).first()
+        if run is None:
+            return FinishResult(False)
+        job_id = str(run.job_id)
+        if run.retry_policy is None:  # the job was deleted: nothing to retry against
+            decision: RetryAt | DeadLetter = DeadLetter(run.attempt - run.attempt_base)
+        else:
+            policy = RetryPolicy.parse(run.retry_policy)
+            decision = after_failure(policy, run.attempt, run.attempt_base, run.now_ms, rng)
+        queued = release_queued_in(conn, job_id)
+        if isinstance(decision, RetryAt):
+            retry_at = _retry_in(conn, run, decision, error, partitions)
+            return FinishResult(
+                True,
+                "retry_scheduled",
+                retry_at=retry_at,
+                next_attempt=decision.next_attempt,
+                queued_next=queued,
+            )
+        conn.execute(
+            text(
+                f"""
+                UPDATE runs SET status = 'dead', finished_at = now(), error = :error,
+                    lease_token = NULL, lease_expires_at = NULL, retry_at = NULL, {_APPEND_ERROR}
+                WHERE run_id = :run_id
+                """
+            ),
+            {"run_id": run_id, "error": error},
+        )
+        dead_letter_in(conn, run_id)
+        paused = job_dead_streak_in(conn, job_id)
+    return FinishResult(True, "dead", job_paused=paused, queued_next=queued)
+
+
+def _retry_in(
+    conn: Connection, run: Any, decision: RetryAt, error: str, partitions: int
+) -> datetime:
+    """Run -> retry_scheduled and its retry trigger. The trigger's key is (partition,
+    fire_at, job): if another trigger of the job holds that instant, take the next ms."""
+    fire_at = from_epoch_ms(decision.fire_at_ms)
+    conn.execute(
+        text(
+            f"""
+            UPDATE runs SET status = 'retry_scheduled', retry_at = :retry_at,
+                finished_at = now(), error = :error, lease_token = NULL,
+                lease_expires_at = NULL, {_APPEND_ERROR}
+            WHERE run_id = :run_id
+            """
+        ),
+        {"run_id": str(run.run_id), "retry_at": fire_at, "error": error},
+    )
+    for _ in range(1000):
+        inserted = conn.execute(
+            text(
+                """
+                INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind,
+                    attempt, run_scheduled_at)
+                VALUES (:partition_id, :fire_at, :job_id, :job_version, 'retry',
+                    :attempt, :run_scheduled_at)
+                ON CONFLICT DO NOTHING RETURNING fire_at
+                """
+            ),
+            {
+                "partition_id": partition_of(str(run.job_id), partitions),
+                "fire_at": fire_at,
+                "job_id": str(run.job_id),
+                "job_version": run.version,
+                "attempt": decision.next_attempt,
+                "run_scheduled_at": run.scheduled_at,
+            },
+        ).first()
+        if inserted is not None:
+            break
+        fire_at += timedelta(milliseconds=1)
+    else:  # pragma: no cover - a thousand triggers of one job in one second
+        raise RuntimeError(f"no free trigger slot for job {run.job_id} near {fire_at}")
+    if to_epoch_ms(fire_at) != decision.fire_at_ms:
+        conn.execute(
+            text("UPDATE runs SET retry_at = :at WHERE run_id = :run_id"),
+            {"at": fire_at, "run_id": str(run.run_id)},
+        )
+    return fire_at
+
+
+def job_dead_streak_in(conn: Connection, job_id: str) -> bool:
+    """One more dead letter for the job; pause it when the streak reaches its
+    pause_after_dead. Returns whether this call paused it."""
+    job = conn.execute(
+        text(
+            """
+            UPDATE jobs SET dead_streak = dead_streak + 1 WHERE job_id = :job_id
+            RETURNING dead_streak, pause_after_dead, paused
+            """
+        ),
+        {"job_id": job_id},
+    ).first()
+    if job is None or job.paused or not should_pause(job.dead_streak, job.pause_after_dead):
+        return False
+    conn.execute(
+        text("UPDATE jobs SET paused = true, updated_at = now() WHERE job_id = :job_id"),
+        {"job_id": job_id},
+    )
+    return True
+
+
+def runs_mark_dispatched(engine: Engine, run_ids: Sequence[str]) -> None:
+    """After a publish (the contract's statement, shared with the scheduler)."""
+    if not run_ids:
+        return
+    with engine.begin() as conn:
+        runs_mark_dispatched_in(conn, run_ids)
+
+
+def runs_mark_dispatched_in(conn: Connection, run_ids: Sequence[str]) -> None:
+    conn.execute(
+        text(
+            """
+            UPDATE runs SET dispatched_at = coalesce(dispatched_at, now()),
+                status = CASE WHEN status = 'pending' THEN 'dispatched' ELSE status END
+            WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
+            """
+        ),
+        {"run_ids": list(run_ids)},
+    )
+
+
+def runs_release(engine: Engine, leases: Sequence[tuple[str, str]]) -> int:
+    """A worker shutting down gives up runs it could not finish: their leases expire
+    now, so the reaper's next pass re-queues them (or dead-letters a last attempt)."""
+    if not leases:
+        return 0
+    with engine.begin() as conn:
+        rows = conn.execute(
+            text(
+                """
+                UPDATE runs r SET lease_expires_at = now() - interval '1 millisecond'
+                FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
+                WHERE r.run_id = h.run_id AND r.lease_token = h.token AND r.status = 'running'
+                RETURNING r.run_id
+                """
+            ),
+            {"run_ids": [r for r, _ in leases], "tokens": [t for _, t in leases]},
+        ).all()
+    return len(rows)

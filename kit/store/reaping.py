@@ -1,0 +1,144 @@
+"""The reaper's queries: runs whose worker vanished, and runs never published.
+
+Both lock their rows FOR UPDATE SKIP LOCKED, so any number of reapers share the work,
+and publish *inside* the transaction, before it marks the runs dispatched and commits:
+a failed publish rolls everything back (the next pass tries again), and a worker that
+receives the message before the commit waits on the row lock, then sees it claimable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, text
+
+from kit.core.outcome import expiry_exhausts
+from kit.core.retry import RetryPolicy
+from kit.core.trigger import QUEUED
+from kit.store.claims import (
+    RunPointer,
+    job_dead_streak_in,
+    pointer_of,
+    release_queued_in,
+    runs_mark_dispatched_in,
+)
+from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
+
+Publish = Callable[[Sequence[RunPointer]], None]
+DEFAULT_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class ExpiredReaped:
+    requeued: list[RunPointer]
+    dead: list[str]
+    paused_jobs: list[str]
+
+
+_APPEND_EXPIRY = """errors = errors || jsonb_build_array(jsonb_build_object(
+    'attempt', attempt, 'error', 'lease expired (worker ' || coalesce(worker_id, '?') || ')',
+    'finished_at', now()))"""
+
+
+def runs_reap_expired(
+    engine: Engine, publish: Publish, limit: int = DEFAULT_BATCH
+) -> ExpiredReaped:
+    """Running runs whose lease expired: back to pending with the next attempt and
+    re-published, or dead (with a dead letter) when that was the budget's last attempt."""
+    with engine.begin() as conn:
+        rows = conn.execute(
+            text(
+                f"""
+                SELECT r.run_id, r.job_id, r.attempt, j.retry_policy,
+                    {ATTEMPT_BASE_SQL} AS attempt_base
+                FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
+                WHERE r.status = 'running' AND r.lease_expires_at < now()
+                ORDER BY r.lease_expires_at
+                LIMIT :limit
+                FOR UPDATE OF r SKIP LOCKED
+                """
+            ),
+            {"limit": limit},
+        ).all()
+        requeue: list[str] = []
+        dead: list[tuple[str, str]] = []
+        for row in rows:
+            policy = RetryPolicy.parse(row.retry_policy) if row.retry_policy else None
+            if policy is None or expiry_exhausts(policy, row.attempt, row.attempt_base):
+                dead.append((str(row.run_id), str(row.job_id)))
+            else:
+                requeue.append(str(row.run_id))
+        paused: list[str] = []
+        pointers: list[RunPointer] = []
+        if dead:
+            conn.execute(
+                text(
+                    f"""
+                    UPDATE runs SET status = 'dead', finished_at = now(),
+                        error = 'lease expired (worker ' || coalesce(worker_id, '?') || ')',
+                        lease_token = NULL, lease_expires_at = NULL, {_APPEND_EXPIRY}
+                    WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
+                    """
+                ),
+                {"run_ids": [r for r, _ in dead]},
+            )
+            for run_id, job_id in dead:
+                dead_letter_in(conn, run_id)
+                if job_dead_streak_in(conn, job_id):
+                    paused.append(job_id)
+                released = release_queued_in(conn, job_id)
+                if released is not None:
+                    pointers.append(released)
+        if requeue:
+            updated = conn.execute(
+                text(
+                    f"""
+                    UPDATE runs SET status = 'pending', attempt = attempt + 1,
+                        error = 'lease expired (worker ' || coalesce(worker_id, '?') || ')',
+                        {_APPEND_EXPIRY},
+                        lease_token = NULL, lease_expires_at = NULL, worker_id = NULL,
+                        dispatched_at = NULL
+                    WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
+                    RETURNING run_id, job_id, attempt, scheduled_at, priority
+                    """
+                ),
+                {"run_ids": requeue},
+            ).all()
+            pointers += [pointer_of(row) for row in updated]
+        if pointers:
+            publish(pointers)
+            runs_mark_dispatched_in(conn, [p.run_id for p in pointers])
+    return ExpiredReaped(pointers, [r for r, _ in dead], paused)
+
+
+def runs_republish_undispatched(
+    engine: Engine, grace_ms: int, publish: Publish, limit: int = DEFAULT_BATCH
+) -> list[RunPointer]:
+    """Pending runs never published `grace_ms` after they were committed (a scheduler
+    died between commit and publish; a replayed dead letter): publish and mark them.
+
+    A run held back by the overlap policy 'queue' (skip_reason 'queued') is not one of
+    them: the worker that finishes its job's running run releases and publishes it."""
+    with engine.begin() as conn:
+        rows = conn.execute(
+            text(
+                """
+                SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority
+                FROM runs r
+                WHERE r.status = 'pending' AND r.dispatched_at IS NULL
+                  AND r.created_at < now() - make_interval(
+                      secs => CAST(:grace_ms AS double precision) / 1000.0)
+                  AND r.skip_reason IS DISTINCT FROM :queued
+                ORDER BY r.scheduled_at
+                LIMIT :limit
+                FOR UPDATE OF r SKIP LOCKED
+                """
+            ),
+            {"grace_ms": grace_ms, "limit": limit, "queued": QUEUED},
+        ).all()
+        pointers = [pointer_of(row) for row in rows]
+        if pointers:
+            publish(pointers)
+            runs_mark_dispatched_in(conn, [p.run_id for p in pointers])
+    return pointers

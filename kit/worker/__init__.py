@@ -1,0 +1,1 @@
+"""The worker: consume, claim, heartbeat, execute, finish; retries and dead letters."""

@@ -1,0 +1,91 @@
+"""`cronfleet worker [--worker-id] [--concurrency N] [--metrics-port N]`: a worker.
+
+SIGTERM (or SIGINT): stop consuming, let in-flight runs finish for up to --drain-s,
+then cancel the rest and release their leases to the reaper, and exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("worker", help="consume the run queue and execute runs")
+    parser.add_argument("--worker-id", help="this worker's name (default: host-pid)")
+    parser.add_argument("--concurrency", type=int, help="runs executed at once (default: settings)")
+    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
+    parser.add_argument("--drain-s", type=float, default=30.0, help="shutdown wait for runs")
+    parser.add_argument("--group-id", default="cronfleet-workers", help="Kafka consumer group")
+    parser.add_argument("--topic-prefix", default=None, help="run topic prefix (tests)")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import logging
+    import os
+    import signal
+    import socket
+    import threading
+
+    from prometheus_client import start_http_server
+
+    from kit.cli import UsageError
+    from kit.settings import load_settings
+    from kit.store.db import engine_for
+    from kit.transport import RunPublisher, TieredConsumer, ensure_topics
+    from kit.transport.message import DEFAULT_TOPIC_PREFIX
+    from kit.worker.worker import Worker, WorkerMetrics
+
+    settings = load_settings()
+    concurrency = args.concurrency if args.concurrency is not None else settings.worker_concurrency
+    if not 1 <= concurrency <= 1024:
+        raise UsageError(f"concurrency: {concurrency} is not between 1 and 1024")
+    if not 0 <= args.metrics_port <= 65535:
+        raise UsageError(f"metrics-port: {args.metrics_port} is not between 0 and 65535")
+    if args.drain_s < 0:
+        raise UsageError("drain-s: must not be negative")
+    worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
+    prefix = args.topic_prefix or DEFAULT_TOPIC_PREFIX
+    metrics = WorkerMetrics()
+    if args.metrics_port:
+        start_http_server(args.metrics_port, registry=metrics.registry)
+    ensure_topics(settings.kafka_bootstrap, settings.run_topic_partitions, prefix=prefix)
+    engine = engine_for(settings.database_url, pool_size=min(concurrency + 2, 20))
+    consumer = TieredConsumer(settings.kafka_bootstrap, args.group_id, topic_prefix=prefix)
+    publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
+    worker = Worker(
+        engine,
+        consumer,
+        publisher,
+        worker_id,
+        concurrency,
+        settings.run_lease_ttl_ms,
+        partitions=settings.partitions,
+        metrics=metrics,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    logging.getLogger(__name__).info("worker %s started (concurrency %d)", worker_id, concurrency)
+    try:
+        worker.run(stop, drain_s=args.drain_s)
+    finally:
+        consumer.close()
+        publisher.close()
+        engine.dispose()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kit.worker.cli` before kit/cli.py maps the subcommand."""
+    import sys
+
+    parser = argparse.ArgumentParser(prog="cronfleet")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["worker", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
