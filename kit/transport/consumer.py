@@ -1,0 +1,278 @@
+"""Consuming the run queue, highest priority tier first.
+
+Design: one Kafka consumer per tier (group `<group_id>.<tier>`), polled in rank order
+from one thread. `poll_batch` serves the highest tier that has something; a tier is
+only passed over when it is *known to be drained*: every partition assigned to this
+consumer has a known high watermark and the next offset to read is at it, with
+nothing held locally. While a higher tier has backlog, or its state is not yet known
+(no assignment yet, no watermark yet), every lower tier waits: its partitions are
+paused (librdkafka stops fetching them) and it is still polled so it keeps its group
+membership; the few messages that were already fetched before the pause are held in
+a local buffer, not dropped, and served first when the tier's turn comes.
+
+Why not one consumer subscribed to every tier topic, pausing lower partitions? Its
+`consume()` hands back whatever fetch responses arrived, mixed across tiers, so
+strict order needs seeks back on every mixed batch, and a lower tier would be served
+whenever a higher fetch is merely slow. With one consumer per tier each `consume()`
+returns one tier only, so "critical before low" is a property of the loop order plus
+the drained check, which the integration tests can show: with backlog in both, every
+critical message comes back before any low one, even a low one published first.
+
+The known limit: "drained" uses the watermark cached from the last fetch response,
+so a message produced to a higher tier less than one fetch round trip ago may let a
+lower tier be served once more; it is then served on the next poll.
+
+Offsets: auto-commit is off. `commit()` commits exactly what `poll_batch` returned
+(malformed messages included, so a poison message is not redelivered forever); what
+was returned but not committed is redelivered to the group: at-least-once. Not
+thread-safe: one thread polls and commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from kit.core.dispatch import PRIORITY_TIERS, tier_rank
+from kit.transport.message import DEFAULT_TOPIC_PREFIX, MessageError, RunMessage, topic_for
+
+log = logging.getLogger(__name__)
+
+_IDLE_WAIT_S = 0.05  # longest block on one tier while nothing is ready
+_QUERY_TIMEOUT_S = 5.0
+_Rebalance = Callable[[Consumer, list[TopicPartition]], None]
+
+
+@dataclass
+class _Tier:
+    name: str
+    topic: str
+    consumer: Consumer
+    assigned: set[int] | None = None  # None until the group has answered
+    paused: set[int] = field(default_factory=set)
+    buffer: deque[Message] = field(default_factory=deque)
+    start: dict[int, int] = field(default_factory=dict)  # first offset to read, if none read
+    uncommitted: dict[int, int] = field(default_factory=dict)  # partition -> next offset
+
+
+class TieredConsumer:
+    def __init__(
+        self,
+        bootstrap: str,
+        group_id: str,
+        tiers: Sequence[str] = PRIORITY_TIERS,
+        *,
+        topic_prefix: str = DEFAULT_TOPIC_PREFIX,
+        config: dict[str, object] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.malformed = 0  # messages skipped because they were not a RunMessage
+        self._tiers: list[_Tier] = []
+        for name in sorted(tiers, key=tier_rank):
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"{group_id}.{name}",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "earliest",
+                    # Short fetch long-polls: a resumed tier fetches again sooner, and the
+                    # cached watermarks behind the drained check stay fresh.
+                    "fetch.wait.max.ms": 100,
+                    **(config or {}),
+                }
+            )
+            tier = _Tier(name, topic_for(name, topic_prefix), consumer)
+            consumer.subscribe(
+                [tier.topic],
+                on_assign=self._on_assign(tier),
+                on_revoke=self._on_revoke(tier),
+                on_lost=self._on_revoke(tier),
+            )
+            self._tiers.append(tier)
+
+    # -- public -------------------------------------------------------------------------
+
+    def poll_batch(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[RunMessage]:
+        """Up to `max_messages` runs, all of the highest tier that has any; [] on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found, blocker = self._poll_once(max_messages)
+            if found:
+                return found
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            # Block briefly on the tier expected to produce next (or the top one).
+            tier = blocker or self._tiers[0]
+            tier.buffer.extend(
+                _ok(tier.consumer.consume(max_messages, min(remaining, _IDLE_WAIT_S)))
+            )
+
+    def commit(self) -> None:
+        """Commit everything returned so far; a failed commit only means redelivery."""
+        for tier in self._tiers:
+            if not tier.uncommitted:
+                continue
+            assigned = tier.assigned or set()
+            offsets = [
+                TopicPartition(tier.topic, p, off)
+                for p, off in tier.uncommitted.items()
+                if p in assigned
+            ]
+            tier.uncommitted.clear()
+            if not offsets:
+                continue
+            try:
+                tier.consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                log.warning("commit %s failed (messages will be redelivered): %s", tier.name, exc)
+
+    def lag_by_tier(self) -> dict[str, int]:
+        """Messages not yet returned, per tier, on the partitions assigned to this consumer
+        (high watermark - next offset to read, plus those held locally)."""
+        out: dict[str, int] = {}
+        for tier in self._tiers:
+            total = len(tier.buffer)
+            for p in sorted(tier.assigned or ()):
+                total += self._lag(tier, p) or 0
+            out[tier.name] = total
+        return out
+
+    def close(self) -> None:
+        for tier in self._tiers:
+            tier.consumer.close()
+
+    def __enter__(self) -> TieredConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def _poll_once(self, max_messages: int) -> tuple[list[RunMessage], _Tier | None]:
+        found: list[RunMessage] = []
+        blocker: _Tier | None = None
+        for tier in self._tiers:
+            if blocker is not None:
+                self._hold(tier)
+                continue
+            self._release(tier)
+            raw = self._take(tier, max_messages)
+            if raw:
+                found = self._decode(tier, raw)
+                blocker = tier
+            elif not self._drained(tier):
+                blocker = tier
+        return found, blocker
+
+    def _take(self, tier: _Tier, n: int) -> list[Message]:
+        out: list[Message] = []
+        while tier.buffer and len(out) < n:
+            out.append(tier.buffer.popleft())
+        if len(out) < n:
+            out += _ok(tier.consumer.consume(n - len(out), 0))
+        return out
+
+    def _decode(self, tier: _Tier, raw: list[Message]) -> list[RunMessage]:
+        runs: list[RunMessage] = []
+        for msg in raw:
+            p, offset = msg.partition(), msg.offset()
+            if offset + 1 > tier.uncommitted.get(p, -1):
+                tier.uncommitted[p] = offset + 1
+            try:
+                runs.append(RunMessage.from_bytes(msg.value()))
+            except MessageError as exc:
+                self.malformed += 1
+                log.warning("skipping malformed message %s[%d]@%d: %s", tier.topic, p, offset, exc)
+        return runs
+
+    def _hold(self, tier: _Tier) -> None:
+        """A lower tier waits: stop fetching it, keep its membership alive."""
+        if tier.assigned:
+            fresh = tier.assigned - tier.paused
+            if fresh:
+                tier.consumer.pause([TopicPartition(tier.topic, p) for p in sorted(fresh)])
+                tier.paused |= fresh
+        tier.buffer.extend(_ok(tier.consumer.consume(1000, 0)))
+
+    def _release(self, tier: _Tier) -> None:
+        if tier.paused:
+            tier.consumer.resume([TopicPartition(tier.topic, p) for p in sorted(tier.paused)])
+            tier.paused.clear()
+
+    def _drained(self, tier: _Tier) -> bool:
+        if tier.buffer or tier.assigned is None:
+            return False
+        for p in tier.assigned:
+            lag = self._lag(tier, p)
+            if lag is None or lag > 0:
+                return False
+        return True
+
+    def _lag(self, tier: _Tier, p: int) -> int | None:
+        """High watermark - next offset to read; None when not known yet."""
+        consumer = tier.consumer
+        tp = TopicPartition(tier.topic, p)
+        try:
+            lo, hi = consumer.get_watermark_offsets(tp, cached=True)
+            if hi < 0:
+                lo, hi = consumer.get_watermark_offsets(tp, timeout=_QUERY_TIMEOUT_S)
+            pos = consumer.position([tp])[0].offset
+            if pos < 0:
+                if p not in tier.start:
+                    committed = consumer.committed([tp], timeout=_QUERY_TIMEOUT_S)[0].offset
+                    if committed < 0:  # no commit yet: auto.offset.reset=earliest
+                        if lo < 0:
+                            lo, _ = consumer.get_watermark_offsets(tp, timeout=_QUERY_TIMEOUT_S)
+                        committed = lo
+                    tier.start[p] = committed
+                pos = tier.start[p]
+        except KafkaException as exc:
+            log.debug("lag of %s[%d] unknown: %s", tier.topic, p, exc)
+            return None
+        return max(0, hi - pos)
+
+    # -- rebalance callbacks ------------------------------------------------------------
+
+    def _on_assign(self, tier: _Tier) -> _Rebalance:
+        def on_assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            consumer.assign(partitions)
+            if tier.assigned is None:
+                tier.assigned = set()
+            tier.assigned |= {tp.partition for tp in partitions}
+            tier.paused -= {tp.partition for tp in partitions}
+            log.info("%s assigned %s", tier.topic, sorted(tier.assigned))
+
+        return on_assign
+
+    def _on_revoke(self, tier: _Tier) -> _Rebalance:
+        def on_revoke(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            gone = {tp.partition for tp in partitions}
+            if tier.assigned is not None:
+                tier.assigned -= gone
+            tier.paused -= gone
+            tier.buffer = deque(m for m in tier.buffer if m.partition() not in gone)
+            for p in gone:
+                tier.start.pop(p, None)
+                tier.uncommitted.pop(p, None)
+
+        return on_revoke
+
+
+def _ok(messages: list[Message]) -> list[Message]:
+    """Drop error events (logged); keep messages."""
+    out = []
+    for m in messages:
+        err = m.error()
+        if err is None:
+            out.append(m)
+        elif err.code() != KafkaError._PARTITION_EOF:
+            log.warning("consumer event on %s: %s", m.topic(), err.str())
+    return out

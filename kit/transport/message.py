@@ -1,0 +1,89 @@
+"""What travels on the run queue: a pointer to a run, never the run itself.
+
+PostgreSQL stays the source of truth; a message only says "run X (attempt n) of job J
+is due", so a lost, duplicated or stale message costs at most a wasted claim. The JSON
+carries a version field `v` so the format can change without a flag day: a reader
+refuses a version it does not know rather than guessing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kit.core.dispatch import PRIORITY_TIERS, tier_rank
+from kit.core.errors import FieldError
+
+DEFAULT_TOPIC_PREFIX = "cronfleet.runs"
+MESSAGE_VERSION = 1
+
+
+def topic_for(tier: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    """The topic of a priority tier: one topic per tier, so a consumer can prefer one."""
+    tier_rank(tier)  # FieldError for an unknown tier
+    return f"{prefix}.{tier}"
+
+
+class MessageError(FieldError):
+    """A message on the queue that is not a RunMessage this reader understands."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunMessage:
+    run_id: str
+    job_id: str
+    attempt: int
+    scheduled_at_ms: int
+    tier: str
+
+    def __post_init__(self) -> None:
+        _check(self.run_id, self.job_id, self.attempt, self.scheduled_at_ms, self.tier)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(
+            {
+                "v": MESSAGE_VERSION,
+                "run_id": self.run_id,
+                "job_id": self.job_id,
+                "attempt": self.attempt,
+                "scheduled_at_ms": self.scheduled_at_ms,
+                "tier": self.tier,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes | None) -> RunMessage:
+        """Parse a message; MessageError naming the field for anything malformed."""
+        if not data:
+            raise MessageError("message", "is empty")
+        try:
+            obj: Any = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise MessageError("message", f"is not JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise MessageError("message", "must be a JSON object")
+        version = obj.get("v")
+        if version != MESSAGE_VERSION or isinstance(version, bool):
+            raise MessageError("message.v", f"must be {MESSAGE_VERSION}, got {version!r}")
+        missing = [
+            f for f in ("run_id", "job_id", "attempt", "scheduled_at_ms", "tier") if f not in obj
+        ]
+        if missing:
+            raise MessageError(f"message.{missing[0]}", "is missing")
+        return cls(
+            obj["run_id"], obj["job_id"], obj["attempt"], obj["scheduled_at_ms"], obj["tier"]
+        )
+
+
+def _check(run_id: object, job_id: object, attempt: object, at_ms: object, tier: object) -> None:
+    for name, value in (("run_id", run_id), ("job_id", job_id)):
+        if not isinstance(value, str) or not value:
+            raise MessageError(f"message.{name}", "must be a non-empty string")
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        raise MessageError("message.attempt", "must be an integer >= 1")
+    if not isinstance(at_ms, int) or isinstance(at_ms, bool) or at_ms < 0:
+        raise MessageError("message.scheduled_at_ms", "must be a non-negative integer")
+    if tier not in PRIORITY_TIERS:
+        raise MessageError("message.tier", f"must be one of {', '.join(PRIORITY_TIERS)}")

@@ -1,0 +1,78 @@
+"""The kit creates its own run topics, one per priority tier, when they are missing.
+
+Replication factor is a parameter: 1 on the one-broker local stack, 3 in production
+(with min.insync.replicas=2, so acks=all means "on two brokers").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kit.core.dispatch import PRIORITY_TIERS
+from kit.transport.message import DEFAULT_TOPIC_PREFIX, topic_for
+
+
+class TopicError(RuntimeError):
+    pass
+
+
+def ensure_topics(
+    bootstrap: str,
+    partitions: int = 6,
+    *,
+    replication_factor: int = 1,
+    prefix: str = DEFAULT_TOPIC_PREFIX,
+    tiers: Sequence[str] = PRIORITY_TIERS,
+    timeout_s: float = 30.0,
+    config: dict[str, str] | None = None,
+) -> list[str]:
+    """Create the missing tier topics and wait until every partition has a leader.
+
+    Returns the topics this call created (empty when all existed). An existing topic
+    is left as it is, even with another partition count: repartitioning a live run
+    topic would reorder a job's runs, so that is an operator's decision.
+    """
+    if partitions < 1:
+        raise ValueError("partitions: must be >= 1")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = [topic_for(t, prefix) for t in tiers]
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    missing = [t for t in wanted if t not in existing]
+    created: list[str] = []
+    if missing:
+        futures = admin.create_topics(
+            [NewTopic(t, partitions, replication_factor, config=config or {}) for t in missing],
+            request_timeout=timeout_s,
+        )
+        for topic, future in futures.items():
+            try:
+                future.result(timeout=timeout_s)
+                created.append(topic)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise TopicError(f"creating {topic}: {exc.args[0].str()}") from None
+    _wait_for_leaders(admin, wanted, timeout_s)
+    return created
+
+
+def _wait_for_leaders(admin: AdminClient, topics: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        meta = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
+        not_ready = [
+            t
+            for t in topics
+            if t not in meta
+            or meta[t].error is not None
+            or not meta[t].partitions
+            or any(p.leader < 0 for p in meta[t].partitions.values())
+        ]
+        if not not_ready:
+            return
+        if time.monotonic() >= deadline:
+            raise TopicError(f"topics without a leader after {timeout_s} s: {not_ready}")
+        time.sleep(0.1)

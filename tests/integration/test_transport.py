@@ -1,0 +1,194 @@
+"""The run queue against the real Kafka broker of `cronfleet stack up` (no mocks).
+
+Each test has its own topic prefix and group id, so tests never see each other's
+messages; its topics are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from kit.settings import load_settings
+from kit.transport import (
+    PublishError,
+    RunMessage,
+    RunPublisher,
+    TieredConsumer,
+    ensure_topics,
+    topic_for,
+)
+
+pytestmark = pytest.mark.integration
+
+STACK_DOWN = "the local stack is not up: run `cronfleet stack up` before the integration tests"
+WAIT_S = 60.0  # a deadline for "eventually", never a speed claim
+
+
+@pytest.fixture(scope="module")
+def bootstrap() -> str:
+    bootstrap = load_settings().kafka_bootstrap
+    try:
+        AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    except Exception as exc:
+        pytest.fail(f"{STACK_DOWN} ({exc})", pytrace=False)
+    return bootstrap
+
+
+@pytest.fixture
+def prefix(bootstrap: str) -> Iterator[str]:
+    prefix = f"cf.it.{uuid.uuid4().hex[:10]}"
+    ensure_topics(bootstrap, 3, prefix=prefix)
+    yield prefix
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + ".")]
+    for future in admin.delete_topics(topics, operation_timeout=30).values():
+        future.result()
+
+
+def runs(tier: str, n: int, tag: str = "") -> list[RunMessage]:
+    return [
+        RunMessage(f"{tier}{tag}-{i}", f"job-{i % 17}", 1 + i % 3, 1_700_000_000_000 + i, tier)
+        for i in range(n)
+    ]
+
+
+def drain(consumer: TieredConsumer, n: int, batch: int = 500) -> list[RunMessage]:
+    """Poll until n messages came back (or the deadline), then once more for extras."""
+    got: list[RunMessage] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < n and time.monotonic() < deadline:
+        got += consumer.poll_batch(batch, 0.5)
+    got += consumer.poll_batch(batch, 1.0)
+    return got
+
+
+def test_ensure_topics_creates_missing_topics_once(bootstrap: str) -> None:
+    prefix = f"cf.it.{uuid.uuid4().hex[:10]}"
+    created = ensure_topics(bootstrap, 2, prefix=prefix, tiers=("critical", "low"))
+    try:
+        assert created == [f"{prefix}.critical", f"{prefix}.low"]
+        assert ensure_topics(bootstrap, 2, prefix=prefix, tiers=("critical", "low")) == []
+        meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+        assert len(meta[f"{prefix}.critical"].partitions) == 2
+    finally:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for f in admin.delete_topics(created, operation_timeout=30).values():
+            f.result()
+
+
+def test_publish_round_trips_every_message_exactly_once(bootstrap: str, prefix: str) -> None:
+    sent = runs("critical", 500) + runs("high", 1000) + runs("normal", 1500) + runs("low", 1000)
+    publisher = RunPublisher(bootstrap, topic_prefix=prefix)
+    publisher.publish(sent)
+    publisher.close()
+    with TieredConsumer(bootstrap, f"g-{prefix}", topic_prefix=prefix) as consumer:
+        got = drain(consumer, len(sent))
+        consumer.commit()
+        assert sorted(m.run_id for m in got) == sorted(m.run_id for m in sent)
+        assert {m.run_id: m for m in got} == {m.run_id: m for m in sent}
+        assert consumer.lag_by_tier() == {"critical": 0, "high": 0, "normal": 0, "low": 0}
+    # Everything was committed: a new consumer of the group gets nothing.
+    with TieredConsumer(bootstrap, f"g-{prefix}", topic_prefix=prefix) as again:
+        assert again.poll_batch(100, 5.0) == []
+
+
+def test_consumer_reports_lag_per_tier_before_consuming(bootstrap: str, prefix: str) -> None:
+    RunPublisher(bootstrap, topic_prefix=prefix).publish(runs("high", 40) + runs("low", 7))
+    with TieredConsumer(bootstrap, f"g-{prefix}", topic_prefix=prefix) as consumer:
+        lag: dict[str, int] = {}
+        deadline = time.monotonic() + WAIT_S
+        while lag.get("high") != 40 and time.monotonic() < deadline:
+            consumer.poll_batch(0, 0.2)  # joins the groups, returns nothing
+            lag = consumer.lag_by_tier()
+        assert lag == {"critical": 0, "high": 40, "normal": 0, "low": 7}
+        got = drain(consumer, 47)
+        assert len(got) == 47
+        assert consumer.lag_by_tier()["low"] == 0
+
+
+def test_critical_backlog_is_served_before_any_low_message(bootstrap: str, prefix: str) -> None:
+    publisher = RunPublisher(bootstrap, topic_prefix=prefix)
+    publisher.publish(runs("low", 1, "-first"))  # a low run published before any critical
+    publisher.publish(runs("low", 300) + runs("normal", 50))
+    publisher.publish(runs("critical", 200))
+    with TieredConsumer(bootstrap, f"g-{prefix}", topic_prefix=prefix) as consumer:
+        got = drain(consumer, 551, batch=25)
+    tiers = [m.tier for m in got]
+    assert len(got) == 551
+    assert tiers == ["critical"] * 200 + ["normal"] * 50 + ["low"] * 301
+
+
+def test_critical_published_mid_backlog_preempts_the_rest_of_low(
+    bootstrap: str, prefix: str
+) -> None:
+    publisher = RunPublisher(bootstrap, topic_prefix=prefix)
+    publisher.publish(runs("low", 600))
+    with TieredConsumer(bootstrap, f"g-{prefix}", topic_prefix=prefix) as consumer:
+        got: list[RunMessage] = []
+        deadline = time.monotonic() + WAIT_S
+        while not got and time.monotonic() < deadline:
+            got += consumer.poll_batch(10, 0.5)
+        assert got and all(m.tier == "low" for m in got)
+        publisher.publish(runs("critical", 30))
+        got += drain(consumer, 630 - len(got), batch=10)
+    assert len(got) == 630
+    critical_at = [i for i, m in enumerate(got) if m.tier == "critical"]
+    # All 30 critical runs came back while low backlog remained, not after it.
+    assert len(critical_at) == 30
+    assert critical_at[-1] < 600
+    assert got[-1].tier == "low"
+
+
+def test_uncommitted_messages_are_redelivered_to_the_group(bootstrap: str, prefix: str) -> None:
+    sent = runs("normal", 40)
+    RunPublisher(bootstrap, topic_prefix=prefix).publish(sent)
+    group = f"g-{prefix}"
+    first = TieredConsumer(bootstrap, group, topic_prefix=prefix)
+    committed: list[RunMessage] = []
+    deadline = time.monotonic() + WAIT_S
+    while not committed and time.monotonic() < deadline:
+        committed = first.poll_batch(15, 0.5)
+    first.commit()  # processed and committed
+    returned_only = drain(first, 40 - len(committed))  # returned, never committed
+    first.close()  # "crashes" before committing them
+    assert len(committed) + len(returned_only) == 40
+
+    with TieredConsumer(bootstrap, group, topic_prefix=prefix) as second:
+        redelivered = drain(second, len(returned_only))
+    assert sorted(m.run_id for m in redelivered) == sorted(m.run_id for m in returned_only)
+    assert not {m.run_id for m in redelivered} & {m.run_id for m in committed}
+
+
+def test_malformed_messages_are_skipped_counted_and_committed(bootstrap: str, prefix: str) -> None:
+    good = runs("high", 3)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    topic = topic_for("high", prefix)
+    bad = [b"not json", b'{"v": 2, "run_id": "x"}', b"[1,2]", b"", b'{"v":1,"run_id":"r"}']
+    for value in bad:
+        producer.produce(topic, value, key=b"job-0")
+    producer.flush(10)
+    RunPublisher(bootstrap, topic_prefix=prefix).publish(good)
+    group = f"g-{prefix}"
+    with TieredConsumer(bootstrap, group, topic_prefix=prefix) as consumer:
+        got = drain(consumer, 3)
+        consumer.commit()
+        assert sorted(m.run_id for m in got) == sorted(m.run_id for m in good)
+        assert consumer.malformed == len(bad)
+        assert consumer.lag_by_tier()["high"] == 0
+    with TieredConsumer(bootstrap, group, topic_prefix=prefix) as again:
+        assert again.poll_batch(100, 5.0) == []
+        assert again.malformed == 0
+
+
+def test_publish_to_an_unreachable_broker_names_every_failed_run() -> None:
+    publisher = RunPublisher("127.0.0.1:9", config={"message.timeout.ms": 1000})
+    batch = runs("normal", 25)
+    with pytest.raises(PublishError, match=r"^25 of 25 run messages not delivered") as info:
+        publisher.publish(batch, timeout_s=3)
+    assert sorted(info.value.failed_run_ids) == sorted(m.run_id for m in batch)
