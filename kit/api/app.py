@@ -14,8 +14,10 @@ from starlette.concurrency import run_in_threadpool
 
 from kit.api import errors
 from kit.api.auth import BearerAuth
+from kit.api.dead_letters import router as dead_letters_router
 from kit.api.limits import BodyLimit
 from kit.api.models import ErrorOut
+from kit.api.queues import router as queues_router
 from kit.api.routes import router
 from kit.settings import Settings, load_settings
 from kit.store.db import engine_for
@@ -59,6 +61,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.engine = engine
     errors.install(app)
     app.include_router(router, responses=_ERROR_RESPONSES)
+    app.include_router(dead_letters_router, responses=_ERROR_RESPONSES)
+    app.include_router(queues_router, responses=_ERROR_RESPONSES)
     # Outermost first: authenticate, then bound the body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(BearerAuth, engine=lambda: app.state.engine)
