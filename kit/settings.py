@@ -14,6 +14,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from kit.core import defaults
+
 
 def cronfleet_home() -> Path:
     """Where the local stack keeps its data, logs, pid files and connection file."""
@@ -58,19 +60,29 @@ class Settings(BaseSettings):
     log_level: str = Field(default="INFO", description="Python logging level of services.")
 
     # The life of a run: scheduler, workers, reaper (see DESIGN.md).
-    scan_ahead_ms: int = Field(default=5000, ge=0, description="How far ahead a node scans.")
+    scan_ahead_ms: int = Field(
+        default=defaults.SCAN_AHEAD_MS, ge=0, description="How far ahead a node scans."
+    )
     partition_lease_ttl_ms: int = Field(
-        default=10_000,
+        default=defaults.PARTITION_LEASE_TTL_MS,
         ge=1000,
         description="Partition lease length; a dead node's partitions move after it.",
     )
-    node_heartbeat_ms: int = Field(default=2000, ge=100, description="Scheduler membership beat.")
-    run_lease_ttl_ms: int = Field(
-        default=30_000, ge=1000, description="Run lease length; workers heartbeat well within it."
+    node_heartbeat_ms: int = Field(
+        default=defaults.NODE_HEARTBEAT_MS, ge=100, description="Scheduler membership beat."
     )
-    reaper_period_ms: int = Field(default=5000, ge=100, description="How often the reaper looks.")
+    run_lease_ttl_ms: int = Field(
+        default=defaults.RUN_LEASE_TTL_MS,
+        ge=1000,
+        description="Run lease length; workers heartbeat well within it.",
+    )
+    reaper_period_ms: int = Field(
+        default=defaults.REAPER_PERIOD_MS, ge=100, description="How often the reaper looks."
+    )
     undispatched_grace_ms: int = Field(
-        default=10_000, ge=0, description="Age after which a never-published run is re-published."
+        default=defaults.UNDISPATCHED_GRACE_MS,
+        ge=0,
+        description="Age after which a never-published run is re-published.",
     )
     run_topic_partitions: int = Field(default=6, ge=1, description="Partitions per tier topic.")
     worker_concurrency: int = Field(default=8, ge=1, description="Runs a worker executes at once.")

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kit.core import defaults
+
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = PROFILE_DIR / "default.toml"
@@ -62,15 +64,16 @@ DEFAULTS: dict[str, Any] = {
         "kafka_partitions": 1024,  # per tier topic; caps the consumers that get work
     },
     "leases": {
-        "partition_ttl_s": 10.0,
-        "renew_s": 4.0,
-        "run_ttl_s": 30.0,
-        "heartbeat_s": 10.0,
+        # the kit's own defaults (kit.core.defaults), in seconds
+        "partition_ttl_s": defaults.PARTITION_LEASE_TTL_MS / 1000,
+        "renew_s": defaults.PARTITION_LEASE_RENEW_MS / 1000,
+        "run_ttl_s": defaults.RUN_LEASE_TTL_MS / 1000,
+        "heartbeat_s": defaults.RUN_HEARTBEAT_MS / 1000,
         "scan_ahead_s": -1.0,  # < 0: the core's default (kit.core.dispatch.scan_window)
-        "undispatched_grace_s": 10.0,
+        "undispatched_grace_s": defaults.UNDISPATCHED_GRACE_MS / 1000,
         "scan_batch_rows": 50_000,  # most due rows one scan transaction takes
     },
-    "reaper": {"period_s": 1.0},
+    "reaper": {"period_s": defaults.REAPER_PERIOD_MS / 1000},
     "profile": {},  # overrides of the calibration profile's numbers
     "faults": [],
 }

@@ -11,6 +11,7 @@ import heapq
 from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
+from kit.core.defaults import SCAN_AHEAD_MS
 from kit.core.errors import FieldError
 
 T = TypeVar("T")
@@ -28,7 +29,7 @@ def tier_rank(name: str) -> int:
         raise FieldError("priority", f"must be one of {', '.join(PRIORITY_TIERS)}") from None
 
 
-def scan_window(now_ms: int, scan_ahead_ms: int = 5000) -> tuple[int, int]:
+def scan_window(now_ms: int, scan_ahead_ms: int = SCAN_AHEAD_MS) -> tuple[int, int]:
     """The scan reads triggers with fire_at <= hi; those with fire_at < lo (= now) are
     already late and go through the misfire policy."""
     if scan_ahead_ms < 0:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 import kit.core.dispatch
+import kit.core.retry
 from tests.sim.conftest import PEAK, simulate
 
 STEADY = ("duration_s=60", "workload.frequent_jobs=2000")
@@ -68,9 +69,13 @@ def test_changing_a_core_parameter_changes_the_result(monkeypatch):
 
 def test_retry_policy_comes_from_the_core(monkeypatch):
     _, base = simulate("steady", *STEADY)
-    monkeypatch.setattr(kit.core.retry, "backoff_ceiling_ms", lambda policy, attempt: 60_000)
-    _, slow = simulate("steady", *STEADY)
-    assert slow["model"]["simulated_s"] > base["model"]["simulated_s"]
+    assert base["audit"]["retried"] > 0
+    # the core says "attempts exhausted" for every failure: the model must dead-letter them
+    monkeypatch.setattr(kit.core.retry, "next_retry_at_ms", lambda *a, **kw: None)
+    _, never = simulate("steady", *STEADY)
+    assert never["audit"]["retried"] == 0
+    # every first failure is now a dead letter (same failure rate, other random draws)
+    assert never["audit"]["dead_lettered"] > 0.8 * base["audit"]["retried"]
 
 
 def test_cli_runs_a_scenario_and_refuses_a_bad_override(tmp_path, capsys):
