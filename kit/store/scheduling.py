@@ -1,0 +1,328 @@
+"""The SQL of a scheduler node, kept together: membership, partition leases, the fenced
+scan and the dispatch mark.
+
+Every statement is batched: partitions, triggers and runs travel as arrays
+(`unnest`), so a scan is a handful of round trips whatever its size. Lease time is
+always the database's clock (`now()`); the scan's window may be an explicit instant
+(tests, the model) via the caller.
+
+The partition lease upsert mirrors kit.core.leases.acquire_partition: a free or
+expired lease is taken with epoch + 1 (a node re-taking its own expired lease too), a
+live one of this node is renewed with its epoch kept, a live one of another node is
+refused (no row returned).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+ACTIVE_STATUSES = ("pending", "dispatched", "running")
+
+# -- membership ----------------------------------------------------------------------
+
+_HEARTBEAT = text(
+    """
+    INSERT INTO scheduler_nodes (node_id, heartbeat_at) VALUES (:me, now())
+    ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = now()
+    """
+)
+_LIVE_NODES = text(
+    """
+    SELECT node_id FROM scheduler_nodes
+    WHERE heartbeat_at > now() - make_interval(secs => :ttl_s) ORDER BY node_id
+    """
+)
+_LEAVE = text("DELETE FROM scheduler_nodes WHERE node_id = :me")
+
+
+def node_heartbeat(conn: Connection, node_id: str) -> None:
+    conn.execute(_HEARTBEAT, {"me": node_id})
+
+
+def nodes_live(conn: Connection, ttl_ms: int) -> list[str]:
+    """Nodes whose heartbeat is younger than the lease TTL (database time)."""
+    return list(conn.execute(_LIVE_NODES, {"ttl_s": ttl_ms / 1000}).scalars())
+
+
+def node_leave(conn: Connection, node_id: str) -> None:
+    conn.execute(_LEAVE, {"me": node_id})
+
+
+# -- partition leases -------------------------------------------------------------------
+
+_OWNERS = text(
+    """
+    SELECT partition_id, owner FROM partition_leases
+    WHERE owner IS NOT NULL AND expires_at > now()
+    """
+)
+_ACQUIRE = text(
+    """
+    INSERT INTO partition_leases AS l (partition_id, owner, epoch, expires_at)
+    SELECT p, :me, 1, now() + make_interval(secs => :ttl_s)
+    FROM unnest(CAST(:parts AS smallint[])) AS p ORDER BY p
+    ON CONFLICT (partition_id) DO UPDATE
+    SET owner = EXCLUDED.owner,
+        epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now()
+                     THEN l.epoch ELSE l.epoch + 1 END,
+        expires_at = EXCLUDED.expires_at
+    WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= now()
+    RETURNING partition_id, epoch
+    """
+)
+_RELEASE = text(
+    """
+    UPDATE partition_leases AS l SET owner = NULL, expires_at = now()
+    FROM unnest(CAST(:parts AS smallint[]), CAST(:epochs AS bigint[])) AS r(p, e)
+    WHERE l.partition_id = r.p AND l.epoch = r.e AND l.owner = :me
+    RETURNING l.partition_id
+    """
+)
+
+
+def lease_owners(conn: Connection) -> dict[int, str]:
+    """Current live owner of each held partition."""
+    return {int(p): o for p, o in conn.execute(_OWNERS).all()}
+
+
+def leases_acquire(
+    conn: Connection, node_id: str, partitions: Iterable[int], ttl_ms: int
+) -> dict[int, int]:
+    """Take or renew `partitions` (sorted, so concurrent nodes lock rows in one order);
+    returns partition -> epoch for those granted."""
+    parts = sorted(set(partitions))
+    if not parts:
+        return {}
+    rows = conn.execute(_ACQUIRE, {"me": node_id, "parts": parts, "ttl_s": ttl_ms / 1000})
+    return {int(p): int(e) for p, e in rows.all()}
+
+
+def leases_release(conn: Connection, node_id: str, epochs: Mapping[int, int]) -> list[int]:
+    """Give partitions up (epoch kept; the next acquire bumps it). Only the owner at
+    the given epoch can."""
+    if not epochs:
+        return []
+    parts = sorted(epochs)
+    rows = conn.execute(
+        _RELEASE, {"me": node_id, "parts": parts, "epochs": [epochs[p] for p in parts]}
+    )
+    return sorted(int(p) for p in rows.scalars())
+
+
+# -- the fenced scan ---------------------------------------------------------------------
+
+_LOCK_OWN = text(
+    """
+    SELECT l.partition_id FROM partition_leases AS l
+    JOIN unnest(CAST(:parts AS smallint[]), CAST(:epochs AS bigint[])) AS w(p, e)
+      ON l.partition_id = w.p AND l.epoch = w.e
+    WHERE l.owner = :me AND l.expires_at > now()
+    ORDER BY l.partition_id
+    FOR SHARE OF l
+    """
+)
+_DUE = text(
+    """
+    SELECT t.partition_id, t.fire_at, t.job_id::text AS job_id, t.job_version, t.kind,
+           t.attempt, t.run_scheduled_at,
+           j.tenant, j.version, j.schedule, j.overlap, j.misfire, j.priority, j.jitter_s,
+           j.paused, j.created_at
+    FROM triggers AS t LEFT JOIN jobs AS j ON j.job_id = t.job_id
+    WHERE t.partition_id = ANY(CAST(:parts AS smallint[])) AND t.fire_at <= :hi
+    ORDER BY t.fire_at
+    LIMIT :limit
+    FOR UPDATE OF t SKIP LOCKED
+    """
+)
+_ACTIVE = text(
+    """
+    SELECT job_id::text, count(*) FROM runs
+    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN ('pending', 'dispatched', 'running')
+    GROUP BY job_id
+    """
+)
+_CANCEL_ACTIVE = text(
+    """
+    UPDATE runs SET status = 'cancelled', lease_token = NULL, lease_expires_at = NULL,
+        finished_at = now(), error = 'replaced by a newer run (overlap: replace)'
+    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN ('pending', 'dispatched', 'running')
+    RETURNING run_id::text
+    """
+)
+_INSERT_RUNS = text(
+    """
+    INSERT INTO runs (run_id, job_id, tenant, job_version, priority, scheduled_at, attempt,
+                      status, trigger_kind, skip_reason, finished_at)
+    SELECT r.run_id, r.job_id, r.tenant, r.v, r.prio, r.at, 1, r.status, r.kind, r.reason,
+           CASE WHEN r.status = 'skipped' THEN now() END
+    FROM unnest(CAST(:ids AS uuid[]), CAST(:jobs AS uuid[]), CAST(:tenants AS text[]),
+                CAST(:versions AS int[]), CAST(:prios AS text[]), CAST(:ats AS timestamptz[]),
+                CAST(:statuses AS text[]), CAST(:kinds AS text[]), CAST(:reasons AS text[]))
+         AS r(run_id, job_id, tenant, v, prio, at, status, kind, reason)
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING run_id::text
+    """
+)
+_REARM = text(
+    """
+    UPDATE runs SET status = 'pending', attempt = u.a, dispatched_at = NULL, retry_at = NULL,
+        skip_reason = NULL
+    FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[])) AS u(id, a)
+    WHERE runs.run_id = u.id AND runs.status = 'retry_scheduled'
+    RETURNING runs.run_id::text
+    """
+)
+_CANCEL_RETRIES = text(
+    """
+    UPDATE runs SET status = 'cancelled', retry_at = NULL, finished_at = now(),
+        error = 'retry not run: ' || u.why
+    FROM unnest(CAST(:ids AS uuid[]), CAST(:whys AS text[])) AS u(id, why)
+    WHERE runs.run_id = u.id AND runs.status = 'retry_scheduled'
+    """
+)
+_DELETE_TRIGGERS = text(
+    """
+    DELETE FROM triggers AS t
+    USING unnest(CAST(:parts AS smallint[]), CAST(:ats AS timestamptz[]),
+                 CAST(:jobs AS uuid[])) AS d(p, f, j)
+    WHERE t.partition_id = d.p AND t.fire_at = d.f AND t.job_id = d.j
+    """
+)
+_INSERT_TRIGGERS = text(
+    """
+    INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt)
+    SELECT n.p, n.f, n.j, n.v, 'schedule', 1
+    FROM unnest(CAST(:parts AS smallint[]), CAST(:ats AS timestamptz[]),
+                CAST(:jobs AS uuid[]), CAST(:versions AS int[])) AS n(p, f, j, v)
+    ON CONFLICT DO NOTHING
+    """
+)
+_MARK_DISPATCHED = text(
+    """
+    UPDATE runs SET dispatched_at = coalesce(dispatched_at, now()),
+        status = CASE WHEN status = 'pending' THEN 'dispatched' ELSE status END
+    WHERE run_id = ANY(CAST(:ids AS uuid[]))
+    """
+)
+
+
+def partitions_lock_own(conn: Connection, node_id: str, epochs: Mapping[int, int]) -> set[int]:
+    """Lock (FOR SHARE) this node's lease rows still held at the epoch it believes, and
+    unexpired; the scan processes only these. A takeover waits for this transaction."""
+    if not epochs:
+        return set()
+    parts = sorted(epochs)
+    rows = conn.execute(
+        _LOCK_OWN, {"me": node_id, "parts": parts, "epochs": [epochs[p] for p in parts]}
+    )
+    return {int(p) for p in rows.scalars()}
+
+
+def triggers_due(
+    conn: Connection, partitions: Collection[int], hi: datetime, limit: int
+) -> list[Any]:
+    """Due triggers of `partitions` (fire_at <= hi), oldest first, joined with their
+    job (NULL columns when the job is gone), locked; ones locked elsewhere are skipped."""
+    if not partitions:
+        return []
+    params = {"parts": sorted(partitions), "hi": hi, "limit": limit}
+    return list(conn.execute(_DUE, params).all())
+
+
+def runs_active_counts(conn: Connection, job_ids: Collection[str]) -> dict[str, int]:
+    if not job_ids:
+        return {}
+    return {j: int(n) for j, n in conn.execute(_ACTIVE, {"jobs": sorted(job_ids)}).all()}
+
+
+def runs_cancel_active(conn: Connection, job_ids: Collection[str]) -> list[str]:
+    """Overlap 'replace': the jobs' unfinished runs become 'cancelled' with their lease
+    cleared, so the worker's heartbeat and finish are refused."""
+    if not job_ids:
+        return []
+    return list(conn.execute(_CANCEL_ACTIVE, {"jobs": sorted(job_ids)}).scalars())
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run_id: str
+    job_id: str
+    tenant: str
+    job_version: int
+    priority: str
+    scheduled_at: datetime
+    status: str
+    trigger_kind: str
+    skip_reason: str | None
+
+
+def runs_insert(conn: Connection, rows: Sequence[RunRow]) -> set[str]:
+    """Insert runs; an existing run id is left as it is. Returns the ids inserted."""
+    if not rows:
+        return set()
+    params = {
+        "ids": [r.run_id for r in rows],
+        "jobs": [r.job_id for r in rows],
+        "tenants": [r.tenant for r in rows],
+        "versions": [r.job_version for r in rows],
+        "prios": [r.priority for r in rows],
+        "ats": [r.scheduled_at for r in rows],
+        "statuses": [r.status for r in rows],
+        "kinds": [r.trigger_kind for r in rows],
+        "reasons": [r.skip_reason for r in rows],
+    }
+    return set(conn.execute(_INSERT_RUNS, params).scalars())
+
+
+def runs_rearm(conn: Connection, attempts: Mapping[str, int]) -> set[str]:
+    """Retry triggers came due: retry_scheduled -> pending at the new attempt."""
+    if not attempts:
+        return set()
+    ids = sorted(attempts)
+    params = {"ids": ids, "attempts": [attempts[i] for i in ids]}
+    return set(conn.execute(_REARM, params).scalars())
+
+
+def runs_cancel_retries(conn: Connection, why_by_run: Mapping[str, str]) -> None:
+    if not why_by_run:
+        return
+    ids = sorted(why_by_run)
+    conn.execute(_CANCEL_RETRIES, {"ids": ids, "whys": [why_by_run[i] for i in ids]})
+
+
+def triggers_delete(conn: Connection, keys: Sequence[tuple[int, datetime, str]]) -> int:
+    """Delete triggers by primary key (partition, fire_at exactly as read, job)."""
+    if not keys:
+        return 0
+    params = {
+        "parts": [k[0] for k in keys],
+        "ats": [k[1] for k in keys],
+        "jobs": [k[2] for k in keys],
+    }
+    return conn.execute(_DELETE_TRIGGERS, params).rowcount
+
+
+def triggers_insert(conn: Connection, rows: Sequence[tuple[int, datetime, str, int]]) -> None:
+    """Insert next schedule triggers (partition, fire_at, job, version)."""
+    if not rows:
+        return
+    params = {
+        "parts": [r[0] for r in rows],
+        "ats": [r[1] for r in rows],
+        "jobs": [r[2] for r in rows],
+        "versions": [r[3] for r in rows],
+    }
+    conn.execute(_INSERT_TRIGGERS, params)
+
+
+def runs_mark_dispatched(conn: Connection, run_ids: Sequence[str]) -> int:
+    """After a confirmed publish: record dispatched_at (first one wins), pending ->
+    dispatched; a run cancelled meanwhile keeps its status."""
+    if not run_ids:
+        return 0
+    return conn.execute(_MARK_DISPATCHED, {"ids": list(run_ids)}).rowcount

@@ -1,0 +1,489 @@
+"""Scheduler nodes against the real PostgreSQL and Kafka of the stack: runs fire at
+their second and are published once, partitions are shared and fenced, and the job's
+policies (pause, edit, overlap, misfire, priority) decide what a scan writes."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from sqlalchemy import Engine, text
+
+from kit.core.dispatch import PRIORITY_TIERS
+from kit.core.ids import run_id
+from kit.core.partitions import partition_of
+from kit.core.policies import MisfirePolicy
+from kit.core.retry import RetryPolicy
+from kit.core.schedule import parse_schedule
+from kit.core.timeutil import to_epoch_ms
+from kit.scheduler.node import NodeConfig, SchedulerNode
+from kit.settings import Settings
+from kit.store.jobs import JobCreate, JobSpec, JobUpdate, job_create, job_update
+from kit.transport import RunMessage, RunPublisher, ensure_topics, topic_for
+
+pytestmark = pytest.mark.integration
+
+FAR_MS = 2**62  # "dispatch everything held now"
+
+
+# -- fixtures -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def prefix(settings: Settings) -> str:
+    p = f"cf_test_sched.{uuid.uuid4().hex[:10]}"
+    ensure_topics(settings.kafka_bootstrap, 1, prefix=p)
+    return p
+
+
+@pytest.fixture
+def publisher(settings: Settings, prefix: str) -> Iterator[RunPublisher]:
+    pub = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix, linger_ms=1)
+    yield pub
+    pub.close()
+
+
+@pytest.fixture
+def make_node(engine: Engine, publisher: RunPublisher) -> Iterator:
+    nodes: list[SchedulerNode] = []
+
+    def make(node_id: str = "n1", **cfg: int) -> SchedulerNode:
+        node = SchedulerNode(engine, publisher, node_id, NodeConfig(**cfg))
+        nodes.append(node)
+        return node
+
+    yield make
+    for node in nodes:
+        node.kill()
+
+
+def messages(settings: Settings, prefix: str) -> list[RunMessage]:
+    """Every message on the test's tier topics, from the beginning."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": f"cf-test-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
+    out: list[RunMessage] = []
+    try:
+        for tier in PRIORITY_TIERS:
+            topic = topic_for(tier, prefix)
+            tp = TopicPartition(topic, 0, 0)
+            _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            if high == 0:
+                continue
+            consumer.assign([tp])
+            got = 0
+            while got < high:
+                msg = consumer.poll(5)
+                assert msg is not None, f"{topic}: expected {high} messages, read {got}"
+                if msg.error():
+                    continue
+                out.append(RunMessage.from_bytes(msg.value()))
+                got += 1
+    finally:
+        consumer.close()
+    return out
+
+
+def spec(name: str, schedule: dict, now: datetime, **extra: object) -> JobSpec:
+    misfire = extra.pop("misfire", MisfirePolicy())
+    return JobSpec(
+        name=name,
+        schedule=parse_schedule(schedule, now=now),
+        task={"type": "noop"},
+        retry=RetryPolicy().to_dict(),
+        misfire=misfire.to_dict(),  # type: ignore[attr-defined]
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def create(engine: Engine, name: str, schedule: dict, now: datetime, **extra: object) -> str:
+    made = job_create(engine, JobCreate("acme", spec(name, schedule, now, **extra), now=now))
+    return made.job.job_id
+
+
+def db_now(engine: Engine) -> datetime:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT now()")).scalar_one()
+
+
+def rows(engine: Engine, sql: str, **params: object) -> list:
+    with engine.connect() as conn:
+        return list(conn.execute(text(sql), params))
+
+
+def runs_of(engine: Engine, job_id: str) -> list:
+    return rows(
+        engine,
+        "SELECT * FROM runs WHERE job_id = :j ORDER BY scheduled_at",
+        j=job_id,
+    )
+
+
+def owned_node(make_node, **cfg: int) -> SchedulerNode:
+    node = make_node(**cfg)
+    node.lease_pass()
+    assert len(node.leases.epochs) == cfg.get("partitions", 1024)
+    return node
+
+
+def move_trigger(engine: Engine, job_id: str, to: datetime) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE triggers SET fire_at = :at WHERE job_id = :j"), {"at": to, "j": job_id}
+        )
+
+
+# -- firing -----------------------------------------------------------------------------
+
+
+def test_cron_and_one_off_fire_at_their_second(engine, make_node, settings, prefix) -> None:
+    start = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
+    cron = create(engine, "minutely", {"cron": "* * * * *"}, start)
+    one_off = create(engine, "once", {"at": "2030-01-01T00:01:02Z"}, start)
+    node = owned_node(make_node)
+
+    early = node.scan_once(now=start + timedelta(seconds=20))  # window ends 00:00:55
+    assert early.held == []
+    scan = node.scan_once(now=start + timedelta(seconds=28))  # window ends 00:01:03
+    minute, at = datetime(2030, 1, 1, 0, 1, tzinfo=UTC), datetime(2030, 1, 1, 0, 1, 2, tzinfo=UTC)
+    assert {(h.job_id, h.due_ms) for h in scan.held} == {
+        (cron, to_epoch_ms(minute)),
+        (one_off, to_epoch_ms(at)),
+    }
+    assert node.dispatch_due(to_epoch_ms(minute) - 1) == []  # not before its second
+    assert [h.run_id for h in node.dispatch_due(to_epoch_ms(minute))] == [run_id(cron, minute)]
+    assert [h.run_id for h in node.dispatch_due(to_epoch_ms(at))] == [run_id(one_off, at)]
+
+    for job, when in ((cron, minute), (one_off, at)):
+        (run,) = runs_of(engine, job)
+        assert str(run.run_id) == run_id(job, when) and run.scheduled_at == when
+        assert run.status == "dispatched" and run.dispatched_at is not None
+    triggers = rows(engine, "SELECT job_id::text, fire_at FROM triggers")
+    assert [(t.job_id, t.fire_at) for t in triggers] == [(cron, minute + timedelta(minutes=1))]
+    got = messages(settings, prefix)
+    assert sorted((m.run_id, m.attempt, m.tier) for m in got) == sorted(
+        [(run_id(cron, minute), 1, "normal"), (run_id(one_off, at), 1, "normal")]
+    )
+
+
+def test_running_node_publishes_each_run_not_before_its_second(
+    engine, make_node, settings, prefix
+) -> None:
+    now = db_now(engine)
+    job = create(engine, "every-second", {"every_s": 1}, now)
+    node = make_node(scan_ahead_ms=2000)
+    node.start()
+    try:
+        _wait(lambda: len(rows(engine, "SELECT 1 FROM runs WHERE dispatched_at IS NOT NULL")) >= 3)
+    finally:
+        node.stop()
+    runs = runs_of(engine, job)
+    dispatched = [r for r in runs if r.dispatched_at is not None]
+    assert len(dispatched) >= 3
+    assert all(r.dispatched_at >= r.scheduled_at for r in dispatched)
+    times = [r.scheduled_at for r in runs]
+    assert times == [times[0] + timedelta(seconds=i) for i in range(len(times))]  # none missed
+    sent = Counter(m.run_id for m in messages(settings, prefix))
+    assert all(sent[str(r.run_id)] == 1 for r in dispatched) and max(sent.values()) == 1
+    assert rows(engine, "SELECT owner FROM partition_leases WHERE owner IS NOT NULL") == []
+
+
+def _wait(cond, timeout_s: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.1)
+
+
+# -- membership, leases, fencing --------------------------------------------------------
+
+
+def owners(engine: Engine) -> Counter:
+    live = rows(
+        engine,
+        "SELECT owner FROM partition_leases WHERE owner IS NOT NULL AND expires_at > now()",
+    )
+    return Counter(r.owner for r in live)
+
+
+def test_two_then_three_nodes_share_the_partitions(engine, make_node) -> None:
+    a, b = make_node("a"), make_node("b")
+    for _ in range(3):
+        for n in (a, b):
+            n.lease_pass()
+    assert owners(engine) == {"a": 512, "b": 512}
+    assert set(a.leases.epochs).isdisjoint(b.leases.epochs)
+    c = make_node("c")
+    for _ in range(3):
+        for n in (a, b, c):
+            n.lease_pass()
+    assert sorted(owners(engine).values()) == [341, 341, 342]
+    held = [set(n.leases.epochs) for n in (a, b, c)]
+    assert sum(len(h) for h in held) == 1024 and len(set().union(*held)) == 1024
+    # c leaves gracefully: its partitions go back to a and b at a new epoch
+    before = dict(a.leases.epochs)
+    c.leases.leave()
+    for _ in range(2):
+        for n in (a, b):
+            n.lease_pass()
+    assert owners(engine) == {"a": 512, "b": 512}
+    assert all(a.leases.epochs[p] == e for p, e in before.items())  # a kept its own
+
+
+def test_fenced_node_commits_nothing_for_a_lost_partition(engine, make_node) -> None:
+    now = db_now(engine)
+    taken = create(engine, "taken", {"at": (now + timedelta(seconds=2)).isoformat()}, now)
+    expired = create(engine, "expired", {"at": (now + timedelta(seconds=2)).isoformat()}, now)
+    kept = create(engine, "kept", {"at": (now + timedelta(seconds=2)).isoformat()}, now)
+    parts = [partition_of(j) for j in (taken, expired, kept)]
+    assert len(set(parts)) == 3
+    node = owned_node(make_node)
+    with engine.begin() as conn:  # another node took one over; the other lease expired
+        conn.execute(
+            text(
+                "UPDATE partition_leases SET owner = 'intruder', epoch = epoch + 1 "
+                "WHERE partition_id = :p"
+            ),
+            {"p": parts[0]},
+        )
+        conn.execute(
+            text(
+                "UPDATE partition_leases SET expires_at = now() - interval '1 s' "
+                "WHERE partition_id = :p"
+            ),
+            {"p": parts[1]},
+        )
+    scan = node.scan_once()
+    assert scan.refused == {parts[0], parts[1]}
+    assert [h.job_id for h in scan.held] == [kept]
+    assert runs_of(engine, taken) == [] and runs_of(engine, expired) == []
+    left = rows(engine, "SELECT job_id::text AS j FROM triggers ORDER BY 1")
+    assert sorted(r.j for r in left) == sorted([taken, expired])
+    assert parts[0] not in node.leases.epochs and parts[1] not in node.leases.epochs
+    # the lease pass re-takes the expired partition at a new epoch, not the intruder's
+    node.lease_pass()
+    assert parts[0] not in node.leases.epochs and parts[1] in node.leases.epochs
+    assert [h.job_id for h in node.scan_once().held] == [expired]
+
+
+def test_no_run_twice_none_missed_across_a_killed_and_restarted_node(
+    engine, make_node, settings, prefix
+) -> None:
+    cfg = {"scan_ahead_ms": 1500, "lease_ttl_ms": 2000, "heartbeat_ms": 300}
+    now = db_now(engine)
+    run_all = MisfirePolicy("run_all")
+    jobs = [create(engine, f"j{i}", {"every_s": 1}, now, misfire=run_all) for i in range(40)]
+    nodes = [make_node(n, **cfg) for n in ("a", "b")]
+    for n in nodes:
+        n.start()
+    import time
+
+    time.sleep(2.5)
+    c = make_node("c", **cfg)
+    c.start()
+    time.sleep(2.5)
+    nodes[0].kill()  # no release: its leases expire, its held runs are the reaper's
+    time.sleep(3.5)
+    a2 = make_node("a", **cfg)
+    a2.start()
+    time.sleep(3)
+    for n in (nodes[1], c, a2):
+        n.stop()
+    end = db_now(engine)
+
+    all_runs = rows(
+        engine,
+        "SELECT job_id::text AS j, scheduled_at, status, dispatched_at, "
+        "run_id::text AS r FROM runs",
+    )
+    by_job: dict[str, list[datetime]] = {}
+    for r in all_runs:
+        by_job.setdefault(r.j, []).append(r.scheduled_at)
+    for job in jobs:
+        times = sorted(by_job[job])
+        assert len(times) == len(set(times))
+        expected = [times[0] + timedelta(seconds=i) for i in range(len(times))]
+        assert times == expected, f"job {job}: a fire time is missing"
+        assert times[-1] >= end - timedelta(seconds=2)
+    sent = Counter(m.run_id for m in messages(settings, prefix))
+    assert max(sent.values()) == 1
+    dispatched = {r.r for r in all_runs if r.dispatched_at is not None}
+    assert set(sent) == dispatched
+    undispatched = [r for r in all_runs if r.dispatched_at is None]
+    assert all(r.status == "pending" for r in undispatched)  # left for the reaper
+    assert sorted(owners(engine).values()) == []  # everyone left or expired...
+    # ...except that the killed node's leases were taken over, never released by it
+    assert rows(engine, "SELECT 1 FROM partition_leases WHERE owner = 'a'") == []
+
+
+# -- policies -----------------------------------------------------------------------------
+
+
+def test_paused_job_records_a_skipped_run_and_advances(engine, make_node) -> None:
+    now = db_now(engine)
+    job = create(engine, "paused", {"every_s": 10}, now, paused=True)
+    node = owned_node(make_node)
+    (trig,) = rows(engine, "SELECT fire_at FROM triggers")
+    scan = node.scan_once(now=trig.fire_at - timedelta(seconds=1))
+    assert scan.held == [] and scan.skipped == {"paused": 1}
+    (run,) = runs_of(engine, job)
+    assert (run.status, run.skip_reason, run.scheduled_at) == ("skipped", "paused", trig.fire_at)
+    assert rows(engine, "SELECT fire_at FROM triggers")[0].fire_at == trig.fire_at + timedelta(
+        seconds=10
+    )
+
+
+def test_an_old_version_trigger_never_fires(engine, make_node) -> None:
+    now = db_now(engine)
+    job = create(engine, "edited", {"every_s": 60}, now)
+    (old,) = rows(engine, "SELECT * FROM triggers")
+    job_update(engine, JobUpdate("acme", job, {"priority": "high"}))
+    with engine.begin() as conn:  # the old trigger survived a race with the edit
+        conn.execute(
+            text(
+                "INSERT INTO triggers (partition_id, fire_at, job_id, job_version) "
+                "VALUES (:p, :f, :j, 1)"
+            ),
+            {"p": old.partition_id, "f": old.fire_at - timedelta(seconds=30), "j": job},
+        )
+    node = owned_node(make_node)
+    scan = node.scan_once(now=old.fire_at - timedelta(seconds=2))
+    assert [(h.due_ms, h.tier) for h in scan.held] == [(to_epoch_ms(old.fire_at), "high")]
+    assert scan.dropped == 1
+    (run,) = runs_of(engine, job)
+    assert run.job_version == 2 and run.scheduled_at == old.fire_at
+    left = rows(engine, "SELECT job_version FROM triggers")
+    assert [t.job_version for t in left] == [2]
+
+
+def _insert_run(engine: Engine, job: str, at: datetime, status: str) -> str:
+    rid = run_id(job, at)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO runs (run_id, job_id, tenant, job_version, scheduled_at, status, "
+                "trigger_kind, lease_token) VALUES (:r, :j, 'acme', 1, :at, :s, 'schedule', 't')"
+            ),
+            {"r": rid, "j": job, "at": at, "s": status},
+        )
+    return rid
+
+
+@pytest.mark.parametrize("policy", ["forbid", "replace", "queue", "allow"])
+def test_overlap_policies(engine, make_node, policy) -> None:
+    now = db_now(engine)
+    job = create(engine, f"overlap-{policy}", {"every_s": 30}, now, overlap=policy)
+    (trig,) = rows(engine, "SELECT fire_at FROM triggers")
+    running = _insert_run(engine, job, trig.fire_at - timedelta(seconds=30), "running")
+    node = owned_node(make_node)
+    if policy != "allow":
+        assert node.scan_once(now=trig.fire_at - timedelta(seconds=3)).triggers == 1
+        assert len(runs_of(engine, job)) == 1  # only judged within a second of the fire
+    scan = node.scan_once(now=trig.fire_at - timedelta(milliseconds=500))
+    new = [r for r in runs_of(engine, job) if str(r.run_id) != running]
+    (old,) = [r for r in runs_of(engine, job) if str(r.run_id) == running]
+    assert len(new) == 1
+    outcome = (old.status, new[0].status, new[0].skip_reason, len(scan.held))
+    assert (
+        outcome
+        == {
+            "forbid": ("running", "skipped", "overlap", 0),
+            "replace": ("cancelled", "pending", None, 1),
+            "queue": ("running", "pending", "queued", 0),
+            "allow": ("running", "pending", None, 1),
+        }[policy]
+    )
+    if policy == "replace":
+        assert old.lease_token is None
+
+
+def test_misfire_policies_after_an_outage(engine, make_node) -> None:
+    now = db_now(engine)
+    jobs = {
+        kind: create(
+            engine,
+            f"misfire-{kind}",
+            {"every_s": 10},
+            now,
+            misfire=MisfirePolicy(kind, deadline_s=25),
+        )
+        for kind in ("run_all", "run_once", "skip_late")
+    }
+    node = owned_node(make_node)
+    outage_end = now + timedelta(hours=1)  # the scan runs an hour later than the triggers
+    for job in jobs.values():
+        (t,) = rows(engine, "SELECT fire_at FROM triggers WHERE job_id = :j", j=job)
+        move_trigger(engine, job, t.fire_at + timedelta(seconds=3540))  # 50-60 s late
+    node.scan_once(now=outage_end)
+    for kind, job in jobs.items():
+        runs = runs_of(engine, job)
+        ages = [(outage_end - r.scheduled_at).total_seconds() for r in runs]
+        assert all(b - a == 10 for a, b in zip(ages[1:], ages[:-1], strict=False))
+        fired = [a for a, r in zip(ages, runs, strict=True) if r.status == "pending"]
+        skipped = {r.skip_reason for r in runs if r.status == "skipped"}
+        late = [a for a in ages if a > 2]
+        if kind == "run_all":
+            assert len(fired) == len(runs) and skipped == set()
+        elif kind == "run_once":
+            assert [a for a in fired if a > 2] == [min(late)] and skipped == {"misfire"}
+        else:
+            assert all(a <= 25 for a in fired) and skipped == {"misfire"}
+            assert len([a for a in ages if a > 25]) == len(runs) - len(fired)
+
+
+def test_catch_up_backlog_goes_highest_priority_first(engine, make_node, settings, prefix):
+    now = db_now(engine)
+    past = now - timedelta(seconds=30)
+    made = []
+    for i, tier in enumerate(["low", "normal", "critical", "high"] * 3):
+        at = past + timedelta(seconds=i)
+        made.append(
+            create(
+                engine,
+                f"p{i}",
+                {"at": at.isoformat()},
+                now - timedelta(minutes=1),
+                priority=tier,
+                misfire=MisfirePolicy("run_all"),
+            )
+        )
+    node = owned_node(make_node)
+    assert len(node.scan_once().held) == 12
+    sent = node.dispatch_due(FAR_MS)
+    assert [h.tier for h in sent] == ["critical"] * 3 + ["high"] * 3 + ["normal"] * 3 + ["low"] * 3
+    for tier_runs in (sent[i : i + 3] for i in range(0, 12, 3)):
+        assert [h.due_ms for h in tier_runs] == sorted(h.due_ms for h in tier_runs)
+    assert sorted(m.tier for m in messages(settings, prefix)) == sorted(h.tier for h in sent)
+
+
+def test_retry_trigger_rearms_and_dispatches_its_run(engine, make_node, settings, prefix):
+    now = db_now(engine)
+    job = create(engine, "retrying", {"every_s": 3600}, now)
+    first = now - timedelta(minutes=1)
+    rid = _insert_run(engine, job, first, "retry_scheduled")
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, "
+                "attempt, run_scheduled_at) VALUES (:p, :f, :j, 1, 'retry', 2, :s)"
+            ),
+            {"p": partition_of(job), "f": now + timedelta(seconds=1), "j": job, "s": first},
+        )
+    node = owned_node(make_node)
+    scan = node.scan_once(now=now)
+    assert [(h.run_id, h.attempt) for h in scan.held] == [(rid, 2)]
+    node.dispatch_due(FAR_MS)
+    (run,) = runs_of(engine, job)
+    assert (run.status, run.attempt) == ("dispatched", 2) and run.dispatched_at is not None
+    assert [(m.run_id, m.attempt) for m in messages(settings, prefix)] == [(rid, 2)]
+    assert rows(engine, "SELECT kind FROM triggers")[0].kind == "schedule"
