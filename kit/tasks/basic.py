@@ -1,0 +1,25 @@
+"""noop and sleep: tasks with no effect, for benchmarks and drills."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kit.tasks.context import RunContext, TaskResult
+
+NOOP_OK = TaskResult(True)
+
+
+def run_noop(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
+    return NOOP_OK
+
+
+def run_sleep(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
+    seconds = spec.get("seconds")
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
+        return TaskResult(False, "task.seconds: must be a number >= 0")
+    if ctx.cancel.wait(min(float(seconds), ctx.timeout_s)):
+        return TaskResult(False, "cancelled")
+    if seconds > ctx.timeout_s:
+        return TaskResult(False, f"timed out after {ctx.timeout_s:g} s")
+    return TaskResult(True, None, f"slept {seconds:g} s")

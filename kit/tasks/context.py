@@ -1,0 +1,53 @@
+"""What a task is given and what it gives back.
+
+The run id is the idempotency key: every task passes it on, so a duplicate delivery
+or a retry of a run whose effect already happened can be recognised by the target.
+`cancel` is set by the worker when the run is cancelled or its lease is lost; a task
+stops soon after (a process group is killed, a request abandoned, a sleep cut short).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RunContext:
+    run_id: str
+    attempt: int
+    timeout_s: float
+    cancel: threading.Event = field(default_factory=threading.Event)
+    # settings.http_allow_hosts: hosts/CIDRs the http task may reach though private.
+    allow_hosts: str = ""
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    ok: bool
+    error: str | None = None
+    detail: str | None = None
+
+
+class Deadline:
+    """The run's timeout as a monotonic deadline (tasks read the clock; core does not)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._at = time.monotonic() + timeout_s
+
+    def remaining_s(self) -> float:
+        return max(0.0, self._at - time.monotonic())
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self._at
+
+
+def stopped(ctx: RunContext, deadline: Deadline) -> TaskResult | None:
+    """The failure to report if the run was cancelled or ran out of time, else None."""
+    if ctx.cancel.is_set():
+        return TaskResult(False, "cancelled")
+    if deadline.passed():
+        return TaskResult(False, f"timed out after {deadline.timeout_s:g} s")
+    return None

@@ -1,0 +1,119 @@
+"""Where an http task may connect: the SSRF guard.
+
+A job's URL is chosen by a tenant, but the request leaves from inside our network, so
+by default it may only reach globally routable unicast addresses: private, loopback,
+link-local, multicast, reserved, shared (CGNAT), documentation and unspecified ranges
+are refused, for IPv4 and IPv6 alike, and an IPv6 address that embeds an IPv4 one
+(IPv4-mapped, 6to4, Teredo) is judged by the IPv4 address inside. The operator can
+open holes with `http_allow_hosts`: host names (exact, case-insensitive) or CIDRs.
+
+The host is resolved once, every address it resolves to must pass, and the caller
+connects to the address that was checked: a second lookup could be answered
+differently (DNS rebinding).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import socket
+from dataclasses import dataclass
+
+from kit.core.errors import FieldError
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class EgressRefused(Exception):
+    """The destination is not one an http task may reach."""
+
+
+@dataclass(frozen=True)
+class AllowList:
+    hosts: frozenset[str] = frozenset()
+    networks: tuple[IPNetwork, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> AllowList:
+        """'internal.example, 10.1.0.0/16, 127.0.0.1, ::1' -> AllowList."""
+        return _parse_allow_list(text)
+
+    def permits(self, host: str, address: IPAddress) -> bool:
+        if _norm_host(host) in self.hosts:
+            return True
+        return any(address in net for net in self.networks if net.version == address.version)
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_allow_list(text: str) -> AllowList:
+    hosts: set[str] = set()
+    networks: list[IPNetwork] = []
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+            continue
+        except ValueError:
+            pass
+        if "/" in entry or any(c.isspace() for c in entry):
+            raise FieldError("http_allow_hosts", f"{entry!r} is neither a host name nor a CIDR")
+        hosts.add(_norm_host(entry))
+    return AllowList(frozenset(hosts), tuple(networks))
+
+
+def _norm_host(host: str) -> str:
+    return host.strip("[]").rstrip(".").lower()
+
+
+def refusal(address: IPAddress) -> str | None:
+    """Why this address may not be reached by default, or None if it may."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = address.ipv4_mapped or address.sixtofour or (address.teredo or (None, None))[1]
+        if embedded is not None:
+            reason = refusal(embedded)
+            return f"{reason} (embedded {embedded})" if reason else None
+    for name in ("unspecified", "loopback", "link_local", "multicast", "private", "reserved"):
+        if getattr(address, f"is_{name}"):
+            return name.replace("_", "-")
+    if isinstance(address, ipaddress.IPv6Address) and address.is_site_local:
+        return "site-local"
+    if not address.is_global:
+        return "non-global"
+    return None
+
+
+def resolve(host: str, port: int) -> list[IPAddress]:
+    """Every address of `host` (an IP literal resolves to itself), in resolver order."""
+    literal = host.strip("[]")
+    try:
+        return [ipaddress.ip_address(literal)]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(literal, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise EgressRefused(f"cannot resolve {host}: {exc.strerror}") from None
+    seen: dict[IPAddress, None] = {}
+    for _family, _type, _proto, _canon, sockaddr in infos:
+        seen[ipaddress.ip_address(str(sockaddr[0]).split("%")[0])] = None
+    return list(seen)
+
+
+def checked_address(host: str, port: int, allow: AllowList) -> IPAddress:
+    """Resolve once and check every address; the one to connect to, or EgressRefused."""
+    addresses = resolve(host, port)
+    if not addresses:
+        raise EgressRefused(f"{host} resolves to no address")
+    for address in addresses:
+        if allow.permits(host, address):
+            continue
+        reason = refusal(address)
+        if reason:
+            raise EgressRefused(
+                f"{host} resolves to {address}, a {reason} address; allow-list it in "
+                "http_allow_hosts to reach it"
+            )
+    return addresses[0]

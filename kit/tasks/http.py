@@ -1,0 +1,115 @@
+"""The http task: one request, the run id as Idempotency-Key, no redirects.
+
+httpx (already a dependency) rather than the stdlib: it can be told to connect to a
+given IP while verifying TLS for the real name (the `sni_hostname` extension), so the
+address the SSRF guard checked is the one connected to, with no second DNS lookup;
+`trust_env=False` keeps an environment proxy from bypassing that guard. A redirect is
+not followed (it could point anywhere, the guard included): a 3xx is a failure that
+names its status and Location. Only a bounded excerpt of the response body is read.
+
+The request runs on a helper thread so the run's timeout and the worker's cancel
+stop it promptly: closing the client aborts a request blocked in a read.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from kit.tasks.context import Deadline, RunContext, TaskResult, stopped
+from kit.tasks.egress import AllowList, EgressRefused, checked_address
+
+EXCERPT_BYTES = 2048
+METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
+_OWN_HEADERS = (
+    "host",
+    "accept-encoding",
+    "idempotency-key",
+    "x-cronfleet-run-id",
+    "x-cronfleet-attempt",
+)
+
+
+def run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
+    deadline = Deadline(ctx.timeout_s)
+    try:
+        request = _request(spec, ctx)
+    except (ValueError, EgressRefused, httpx.InvalidURL) as exc:
+        return TaskResult(False, str(exc))
+    outcome: list[TaskResult] = []
+    client = httpx.Client(
+        follow_redirects=False,
+        trust_env=False,
+        timeout=httpx.Timeout(max(0.001, deadline.remaining_s())),
+    )
+
+    def send() -> None:
+        try:
+            outcome.append(_send(client, request))
+        except httpx.TimeoutException:
+            outcome.append(TaskResult(False, f"timed out after {deadline.timeout_s:g} s"))
+        except (httpx.HTTPError, OSError, RuntimeError) as exc:
+            outcome.append(TaskResult(False, f"request failed: {type(exc).__name__}: {exc}"))
+
+    worker = threading.Thread(target=send, name=f"http-{ctx.run_id}", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.05)
+        if worker.is_alive() and (failure := stopped(ctx, deadline)):
+            client.close()  # aborts the blocked read; the thread then ends on its own
+            return failure
+    client.close()
+    return outcome[0]
+
+
+def _request(spec: Mapping[str, Any], ctx: RunContext) -> httpx.Request:
+    method = str(spec.get("method", "GET")).upper()
+    if method not in METHODS:
+        raise ValueError(f"task.method: must be one of {', '.join(sorted(METHODS))}")
+    url = httpx.URL(str(spec.get("url", "")))
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError("task.url: must be an absolute http:// or https:// URL")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    address = checked_address(url.host, port, AllowList.parse(ctx.allow_hosts))
+    ip_host = f"[{address}]" if isinstance(address, ipaddress.IPv6Address) else str(address)
+    headers = {
+        k: v for k, v in dict(spec.get("headers") or {}).items() if k.lower() not in _OWN_HEADERS
+    }
+    headers["Host"] = url.netloc.decode("ascii")
+    headers["Accept-Encoding"] = "identity"  # the excerpt is raw bytes: no decompression
+    headers["Idempotency-Key"] = ctx.run_id
+    headers["X-Cronfleet-Run-Id"] = ctx.run_id
+    headers["X-Cronfleet-Attempt"] = str(ctx.attempt)
+    body = spec.get("body")
+    return httpx.Request(
+        method,
+        url.copy_with(host=ip_host.strip("[]")),
+        headers=headers,
+        content=body.encode() if isinstance(body, str) else None,
+        extensions={"sni_hostname": url.host},
+    )
+
+
+def _send(client: httpx.Client, request: httpx.Request) -> TaskResult:
+    response = client.send(request, stream=True)
+    try:
+        excerpt = bytearray()
+        for chunk in response.iter_raw():
+            excerpt += chunk
+            if len(excerpt) >= EXCERPT_BYTES:
+                break
+    finally:
+        response.close()
+    text = bytes(excerpt[:EXCERPT_BYTES]).decode("utf-8", errors="replace")
+    status = response.status_code
+    detail = f"HTTP {status}; body: {text}" if text else f"HTTP {status}"
+    if 200 <= status < 300:
+        return TaskResult(True, None, detail)
+    if 300 <= status < 400:
+        where = response.headers.get("location", "?")
+        return TaskResult(False, f"HTTP {status} redirect to {where} (not followed)", detail)
+    return TaskResult(False, f"HTTP {status}", detail)

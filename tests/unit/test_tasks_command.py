@@ -1,0 +1,132 @@
+"""The command task: argv without a shell, run id in the environment, the whole
+process group killed on timeout and cancel."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kit.tasks import RunContext, execute
+from kit.tasks.command import group_alive, run_command
+
+PY = sys.executable
+
+
+def ctx(timeout_s: float = 30.0, **kw: object) -> RunContext:
+    return RunContext("run-abc", 3, timeout_s, **kw)  # type: ignore[arg-type]
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan may wait a while for PID 1 to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+def wait_for_file(path: Path) -> str:
+    deadline = time.monotonic() + 10
+    while not (path.exists() and path.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return path.read_text().strip()
+
+
+def test_environment_carries_the_run_id_and_not_the_workers_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CRONFLEET_DATABASE_URL", "postgresql://secret@db/x")
+    code = "import json, os; print(json.dumps(dict(os.environ)))"
+    spec = {
+        "type": "command",
+        "argv": [PY, "-c", code],
+        "env": {"MY_VAR": "1", "CRONFLEET_RUN_ID": "forged"},
+    }
+    result = execute(spec, ctx())
+    assert result.ok, result
+    env = json.loads((result.detail or "").split("stdout: ", 1)[1])
+    assert env["CRONFLEET_RUN_ID"] == "run-abc"
+    assert env["CRONFLEET_IDEMPOTENCY_KEY"] == "run-abc"
+    assert env["CRONFLEET_ATTEMPT"] == "3"
+    assert env["MY_VAR"] == "1"
+    assert "CRONFLEET_DATABASE_URL" not in env
+
+
+def test_no_shell_is_involved() -> None:
+    result = execute({"type": "command", "argv": ["echo", "$HOME;", "rm", "*"]}, ctx())
+    assert result.ok
+    assert result.detail == "exit code 0; stdout: $HOME; rm *"
+
+
+def test_non_zero_exit_fails_with_a_bounded_stderr_excerpt() -> None:
+    code = "import sys; sys.stderr.write('x' * 100000 + 'LAST'); sys.exit(3)"
+    result = execute({"type": "command", "argv": [PY, "-c", code]}, ctx())
+    assert not result.ok
+    assert (result.error or "").startswith("exit code 3; stderr: ")
+    assert result.error.endswith("LAST")  # type: ignore[union-attr]
+    assert len(result.error) < 2048 + 100  # type: ignore[arg-type]
+
+
+def test_missing_program_and_bad_argv_fail_cleanly(tmp_path: Path) -> None:
+    missing = execute({"type": "command", "argv": [str(tmp_path / "nope")]}, ctx())
+    assert not missing.ok and "cannot start" in (missing.error or "")
+    assert not execute({"type": "command", "argv": []}, ctx()).ok
+    assert not execute({"type": "command", "argv": "ls -l"}, ctx()).ok
+
+
+def _family_script(pidfile: Path) -> str:
+    """A child that starts a grandchild, records its pid, and waits forever."""
+    return (
+        "import subprocess, sys, time\n"
+        "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(g.pid))\n"
+        "time.sleep(120)\n"
+    )
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    spec = {"type": "command", "argv": [PY, "-c", _family_script(pidfile)]}
+    result = execute(spec, ctx(timeout_s=2.0))
+    assert not result.ok
+    assert (result.error or "").startswith("timed out after 2 s; process group killed")
+    grandchild = int(wait_for_file(pidfile))
+    assert not running(grandchild)
+
+
+def test_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "grandchild.pid"
+    cancel = threading.Event()
+    spec = {"type": "command", "argv": [PY, "-c", _family_script(pidfile)]}
+    setter = threading.Thread(target=lambda: (wait_for_file(pidfile), cancel.set()))
+    setter.start()
+    result = execute(spec, ctx(cancel=cancel))
+    setter.join()
+    assert not result.ok and (result.error or "").startswith("cancelled; process group killed")
+    assert not running(int(pidfile.read_text()))
+
+
+def test_a_process_ignoring_sigterm_is_killed() -> None:
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    result = run_command({"argv": [PY, "-c", code]}, ctx(timeout_s=0.5), kill_grace_s=0.2)
+    assert not result.ok
+    assert result.detail == "exit code -9"
+
+
+def test_members_left_behind_after_exit_are_stopped(tmp_path: Path) -> None:
+    pidfile = tmp_path / "bg.pid"
+    script = f"sleep 120 & echo $! > {pidfile}; exit 0"
+    result = execute({"type": "command", "argv": ["sh", "-c", script]}, ctx())
+    assert result.ok
+    assert not running(int(pidfile.read_text()))
+
+
+def test_group_alive_sees_own_group() -> None:
+    assert group_alive(os.getpgid(0))
+    assert not group_alive(2**22 + 12345)  # no such group

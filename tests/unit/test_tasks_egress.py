@@ -1,0 +1,104 @@
+"""The http task's SSRF guard: which addresses are refused, and the allow-list."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from kit.core.errors import FieldError
+from kit.tasks import RunContext, execute
+from kit.tasks.egress import AllowList, EgressRefused, checked_address, refusal
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("127.9.9.9", "loopback"),
+        ("10.1.2.3", "private"),
+        ("172.16.0.1", "private"),
+        ("192.168.1.1", "private"),
+        ("169.254.169.254", "link-local"),  # cloud metadata
+        ("224.0.0.1", "multicast"),
+        ("0.0.0.0", "unspecified"),
+        ("100.64.0.1", "non-global"),  # shared address space (CGNAT)
+        ("::1", "loopback"),
+        ("::", "unspecified"),
+        ("fe80::1", "link-local"),
+        ("fc00::1", "private"),
+        ("fd12:3456::1", "private"),
+        ("ff02::1", "multicast"),
+        ("fec0::1", "site-local"),
+        ("::ffff:127.0.0.1", "loopback (embedded 127.0.0.1)"),
+        ("::ffff:10.0.0.1", "private (embedded 10.0.0.1)"),
+        ("::ffff:169.254.169.254", "link-local (embedded 169.254.169.254)"),
+        ("2002:a00:1::1", "private (embedded 10.0.0.1)"),  # 6to4
+    ],
+)
+def test_non_public_addresses_are_refused(address: str, reason: str) -> None:
+    assert refusal(ipaddress.ip_address(address)) == reason
+
+
+@pytest.mark.parametrize(
+    "address", ["8.8.8.8", "1.1.1.1", "93.184.216.34", "2001:4860:4860::8888", "::ffff:8.8.8.8"]
+)
+def test_public_addresses_pass(address: str) -> None:
+    assert refusal(ipaddress.ip_address(address)) is None
+
+
+def test_ip_literal_hosts_are_checked_without_dns() -> None:
+    with pytest.raises(EgressRefused, match=r"127\.0\.0\.1, a loopback address"):
+        checked_address("127.0.0.1", 80, AllowList())
+    with pytest.raises(EgressRefused, match="link-local"):
+        checked_address("[fe80::1]", 80, AllowList())
+    assert checked_address("8.8.8.8", 443, AllowList()) == ipaddress.ip_address("8.8.8.8")
+
+
+def test_localhost_by_name_is_refused_unless_allow_listed() -> None:
+    with pytest.raises(EgressRefused, match="loopback"):
+        checked_address("localhost", 80, AllowList())
+    assert checked_address("localhost", 80, AllowList.parse("LOCALHOST.")).is_loopback
+
+
+def test_allow_list_by_cidr_and_single_address() -> None:
+    allow = AllowList.parse(" 10.0.0.0/8 , 127.0.0.1, fd00::/8, internal.example ")
+    assert allow.hosts == frozenset({"internal.example"})
+    assert checked_address("10.200.3.4", 80, allow) == ipaddress.ip_address("10.200.3.4")
+    assert checked_address("127.0.0.1", 80, allow).is_loopback
+    assert checked_address("fd00::5", 80, allow).is_private
+    with pytest.raises(EgressRefused):
+        checked_address("127.0.0.2", 80, allow)  # only 127.0.0.1 was allowed
+    with pytest.raises(EgressRefused):
+        checked_address("192.168.0.1", 80, allow)
+    assert allow.permits("Internal.Example", ipaddress.ip_address("10.0.0.1"))
+    assert not allow.permits("other.example", ipaddress.ip_address("192.168.0.1"))
+
+
+def test_bad_allow_list_entry_names_the_setting() -> None:
+    with pytest.raises(FieldError, match="http_allow_hosts"):
+        AllowList.parse("10.0.0.0/33")
+    with pytest.raises(FieldError, match="http_allow_hosts"):
+        AllowList.parse("bad host")
+
+
+def test_unresolvable_host_is_refused() -> None:
+    with pytest.raises(EgressRefused, match="cannot resolve"):
+        checked_address("no-such-host.invalid", 80, AllowList())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]:9/",
+        "http://[::ffff:127.0.0.1]:9/",
+        "https://localhost/",
+        "http://0.0.0.0:9/",
+    ],
+)
+def test_http_task_refuses_before_connecting(url: str) -> None:
+    result = execute({"type": "http", "url": url, "method": "GET"}, RunContext("r1", 1, 5.0))
+    assert not result.ok
+    assert "allow-list it in http_allow_hosts" in (result.error or "")
