@@ -5,7 +5,7 @@ Pure: the scheduler node reads the trigger rows and their jobs, calls `decide_sc
 with the scan's `now_ms`, and writes what it returns in one fenced transaction. The
 model can call the same function.
 
-Rules (documented in docs/scheduler.md too):
+Rules:
 - A trigger whose job is gone, or whose `job_version` is not the job's current
   version, is deleted and never fires (an edit replaced it).
 - A fire time earlier than `now_ms - MISFIRE_GRACE_MS` is *late*: it goes through the
