@@ -1,0 +1,164 @@
+"""The http task against a real local HTTP server on 127.0.0.1 (allow-listed
+explicitly: by default the SSRF guard refuses loopback)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from kit.tasks import RunContext, execute
+from kit.tasks.http import EXCERPT_BYTES
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Seen:
+    path: str
+    method: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Server:
+    port: int
+    seen: list[Seen] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def url(self, path: str, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    state = Server(0)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _handle(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            state.seen.append(Seen(self.path, self.command, dict(self.headers.items()), body))
+            if self.path == "/redirect":
+                self.send_response(302)
+                self.send_header("Location", "/ok")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if self.path == "/slow":
+                state.release.wait(30)
+            status = 500 if self.path == "/fail" else 200
+            payload = b"B" * 100_000 + b"END" if self.path == "/big" else b"hello"
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _handle
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    state.port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    state.release.set()
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def ctx(timeout_s: float = 10.0, allow: str = "127.0.0.1", **kw: object) -> RunContext:
+    return RunContext("run-42", 2, timeout_s, allow_hosts=allow, **kw)  # type: ignore[arg-type]
+
+
+def test_request_carries_the_idempotency_key(server: Server) -> None:
+    spec = {
+        "type": "http",
+        "method": "POST",
+        "url": server.url("/ok?x=1"),
+        "headers": {"X-Custom": "yes", "Idempotency-Key": "forged", "Content-Type": "text/plain"},
+        "body": "payload",
+    }
+    result = execute(spec, ctx())
+    assert result.ok, result
+    assert result.detail == "HTTP 200; body: hello"
+    [seen] = server.seen
+    assert (seen.method, seen.path, seen.body) == ("POST", "/ok?x=1", b"payload")
+    assert seen.headers["Idempotency-Key"] == "run-42"
+    assert seen.headers["X-Cronfleet-Run-Id"] == "run-42"
+    assert seen.headers["X-Cronfleet-Attempt"] == "2"
+    assert seen.headers["X-Custom"] == "yes"
+    assert seen.headers["Host"] == f"127.0.0.1:{server.port}"
+
+
+def test_loopback_is_refused_unless_allow_listed(server: Server) -> None:
+    spec = {"type": "http", "method": "GET", "url": server.url("/ok")}
+    refused = execute(spec, ctx(allow=""))
+    assert not refused.ok and "loopback" in (refused.error or "")
+    assert server.seen == []
+    assert execute(spec, ctx(allow="127.0.0.0/8")).ok
+    assert len(server.seen) == 1
+
+
+def test_host_name_keeps_its_host_header_while_the_checked_ip_is_dialled(
+    server: Server,
+) -> None:
+    spec = {"type": "http", "method": "GET", "url": server.url("/ok", host="localhost")}
+    assert not execute(spec, ctx(allow="")).ok
+    result = execute(spec, ctx(allow="localhost"))
+    assert result.ok, result
+    assert server.seen[-1].headers["Host"] == f"localhost:{server.port}"
+
+
+def test_redirects_are_not_followed(server: Server) -> None:
+    result = execute({"type": "http", "method": "GET", "url": server.url("/redirect")}, ctx())
+    assert not result.ok
+    assert result.error == "HTTP 302 redirect to /ok (not followed)"
+    assert [s.path for s in server.seen] == ["/redirect"]
+
+
+def test_server_error_fails(server: Server) -> None:
+    result = execute({"type": "http", "method": "DELETE", "url": server.url("/fail")}, ctx())
+    assert not result.ok and result.error == "HTTP 500"
+
+
+def test_timeout_fails(server: Server) -> None:
+    result = execute({"type": "http", "method": "GET", "url": server.url("/slow")}, ctx(1.0))
+    assert not result.ok
+    assert result.error == "timed out after 1 s"
+
+
+def test_cancel_abandons_the_request(server: Server) -> None:
+    cancel = threading.Event()
+    timer = threading.Timer(0.3, cancel.set)
+    timer.start()
+    spec = {"type": "http", "method": "GET", "url": server.url("/slow")}
+    result = execute(spec, ctx(60.0, cancel=cancel))
+    timer.join()
+    assert result.error == "cancelled"
+
+
+def test_body_excerpt_is_bounded(server: Server) -> None:
+    result = execute({"type": "http", "method": "GET", "url": server.url("/big")}, ctx())
+    assert result.ok
+    body = (result.detail or "").split("body: ", 1)[1]
+    assert body == "B" * EXCERPT_BYTES
+
+
+def test_connection_refused_is_a_failure() -> None:
+    # A port nothing listens on: bind, take the number, close.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = {"type": "http", "method": "GET", "url": f"http://127.0.0.1:{port}/"}
+    result = execute(spec, ctx())
+    assert not result.ok and (result.error or "").startswith("request failed: ConnectError")
