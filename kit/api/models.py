@@ -109,6 +109,9 @@ class JobIn(_Strict):
     priority: Literal["critical", "high", "normal", "low"] = "normal"
     jitter_s: int = Field(default=0, ge=0, le=3600)
     paused: bool = False
+    pause_after_dead: int | None = Field(
+        default=None, ge=1, le=10_000, description="auto-pause after this many dead runs in a row"
+    )
 
     @field_validator("schedule")
     @classmethod
@@ -151,6 +154,7 @@ class JobIn(_Strict):
             priority=self.priority,
             jitter_s=self.jitter_s,
             paused=self.paused,
+            pause_after_dead=self.pause_after_dead,
         )
 
 
@@ -167,6 +171,7 @@ class JobPatch(_Strict):
     priority: Literal["critical", "high", "normal", "low"] | None = None
     jitter_s: int | None = Field(default=None, ge=0, le=3600)
     paused: bool | None = None
+    pause_after_dead: int | None = Field(default=None, ge=1, le=10_000)
 
     @field_validator("schedule")
     @classmethod
@@ -238,6 +243,7 @@ class JobOut(BaseModel):
     priority: str
     jitter_s: int
     paused: bool
+    pause_after_dead: int | None
     status: Literal["active", "paused", "finished"]
     version: int
     next_fire_at: datetime | None
@@ -260,6 +266,7 @@ class JobOut(BaseModel):
             priority=spec.priority,
             jitter_s=spec.jitter_s,
             paused=spec.paused,
+            pause_after_dead=spec.pause_after_dead,
             status=job.status,  # type: ignore[arg-type]
             version=job.version,
             next_fire_at=job.next_fire_at,

@@ -53,6 +53,7 @@ class JobSpec:
     priority: str = "normal"
     jitter_s: int = 0
     paused: bool = False
+    pause_after_dead: int | None = None  # auto-pause after this many dead runs in a row
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ def _row_values(tenant: str, job_id: str, spec: JobSpec) -> dict[str, Any]:
         "priority": spec.priority,
         "jitter_s": spec.jitter_s,
         "paused": spec.paused,
+        "pause_after_dead": spec.pause_after_dead,
     }
 
 
@@ -274,6 +276,7 @@ _JOB_COLUMNS = (
     "priority",
     "jitter_s",
     "paused",
+    "pause_after_dead",
     "version",
     "created_at",
     "updated_at",
@@ -342,6 +345,7 @@ def _record(row: Any) -> JobRecord:
         priority=row.priority,
         jitter_s=row.jitter_s,
         paused=row.paused,
+        pause_after_dead=row.pause_after_dead,
     )
     return JobRecord(
         job_id=str(row.job_id),
@@ -394,6 +398,8 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
                 fire_at = current.next_fire_at
             values = _row_values(params.tenant, params.job_id, spec)
             values.update(version=version, updated_at=now)
+            if current.spec.paused and not spec.paused:
+                values["dead_streak"] = 0  # a resumed job starts a new auto-pause streak
             conn.execute(update(jobs).where(jobs.c.job_id == params.job_id).values(**values))
             conn.execute(delete(triggers).where(triggers.c.job_id == params.job_id))
             if fire_at is not None:

@@ -116,7 +116,8 @@ def runs_republish_undispatched(
     engine: Engine, grace_ms: int, publish: Publish, limit: int = DEFAULT_BATCH
 ) -> list[RunPointer]:
     """Pending runs never published `grace_ms` after they were committed (a scheduler
-    died between commit and publish; a replayed dead letter): publish and mark them.
+    died between commit and publish), and replayed dead letters at once: publish them
+    and mark them dispatched.
 
     A run held back by the overlap policy 'queue' (skip_reason 'queued') is not one of
     them: the worker that finishes its job's running run releases and publishes it."""
@@ -127,8 +128,10 @@ def runs_republish_undispatched(
                 SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority
                 FROM runs r
                 WHERE r.status = 'pending' AND r.dispatched_at IS NULL
-                  AND r.created_at < now() - make_interval(
-                      secs => CAST(:grace_ms AS double precision) / 1000.0)
+                  AND (r.created_at < now() - make_interval(
+                          secs => CAST(:grace_ms AS double precision) / 1000.0)
+                       OR EXISTS (SELECT 1 FROM dead_letters d
+                                  WHERE d.run_id = r.run_id AND d.replayed_at IS NOT NULL))
                   AND r.skip_reason IS DISTINCT FROM :queued
                 ORDER BY r.scheduled_at
                 LIMIT :limit

@@ -34,7 +34,7 @@ def _run(args: argparse.Namespace) -> int:
     from kit.store.db import engine_for
     from kit.transport import RunPublisher, TieredConsumer, ensure_topics
     from kit.transport.message import DEFAULT_TOPIC_PREFIX
-    from kit.worker.worker import Worker, WorkerMetrics
+    from kit.worker.worker import Worker, WorkerMetrics, task_executor
 
     settings = load_settings()
     concurrency = args.concurrency if args.concurrency is not None else settings.worker_concurrency
@@ -62,6 +62,7 @@ def _run(args: argparse.Namespace) -> int:
         concurrency,
         settings.run_lease_ttl_ms,
         partitions=settings.partitions,
+        execute=task_executor(settings.http_allow_hosts),
         metrics=metrics,
     )
     stop = threading.Event()

@@ -47,15 +47,24 @@ _LAG_EVERY_S = 5.0
 _TIMEOUT_GRACE_S = 5.0  # the task kills itself at its timeout; this is the backstop
 
 
-def execute_task(
-    spec: dict[str, Any], run_id: str, attempt: int, timeout_s: int, cancel: threading.Event
-) -> tuple[bool, str | None]:
-    """Run a task of kit.tasks with the run id as its idempotency key."""
-    from kit.tasks import TaskContext, execute
+def task_executor(allow_hosts: str = "") -> Execute:
+    """Run tasks of kit.tasks with the run id as their idempotency key."""
+    from kit.tasks import RunContext, execute
 
-    ctx = TaskContext(run_id=run_id, attempt=attempt, timeout_s=timeout_s, cancel=cancel)
-    result = execute(spec, ctx)
-    return bool(result.ok), result.error
+    def run(
+        spec: dict[str, Any], run_id: str, attempt: int, timeout_s: int, cancel: threading.Event
+    ) -> tuple[bool, str | None]:
+        ctx = RunContext(
+            run_id=run_id,
+            attempt=attempt,
+            timeout_s=timeout_s,
+            cancel=cancel,
+            allow_hosts=allow_hosts,
+        )
+        result = execute(spec, ctx)
+        return bool(result.ok), result.error
+
+    return run
 
 
 class WorkerMetrics:
@@ -116,7 +125,7 @@ class Worker:
         *,
         heartbeat_ms: int | None = None,
         partitions: int = PARTITION_COUNT,
-        execute: Execute = execute_task,
+        execute: Execute | None = None,
         rng: random.Random | None = None,
         metrics: WorkerMetrics | None = None,
     ) -> None:
@@ -130,7 +139,7 @@ class Worker:
         self.lease_ttl_ms = lease_ttl_ms
         self.heartbeat_s = (heartbeat_ms or max(200, lease_ttl_ms // 3)) / 1000
         self.partitions = partitions
-        self.execute = execute
+        self.execute = execute or task_executor()
         self.rng = rng or random.Random()
         self.metrics = metrics or WorkerMetrics()
         self._rng_lock = threading.Lock()

@@ -1,0 +1,168 @@
+"""The worker's SQL against the real PostgreSQL: a batch claims in one statement and
+only what is still claimable at the message's attempt; heartbeats extend the leases it
+holds; finishes need the token; failures retry with backoff or dead-letter, and
+repeated dead letters pause the job."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from sqlalchemy import Engine, select, text
+
+from kit.store.claims import (
+    Claim,
+    run_finish_failed,
+    run_finish_ok,
+    runs_claim,
+    runs_heartbeat,
+)
+from kit.store.reaping import runs_reap_expired, runs_republish_undispatched
+from kit.store.schema import dead_letters, jobs, triggers
+from tests.integration.worker_rows import expire_lease, make_job, make_run, rearm_retry, run_row
+
+pytestmark = pytest.mark.integration
+TTL_MS = 30_000
+
+
+def test_batch_claim_takes_only_claimable_runs_at_their_attempt(engine: Engine) -> None:
+    job = make_job(engine)
+    pending = make_run(engine, job)
+    dispatched = make_run(
+        engine,
+        job,
+        status="dispatched",
+        scheduled_at=run_row(engine, pending).scheduled_at.replace(minute=1),
+    )
+    done = make_run(
+        engine,
+        job,
+        status="succeeded",
+        scheduled_at=run_row(engine, pending).scheduled_at.replace(minute=2),
+    )
+    claims = [Claim(pending, 1), Claim(dispatched, 2), Claim(done, 1), Claim(pending, 1)]
+    claimed = runs_claim(engine, claims, "w1", TTL_MS)
+    assert [c.run_id for c in claimed] == [pending]  # wrong attempt, finished, duplicate
+    row = run_row(engine, pending)
+    assert row.status == "running" and row.worker_id == "w1"
+    assert row.lease_token == claimed[0].lease_token and row.started_at is not None
+    assert claimed[0].task_spec == {"type": "noop"} and claimed[0].timeout_s == 60
+    # a second delivery of the same message claims nothing
+    assert runs_claim(engine, [Claim(pending, 1)], "w2", TTL_MS) == []
+    assert run_row(engine, pending).worker_id == "w1"
+
+
+def test_heartbeat_extends_held_leases_and_reports_lost_ones(engine: Engine) -> None:
+    job = make_job(engine)
+    a = make_run(engine, job)
+    [run] = runs_claim(engine, [Claim(a, 1)], "w1", 2000)
+    before = run_row(engine, a).lease_expires_at
+    kept, lost = runs_heartbeat(engine, [(a, run.lease_token), (a, "not-the-token")], TTL_MS)
+    assert kept == {a} and lost == set()
+    assert run_row(engine, a).lease_expires_at > before
+    with engine.begin() as conn:  # overlap 'replace' cancels it
+        conn.execute(text("UPDATE runs SET status = 'cancelled' WHERE run_id = :r"), {"r": a})
+    assert runs_heartbeat(engine, [(a, run.lease_token)], TTL_MS) == (set(), {a})
+
+
+def test_an_expired_worker_cannot_finish_after_the_reaper_requeued(engine: Engine) -> None:
+    job = make_job(engine)
+    rid = make_run(engine, job)
+    [first] = runs_claim(engine, [Claim(rid, 1)], "slow", TTL_MS)
+    expire_lease(engine, rid)
+    published: list = []
+    reaped = runs_reap_expired(engine, published.extend)
+    assert [p.run_id for p in reaped.requeued] == [rid] and published == reaped.requeued
+    row = run_row(engine, rid)
+    assert (row.status, row.attempt, row.lease_token) == ("dispatched", 2, None)
+    assert row.errors[0]["error"] == "lease expired (worker slow)"
+    [second] = runs_claim(engine, [Claim(rid, 2)], "fast", TTL_MS)
+    assert not run_finish_ok(engine, rid, first.lease_token).accepted  # stale
+    assert not run_finish_failed(engine, rid, first.lease_token, "x", random.Random(1)).accepted
+    assert run_finish_ok(engine, rid, second.lease_token).accepted
+    row = run_row(engine, rid)
+    assert (row.status, row.worker_id) == ("succeeded", "fast")
+
+
+def test_failure_writes_a_retry_trigger_then_dead_letters_and_pauses(engine: Engine) -> None:
+    retry = {"max_attempts": 2, "base_s": 4.0, "cap_s": 60.0, "jitter": "none"}
+    job = make_job(engine, retry=retry, pause_after_dead=1)
+    rid = make_run(engine, job)
+    [run] = runs_claim(engine, [Claim(rid, 1)], "w", TTL_MS)
+    result = run_finish_failed(engine, rid, run.lease_token, "exit 1", random.Random(0))
+    assert (result.accepted, result.status, result.next_attempt) == (True, "retry_scheduled", 2)
+    row = run_row(engine, rid)
+    assert row.status == "retry_scheduled" and row.retry_at == result.retry_at
+    # backoff without jitter: base_s after the first failure, from the database clock
+    assert 3.9 <= (row.retry_at - row.finished_at).total_seconds() <= 4.1
+    with engine.begin() as conn:
+        trig = conn.execute(select(triggers).where(triggers.c.kind == "retry")).one()
+    assert (trig.attempt, trig.fire_at, trig.run_scheduled_at) == (
+        2,
+        row.retry_at,
+        row.scheduled_at,
+    )
+    assert rearm_retry(engine, rid) == 2
+    [run] = runs_claim(engine, [Claim(rid, 2)], "w", TTL_MS)
+    result = run_finish_failed(engine, rid, run.lease_token, "exit 2", random.Random(0))
+    assert (result.status, result.job_paused) == ("dead", True)
+    with engine.begin() as conn:
+        letter = conn.execute(select(dead_letters)).one()
+        job_row = conn.execute(select(jobs).where(jobs.c.job_id == job)).one()
+    assert [(e["attempt"], e["error"]) for e in letter.errors] == [(1, "exit 1"), (2, "exit 2")]
+    assert (job_row.paused, job_row.dead_streak) == (True, 1)
+
+
+def test_success_resets_the_dead_streak(engine: Engine) -> None:
+    job = make_job(engine, retry={"max_attempts": 1}, pause_after_dead=3)
+    base = run_row(engine, make_run(engine, job)).scheduled_at
+    ids = [
+        run_row(engine, make_run(engine, job, scheduled_at=base.replace(minute=m))).run_id
+        for m in (1, 2)
+    ]
+    for rid in ids:
+        [run] = runs_claim(engine, [Claim(rid, 1)], "w", TTL_MS)
+        run_finish_failed(engine, rid, run.lease_token, "boom", random.Random(0))
+    with engine.begin() as conn:
+        assert conn.execute(select(jobs.c.dead_streak)).scalar_one() == 2
+    ok = make_run(engine, job, scheduled_at=base.replace(minute=3))
+    [run] = runs_claim(engine, [Claim(ok, 1)], "w", TTL_MS)
+    run_finish_ok(engine, ok, run.lease_token)
+    with engine.begin() as conn:
+        assert conn.execute(select(jobs.c.dead_streak, jobs.c.paused)).one() == (0, False)
+
+
+def test_expiry_on_the_last_attempt_dead_letters(engine: Engine) -> None:
+    job = make_job(engine, retry={"max_attempts": 1})
+    rid = make_run(engine, job)
+    runs_claim(engine, [Claim(rid, 1)], "gone", TTL_MS)
+    expire_lease(engine, rid)
+    reaped = runs_reap_expired(engine, lambda pointers: None)
+    assert reaped.dead == [rid] and reaped.requeued == []
+    assert run_row(engine, rid).status == "dead"
+
+
+def test_undispatched_runs_are_published_once_and_queued_ones_wait(engine: Engine) -> None:
+    job = make_job(engine)
+    plain = make_run(engine, job)
+    base = run_row(engine, plain).scheduled_at
+    queued = make_run(engine, job, scheduled_at=base.replace(minute=1), skip_reason="queued")
+    published: list = []
+    assert runs_republish_undispatched(engine, 60_000, published.extend) == []  # in grace
+    out = runs_republish_undispatched(engine, 0, published.extend)
+    assert [p.run_id for p in out] == [plain] == [p.run_id for p in published]
+    assert run_row(engine, plain).status == "dispatched"
+    assert run_row(engine, queued).status == "pending"
+    assert runs_republish_undispatched(engine, 0, published.extend) == []
+
+
+def test_finishing_releases_the_oldest_queued_run(engine: Engine) -> None:
+    job = make_job(engine, overlap="queue")
+    rid = make_run(engine, job)
+    base = run_row(engine, rid).scheduled_at
+    second = make_run(engine, job, scheduled_at=base.replace(minute=2), skip_reason="queued")
+    make_run(engine, job, scheduled_at=base.replace(minute=3), skip_reason="queued")
+    [run] = runs_claim(engine, [Claim(rid, 1)], "w", TTL_MS)
+    result = run_finish_ok(engine, rid, run.lease_token)
+    assert result.queued_next is not None and result.queued_next.run_id == second
+    assert run_row(engine, second).skip_reason is None

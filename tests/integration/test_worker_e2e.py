@@ -1,0 +1,281 @@
+"""Workers and the reaper on the real PostgreSQL and Kafka, with real command tasks.
+
+Runs are inserted and published by the test (no scheduler); the scheduler's retry
+re-arm is applied with the contract's SQL. Each test has its own topic prefix and
+consumer group. Waits poll the database up to a generous limit; nothing asserts speed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, select
+
+from kit.core.timeutil import to_epoch_ms
+from kit.reaper.reaper import Reaper
+from kit.settings import Settings
+from kit.store.schema import jobs, triggers
+from kit.transport import RunMessage, RunPublisher, TieredConsumer, ensure_topics
+from kit.worker.worker import Worker, WorkerMetrics, task_executor
+from tests.integration.worker_rows import make_job, make_run, rearm_retry, run_row
+
+pytestmark = pytest.mark.integration
+Headers = Callable[..., dict[str, str]]
+WAIT_S = 30.0
+
+
+@pytest.fixture
+def prefix(settings: Settings) -> Iterator[str]:
+    prefix = f"cf.wk.{uuid.uuid4().hex[:10]}"
+    ensure_topics(settings.kafka_bootstrap, 1, prefix=prefix)
+    yield prefix
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + ".")]
+    if topics:
+        for future in admin.delete_topics(topics).values():
+            future.result(timeout=10)
+
+
+@pytest.fixture
+def publisher(settings: Settings, prefix: str) -> Iterator[RunPublisher]:
+    pub = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
+    yield pub
+    pub.close()
+
+
+class Running:
+    def __init__(self, worker: Worker, consumer: TieredConsumer) -> None:
+        self.worker = worker
+        self.consumer = consumer
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=worker.run, args=(self.stop, 5.0), daemon=True)
+
+    @property
+    def metrics(self) -> WorkerMetrics:
+        return self.worker.metrics
+
+
+@pytest.fixture
+def start_worker(
+    settings: Settings, engine: Engine, prefix: str, publisher: RunPublisher
+) -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(ttl_ms: int = 30_000, heartbeat_ms: int | None = None, name: str = "w1") -> Running:
+        consumer = TieredConsumer(
+            settings.kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", topic_prefix=prefix
+        )
+        worker = Worker(
+            engine,
+            consumer,
+            publisher,
+            name,
+            concurrency=2,
+            lease_ttl_ms=ttl_ms,
+            heartbeat_ms=heartbeat_ms,
+            execute=task_executor(),
+        )
+        running = Running(worker, consumer)
+        running.thread.start()
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop.set()
+    for running in started:
+        running.thread.join(timeout=20)
+        running.consumer.close()
+
+
+def publish(publisher: RunPublisher, engine: Engine, run_id: str) -> None:
+    row = run_row(engine, run_id)
+    publisher.publish(
+        [
+            RunMessage(
+                run_id, str(row.job_id), row.attempt, to_epoch_ms(row.scheduled_at), row.priority
+            )
+        ]
+    )
+
+
+def wait_for(engine: Engine, run_id: str, *statuses: str) -> object:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        row = run_row(engine, run_id)
+        if row.status in statuses:
+            return row
+        assert time.monotonic() < deadline, f"run {run_id} still {row.status}, wanted {statuses}"
+        time.sleep(0.1)
+
+
+def ledger_task(ledger: Path, script: str = "") -> dict:
+    """A command that appends its idempotency key to the ledger after `script` passes."""
+    body = f'{script}\necho "$CRONFLEET_IDEMPOTENCY_KEY" >> "{ledger}"'
+    return {"type": "command", "argv": ["sh", "-c", body]}
+
+
+def test_run_succeeds_once_and_a_duplicate_delivery_is_skipped(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Running], tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    job = make_job(engine, task=ledger_task(ledger))
+    rid = make_run(engine, job)
+    publish(publisher, engine, rid)
+    publish(publisher, engine, rid)  # delivered twice
+    running = start_worker()
+    row = wait_for(engine, rid, "succeeded")
+    assert row.started_at is not None and row.finished_at >= row.started_at
+    assert row.dispatched_at is not None and row.worker_id == "w1"
+    deadline = time.monotonic() + WAIT_S
+    while running.metrics.value("cronfleet_worker_duplicate_deliveries_total") < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert ledger.read_text().split() == [rid]
+    assert running.metrics.value("cronfleet_worker_runs_total", outcome="succeeded") == 1
+    assert running.metrics.value("cronfleet_worker_start_lag_seconds_count") == 1
+
+
+def test_failing_task_retries_with_backoff_then_succeeds(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Running], tmp_path: Path
+) -> None:
+    tries = tmp_path / "tries"
+    # fails on its first two attempts (counted in a file), succeeds on the third
+    script = f'echo x >> "{tries}"; [ "$(wc -l < "{tries}")" -ge 3 ] || exit 3'
+    retry = {"max_attempts": 3, "base_s": 0.5, "cap_s": 10.0, "jitter": "none"}
+    job = make_job(engine, task=ledger_task(tmp_path / "ledger", script), retry=retry)
+    rid = make_run(engine, job)
+    start_worker()
+    for attempt, backoff_s in ((1, 0.5), (2, 1.0)):
+        publish(publisher, engine, rid)
+        row = wait_for(engine, rid, "retry_scheduled")
+        assert row.attempt == attempt and "exit" in row.error
+        assert abs((row.retry_at - row.finished_at).total_seconds() - backoff_s) < 0.05
+        with engine.begin() as conn:
+            trig = conn.execute(select(triggers).where(triggers.c.kind == "retry")).one()
+        assert (trig.attempt, trig.fire_at) == (attempt + 1, row.retry_at)
+        assert rearm_retry(engine, rid) == attempt + 1
+    publish(publisher, engine, rid)
+    row = wait_for(engine, rid, "succeeded")
+    assert row.attempt == 3 and [e["attempt"] for e in row.errors] == [1, 2]
+    assert (tmp_path / "ledger").read_text().split() == [rid]
+
+
+def test_always_failing_goes_dead_pauses_the_job_and_replays(
+    engine: Engine,
+    publisher: RunPublisher,
+    start_worker: Callable[..., Running],
+    tmp_path: Path,
+    client: TestClient,
+    auth: Headers,
+    settings: Settings,
+) -> None:
+    broken = tmp_path / "broken"
+    broken.write_text("yes")
+    task = ledger_task(tmp_path / "ledger", f'[ -e "{broken}" ] && exit 7')
+    job = make_job(engine, task=task, retry={"max_attempts": 1}, pause_after_dead=2)
+    first = make_run(engine, job)
+    second = make_run(
+        engine, job, scheduled_at=run_row(engine, first).scheduled_at.replace(year=2031)
+    )
+    start_worker()
+    publish(publisher, engine, first)
+    wait_for(engine, first, "dead")
+    with engine.begin() as conn:
+        assert conn.execute(select(jobs.c.paused)).scalar_one() is False
+    publish(publisher, engine, second)
+    wait_for(engine, second, "dead")
+    with engine.begin() as conn:
+        assert conn.execute(select(jobs.c.paused, jobs.c.dead_streak)).one() == (True, 2)
+    headers = auth()
+    letter = client.get(f"/v1/dead-letters/{first}", headers=headers).json()
+    assert letter["errors"][0]["error"].startswith("exit") or "7" in letter["errors"][0]["error"]
+    broken.unlink()  # the target is fixed; replay
+    assert client.post(f"/v1/dead-letters/{first}:replay", headers=headers).status_code == 200
+    reaper_pub = RunPublisher(settings.kafka_bootstrap, topic_prefix=publisher.topic_prefix)
+    try:
+        counts = Reaper(engine, reaper_pub, settings.undispatched_grace_ms).tick()
+    finally:
+        reaper_pub.close()
+    assert counts.republished == 1
+    row = wait_for(engine, first, "succeeded")
+    assert row.attempt == 2 and (tmp_path / "ledger").read_text().split() == [first]
+
+
+def test_expired_worker_cannot_finish(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Running], tmp_path: Path
+) -> None:
+    job = make_job(engine, task={"type": "command", "argv": ["sleep", "2"]})
+    rid = make_run(engine, job)
+    # never heartbeats: its lease runs out while the task sleeps
+    running = start_worker(ttl_ms=1000, heartbeat_ms=600_000)
+    publish(publisher, engine, rid)
+    wait_for(engine, rid, "running")
+    time.sleep(1.1)
+    reaper = Reaper(engine, publisher, 10_000)
+    assert reaper.tick().requeued == 1  # republished at attempt 2; the worker claims it
+    deadline = time.monotonic() + WAIT_S
+    while running.metrics.value("cronfleet_worker_stale_finishes_total") < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    row = run_row(engine, rid)
+    assert row.attempt >= 2 and row.errors[0]["error"].startswith("lease expired")
+
+
+def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
+    engine: Engine,
+    publisher: RunPublisher,
+    start_worker: Callable[..., Running],
+    tmp_path: Path,
+    settings: Settings,
+    db_url: str,
+    prefix: str,
+) -> None:
+    ledger = tmp_path / "ledger"
+    started = tmp_path / "started"
+    task = ledger_task(
+        ledger, f'echo $$ > "{started}.tmp"; mv "{started}.tmp" "{started}"; sleep 3'
+    )
+    job = make_job(engine, task=task)
+    rid = make_run(engine, job)
+    env = {
+        **os.environ,
+        "CRONFLEET_DATABASE_URL": db_url,
+        "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "CRONFLEET_RUN_LEASE_TTL_MS": "2000",
+    }
+    argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "doomed"]
+    argv += ["--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    try:
+        publish(publisher, engine, rid)
+        deadline = time.monotonic() + WAIT_S
+        while not started.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert run_row(engine, rid).worker_id == "doomed"
+        # the machine dies: the worker and its task (in its own process group), mid-run
+        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(os.getpgid(int(started.read_text())), signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert not ledger.exists()
+    time.sleep(2.1)  # the lease (2 s) runs out
+    assert Reaper(engine, publisher, 10_000).tick().requeued == 1
+    start_worker(name="rescuer")
+    row = wait_for(engine, rid, "succeeded")
+    assert (row.worker_id, row.attempt) == ("rescuer", 2)
+    assert ledger.read_text().split() == [rid]  # the effect, once
