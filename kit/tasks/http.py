@@ -38,6 +38,8 @@ def run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
     deadline = Deadline(ctx.timeout_s)
     try:
         request = _request(spec, ctx)
+    except UnicodeEncodeError as exc:
+        return TaskResult(False, f"task.headers: names and values must be ASCII ({exc.reason})")
     except (ValueError, EgressRefused, httpx.InvalidURL) as exc:
         return TaskResult(False, str(exc))
     outcome: list[TaskResult] = []
