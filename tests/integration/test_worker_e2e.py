@@ -279,3 +279,43 @@ def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
     row = wait_for(engine, rid, "succeeded")
     assert (row.worker_id, row.attempt) == ("rescuer", 2)
     assert ledger.read_text().split() == [rid]  # the effect, once
+
+
+def test_sigterm_finishes_the_in_flight_run_and_exits(
+    engine: Engine,
+    publisher: RunPublisher,
+    tmp_path: Path,
+    settings: Settings,
+    db_url: str,
+    prefix: str,
+) -> None:
+    import socket
+    import urllib.request
+
+    started = tmp_path / "started"
+    job = make_job(engine, task=ledger_task(tmp_path / "ledger", f'touch "{started}"; sleep 1'))
+    rid = make_run(engine, job)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "CRONFLEET_DATABASE_URL": db_url}
+    env["CRONFLEET_KAFKA_BOOTSTRAP"] = settings.kafka_bootstrap
+    argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "polite", "--metrics-port"]
+    argv += [str(port), "--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    try:
+        publish(publisher, engine, rid)
+        deadline = time.monotonic() + WAIT_S
+        while not started.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        assert b"cronfleet_worker_start_lag_seconds_count 1.0" in scraped
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=WAIT_S) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    row = run_row(engine, rid)
+    assert (row.status, row.worker_id) == ("succeeded", "polite")
