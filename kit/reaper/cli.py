@@ -62,7 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cronfleet")
     register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["reaper", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.func(args))
+    from kit.cli import UsageError
+
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"cronfleet {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
