@@ -117,7 +117,8 @@ def runs_republish_undispatched(
 ) -> list[RunPointer]:
     """Pending runs never published `grace_ms` after they were committed (a scheduler
     died between commit and publish), and replayed dead letters at once: publish them
-    and mark them dispatched.
+    and mark them dispatched. A re-armed retry counts its grace from its retry_at (when
+    the scheduler leaves it set), so the reaper does not publish it before its time.
 
     A run held back by the overlap policy 'queue' (skip_reason 'queued') is not one of
     them: the worker that finishes its job's running run releases and publishes it."""
@@ -128,7 +129,7 @@ def runs_republish_undispatched(
                 SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority
                 FROM runs r
                 WHERE r.status = 'pending' AND r.dispatched_at IS NULL
-                  AND (r.created_at < now() - make_interval(
+                  AND (greatest(r.created_at, r.retry_at) < now() - make_interval(
                           secs => CAST(:grace_ms AS double precision) / 1000.0)
                        OR EXISTS (SELECT 1 FROM dead_letters d
                                   WHERE d.run_id = r.run_id AND d.replayed_at IS NOT NULL))
