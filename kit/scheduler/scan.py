@@ -8,6 +8,7 @@ partition commits nothing for it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,7 +19,7 @@ from sqlalchemy import Engine
 from kit.core.dispatch import scan_window
 from kit.core.jitter import jitter_offset_ms
 from kit.core.policies import MisfirePolicy, OverlapPolicy
-from kit.core.schedule import parse_schedule
+from kit.core.schedule import Schedule, parse_schedule
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.core.trigger import DueTrigger, JobView, TriggerDecision, decide_scan
 from kit.store import scheduling as sql
@@ -55,11 +56,30 @@ class ScanResult:
 
 class JobViews:
     """Parsed jobs by (job_id, version): a schedule is parsed once per version, not
-    once per scan."""
+    once per scan; distinct schedule and misfire texts (many jobs share one) once."""
 
     def __init__(self, limit: int = 200_000) -> None:
         self._cache: dict[tuple[str, int], JobView] = {}
+        self._schedules: dict[tuple[str, Any], Schedule] = {}
+        self._misfires: dict[str, MisfirePolicy] = {}
         self._limit = limit
+
+    def _schedule(self, text: str, created_at: Any) -> Schedule:
+        data = json.loads(text)
+        key = (text, created_at if "every_s" in data and "anchor" not in data else None)
+        hit = self._schedules.get(key)
+        if hit is None:
+            hit = parse_schedule(data, now=created_at)
+            if len(self._schedules) >= self._limit:
+                self._schedules.clear()
+            self._schedules[key] = hit
+        return hit
+
+    def _misfire(self, text: str) -> MisfirePolicy:
+        hit = self._misfires.get(text)
+        if hit is None:
+            hit = self._misfires[text] = MisfirePolicy.parse(json.loads(text))
+        return hit
 
     def view(self, row: Any) -> JobView | None:
         if row.version is None:
@@ -71,12 +91,12 @@ class JobViews:
         view = JobView(
             job_id=row.job_id,
             version=row.version,
-            schedule=parse_schedule(dict(row.schedule), now=row.created_at),
+            schedule=self._schedule(row.schedule, row.created_at),
             priority=row.priority,
             jitter_offset_ms=jitter_offset_ms(row.job_id, row.jitter_s * 1000),
             paused=row.paused,
             overlap=OverlapPolicy.parse(row.overlap),
-            misfire=MisfirePolicy.parse(row.misfire),
+            misfire=self._misfire(row.misfire),
         )
         if len(self._cache) >= self._limit:
             self._cache.clear()

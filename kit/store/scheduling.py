@@ -130,7 +130,8 @@ _DUE = text(
     """
     SELECT t.partition_id, t.fire_at, t.job_id::text AS job_id, t.job_version, t.kind,
            t.attempt, t.run_scheduled_at,
-           j.tenant, j.version, j.schedule, j.overlap, j.misfire, j.priority, j.jitter_s,
+           j.tenant, j.version, j.schedule::text AS schedule, j.overlap, j.misfire::text AS misfire,
+           j.priority, j.jitter_s,
            j.paused, j.created_at
     FROM triggers AS t LEFT JOIN jobs AS j ON j.job_id = t.job_id
     WHERE t.partition_id = ANY(CAST(:parts AS smallint[])) AND t.fire_at <= :hi
@@ -227,7 +228,8 @@ def triggers_due(
     conn: Connection, partitions: Collection[int], hi: datetime, limit: int
 ) -> list[Any]:
     """Due triggers of `partitions` (fire_at <= hi), oldest first, joined with their
-    job (NULL columns when the job is gone), locked; ones locked elsewhere are skipped."""
+    job (NULL columns when the job is gone), locked; ones locked elsewhere are skipped.
+    schedule and misfire come as JSON text: the caller parses each distinct text once."""
     if not partitions:
         return []
     params = {"parts": sorted(partitions), "hi": hi, "limit": limit}
