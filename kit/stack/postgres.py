@@ -101,6 +101,7 @@ class Postgres:
         if self.pid() is not None:
             if self.answers():
                 progress(f"postgres: already running on 127.0.0.1:{self.port}")
+                self._ensure_role_and_database(bin_dir)  # cheap, and heals an older setup
                 return
             progress("postgres: running but not answering yet; waiting")
         else:
@@ -163,6 +164,9 @@ class Postgres:
             f"ALTER ROLE {ROLE} LOGIN CREATEDB PASSWORD '{PASSWORD}'; END IF; END $$;"
         )
         self._psql(bin_dir, role_sql)
+        # Tests drop their databases WITH (FORCE); a straggling backend of another role
+        # (a benchmark's, an operator's psql) must not make that fail.
+        self._psql(bin_dir, f"GRANT pg_signal_backend TO {ROLE}")
         exists = self._psql(bin_dir, f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE}'")
         if exists.strip() != "1":
             self._psql(bin_dir, f"CREATE DATABASE {DATABASE} OWNER {ROLE}")

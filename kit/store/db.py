@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 from sqlalchemy import (
@@ -36,3 +37,12 @@ def db_now(conn: Connection, now: datetime | None = None) -> datetime:
     if now is not None:
         return now
     return conn.execute(select(func.now())).scalar_one()
+
+
+def is_uuid(value: str) -> bool:
+    """Ids are UUIDs: anything else cannot name a row, so callers answer 404 without asking."""
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True

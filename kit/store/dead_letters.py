@@ -19,8 +19,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from kit.core.errors import FieldError
+from kit.store.db import is_uuid
 from kit.store.errors import RunNotFound, StoreError
-from kit.store.runs import _is_uuid, cursor_decode, cursor_encode
+from kit.store.runs import cursor_decode, cursor_encode
 
 MAX_PAGE = 500
 MAX_BULK_REPLAY = 1000
@@ -107,7 +108,7 @@ def dead_letters_list(
     (their `replayed_at` is set)."""
     if not 1 <= limit <= MAX_PAGE:
         raise FieldError("limit", f"must be between 1 and {MAX_PAGE}")
-    if job_id is not None and not _is_uuid(job_id):
+    if job_id is not None and not is_uuid(job_id):
         raise FieldError("job_id", "is not a job id")
     after = cursor_decode(cursor) if cursor else None
     sql = _SELECT + (
@@ -129,7 +130,7 @@ def dead_letters_list(
 
 
 def dead_letter_get(engine: Engine, tenant: str, run_id: str) -> DeadLetterRecord:
-    if not _is_uuid(run_id):
+    if not is_uuid(run_id):
         raise RunNotFound(run_id)
     with engine.begin() as conn:
         row = conn.execute(
@@ -150,7 +151,7 @@ UPDATE runs r SET status = 'pending', attempt = r.attempt + 1, dispatched_at = N
 
 def dead_letter_replay(engine: Engine, tenant: str, run_id: str) -> DeadLetterRecord:
     """Back to pending with a fresh budget; ReplayConflict when the run is not dead."""
-    if not _is_uuid(run_id):
+    if not is_uuid(run_id):
         raise RunNotFound(run_id)
     with engine.begin() as conn:
         row = conn.execute(
@@ -187,7 +188,7 @@ def dead_letters_replay_bulk(
     oldest first; returns how many. Runs already replayed are not touched again."""
     if not 1 <= limit <= MAX_BULK_REPLAY:
         raise FieldError("limit", f"must be between 1 and {MAX_BULK_REPLAY}")
-    if job_id is not None and not _is_uuid(job_id):
+    if job_id is not None and not is_uuid(job_id):
         raise FieldError("job_id", "is not a job id")
     if dead_from is not None and dead_to is not None and dead_to <= dead_from:
         raise FieldError("to", "must be after from")

@@ -31,7 +31,7 @@ from kit.core.schedule import (
     parse_schedule,
     schedule_to_dict,
 )
-from kit.store.db import db_now
+from kit.store.db import db_now, is_uuid
 from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken
 from kit.store.schema import idempotency_keys, jobs, triggers
 from kit.store.tenants import tenant_upsert_in
@@ -358,16 +358,8 @@ def _record(row: Any) -> JobRecord:
     )
 
 
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except (ValueError, TypeError, AttributeError):
-        return False
-    return True
-
-
 def job_get(engine: Engine, tenant: str, job_id: str) -> JobRecord:
-    if not _is_uuid(job_id):
+    if not is_uuid(job_id):
         raise JobNotFound(job_id)
     with engine.begin() as conn:
         record = _job_select(conn, tenant, job_id)
@@ -382,7 +374,7 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
     The schedule trigger keeps its fire time unless the schedule or jitter changed
     (then it is recomputed from now); a one-off that already fired stays fired.
     """
-    if not _is_uuid(params.job_id):
+    if not is_uuid(params.job_id):
         raise JobNotFound(params.job_id)
     try:
         with engine.begin() as conn:
@@ -425,7 +417,7 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
 
 def job_delete(engine: Engine, tenant: str, job_id: str) -> None:
     """Remove the job and its triggers; its runs stay as history."""
-    if not _is_uuid(job_id):
+    if not is_uuid(job_id):
         raise JobNotFound(job_id)
     with engine.begin() as conn:
         deleted = conn.execute(

@@ -30,7 +30,7 @@ from kit.core.queue_task import (
     nack_task,
 )
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
-from kit.store.db import db_now
+from kit.store.db import db_now, is_uuid
 from kit.store.errors import IdempotencyConflict, StoreError
 from kit.store.schema import queue_tasks
 
@@ -148,14 +148,6 @@ def _lease_values(task: QueueTask) -> dict[str, Any]:
 
 def _error_entry(attempt: int, error: str, now: datetime) -> list[dict[str, Any]]:
     return [{"attempt": attempt, "error": error, "at": now.isoformat()}]
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except (ValueError, TypeError, AttributeError):
-        return False
-    return True
 
 
 # ---------------------------------------------------------------------------
@@ -308,7 +300,7 @@ def _json_list(attempt: int, error: str, now: datetime) -> Any:
 
 
 def _locked(conn: Connection, tenant: str, task_id: str) -> Any:
-    if not _is_uuid(task_id):
+    if not is_uuid(task_id):
         raise TaskNotFound(task_id)
     row = conn.execute(
         select(queue_tasks)

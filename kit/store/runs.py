@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +18,7 @@ from sqlalchemy.dialects.postgresql import UUID, insert
 from kit.core.errors import FieldError
 from kit.core.ids import run_id as make_run_id
 from kit.core.timeutil import EPOCH
-from kit.store.db import db_now
+from kit.store.db import db_now, is_uuid
 from kit.store.errors import JobNotFound, RunNotFound
 from kit.store.schema import RUN_STATUSES, jobs, runs
 
@@ -75,14 +74,6 @@ def _record(row: Any) -> RunRecord:
     )
 
 
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except (ValueError, TypeError, AttributeError):
-        return False
-    return True
-
-
 def cursor_encode(scheduled_at: datetime, run_id: str) -> str:
     """Opaque to clients: the (scheduled_at, run_id) of the last run on a page."""
     micros = (scheduled_at - EPOCH) // timedelta(microseconds=1)
@@ -95,7 +86,7 @@ def cursor_decode(cursor: str) -> tuple[datetime, str]:
         padded = cursor + "=" * (-len(cursor) % 4)
         micros_text, run_id = base64.urlsafe_b64decode(padded).decode().split(":", 1)
         micros = int(micros_text)
-        if not _is_uuid(run_id):
+        if not is_uuid(run_id):
             raise ValueError(run_id)
         at = EPOCH + timedelta(microseconds=micros)
     except (ValueError, UnicodeDecodeError, binascii.Error, OverflowError, OSError) as exc:
@@ -121,7 +112,7 @@ def runs_list(
     if not 1 <= limit <= MAX_PAGE:
         raise FieldError("limit", f"must be between 1 and {MAX_PAGE}")
     after = cursor_decode(cursor) if cursor else None
-    if not _is_uuid(job_id):
+    if not is_uuid(job_id):
         raise JobNotFound(job_id)
     query = (
         select(runs)
@@ -156,7 +147,7 @@ def runs_list(
 
 
 def run_get(engine: Engine, tenant: str, run_id: str) -> RunRecord:
-    if not _is_uuid(run_id):
+    if not is_uuid(run_id):
         raise RunNotFound(run_id)
     with engine.begin() as conn:
         row = conn.execute(
@@ -173,7 +164,7 @@ def run_now(
     """Insert a manual run scheduled now (pending, not yet dispatched: the dispatcher or
     the reaper publishes it). Returns (run, created); a second call within the same
     millisecond names the same run id and returns the existing run."""
-    if not _is_uuid(job_id):
+    if not is_uuid(job_id):
         raise JobNotFound(job_id)
     with engine.begin() as conn:
         job = conn.execute(

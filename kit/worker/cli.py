@@ -78,21 +78,9 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m kit.worker.cli` before kit/cli.py maps the subcommand."""
+if __name__ == "__main__":  # `python -m kit.worker.cli ...` == `cronfleet worker ...`
     import sys
 
-    parser = argparse.ArgumentParser(prog="cronfleet")
-    register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["worker", *(sys.argv[1:] if argv is None else argv)])
-    from kit.cli import UsageError
+    from kit.cli import main
 
-    try:
-        return int(args.func(args))
-    except UsageError as exc:
-        print(f"cronfleet {args.command}: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(["worker", *sys.argv[1:]]))
