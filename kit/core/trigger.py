@@ -7,7 +7,9 @@ model can call the same function.
 
 Rules:
 - A trigger whose job is gone, or whose `job_version` is not the job's current
-  version, is deleted and never fires (an edit replaced it).
+  version, is deleted and never fires (an edit replaced it). A retry trigger is the
+  exception to the version rule: it is owed to a run that already fired, so it re-arms
+  under the new version; a deleted or paused job cancels it with the reason.
 - A fire time earlier than `now_ms - MISFIRE_GRACE_MS` is *late*: it goes through the
   job's misfire policy. Two seconds is the trigger-lag target, so a run that could no
   longer start on time counts as missed; anything younger fires as usual (a scan that
@@ -225,11 +227,11 @@ def _decide_retry(trigger: DueTrigger, job: JobView | None) -> TriggerDecision:
     if trigger.run_scheduled_at_ms is None:
         return TriggerDecision(trigger, delete=True, dropped=DROP_MALFORMED)
     rid = make_run_id(trigger.job_id, trigger.run_scheduled_at_ms)
+    # A retry is owed to a run that already fired: an edit does not void it (the worker
+    # runs the job's current task), only a deleted or paused job does, and says why.
     why = None
     if job is None:
         why = DROP_JOB_GONE
-    elif trigger.job_version != job.version:
-        why = DROP_STALE_VERSION
     elif job.paused:
         why = SKIP_PAUSED
     if why is not None or job is None:

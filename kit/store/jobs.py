@@ -33,7 +33,7 @@ from kit.core.schedule import (
 )
 from kit.store.db import db_now, is_uuid
 from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken
-from kit.store.schema import idempotency_keys, jobs, triggers
+from kit.store.schema import idempotency_keys, jobs, runs, triggers
 from kit.store.tenants import tenant_upsert_in
 
 _NAME_CONSTRAINT = "uq_jobs_tenant_name"
@@ -393,7 +393,13 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
             if current.spec.paused and not spec.paused:
                 values["dead_streak"] = 0  # a resumed job starts a new auto-pause streak
             conn.execute(update(jobs).where(jobs.c.job_id == params.job_id).values(**values))
-            conn.execute(delete(triggers).where(triggers.c.job_id == params.job_id))
+            # Replace the schedule trigger; retry triggers are owed to runs that already
+            # fired and survive the edit (the scheduler re-arms them under the new version).
+            conn.execute(
+                delete(triggers).where(
+                    triggers.c.job_id == params.job_id, triggers.c.kind != "retry"
+                )
+            )
             if fire_at is not None:
                 conn.execute(
                     triggers.insert().values(
@@ -426,3 +432,13 @@ def job_delete(engine: Engine, tenant: str, job_id: str) -> None:
         if deleted != 1:
             raise JobNotFound(job_id)
         conn.execute(delete(triggers).where(triggers.c.job_id == job_id))
+        # Runs owed but not started will not run now: say so in their history rather
+        # than leave them waiting for a trigger that no longer exists.
+        conn.execute(
+            update(runs)
+            .where(
+                runs.c.job_id == job_id,
+                runs.c.status.in_(("pending", "dispatched", "retry_scheduled")),
+            )
+            .values(status="cancelled", error="job deleted", lease_token=None)
+        )

@@ -122,6 +122,8 @@ jobs = Table(
 
 # The trigger index: one scheduler node scans its partitions with
 # `partition_id = :p AND fire_at <= now() + 5s`, which this primary key serves.
+# Migration 0004 sets its autovacuum storage parameters (every advance is a new row
+# version; see there), which MetaData does not carry.
 triggers = Table(
     "triggers",
     metadata,
@@ -175,6 +177,12 @@ runs = Table(
         "ix_runs_undispatched",
         "scheduled_at",
         postgresql_where=text("status = 'pending' AND dispatched_at IS NULL"),
+    ),
+    # The overlap policy: does this job have a run pending, dispatched or running?
+    Index(
+        "ix_runs_active_job_id",
+        "job_id",
+        postgresql_where=text("status IN ('pending', 'dispatched', 'running')"),
     ),
 )
 

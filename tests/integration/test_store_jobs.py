@@ -169,9 +169,32 @@ def test_delete_removes_triggers_and_keeps_runs(engine: Engine) -> None:
     assert len(trigger_rows(engine, other.job_id)) == 1
     with pytest.raises(JobNotFound):
         job_get(engine, "acme", job.job_id)
-    assert [r.run_id for r in runs_list(engine, "acme", job.job_id).runs] == [run.run_id]
+    history = runs_list(engine, "acme", job.job_id).runs
+    assert [r.run_id for r in history] == [run.run_id]
+    # the run was owed but never started: its history says why it will not run
+    assert (history[0].status, history[0].error) == ("cancelled", "job deleted")
     with pytest.raises(JobNotFound):
         job_delete(engine, "acme", job.job_id)
+
+
+def test_an_edit_keeps_the_retry_a_failed_run_is_owed(engine: Engine) -> None:
+    job = job_create(engine, JobCreate(tenant="acme", spec=spec(), now=NOW)).job
+    retry_at = NOW + timedelta(seconds=30)
+    with engine.begin() as conn:
+        conn.execute(
+            triggers.insert().values(
+                partition_id=partition_of(job.job_id),
+                fire_at=retry_at,
+                job_id=job.job_id,
+                job_version=1,
+                kind="retry",
+                attempt=2,
+                run_scheduled_at=NOW,
+            )
+        )
+    job_update(engine, JobUpdate(tenant="acme", job_id=job.job_id, changes={"name": "x"}, now=NOW))
+    kinds = sorted((r.kind, r.job_version) for r in trigger_rows(engine, job.job_id))
+    assert kinds == [("retry", 1), ("schedule", 2)]
 
 
 def test_other_tenants_job_is_not_found(engine: Engine) -> None:

@@ -137,6 +137,17 @@ def test_retry_trigger_rearms_its_run():
     assert d.rearm.attempt == 2 and d.rearm.due_ms == T0 + 3000 and d.delete and d.runs == ()
     paused = decide_trigger(t, every(60, paused=True), now_ms=T0, horizon_ms=T0 + 5000)
     assert paused.rearm is None and paused.cancel_run_id == run_id(JOB, T0 - 5000)
+    gone = decide_trigger(t, None, now_ms=T0, horizon_ms=T0 + 5000)
+    assert gone.rearm is None and gone.cancel_run_id == run_id(JOB, T0 - 5000)
+    assert gone.dropped == DROP_JOB_GONE
+
+
+def test_retry_survives_an_edit_of_its_job():
+    t = trig(T0 + 3000, kind="retry", attempt=2, run_scheduled_at_ms=T0 - 5000, version=1)
+    edited = every(60).__class__(JOB, 2, every(60).schedule)
+    d = decide_trigger(t, edited, now_ms=T0, horizon_ms=T0 + 5000)
+    assert d.rearm is not None and d.rearm.run_id == run_id(JOB, T0 - 5000)
+    assert d.cancel_run_id is None and d.dropped is None
 
 
 def test_scan_counts_runs_fired_earlier_in_the_scan_as_active():
