@@ -116,7 +116,8 @@ def runs_republish_undispatched(
     engine: Engine, grace_ms: int, publish: Publish, limit: int = DEFAULT_BATCH
 ) -> list[RunPointer]:
     """Pending runs never published `grace_ms` after they were committed (a scheduler
-    died between commit and publish), and replayed dead letters at once: publish them
+    died between commit and publish), and manual runs ("run now", written by the API,
+    which has no producer) and replayed dead letters at once: publish them
     and mark them dispatched. A re-armed retry counts its grace from its retry_at (when
     the scheduler leaves it set), so the reaper does not publish it before its time.
 
@@ -131,6 +132,7 @@ def runs_republish_undispatched(
                 WHERE r.status = 'pending' AND r.dispatched_at IS NULL
                   AND (greatest(r.created_at, r.retry_at) < now() - make_interval(
                           secs => CAST(:grace_ms AS double precision) / 1000.0)
+                       OR r.trigger_kind = 'manual'
                        OR EXISTS (SELECT 1 FROM dead_letters d
                                   WHERE d.run_id = r.run_id AND d.replayed_at IS NOT NULL))
                   AND r.skip_reason IS DISTINCT FROM :queued

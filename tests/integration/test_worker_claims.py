@@ -18,6 +18,7 @@ from kit.store.claims import (
     runs_heartbeat,
 )
 from kit.store.reaping import runs_reap_expired, runs_republish_undispatched
+from kit.store.runs import run_now
 from kit.store.schema import dead_letters, jobs, triggers
 from tests.integration.worker_rows import expire_lease, make_job, make_run, rearm_retry, run_row
 
@@ -154,6 +155,17 @@ def test_undispatched_runs_are_published_once_and_queued_ones_wait(engine: Engin
     assert run_row(engine, plain).status == "dispatched"
     assert run_row(engine, queued).status == "pending"
     assert runs_republish_undispatched(engine, 0, published.extend) == []
+
+
+def test_a_manual_run_is_published_on_the_next_pass_without_waiting_for_grace(
+    engine: Engine,
+) -> None:
+    job = make_job(engine)
+    run, _ = run_now(engine, "acme", job)
+    published: list = []
+    out = runs_republish_undispatched(engine, 60_000, published.extend)
+    assert [p.run_id for p in out] == [run.run_id] == [p.run_id for p in published]
+    assert run_row(engine, run.run_id).status == "dispatched"
 
 
 def test_finishing_releases_the_oldest_queued_run(engine: Engine) -> None:
