@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine
@@ -20,7 +20,7 @@ from kit.core.dispatch import scan_window
 from kit.core.jitter import jitter_offset_ms
 from kit.core.policies import MisfirePolicy, OverlapPolicy
 from kit.core.schedule import Schedule, parse_schedule
-from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+from kit.core.timeutil import EPOCH, to_epoch_ms
 from kit.core.trigger import DueTrigger, JobView, TriggerDecision, decide_scan
 from kit.store import scheduling as sql
 from kit.store.db import db_now
@@ -56,23 +56,34 @@ class ScanResult:
 
 class JobViews:
     """Parsed jobs by (job_id, version): a schedule is parsed once per version, not
-    once per scan; distinct schedule and misfire texts (many jobs share one) once."""
+    once per scan; distinct schedule and misfire texts (many jobs share one) once, and
+    the JSON is decoded only when a text is new."""
 
     def __init__(self, limit: int = 200_000) -> None:
         self._cache: dict[tuple[str, int], JobView] = {}
-        self._schedules: dict[tuple[str, Any], Schedule] = {}
+        self._schedules: dict[str, Schedule] = {}  # texts that do not depend on created_at
+        self._anchored: dict[tuple[str, int], Schedule] = {}  # every_s without an anchor
         self._misfires: dict[str, MisfirePolicy] = {}
+        self._overlaps: dict[str, OverlapPolicy] = {}
         self._limit = limit
 
-    def _schedule(self, text: str, created_at: Any) -> Schedule:
+    def _schedule(self, text: str, created_at_us: int) -> Schedule:
+        hit = self._schedules.get(text)
+        if hit is not None:
+            return hit
+        hit = self._anchored.get((text, created_at_us))
+        if hit is not None:
+            return hit
         data = json.loads(text)
-        key = (text, created_at if "every_s" in data and "anchor" not in data else None)
-        hit = self._schedules.get(key)
-        if hit is None:
-            hit = parse_schedule(data, now=created_at)
+        hit = parse_schedule(data, now=EPOCH + timedelta(microseconds=created_at_us))
+        if "every_s" in data and "anchor" not in data:
+            if len(self._anchored) >= self._limit:
+                self._anchored.clear()
+            self._anchored[(text, created_at_us)] = hit
+        else:
             if len(self._schedules) >= self._limit:
                 self._schedules.clear()
-            self._schedules[key] = hit
+            self._schedules[text] = hit
         return hit
 
     def _misfire(self, text: str) -> MisfirePolicy:
@@ -81,41 +92,37 @@ class JobViews:
             hit = self._misfires[text] = MisfirePolicy.parse(json.loads(text))
         return hit
 
-    def view(self, row: Any) -> JobView | None:
-        if row.version is None:
+    def _overlap(self, text: str) -> OverlapPolicy:
+        hit = self._overlaps.get(text)
+        if hit is None:
+            hit = self._overlaps[text] = OverlapPolicy.parse(text)
+        return hit
+
+    def view(self, row: tuple[Any, ...]) -> JobView | None:
+        """The job of a due-trigger row (kit.store.scheduling.DUE_COLUMNS), or None
+        when the job is gone."""
+        (_c, _p, _f, job_id, _jv, _k, _a, _r, version, _t, schedule, overlap, misfire,
+         priority, jitter_s, paused, created_at_us) = row  # fmt: skip
+        if version is None:
             return None
-        key = (row.job_id, row.version)
+        key = (job_id, version)
         hit = self._cache.get(key)
-        if hit is not None and hit.paused == row.paused:
+        if hit is not None and hit.paused == paused:
             return hit
         view = JobView(
-            job_id=row.job_id,
-            version=row.version,
-            schedule=self._schedule(row.schedule, row.created_at),
-            priority=row.priority,
-            jitter_offset_ms=jitter_offset_ms(row.job_id, row.jitter_s * 1000),
-            paused=row.paused,
-            overlap=OverlapPolicy.parse(row.overlap),
-            misfire=self._misfire(row.misfire),
+            job_id=job_id,
+            version=version,
+            schedule=self._schedule(schedule, created_at_us),
+            priority=priority,
+            jitter_offset_ms=jitter_offset_ms(job_id, jitter_s * 1000) if jitter_s else 0,
+            paused=paused,
+            overlap=self._overlap(overlap),
+            misfire=self._misfire(misfire),
         )
         if len(self._cache) >= self._limit:
             self._cache.clear()
         self._cache[key] = view
         return view
-
-
-def _due_trigger(row: Any) -> DueTrigger:
-    return DueTrigger(
-        partition_id=row.partition_id,
-        fire_at_ms=to_epoch_ms(row.fire_at),
-        job_id=row.job_id,
-        job_version=row.job_version,
-        kind=row.kind,
-        attempt=row.attempt,
-        run_scheduled_at_ms=(
-            to_epoch_ms(row.run_scheduled_at) if row.run_scheduled_at is not None else None
-        ),
-    )
 
 
 def scan_partitions(
@@ -141,50 +148,64 @@ def scan_partitions(
             return result
         now_ms = to_epoch_ms(at)
         _lo, hi_ms = scan_window(now_ms, scan_ahead_ms)
-        rows = sql.triggers_due(conn, locked, from_epoch_ms(hi_ms), batch)
+        rows = sql.triggers_due(conn, locked, hi_ms, batch)
         result.triggers = len(rows)
         result.full = len(rows) >= batch
         if not rows:
             return result
         views: dict[str, JobView] = {}
         tenants: dict[str, str] = {}
-        keys: dict[DueTrigger, tuple[int, datetime, str]] = {}
+        due: list[DueTrigger] = []
+        ctid_of: dict[int, str] = {}  # id(trigger) -> its row address
+        view_of = jobs.view
         for row in rows:
-            trig = _due_trigger(row)
-            keys[trig] = (row.partition_id, row.fire_at, row.job_id)
-            view = jobs.view(row)
-            if view is not None:
-                views[row.job_id] = view
-                tenants[row.job_id] = row.tenant
+            (ctid, part, fire_us, job_id, job_version, kind, attempt, rsa_us, version,
+             tenant) = row[:10]  # fmt: skip
+            trig = DueTrigger(
+                part,
+                fire_us // 1000,
+                job_id,
+                job_version,
+                kind,
+                attempt,
+                None if rsa_us is None else rsa_us // 1000,
+            )
+            due.append(trig)
+            ctid_of[id(trig)] = ctid
+            if version is not None:
+                view = view_of(row)
+                if view is not None:
+                    views[job_id] = view
+                    tenants[job_id] = tenant
         overlap_jobs = {j for j, v in views.items() if v.overlap is not OverlapPolicy.allow}
         active = sql.runs_active_counts(conn, overlap_jobs)
-        decisions = decide_scan(keys, views, active, now_ms, hi_ms)
-        _write(conn, decisions, keys, views, tenants, epochs, result)
+        decisions = decide_scan(due, views, active, now_ms, hi_ms)
+        _write(conn, decisions, ctid_of, views, tenants, epochs, result)
     return result
 
 
 def _write(
     conn: Any,
     decisions: list[TriggerDecision],
-    keys: Mapping[DueTrigger, tuple[int, datetime, str]],
+    ctid_of: Mapping[int, str],
     views: Mapping[str, JobView],
     tenants: Mapping[str, str],
     epochs: Mapping[int, int],
     result: ScanResult,
 ) -> None:
     sql.runs_cancel_active(conn, {d.trigger.job_id for d in decisions if d.cancel_active})
-    run_rows: list[sql.RunRow] = []
+    rows = sql.RunRows()
     partition_of_run: dict[str, int] = {}
     rearms: dict[str, int] = {}
     rearm_of: dict[str, Any] = {}
     cancels: dict[str, str] = {}
-    deletes: list[tuple[int, datetime, str]] = []
-    nexts: list[tuple[int, datetime, str, int]] = []
+    deletes: list[str] = []
+    nexts: list[tuple[int, int, str, int]] = []
     for d in decisions:
         trig = d.trigger
         if not d.delete:
             continue
-        deletes.append(keys[trig])
+        deletes.append(ctid_of[id(trig)])
         if d.dropped is not None and d.cancel_run_id is None:
             result.dropped += 1
         if d.cancel_run_id is not None:
@@ -193,46 +214,43 @@ def _write(
             rearms[d.rearm.run_id] = d.rearm.attempt
             rearm_of[d.rearm.run_id] = (d.rearm, trig.partition_id)
         job = views.get(trig.job_id)
-        for r in d.runs:
+        if d.runs:
             assert job is not None  # runs are only planned for a live job
-            run_rows.append(
-                sql.RunRow(
-                    run_id=r.run_id,
-                    job_id=r.job_id,
-                    tenant=tenants[r.job_id],
-                    job_version=job.version,
-                    priority=r.priority,
-                    scheduled_at=from_epoch_ms(r.scheduled_at_ms),
-                    status=r.status,
-                    trigger_kind=r.trigger_kind,
-                    skip_reason=r.skip_reason,
-                )
-            )
-            partition_of_run[r.run_id] = trig.partition_id
+            tenant = tenants[trig.job_id]
+            for r in d.runs:
+                rows.run_ids.append(r.run_id)
+                rows.job_ids.append(r.job_id)
+                rows.tenants.append(tenant)
+                rows.versions.append(job.version)
+                rows.priorities.append(r.priority)
+                rows.scheduled_at_ms.append(r.scheduled_at_ms)
+                rows.statuses.append(r.status)
+                rows.kinds.append(r.trigger_kind)
+                rows.skip_reasons.append(r.skip_reason)
+                partition_of_run[r.run_id] = trig.partition_id
         if d.next_fire_at_ms is not None and job is not None:
-            nexts.append(
-                (trig.partition_id, from_epoch_ms(d.next_fire_at_ms), trig.job_id, job.version)
-            )
-    inserted = sql.runs_insert(conn, run_rows)
+            nexts.append((trig.partition_id, d.next_fire_at_ms, trig.job_id, job.version))
+    inserted = sql.runs_insert(conn, rows)
     rearmed = sql.runs_rearm(conn, rearms)
     sql.runs_cancel_retries(conn, cancels)
     sql.triggers_delete(conn, deletes)
     sql.triggers_insert(conn, nexts)
-    for row in run_rows:
-        if row.run_id not in inserted:
+    held = result.held
+    skipped = result.skipped
+    for i, rid in enumerate(rows.run_ids):
+        if rid not in inserted:
             continue
-        if row.status == "pending" and row.skip_reason is None:
-            p = partition_of_run[row.run_id]
-            ms = to_epoch_ms(row.scheduled_at)
-            result.held.append(
-                HeldRun(row.run_id, row.job_id, 1, ms, ms, row.priority, p, epochs[p])
-            )
+        reason = rows.skip_reasons[i]
+        if rows.statuses[i] == "pending" and reason is None:
+            p = partition_of_run[rid]
+            ms = rows.scheduled_at_ms[i]
+            held.append(HeldRun(rid, rows.job_ids[i], 1, ms, ms, rows.priorities[i], p, epochs[p]))
         else:
-            reason = row.skip_reason or "skipped"
-            result.skipped[reason] = result.skipped.get(reason, 0) + 1
+            reason = reason or "skipped"
+            skipped[reason] = skipped.get(reason, 0) + 1
     for rid in rearmed:
         rearm, p = rearm_of[rid]
-        result.held.append(
+        held.append(
             HeldRun(
                 rid,
                 rearm.job_id,
