@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -25,14 +26,19 @@ from kit.scheduler.leases import LeasePass, PartitionLeases
 from kit.scheduler.scan import DEFAULT_BATCH, HeldRun, JobViews, ScanResult, scan_partitions
 from kit.store import scheduling as sql
 from kit.transport import PublishError, RunMessage
+from kit.transport.publisher import EncodedRun, encode
 
 log = logging.getLogger(__name__)
 
-PUBLISH_CHUNK = 10_000
+# Runs per produce+flush. Each chunk is marked dispatched on a second thread while the
+# next one is produced, so a burst reaches the queue without waiting on the database.
+PUBLISH_CHUNK = 5000
 
 
 class Publisher(Protocol):
     def publish(self, messages: Sequence[RunMessage], timeout_s: float = 10.0) -> None: ...
+
+    def publish_encoded(self, messages: Sequence[EncodedRun], timeout_s: float = 10.0) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,7 @@ class SchedulerNode:
         self._threads: list[threading.Thread] = []
         self.last_scan: ScanResult | None = None
         self.published = 0
+        self._marker = ThreadPoolExecutor(1, thread_name_prefix=f"{node_id}-mark")
 
     # -- steps --------------------------------------------------------------------------
 
@@ -141,31 +148,42 @@ class SchedulerNode:
         due = [r for r in due if epochs.get(r.partition_id) == r.epoch]
         if len({r.due_ms // 1000 for r in due}) > 1:
             due = catch_up_order(due, lambda r: r.tier, lambda r: r.due_ms)
-        sent: list[HeldRun] = []
-        for i in range(0, len(due), PUBLISH_CHUNK):
-            sent += self._publish(due[i : i + PUBLISH_CHUNK])
+        marks: list[Future[list[HeldRun]]] = []
+        try:
+            for i in range(0, len(due), PUBLISH_CHUNK):
+                ok = self._publish(due[i : i + PUBLISH_CHUNK])
+                marks.append(self._marker.submit(self._mark, ok, wall_ms()))
+        finally:
+            sent: list[HeldRun] = []
+            for f in marks:  # every publish is marked (or has failed) before returning
+                sent += f.result()
         return sent
 
     def _publish(self, runs: list[HeldRun]) -> list[HeldRun]:
+        """Produce and flush; the runs whose delivery was confirmed."""
         messages = [
-            RunMessage(r.run_id, r.job_id, r.attempt, r.scheduled_at_ms, r.tier) for r in runs
+            r.message
+            or encode(RunMessage(r.run_id, r.job_id, r.attempt, r.scheduled_at_ms, r.tier))
+            for r in runs
         ]
-        ok = runs
         try:
-            self.publisher.publish(messages)
+            self.publisher.publish_encoded(messages)
         except PublishError as exc:
             failed = set(exc.failed_run_ids)
-            ok = [r for r in runs if r.run_id not in failed]
             m.PUBLISH_FAILED.labels(self.node_id).inc(len(failed))
             log.error("%s: %s", self.node_id, exc)
-        published_ms = wall_ms()
+            return [r for r in runs if r.run_id not in failed]
+        return runs
+
+    def _mark(self, ok: list[HeldRun], published_ms: int) -> list[HeldRun]:
         with self.engine.begin() as conn:
             sql.runs_mark_dispatched(conn, [r.run_id for r in ok])
         lag = m.DISPATCH_LAG.labels(self.node_id)
         for r in ok:
             lag.observe(max(0, published_ms - r.due_ms) / 1000)
         m.RUNS_PUBLISHED.labels(self.node_id).inc(len(ok))
-        self.published += len(ok)
+        with self._lock:
+            self.published += len(ok)
         return ok
 
     # -- threads ------------------------------------------------------------------------

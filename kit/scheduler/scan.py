@@ -24,6 +24,8 @@ from kit.core.timeutil import EPOCH, to_epoch_ms
 from kit.core.trigger import DueTrigger, JobView, TriggerDecision, decide_scan
 from kit.store import scheduling as sql
 from kit.store.db import db_now
+from kit.transport.message import RunMessage
+from kit.transport.publisher import EncodedRun, encode
 
 DEFAULT_BATCH = 20_000
 
@@ -40,6 +42,25 @@ class HeldRun:
     tier: str
     partition_id: int
     epoch: int
+    message: EncodedRun | None = None  # the queue message, encoded while scanning
+
+    @classmethod
+    def ready(
+        cls,
+        run_id: str,
+        job_id: str,
+        attempt: int,
+        scheduled_at_ms: int,
+        due_ms: int,
+        tier: str,
+        partition_id: int,
+        epoch: int,
+    ) -> HeldRun:
+        """A held run with its message encoded now, ahead of its second."""
+        message = encode(RunMessage(run_id, job_id, attempt, scheduled_at_ms, tier))
+        return cls(
+            run_id, job_id, attempt, scheduled_at_ms, due_ms, tier, partition_id, epoch, message
+        )
 
 
 @dataclass
@@ -244,14 +265,16 @@ def _write(
         if rows.statuses[i] == "pending" and reason is None:
             p = partition_of_run[rid]
             ms = rows.scheduled_at_ms[i]
-            held.append(HeldRun(rid, rows.job_ids[i], 1, ms, ms, rows.priorities[i], p, epochs[p]))
+            held.append(
+                HeldRun.ready(rid, rows.job_ids[i], 1, ms, ms, rows.priorities[i], p, epochs[p])
+            )
         else:
             reason = reason or "skipped"
             skipped[reason] = skipped.get(reason, 0) + 1
     for rid in rearmed:
         rearm, p = rearm_of[rid]
         held.append(
-            HeldRun(
+            HeldRun.ready(
                 rid,
                 rearm.job_id,
                 rearm.attempt,

@@ -11,11 +11,13 @@ caller does not mark it dispatched; the reaper re-publishes it later.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from kit.transport.message import DEFAULT_TOPIC_PREFIX, RunMessage, topic_for
+from kit.transport.message import DEFAULT_TOPIC_PREFIX, MESSAGE_VERSION, RunMessage, topic_for
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,33 @@ class PublishError(RuntimeError):
         super().__init__(f"{len(failed_run_ids)} of {total} run messages not delivered: {reason}")
         self.failed_run_ids = failed_run_ids
         self.total = total
+
+
+class EncodedRun(NamedTuple):
+    """A RunMessage serialised ahead of its second (the scheduler encodes while it
+    scans, so the publish at the second only produces)."""
+
+    run_id: str
+    tier: str
+    key: bytes
+    value: bytes
+
+
+# ASCII letters, digits and '-' (UUIDs) need no escaping in JSON.
+_PLAIN = re.compile(r"[0-9A-Za-z-]+").fullmatch
+
+
+def encode(m: RunMessage) -> EncodedRun:
+    """`m.to_bytes()` with the key, built by formatting when the ids are plain (about
+    ten times faster than json.dumps); a unit test holds the bytes equal."""
+    if _PLAIN(m.run_id) and _PLAIN(m.job_id):
+        value = (
+            f'{{"v":{MESSAGE_VERSION},"run_id":"{m.run_id}","job_id":"{m.job_id}",'
+            f'"attempt":{m.attempt},"scheduled_at_ms":{m.scheduled_at_ms},"tier":"{m.tier}"}}'
+        ).encode()
+    else:
+        value = m.to_bytes()
+    return EncodedRun(m.run_id, m.tier, m.job_id.encode(), value)
 
 
 class RunPublisher:
@@ -57,6 +86,10 @@ class RunPublisher:
         Raises PublishError naming the runs not confirmed within `timeout_s`; those
         still queued locally are purged, so a failure reported is not sent later.
         """
+        self.publish_encoded([encode(m) for m in messages], timeout_s)
+
+    def publish_encoded(self, messages: Sequence[EncodedRun], timeout_s: float = 10.0) -> None:
+        """`publish` for messages encoded beforehand."""
         if not messages:
             return
         delivered: set[str] = set()
@@ -72,12 +105,15 @@ class RunPublisher:
             return on_delivery
 
         producer = self._producer
+        topics = {}
         for m in messages:
-            topic = topic_for(m.tier, self.topic_prefix)
-            value, key, callback = m.to_bytes(), m.job_id.encode(), outcome(m.run_id)
+            topic = topics.get(m.tier)
+            if topic is None:
+                topic = topics[m.tier] = topic_for(m.tier, self.topic_prefix)
+            callback = outcome(m.run_id)
             while True:
                 try:
-                    producer.produce(topic, value, key=key, on_delivery=callback)
+                    producer.produce(topic, m.value, key=m.key, on_delivery=callback)
                     break
                 except BufferError:
                     producer.poll(0.05)  # local queue full: let deliveries drain
