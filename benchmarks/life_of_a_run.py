@@ -489,7 +489,7 @@ def sustain(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, An
             pending = scalar(
                 p.engine,
                 "SELECT count(*) FROM runs WHERE tenant = 'bench' AND scheduled_at < :t1 "
-                "AND status NOT IN ('succeeded', 'failed', 'dead', 'skipped', 'cancelled')",
+                "AND status NOT IN ('succeeded', 'dead', 'skipped', 'cancelled')",
                 t1=t1,
             )
             if pending == 0:
