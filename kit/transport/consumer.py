@@ -244,6 +244,9 @@ class TieredConsumer:
     def _on_assign(self, tier: _Tier) -> _Rebalance:
         def on_assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
             consumer.assign(partitions)
+            # librdkafka can keep a partition paused across a re-assignment while our
+            # bookkeeping forgets it: resume, so no partition is left unfetched for good.
+            consumer.resume(partitions)
             if tier.assigned is None:
                 tier.assigned = set()
             tier.assigned |= {tp.partition for tp in partitions}

@@ -192,3 +192,33 @@ def test_publish_to_an_unreachable_broker_names_every_failed_run() -> None:
     with pytest.raises(PublishError, match=r"^25 of 25 run messages not delivered") as info:
         publisher.publish(batch, timeout_s=3)
     assert sorted(info.value.failed_run_ids) == sorted(m.run_id for m in batch)
+
+
+def test_two_consumers_of_one_group_share_and_drain_a_backlog(bootstrap: str) -> None:
+    """Regression: a partition paused before a rebalance stayed paused in librdkafka
+    after it was assigned again, so a second worker left half the queue unconsumed."""
+    import threading
+
+    prefix = f"cf.it.{uuid.uuid4().hex[:10]}"
+    ensure_topics(bootstrap, 6, prefix=prefix)
+    sent = runs("low", 6000)
+    RunPublisher(bootstrap, topic_prefix=prefix).publish(sent)
+    got: list[list[RunMessage]] = [[], []]
+
+    def consume(i: int) -> None:
+        with TieredConsumer(bootstrap, f"g-{prefix}", topic_prefix=prefix) as consumer:
+            deadline = time.monotonic() + 45
+            while time.monotonic() < deadline and sum(map(len, got)) < len(sent):
+                batch = consumer.poll_batch(max_messages=16, timeout_s=0.5)
+                got[i].extend(batch)
+                if batch:
+                    consumer.commit()
+
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    received = sorted(m.run_id for m in got[0] + got[1])
+    assert len(received) >= len(sent), f"consumed {[len(g) for g in got]} of {len(sent)}"
+    assert set(received) == {m.run_id for m in sent}
