@@ -16,6 +16,7 @@ from kit.api import errors
 from kit.api.auth import BearerAuth
 from kit.api.dead_letters import router as dead_letters_router
 from kit.api.limits import BodyLimit
+from kit.api.metrics import RequestMetrics, metrics_endpoint
 from kit.api.models import ErrorOut
 from kit.api.queues import router as queues_router
 from kit.api.routes import router
@@ -66,6 +67,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     # Outermost first: authenticate, then bound the body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(BearerAuth, engine=lambda: app.state.engine)
+    app.add_middleware(RequestMetrics)  # outermost: counts refused requests too
+    app.add_route("/metrics", metrics_endpoint, include_in_schema=False)
 
     @app.get("/healthz", tags=["health"], summary="Liveness and database reachability")
     async def healthz(request: Request) -> JSONResponse:

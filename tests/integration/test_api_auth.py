@@ -122,3 +122,20 @@ def test_other_tenants_objects_are_not_found(
     ] == [run["run_id"]]
     # The rival may use the same name: names are per tenant.
     assert client.post("/v1/jobs", json=JOB, headers=rival).status_code == 201
+
+
+def test_metrics_count_requests_by_route_template_including_refused_ones(
+    client: TestClient, auth: Callable[..., dict[str, str]]
+) -> None:
+    missing = "00000000-0000-0000-0000-000000000001"
+    assert client.get(f"/v1/jobs/{missing}", headers=auth()).status_code == 404
+    assert client.get(f"/v1/jobs/{missing}").status_code == 401  # refused before routing
+    samples = {
+        ln.rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1])
+        for ln in client.get("/metrics").text.splitlines()
+        if ln.startswith("cronfleet_api_requests_total{")
+    }
+    routed = 'cronfleet_api_requests_total{method="GET",route="/v1/jobs/{job_id}",status="404"}'
+    refused = 'cronfleet_api_requests_total{method="GET",route="unmatched",status="401"}'
+    assert samples[routed] >= 1 and samples[refused] >= 1
+    assert not any(missing in key for key in samples)  # ids never become labels
