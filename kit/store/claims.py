@@ -23,6 +23,7 @@ from kit.core.retry import RetryPolicy
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.core.trigger import QUEUED
 from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
+from kit.store.scheduling import pg_array, pg_text_array
 
 MAX_ERROR_CHARS = 4000
 _TTL = "make_interval(secs => CAST(:ttl_ms AS double precision) / 1000.0)"
@@ -75,7 +76,9 @@ _CLAIM = f"""
 WITH wanted AS (
     SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:attempts AS int[])) AS w(run_id, attempt)
 ), locked AS (
-    SELECT r.run_id FROM runs r JOIN wanted w ON w.run_id = r.run_id AND w.attempt = r.attempt
+    SELECT r.run_id, j.task_spec, j.timeout_s
+    FROM runs r JOIN wanted w ON w.run_id = r.run_id AND w.attempt = r.attempt
+    LEFT JOIN jobs j ON j.job_id = r.job_id
     WHERE r.status IN ('pending', 'dispatched')
     ORDER BY r.run_id
     FOR UPDATE OF r
@@ -86,9 +89,7 @@ UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
 FROM locked l
 WHERE r.run_id = l.run_id
 RETURNING r.run_id, r.job_id, r.tenant, r.attempt, r.lease_token, r.priority,
-    r.scheduled_at, r.started_at,
-    (SELECT j.task_spec FROM jobs j WHERE j.job_id = r.job_id) AS task_spec,
-    (SELECT j.timeout_s FROM jobs j WHERE j.job_id = r.job_id) AS timeout_s
+    r.scheduled_at, r.started_at, l.task_spec, l.timeout_s
 """
 
 
@@ -101,8 +102,8 @@ def runs_claim(
     if not claims:
         return []
     params = {
-        "run_ids": [c.run_id for c in claims],
-        "attempts": [c.attempt for c in claims],
+        "run_ids": pg_text_array(c.run_id for c in claims),
+        "attempts": pg_array(c.attempt for c in claims),
         "worker_id": worker_id,
         "ttl_ms": ttl_ms,
     }
@@ -194,6 +195,76 @@ def run_finish_ok(engine: Engine, run_id: str, token: str) -> FinishResult:
         )
         queued = release_queued_in(conn, str(row.job_id))
     return FinishResult(True, "succeeded", queued_next=queued)
+
+
+_FINISH_OK_BATCH = """
+WITH done AS (
+    SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS d(run_id, token)
+), locked AS (
+    SELECT r.run_id FROM runs r JOIN done d ON d.run_id = r.run_id AND d.token = r.lease_token
+    WHERE r.status = 'running'
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+)
+UPDATE runs r SET status = 'succeeded', finished_at = now(), error = NULL,
+    lease_token = NULL, lease_expires_at = NULL
+FROM locked l
+WHERE r.run_id = l.run_id
+RETURNING r.run_id::text, r.job_id::text
+"""
+# release_queued_in for many jobs: up to n queued runs of each (one per run finished).
+_RELEASE_QUEUED_BATCH = """
+UPDATE runs SET skip_reason = NULL
+WHERE run_id IN (
+    SELECT q.run_id
+    FROM unnest(CAST(:jobs AS uuid[]), CAST(:counts AS int[])) AS j(job_id, n)
+    CROSS JOIN LATERAL (
+        SELECT run_id FROM runs
+        WHERE job_id = j.job_id AND status = 'pending' AND dispatched_at IS NULL
+          AND skip_reason = :queued
+        ORDER BY scheduled_at, run_id LIMIT j.n
+        FOR UPDATE SKIP LOCKED) AS q)
+RETURNING run_id, job_id, attempt, scheduled_at, priority
+"""
+
+
+def runs_finish_ok(
+    engine: Engine, leases: Sequence[tuple[str, str]]
+) -> tuple[set[str], list[RunPointer]]:
+    """`run_finish_ok` for a batch of (run_id, token) in one transaction: each run
+    succeeds only while its token holds (rows locked in run id order, as claims do),
+    the jobs' dead streaks reset, and for each run accepted one queued run of its job
+    is released. Returns (run ids accepted, queued runs for the caller to publish)."""
+    if not leases:
+        return set(), []
+    params = {
+        "run_ids": pg_array(r for r, _ in leases),
+        "tokens": pg_text_array(t for _, t in leases),
+    }
+    with engine.begin() as conn:
+        rows = conn.execute(text(_FINISH_OK_BATCH), params).all()
+        if not rows:
+            return set(), []
+        per_job: dict[str, int] = {}
+        for _run_id, job_id in rows:
+            per_job[job_id] = per_job.get(job_id, 0) + 1
+        jobs = sorted(per_job)
+        conn.execute(
+            text(
+                "UPDATE jobs SET dead_streak = 0 "
+                "WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND dead_streak <> 0"
+            ),
+            {"jobs": pg_array(jobs)},
+        )
+        queued = conn.execute(
+            text(_RELEASE_QUEUED_BATCH),
+            {
+                "jobs": pg_array(jobs),
+                "counts": pg_array(per_job[j] for j in jobs),
+                "queued": QUEUED,
+            },
+        ).all()
+    return {r for r, _ in rows}, [pointer_of(q) for q in queued]
 
 
 def run_finish_cancelled(engine: Engine, run_id: str, token: str, reason: str) -> FinishResult:

@@ -5,18 +5,25 @@ At-least-once: offsets are committed only after the claim committed, so a crash 
 that redelivers the batch; a crash after it leaves claimed runs whose leases expire and
 the reaper re-queues them. The run id is the task's idempotency key, so a second
 execution of the same run can be recognised by the task's target.
+
+Throughput at a burst: successes are written by one finisher thread, many runs per
+transaction (each still conditional on its own lease token), and a run's slot is
+freed only once its outcome is written. Tasks with no effect and no wait (`noop`)
+execute on the consume thread instead of a pool hop. Failures and cancellations keep
+their one-transaction-per-run path (retry triggers, dead letters).
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy import Engine
@@ -27,10 +34,11 @@ from kit.store.claims import (
     Claim,
     ClaimedRun,
     FinishResult,
+    RunPointer,
     run_finish_cancelled,
     run_finish_failed,
-    run_finish_ok,
     runs_claim,
+    runs_finish_ok,
     runs_heartbeat,
     runs_mark_dispatched,
     runs_release,
@@ -38,6 +46,7 @@ from kit.store.claims import (
 from kit.transport import RunPublisher, TieredConsumer
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # (task spec, run id, attempt, timeout_s, cancel) -> (ok, error)
 Execute = Callable[[dict[str, Any], str, int, int, threading.Event], tuple[bool, str | None]]
@@ -45,6 +54,8 @@ Execute = Callable[[dict[str, Any], str, int, int, threading.Event], tuple[bool,
 _RETRY_DB_S = 1.0
 _LAG_EVERY_S = 5.0
 _TIMEOUT_GRACE_S = 5.0  # the task kills itself at its timeout; this is the backstop
+FINISH_BATCH = 1000  # successes written per transaction, at most
+INLINE_TASKS = frozenset({"noop"})  # kit.tasks types run on the consume thread
 
 
 def task_executor(allow_hosts: str = "") -> Execute:
@@ -64,6 +75,7 @@ def task_executor(allow_hosts: str = "") -> Execute:
         result = execute(spec, ctx)
         return bool(result.ok), result.error
 
+    run.inline_tasks = INLINE_TASKS  # type: ignore[attr-defined]
     return run
 
 
@@ -140,6 +152,8 @@ class Worker:
         self.heartbeat_s = (heartbeat_ms or max(200, lease_ttl_ms // 3)) / 1000
         self.partitions = partitions
         self.execute = execute or task_executor()
+        # task types the executor runs without effect or wait: no pool hop for them
+        self.inline_tasks: frozenset[str] = getattr(self.execute, "inline_tasks", frozenset())
         self.rng = rng or random.Random()
         self.metrics = metrics or WorkerMetrics()
         self._rng_lock = threading.Lock()
@@ -148,6 +162,8 @@ class Worker:
         self._slot = threading.Condition(self._lock)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="run")
         self._beating = threading.Event()
+        self._succeeded: queue.Queue[_InFlight] = queue.Queue()
+        self._finisher_stop = threading.Event()
 
     # -- the consume loop -------------------------------------------------------------
 
@@ -156,6 +172,8 @@ class Worker:
         finish for up to `drain_s`, cancel and release the rest."""
         beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         beat.start()
+        finisher = threading.Thread(target=self._finish_loop, name="finisher", daemon=True)
+        finisher.start()
         last_lag = 0.0
         try:
             while not stop.is_set():
@@ -178,6 +196,8 @@ class Worker:
                     self._start(run)
         finally:
             self._drain(drain_s)
+            self._finisher_stop.set()
+            finisher.join(timeout=30)
             self._beating.set()
             beat.join(timeout=5)
 
@@ -208,12 +228,17 @@ class Worker:
         with self._lock:
             self._in_flight[run.run_id] = entry
             self.metrics.in_flight.set(len(self._in_flight))
-        self._pool.submit(self._execute, entry)
+        spec = run.task_spec
+        if spec is not None and spec.get("type") in self.inline_tasks:
+            self._execute(entry)
+        else:
+            self._pool.submit(self._execute, entry)
 
     # -- one run ------------------------------------------------------------------------
 
     def _execute(self, entry: _InFlight) -> None:
         run = entry.run
+        handed_off = False  # a success goes to the finisher, which frees the slot
         try:
             if run.task_spec is None:
                 result = self._finish(
@@ -236,9 +261,9 @@ class Worker:
                 if entry.releasing:
                     return
                 if ok:
-                    result = self._finish(
-                        lambda: run_finish_ok(self.engine, run.run_id, run.lease_token)
-                    )
+                    self._succeeded.put(entry)
+                    handed_off = True
+                    return
                 else:
                     result = self._finish(lambda: self._fail(run, error or "failed"))
             if result is None:
@@ -252,12 +277,56 @@ class Worker:
             if result.job_paused:
                 log.warning("job %s auto-paused after repeated dead letters", run.job_id)
             if result.queued_next is not None:
-                self._publish_queued(result)
+                self._publish_queued([result.queued_next])
         finally:
-            with self._slot:
-                self._in_flight.pop(run.run_id, None)
-                self.metrics.in_flight.set(len(self._in_flight))
-                self._slot.notify_all()
+            if not handed_off:
+                self._free([entry])
+
+    def _free(self, entries: list[_InFlight]) -> None:
+        with self._slot:
+            for entry in entries:
+                self._in_flight.pop(entry.run.run_id, None)
+            self.metrics.in_flight.set(len(self._in_flight))
+            self._slot.notify_all()
+
+    def _finish_loop(self) -> None:
+        """Write successes in batches until stopped and nothing is left to write."""
+        while True:
+            try:
+                batch = [self._succeeded.get(timeout=0.1)]
+            except queue.Empty:
+                if self._finisher_stop.is_set():
+                    return
+                continue
+            while len(batch) < FINISH_BATCH:
+                try:
+                    batch.append(self._succeeded.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                self._finish_ok(batch)
+            except Exception:  # never lose the slots: the reaper takes the runs over
+                log.exception("finishing %d runs failed", len(batch))
+            finally:
+                self._free(batch)
+
+    def _finish_ok(self, batch: list[_InFlight]) -> None:
+        live = [e for e in batch if not e.releasing]
+        if not live:
+            return
+        leases = sorted((e.run.run_id, e.run.lease_token) for e in live)
+        outcome = self._finish(lambda: runs_finish_ok(self.engine, leases))
+        if outcome is None:
+            return
+        accepted, queued = outcome
+        stale = len(live) - len(accepted)
+        self.metrics.runs.labels("succeeded").inc(len(accepted))
+        if stale:
+            self.metrics.stale_finishes.inc(stale)
+            self.metrics.runs.labels("stale").inc(stale)
+            log.info("%d stale finishes rejected (lease lost)", stale)
+        if queued:
+            self._publish_queued(queued)
 
     def _fail(self, run: ClaimedRun, error: str) -> FinishResult:
         with self._rng_lock:
@@ -266,7 +335,7 @@ class Worker:
             self.engine, run.run_id, run.lease_token, error, rng, self.partitions
         )
 
-    def _finish(self, write: Callable[[], FinishResult]) -> FinishResult | None:
+    def _finish(self, write: Callable[[], _T]) -> _T | None:
         """Write the outcome, retrying a database hiccup while the lease would still
         hold; after that the reaper takes over."""
         deadline = time.monotonic() + self.lease_ttl_ms / 1000
@@ -279,14 +348,12 @@ class Worker:
                     return None
                 time.sleep(_RETRY_DB_S)
 
-    def _publish_queued(self, result: FinishResult) -> None:
-        queued = result.queued_next
-        assert queued is not None
+    def _publish_queued(self, queued: list[RunPointer]) -> None:
         try:
-            publish_pointers(self.publisher, [queued])
-            runs_mark_dispatched(self.engine, [queued.run_id])
+            publish_pointers(self.publisher, queued)
+            runs_mark_dispatched(self.engine, [q.run_id for q in queued])
         except Exception:  # the reaper publishes an undispatched run after its grace
-            log.exception("publishing queued run %s failed", queued.run_id)
+            log.exception("publishing queued runs %s failed", [q.run_id for q in queued])
 
     # -- leases -------------------------------------------------------------------------
 
