@@ -72,16 +72,22 @@ class FinishResult:
     queued_next: RunPointer | None = None  # overlap 'queue': the run to publish now
 
 
+# Each wanted run is looked up by primary key (OFFSET 0 keeps the lookup per row): with
+# statistics taken while the table was quiet, the planner otherwise reads every
+# pending run by status to join them, ~25 ms per batch during a 50,000-run burst.
+# The wanted ids come sorted, so rows are locked in run id order.
 _CLAIM = f"""
-WITH wanted AS (
-    SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:attempts AS int[])) AS w(run_id, attempt)
-), locked AS (
-    SELECT r.run_id, j.task_spec, j.timeout_s
-    FROM runs r JOIN wanted w ON w.run_id = r.run_id AND w.attempt = r.attempt
-    LEFT JOIN jobs j ON j.job_id = r.job_id
-    WHERE r.status IN ('pending', 'dispatched')
-    ORDER BY r.run_id
-    FOR UPDATE OF r
+WITH locked AS (
+    SELECT c.run_id, c.task_spec, c.timeout_s
+    FROM unnest(CAST(:run_ids AS uuid[]), CAST(:attempts AS int[])) AS w(run_id, attempt)
+    CROSS JOIN LATERAL (
+        SELECT r.run_id, j.task_spec, j.timeout_s
+        FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
+        WHERE r.run_id = w.run_id AND r.attempt = w.attempt
+          AND r.status IN ('pending', 'dispatched')
+        FOR UPDATE OF r
+        OFFSET 0
+    ) AS c
 )
 UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
     lease_expires_at = now() + {_TTL}, worker_id = :worker_id, started_at = now(),
@@ -101,9 +107,10 @@ def runs_claim(
     A message that claims nothing is a duplicate delivery."""
     if not claims:
         return []
+    wanted = sorted({(c.run_id, c.attempt) for c in claims})  # a duplicate claims once
     params = {
-        "run_ids": pg_text_array(c.run_id for c in claims),
-        "attempts": pg_array(c.attempt for c in claims),
+        "run_ids": pg_text_array(r for r, _ in wanted),
+        "attempts": pg_array(a for _, a in wanted),
         "worker_id": worker_id,
         "ttl_ms": ttl_ms,
     }
@@ -134,13 +141,27 @@ def runs_heartbeat(
     should stop."""
     if not leases:
         return set(), set()
+    # Rows locked in run id order, as claims and batched finishes do: in any other
+    # order a heartbeat deadlocks with the same worker's batch of finishes.
     sql = f"""
     UPDATE runs r SET lease_expires_at = now() + {_TTL}
-    FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
-    WHERE r.run_id = h.run_id AND r.lease_token = h.token AND r.status = 'running'
+    FROM (
+        SELECT r.run_id
+        FROM runs r
+        JOIN unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
+          ON r.run_id = h.run_id AND r.lease_token = h.token
+        WHERE r.status = 'running'
+        ORDER BY r.run_id
+        FOR UPDATE OF r
+    ) AS l
+    WHERE r.run_id = l.run_id
     RETURNING r.run_id
     """
-    params = {"run_ids": [r for r, _ in leases], "tokens": [t for _, t in leases], "ttl_ms": ttl_ms}
+    params = {
+        "run_ids": pg_text_array(r for r, _ in leases),
+        "tokens": pg_text_array(t for _, t in leases),
+        "ttl_ms": ttl_ms,
+    }
     with engine.begin() as conn:
         kept = {str(row.run_id) for row in conn.execute(text(sql), params)}
     return kept, {r for r, _ in leases} - kept

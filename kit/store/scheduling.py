@@ -248,11 +248,22 @@ _INSERT_TRIGGERS = text(
     ON CONFLICT DO NOTHING
     """
 )
+# Rows a worker is claiming right now are skipped, not waited for: the claim sets
+# dispatched_at itself (and should it roll back, the run is an ordinary undispatched
+# one that the reaper re-publishes). Waiting instead deadlocked with claims during a
+# 50,000-run burst (this update locked rows in scan order, claims in run id order),
+# and each deadlock cost a second.
 _MARK_DISPATCHED = text(
     """
-    UPDATE runs SET dispatched_at = coalesce(dispatched_at, now()),
-        status = CASE WHEN status = 'pending' THEN 'dispatched' ELSE status END
-    WHERE run_id = ANY(CAST(:ids AS uuid[])) AND (dispatched_at IS NULL OR status = 'pending')
+    UPDATE runs SET dispatched_at = coalesce(runs.dispatched_at, now()),
+        status = CASE WHEN runs.status = 'pending' THEN 'dispatched' ELSE runs.status END
+    FROM (
+        SELECT run_id FROM runs
+        WHERE run_id = ANY(CAST(:ids AS uuid[])) AND (dispatched_at IS NULL OR status = 'pending')
+        ORDER BY run_id
+        FOR UPDATE SKIP LOCKED
+    ) AS m
+    WHERE runs.run_id = m.run_id
     """
 )
 

@@ -184,6 +184,14 @@ runs = Table(
         "job_id",
         postgresql_where=text("status IN ('pending', 'dispatched', 'running')"),
     ),
+    # Overlap 'queue': a job's runs held back, oldest first (released on each finish).
+    Index(
+        "ix_runs_queued",
+        "job_id",
+        "scheduled_at",
+        "run_id",
+        postgresql_where=text("skip_reason = 'queued'"),
+    ),
 )
 
 partition_leases = Table(
