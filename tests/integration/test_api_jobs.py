@@ -281,8 +281,9 @@ def test_delete_removes_job_and_triggers(
     assert row_counts()["jobs"] == 0
     assert client.get(f"/v1/jobs/{created['job_id']}", headers=headers).status_code == 404
     assert client.delete(f"/v1/jobs/{created['job_id']}", headers=headers).status_code == 404
-    # History stays.
-    assert client.get(f"/v1/runs/{run['run_id']}", headers=headers).json() == run
+    # History stays; the manual run was owed but never started, and now says why.
+    after = client.get(f"/v1/runs/{run['run_id']}", headers=headers).json()
+    assert after == {**run, "status": "cancelled", "error": "job deleted"}
 
 
 def test_ids_that_are_not_uuids_are_404(client: TestClient, auth: Headers) -> None:
