@@ -713,7 +713,7 @@ def main() -> int:
         "--workers",
         type=int,
         default=1,
-        help="worker processes (see the docs: >1 hits a consumer bug)",
+        help="worker processes (one consumer group)",
     )
     ap.add_argument("--concurrency", type=int, default=32, help="runs per worker at once")
     ap.add_argument("--topic-partitions", type=int, default=6)
