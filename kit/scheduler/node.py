@@ -218,7 +218,7 @@ class SchedulerNode:
         if wait_ms > 0:
             self._hurry.wait(wait_ms / 1000)  # stop()/kill() mark at once
         with self.engine.begin() as conn:
-            sql.runs_mark_dispatched(conn, [r.run_id for r in ok])
+            sql.runs_mark_dispatched(conn, [(r.run_id, r.attempt) for r in ok])
         lag = m.DISPATCH_LAG.labels(self.node_id)
         for r in ok:
             lag.observe(max(0, published_ms - r.due_ms) / 1000)

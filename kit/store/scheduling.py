@@ -221,7 +221,7 @@ _INSERT_RUNS = text(
 )
 _REARM = text(
     """
-    UPDATE runs SET status = 'pending', attempt = u.a, dispatched_at = NULL, retry_at = NULL,
+    UPDATE runs SET status = 'pending', attempt = u.a, dispatched_at = NULL,
         skip_reason = NULL
     FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[])) AS u(id, a)
     WHERE runs.run_id = u.id AND runs.status = 'retry_scheduled'
@@ -239,13 +239,44 @@ _CANCEL_RETRIES = text(
 # By row address: the scan locked these rows (FOR UPDATE), so their ctids are stable
 # until it commits. A TID scan, no index probe per row.
 _DELETE_TRIGGERS = text("DELETE FROM triggers WHERE ctid = ANY(CAST(:ctids AS tid[]))")
+_NEXT = """
+    FROM unnest(CAST(:parts AS smallint[]), CAST(:ats AS bigint[]),
+                CAST(:jobs AS uuid[]), CAST(:versions AS int[])) AS n(p, f, j, v)
+"""
 _INSERT_TRIGGERS = text(
     """
     INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt)
     SELECT n.p, timestamptz 'epoch' + n.f * interval '1 millisecond', n.j, n.v, 'schedule', 1
-    FROM unnest(CAST(:parts AS smallint[]), CAST(:ats AS bigint[]),
-                CAST(:jobs AS uuid[]), CAST(:versions AS int[])) AS n(p, f, j, v)
-    ON CONFLICT DO NOTHING
+    """
+    + _NEXT
+    + " ON CONFLICT DO NOTHING"
+)
+# The rare slot already taken (the key is partition, time, job — not kind):
+# - by a retry trigger: the retry moves 1 ms later (its run is named by
+#   run_scheduled_at, not by its fire time), so neither trigger is lost;
+# - by a schedule trigger of an older version (an edit raced this scan and left the
+#   next fire under the old version): it takes the newer version, or the scheduler
+#   would drop it as stale and the job would never fire again.
+_SLIDE_RETRY_TRIGGERS = text(
+    """
+    UPDATE triggers t SET fire_at = t.fire_at + interval '1 millisecond'
+    """
+    + _NEXT
+    + """
+    WHERE t.kind = 'retry' AND t.partition_id = n.p AND t.job_id = n.j
+      AND t.fire_at = timestamptz 'epoch' + n.f * interval '1 millisecond'
+    """
+)
+_UPSERT_TRIGGERS = text(
+    """
+    INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt)
+    SELECT n.p, timestamptz 'epoch' + n.f * interval '1 millisecond', n.j, n.v, 'schedule', 1
+    """
+    + _NEXT
+    + """
+    ON CONFLICT (partition_id, fire_at, job_id) DO UPDATE
+        SET job_version = greatest(triggers.job_version, EXCLUDED.job_version)
+        WHERE triggers.kind = 'schedule' AND triggers.job_version < EXCLUDED.job_version
     """
 )
 # Rows a worker is claiming right now are skipped, not waited for: the claim sets
@@ -258,10 +289,12 @@ _MARK_DISPATCHED = text(
     UPDATE runs SET dispatched_at = coalesce(runs.dispatched_at, now()),
         status = CASE WHEN runs.status = 'pending' THEN 'dispatched' ELSE runs.status END
     FROM (
-        SELECT run_id FROM runs
-        WHERE run_id = ANY(CAST(:ids AS uuid[])) AND (dispatched_at IS NULL OR status = 'pending')
-        ORDER BY run_id
-        FOR UPDATE SKIP LOCKED
+        SELECT r.run_id FROM runs r
+        JOIN unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[])) AS p(id, a)
+          ON r.run_id = p.id AND r.attempt = p.a
+        WHERE r.dispatched_at IS NULL OR r.status = 'pending'
+        ORDER BY r.run_id
+        FOR UPDATE OF r SKIP LOCKED
     ) AS m
     WHERE runs.run_id = m.run_id
     """
@@ -372,7 +405,8 @@ def triggers_delete(conn: Connection, ctids: Sequence[str]) -> int:
 
 
 def triggers_insert(conn: Connection, rows: Sequence[tuple[int, int, str, int]]) -> None:
-    """Insert next schedule triggers (partition, fire_at epoch ms, job, version)."""
+    """Insert next schedule triggers (partition, fire_at epoch ms, job, version); a slot
+    already taken is resolved so that no trigger of the job is lost (see above)."""
     if not rows:
         return
     params = {
@@ -381,12 +415,21 @@ def triggers_insert(conn: Connection, rows: Sequence[tuple[int, int, str, int]])
         "jobs": pg_array([r[2] for r in rows]),
         "versions": pg_array([r[3] for r in rows]),
     }
-    conn.execute(_INSERT_TRIGGERS, params)
+    if conn.execute(_INSERT_TRIGGERS, params).rowcount == len(rows):
+        return  # the common case: every slot was free
+    conn.execute(_SLIDE_RETRY_TRIGGERS, params)
+    conn.execute(_UPSERT_TRIGGERS, params)
 
 
-def runs_mark_dispatched(conn: Connection, run_ids: Sequence[str]) -> int:
-    """After a confirmed publish: record dispatched_at (first one wins), pending ->
-    dispatched; a run cancelled meanwhile keeps its status."""
-    if not run_ids:
+def runs_mark_dispatched(conn: Connection, published: Sequence[tuple[str, int]]) -> int:
+    """After a confirmed publish of (run id, attempt): record dispatched_at (first one
+    wins), pending -> dispatched; a run cancelled meanwhile keeps its status. Only the
+    attempt that was published is marked: a retry re-armed since (attempt + 1, not yet
+    published) must stay undispatched, or the reaper would never publish it."""
+    if not published:
         return 0
-    return conn.execute(_MARK_DISPATCHED, {"ids": pg_array(run_ids)}).rowcount
+    params = {
+        "ids": pg_array([r for r, _ in published]),
+        "attempts": pg_array([a for _, a in published]),
+    }
+    return conn.execute(_MARK_DISPATCHED, params).rowcount

@@ -487,3 +487,92 @@ def test_retry_trigger_rearms_and_dispatches_its_run(engine, make_node, settings
     assert (run.status, run.attempt) == ("dispatched", 2) and run.dispatched_at is not None
     assert [(m.run_id, m.attempt) for m in messages(settings, prefix)] == [(rid, 2)]
     assert rows(engine, "SELECT kind FROM triggers")[0].kind == "schedule"
+
+
+# -- a trigger slot already taken (partition, fire_at, job) ----------------------------
+
+
+def _trigger_rows(engine: Engine, job_id: str) -> list:
+    return rows(
+        engine,
+        "SELECT fire_at, kind, job_version, run_scheduled_at FROM triggers "
+        "WHERE job_id = :j ORDER BY fire_at",
+        j=job_id,
+    )
+
+
+def test_a_retry_in_the_next_schedule_slot_keeps_both_triggers(engine, make_node) -> None:
+    """Regression (found in review): the next schedule trigger was inserted with a bare
+    ON CONFLICT DO NOTHING, so a retry trigger on the same millisecond silently ended
+    the job's schedule once it fired."""
+    start = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
+    job = create(engine, "minutely", {"cron": "* * * * *"}, start)
+    t1, t2 = (datetime(2030, 1, 1, 0, m, tzinfo=UTC) for m in (1, 2))
+    earlier = datetime(2030, 1, 1, 0, 0, tzinfo=UTC)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, "
+                "attempt, run_scheduled_at) VALUES (:p, :at, :j, 1, 'retry', 2, :run_at)"
+            ),
+            {"p": partition_of(job), "at": t2, "j": job, "run_at": earlier},
+        )
+    node = owned_node(make_node)
+    node.scan_once(now=t1 - timedelta(seconds=1))  # fires t1, next schedule slot is t2
+    left = _trigger_rows(engine, job)
+    assert [(r.kind, r.fire_at) for r in left] == [
+        ("schedule", t2),
+        ("retry", t2 + timedelta(milliseconds=1)),
+    ]
+    assert left[1].run_scheduled_at == earlier  # the retry still names its run
+
+
+def test_an_edit_racing_a_scan_cannot_leave_the_job_without_a_live_trigger(
+    engine, make_node
+) -> None:
+    """Regression (found in review): an edit that read the trigger before a scan
+    advanced it re-inserted the old slot at the new version while the scan's next
+    slot stayed at the old version; that one was then dropped as stale."""
+    start = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
+    job = create(engine, "minutely", {"cron": "* * * * *"}, start)
+    t1, t2 = (datetime(2030, 1, 1, 0, m, tzinfo=UTC) for m in (1, 2))
+    with engine.begin() as conn:  # the state the race leaves: t1 at v2, t2 at v1
+        conn.execute(text("UPDATE jobs SET version = 2 WHERE job_id = :j"), {"j": job})
+        conn.execute(text("UPDATE triggers SET job_version = 2 WHERE job_id = :j"), {"j": job})
+        conn.execute(
+            text(
+                "INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind) "
+                "VALUES (:p, :at, :j, 1, 'schedule')"
+            ),
+            {"p": partition_of(job), "at": t2, "j": job},
+        )
+    node = owned_node(make_node)
+    node.scan_once(now=t1 - timedelta(seconds=1))
+    assert [(r.fire_at, r.job_version) for r in _trigger_rows(engine, job)] == [(t2, 2)]
+    node.scan_once(now=t2 - timedelta(seconds=1))
+    assert [r.scheduled_at for r in runs_of(engine, job)] == [t1, t2]
+
+
+def test_a_late_mark_of_an_earlier_attempt_does_not_mark_a_rearmed_retry(engine) -> None:
+    """Regression (found in review): the delayed dispatched-mark of attempt 1 matched
+    the run after its retry was re-armed (attempt 2, not yet published), so the reaper
+    never published attempt 2."""
+    from kit.store.scheduling import runs_mark_dispatched
+
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    job = create(engine, "retried", {"every_s": 3600}, start)
+    rid = run_id(job, start)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO runs (run_id, job_id, tenant, job_version, scheduled_at, attempt,"
+                " status, trigger_kind) VALUES (:r, :j, 'acme', 1, :at, 2, 'pending', 'schedule')"
+            ),
+            {"r": rid, "j": job, "at": start},
+        )
+        assert runs_mark_dispatched(conn, [(rid, 1)]) == 0
+    (run,) = runs_of(engine, job)
+    assert (run.status, run.dispatched_at) == ("pending", None)
+    with engine.begin() as conn:
+        assert runs_mark_dispatched(conn, [(rid, 2)]) == 1
+    assert runs_of(engine, job)[0].status == "dispatched"
