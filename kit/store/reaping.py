@@ -112,6 +112,29 @@ def runs_reap_expired(
     return ExpiredReaped(pointers, [r for r, _ in dead], paused)
 
 
+# Overlap 'queue' safety net: a finish that committed just before the scan that queued
+# a run saw nothing to release, and nothing else would. The oldest queued run of a job
+# with nothing else pending, dispatched or running loses its marker after the grace and
+# is published below like any undispatched run. (The marker is a literal so the
+# partial index on queued runs serves it.)
+_RELEASE_ORPHANED_QUEUED = text(
+    f"""
+    UPDATE runs SET skip_reason = NULL
+    WHERE run_id IN (
+        SELECT DISTINCT ON (r.job_id) r.run_id FROM runs r
+        WHERE r.status = 'pending' AND r.dispatched_at IS NULL AND r.skip_reason = '{QUEUED}'
+          AND r.created_at < now() - make_interval(
+                secs => CAST(:grace_ms AS double precision) / 1000.0)
+          AND NOT EXISTS (
+              SELECT 1 FROM runs a
+              WHERE a.job_id = r.job_id AND a.status IN ('pending', 'dispatched', 'running')
+                AND a.skip_reason IS DISTINCT FROM '{QUEUED}')
+        ORDER BY r.job_id, r.scheduled_at, r.run_id
+    )
+    """
+)
+
+
 def runs_republish_undispatched(
     engine: Engine, grace_ms: int, publish: Publish, limit: int = DEFAULT_BATCH
 ) -> list[RunPointer]:
@@ -122,8 +145,10 @@ def runs_republish_undispatched(
     the scheduler leaves it set), so the reaper does not publish it before its time.
 
     A run held back by the overlap policy 'queue' (skip_reason 'queued') is not one of
-    them: the worker that finishes its job's running run releases and publishes it."""
+    them: the worker that finishes its job's running run releases and publishes it; only
+    a queued run left with nothing ahead of it is released here (see above)."""
     with engine.begin() as conn:
+        conn.execute(_RELEASE_ORPHANED_QUEUED, {"grace_ms": grace_ms})
         rows = conn.execute(
             text(
                 """

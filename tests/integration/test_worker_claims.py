@@ -6,6 +6,7 @@ repeated dead letters pause the job."""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import Engine, select, text
@@ -155,6 +156,28 @@ def test_undispatched_runs_are_published_once_and_queued_ones_wait(engine: Engin
     assert run_row(engine, plain).status == "dispatched"
     assert run_row(engine, queued).status == "pending"
     assert runs_republish_undispatched(engine, 0, published.extend) == []
+
+
+def test_a_queued_run_with_nothing_ahead_of_it_is_released_after_the_grace(
+    engine: Engine,
+) -> None:
+    """Regression (found in review): a finish that committed just before the scan that
+    queued a run released nothing, and the queued run then blocked its job for good."""
+    job = make_job(engine, overlap="queue")
+    first = make_run(engine, job, skip_reason="queued")
+    base = run_row(engine, first).scheduled_at
+    later = base + timedelta(minutes=1)
+    second = make_run(engine, job, scheduled_at=later, skip_reason="queued")
+    published: list = []
+    assert runs_republish_undispatched(engine, 60_000, published.extend) == []  # in grace
+    out = runs_republish_undispatched(engine, 0, published.extend)
+    assert [p.run_id for p in out] == [first]  # the oldest only
+    assert run_row(engine, first).status == "dispatched"
+    assert (run_row(engine, second).status, run_row(engine, second).skip_reason) == (
+        "pending",
+        "queued",
+    )
+    assert runs_republish_undispatched(engine, 0, published.extend) == []  # first is ahead
 
 
 def test_a_manual_run_is_published_on_the_next_pass_without_waiting_for_grace(
