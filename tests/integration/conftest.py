@@ -142,3 +142,24 @@ def row_counts(engine: Engine) -> Callable[[], dict[str, int]]:
             }
 
     return counts
+
+
+# Test topics all start with "cf." or "cf_" (the kit's own are "cronfleet.runs.<tier>").
+_TEST_TOPIC = re.compile(r"^cf[._]")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_test_topics() -> Iterator[None]:
+    """Delete the session's Kafka test topics at the end: every test makes its own, and a
+    broker left with thousands of them restarts slowly (log recovery per partition)."""
+    yield
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        admin = AdminClient({"bootstrap.servers": load_settings().kafka_bootstrap})
+        topics = [t for t in admin.list_topics(timeout=10).topics if _TEST_TOPIC.match(t)]
+        if topics:
+            for future in admin.delete_topics(topics, operation_timeout=60).values():
+                future.result()
+    except Exception as exc:  # cleanup only: never fail the run for it
+        print(f"\nleft Kafka test topics behind: {exc}")

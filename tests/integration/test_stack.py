@@ -58,7 +58,7 @@ def test_kafka_from_the_stack_round_trips_a_message() -> None:
     except KafkaException as exc:
         pytest.fail(f"{STACK_DOWN} (kafka {bootstrap}: {exc})")
 
-    topic = f"cronfleet-stack-test-{uuid.uuid4().hex}"
+    topic = f"cf.stack-test.{uuid.uuid4().hex}"
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(
         timeout=30
     )
