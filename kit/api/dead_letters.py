@@ -16,15 +16,13 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine
 
-from kit.api.auth import principal
+from kit.api.auth import Caller, principal
 from kit.api.errors import ApiError
 from kit.core.errors import FieldError
 from kit.store import dead_letters as store
 from kit.store.errors import RunNotFound
-from kit.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(principal)], tags=["dead letters"])
-Caller = Annotated[TokenInfo, Depends(principal)]
 
 
 class DeadLetterOut(BaseModel):

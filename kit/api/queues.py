@@ -13,19 +13,17 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Path, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from kit.api.auth import principal
+from kit.api.auth import Caller, IdempotencyKey, principal
 from kit.api.errors import ApiError
 from kit.core.errors import FieldError
 from kit.core.queue_task import MAX_ATTEMPTS
 from kit.store import queues as queue_store
 from kit.store.jobs import request_fingerprint
-from kit.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(principal)], tags=["queues"])
-Caller = Annotated[TokenInfo, Depends(principal)]
 
 QUEUE_PATTERN = r"^[a-z0-9._-]{1,64}$"
 QueueName = Annotated[
@@ -142,9 +140,7 @@ def enqueue_task(
     request: Request,
     response: Response,
     caller: Caller,
-    idempotency_key: Annotated[
-        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
-    ] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> TaskCreatedOut:
     """A retried enqueue with the same `Idempotency-Key` and request returns the same task
     (200, with its current status); the same key with another request is a 409."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
-from kit.api.auth import principal
+from kit.api.auth import Caller, IdempotencyKey, principal
 from kit.api.errors import ApiError
 from kit.api.models import (
     JobBatchIn,
@@ -29,10 +29,8 @@ from kit.settings import Settings
 from kit.store import jobs as job_store
 from kit.store import runs as run_store
 from kit.store.errors import NameTaken
-from kit.store.tokens import TokenInfo
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(principal)])
-Caller = Annotated[TokenInfo, Depends(principal)]
 
 
 def _engine(request: Request) -> Engine:
@@ -56,9 +54,7 @@ async def create_job(
     request: Request,
     response: Response,
     caller: Caller,
-    idempotency_key: Annotated[
-        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=255)
-    ] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
     """A retried create with the same `Idempotency-Key` and body returns the same job
     (200); the same key with another body is a 409."""
