@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import Engine, text
 
@@ -17,6 +18,7 @@ from kit.core.outcome import expiry_exhausts
 from kit.core.retry import RetryPolicy
 from kit.core.trigger import QUEUED
 from kit.store.claims import (
+    NOW,
     RunPointer,
     job_dead_streak_in,
     pointer_of,
@@ -36,13 +38,13 @@ class ExpiredReaped:
     paused_jobs: list[str]
 
 
-_APPEND_EXPIRY = """errors = errors || jsonb_build_array(jsonb_build_object(
+_APPEND_EXPIRY = f"""errors = errors || jsonb_build_array(jsonb_build_object(
     'attempt', attempt, 'error', 'lease expired (worker ' || coalesce(worker_id, '?') || ')',
-    'finished_at', now()))"""
+    'finished_at', {NOW}))"""
 
 
 def runs_reap_expired(
-    engine: Engine, publish: Publish, limit: int = DEFAULT_BATCH
+    engine: Engine, publish: Publish, limit: int = DEFAULT_BATCH, now: datetime | None = None
 ) -> ExpiredReaped:
     """Running runs whose lease expired: back to pending with the next attempt and
     re-published, or dead (with a dead letter) when that was the budget's last attempt."""
@@ -53,13 +55,13 @@ def runs_reap_expired(
                 SELECT r.run_id, r.job_id, r.attempt, j.retry_policy,
                     {ATTEMPT_BASE_SQL} AS attempt_base
                 FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
-                WHERE r.status = 'running' AND r.lease_expires_at < now()
+                WHERE r.status = 'running' AND r.lease_expires_at <= {NOW}
                 ORDER BY r.lease_expires_at
                 LIMIT :limit
                 FOR UPDATE OF r SKIP LOCKED
                 """
             ),
-            {"limit": limit},
+            {"limit": limit, "now": now},
         ).all()
         requeue: list[str] = []
         dead: list[tuple[str, str]] = []
@@ -75,13 +77,13 @@ def runs_reap_expired(
             conn.execute(
                 text(
                     f"""
-                    UPDATE runs SET status = 'dead', finished_at = now(),
+                    UPDATE runs SET status = 'dead', finished_at = {NOW},
                         error = 'lease expired (worker ' || coalesce(worker_id, '?') || ')',
                         lease_token = NULL, lease_expires_at = NULL, {_APPEND_EXPIRY}
                     WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
                     """
                 ),
-                {"run_ids": [r for r, _ in dead]},
+                {"run_ids": [r for r, _ in dead], "now": now},
             )
             for run_id, job_id in dead:
                 dead_letter_in(conn, run_id)
@@ -103,7 +105,7 @@ def runs_reap_expired(
                     RETURNING run_id, job_id, attempt, scheduled_at, priority
                     """
                 ),
-                {"run_ids": requeue},
+                {"run_ids": requeue, "now": now},
             ).all()
             pointers += [pointer_of(row) for row in updated]
         if pointers:

@@ -201,3 +201,16 @@ def test_finishing_releases_the_oldest_queued_run(engine: Engine) -> None:
     result = run_finish_ok(engine, rid, run.lease_token)
     assert result.queued_next is not None and result.queued_next.run_id == second
     assert run_row(engine, second).skip_reason is None
+
+
+def test_a_heartbeat_does_not_revive_an_expired_lease(engine: Engine) -> None:
+    """kit.core.leases.heartbeat_run refuses an expired lease (a reaper may already be
+    handing the run to another worker); the store agreed to extend it (issue 7, item 17)."""
+    job = make_job(engine)
+    rid = make_run(engine, job)
+    [run] = runs_claim(engine, [Claim(rid, 1)], "w1", TTL_MS)
+    expire_lease(engine, rid)
+    kept, lost = runs_heartbeat(engine, [(rid, run.lease_token)], TTL_MS)
+    assert (kept, lost) == (set(), {rid})
+    row = run_row(engine, rid)
+    assert row.lease_expires_at < row.started_at + timedelta(seconds=TTL_MS / 1000)

@@ -160,7 +160,9 @@ def test_failing_task_retries_with_backoff_then_succeeds(
     for attempt, backoff_s in ((1, 0.5), (2, 1.0)):
         publish(publisher, engine, rid)
         row = wait_for(engine, rid, "retry_scheduled")
-        assert row.attempt == attempt and "exit" in row.error
+        # retry_scheduled at the attempt it will retry with; the history names the failed one
+        assert row.attempt == attempt + 1 and "exit" in row.error
+        assert row.errors[-1]["attempt"] == attempt
         assert abs((row.retry_at - row.finished_at).total_seconds() - backoff_s) < 0.05
         with engine.begin() as conn:
             trig = conn.execute(select(triggers).where(triggers.c.kind == "retry")).one()
