@@ -31,6 +31,13 @@ NOW = "coalesce(CAST(:now AS timestamptz), now())"
 _TTL = "make_interval(secs => CAST(:ttl_ms AS double precision) / 1000.0)"
 
 
+def storable_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """Text a task produced, made fit for a PostgreSQL text column: NUL (which the column
+    cannot hold, and which made the whole finish fail) is written as the two characters
+    backslash-zero; bounded in length."""
+    return text.replace("\x00", "\\0")[:limit]
+
+
 @dataclass(frozen=True)
 class Claim:
     """What a queue message asks for: this run at this attempt."""
@@ -317,7 +324,7 @@ def run_finish_cancelled(engine: Engine, run_id: str, token: str, reason: str) -
                 RETURNING job_id
                 """
             ),
-            {"run_id": run_id, "token": token, "reason": reason[:MAX_ERROR_CHARS]},
+            {"run_id": run_id, "token": token, "reason": storable_text(reason)},
         ).first()
         if row is None:
             return FinishResult(False)
@@ -342,7 +349,7 @@ def run_finish_failed(
     either a retry (run retry_scheduled + a retry trigger at the backoff time, decided
     by the core from the database clock) or a dead letter (+ the job's dead streak, and
     the auto-pause when it reaches pause_after_dead)."""
-    error = error[:MAX_ERROR_CHARS]
+    error = storable_text(error)
     with engine.begin() as conn:
         run = conn.execute(
             text(

@@ -214,3 +214,19 @@ def test_a_heartbeat_does_not_revive_an_expired_lease(engine: Engine) -> None:
     assert (kept, lost) == (set(), {rid})
     row = run_row(engine, rid)
     assert row.lease_expires_at < row.started_at + timedelta(seconds=TTL_MS / 1000)
+
+
+def test_a_failure_whose_text_holds_a_nul_byte_is_recorded(engine: Engine) -> None:
+    """PostgreSQL text cannot hold U+0000: a command printing one on stderr made its failure
+    impossible to write, so the run waited out its lease and ran again without backoff
+    (issue 7, item 14)."""
+    job = make_job(engine)
+    rid = make_run(engine, job)
+    [run] = runs_claim(engine, [Claim(rid, 1)], "w1", TTL_MS)
+    result = run_finish_failed(
+        engine, rid, run.lease_token, "exit code 1; stderr: a\x00b", random.Random(1)
+    )
+    assert (result.accepted, result.status) == (True, "retry_scheduled")
+    row = run_row(engine, rid)
+    assert row.error == "exit code 1; stderr: a\\0b"
+    assert row.errors[-1]["error"] == "exit code 1; stderr: a\\0b"
