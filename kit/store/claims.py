@@ -407,8 +407,8 @@ def _retry_in(
 ) -> datetime:
     """Run -> retry_scheduled at the attempt it will retry with (kit.core.leases:
     finish_retry moves the attempt on; the error history keeps the one that failed), and
-    its retry trigger. The trigger's key is (partition,
-    fire_at, job): if another trigger of the job holds that instant, take the next ms."""
+    its retry trigger. The trigger's key is (partition, fire_at, job, kind): if another
+    retry of the job holds that instant, take the next ms."""
     fire_at = from_epoch_ms(decision.fire_at_ms)
     conn.execute(
         text(

@@ -135,7 +135,9 @@ triggers = Table(
     Column("attempt", Integer, nullable=False, server_default=text("1")),
     # For a retry trigger: the scheduled time of the run it retries (its run id).
     _tstz("run_scheduled_at"),
-    PrimaryKeyConstraint("partition_id", "fire_at", "job_id"),
+    # kind is in the key: a schedule trigger and a retry trigger of the job may share an
+    # instant (migration 0006).
+    PrimaryKeyConstraint("partition_id", "fire_at", "job_id", "kind"),
     CheckConstraint(_in("kind", TRIGGER_KINDS), name="kind"),
     Index(None, "job_id"),
 )
