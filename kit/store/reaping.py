@@ -125,7 +125,7 @@ _RELEASE_ORPHANED_QUEUED = text(
     WHERE run_id IN (
         SELECT DISTINCT ON (r.job_id) r.run_id FROM runs r
         WHERE r.status = 'pending' AND r.dispatched_at IS NULL AND r.skip_reason = '{QUEUED}'
-          AND r.created_at < now() - make_interval(
+          AND r.created_at < {NOW} - make_interval(
                 secs => CAST(:grace_ms AS double precision) / 1000.0)
           AND NOT EXISTS (
               SELECT 1 FROM runs a
@@ -138,37 +138,43 @@ _RELEASE_ORPHANED_QUEUED = text(
 
 
 def runs_republish_undispatched(
-    engine: Engine, grace_ms: int, publish: Publish, limit: int = DEFAULT_BATCH
+    engine: Engine,
+    grace_ms: int,
+    publish: Publish,
+    limit: int = DEFAULT_BATCH,
+    now: datetime | None = None,
 ) -> list[RunPointer]:
     """Pending runs never published `grace_ms` after they were committed (a scheduler
     died between commit and publish), and manual runs ("run now", written by the API,
     which has no producer) and replayed dead letters at once: publish them
-    and mark them dispatched. A re-armed retry counts its grace from its retry_at (when
-    the scheduler leaves it set), so the reaper does not publish it before its time.
+    and mark them dispatched. A re-armed retry (the scan re-arms it up to its scan-ahead
+    early and holds it until its retry_at) is never published before its retry_at: an
+    ordinary one counts its grace from then, a manual or replayed one goes at once.
 
     A run held back by the overlap policy 'queue' (skip_reason 'queued') is not one of
     them: the worker that finishes its job's running run releases and publishes it; only
     a queued run left with nothing ahead of it is released here (see above)."""
     with engine.begin() as conn:
-        conn.execute(_RELEASE_ORPHANED_QUEUED, {"grace_ms": grace_ms})
+        conn.execute(_RELEASE_ORPHANED_QUEUED, {"grace_ms": grace_ms, "now": now})
         rows = conn.execute(
             text(
-                """
+                f"""
                 SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority
                 FROM runs r
                 WHERE r.status = 'pending' AND r.dispatched_at IS NULL
-                  AND (greatest(r.created_at, r.retry_at) < now() - make_interval(
+                  AND (greatest(r.created_at, r.retry_at) < {NOW} - make_interval(
                           secs => CAST(:grace_ms AS double precision) / 1000.0)
-                       OR r.trigger_kind = 'manual'
-                       OR EXISTS (SELECT 1 FROM dead_letters d
-                                  WHERE d.run_id = r.run_id AND d.replayed_at IS NOT NULL))
+                       OR ((r.trigger_kind = 'manual'
+                            OR EXISTS (SELECT 1 FROM dead_letters d
+                                       WHERE d.run_id = r.run_id AND d.replayed_at IS NOT NULL))
+                           AND (r.retry_at IS NULL OR r.retry_at <= {NOW})))
                   AND r.skip_reason IS DISTINCT FROM :queued
                 ORDER BY r.scheduled_at
                 LIMIT :limit
                 FOR UPDATE OF r SKIP LOCKED
                 """
             ),
-            {"grace_ms": grace_ms, "limit": limit, "queued": QUEUED},
+            {"grace_ms": grace_ms, "limit": limit, "queued": QUEUED, "now": now},
         ).all()
         pointers = [pointer_of(row) for row in rows]
         if pointers:

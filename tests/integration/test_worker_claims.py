@@ -20,6 +20,7 @@ from kit.store.claims import (
 )
 from kit.store.reaping import runs_reap_expired, runs_republish_undispatched
 from kit.store.runs import run_now
+from kit.store.scheduling import runs_rearm
 from kit.store.schema import dead_letters, jobs, triggers
 from tests.integration.worker_rows import expire_lease, make_job, make_run, rearm_retry, run_row
 
@@ -230,3 +231,32 @@ def test_a_failure_whose_text_holds_a_nul_byte_is_recorded(engine: Engine) -> No
     row = run_row(engine, rid)
     assert row.error == "exit code 1; stderr: a\\0b"
     assert row.errors[-1]["error"] == "exit code 1; stderr: a\\0b"
+
+
+def test_the_reaper_holds_a_rearmed_retry_of_a_manual_run_until_its_retry_at(
+    engine: Engine,
+) -> None:
+    """The scan re-arms a retry up to its scan-ahead before retry_at and holds it until
+    then; the reaper published manual and replayed runs on sight, so their retries went
+    out up to 5 s early (issue 7, item 16)."""
+    job = make_job(engine)
+    with engine.begin() as conn:
+        now = conn.execute(text("SELECT now()")).scalar_one()
+    run, _ = run_now(engine, "acme", job, now=now - timedelta(seconds=2))
+    [claimed] = runs_claim(engine, [Claim(run.run_id, 1)], "w1", TTL_MS)
+    failed = run_finish_failed(engine, run.run_id, claimed.lease_token, "boom", random.Random(1))
+    assert failed.status == "retry_scheduled"
+    with engine.begin() as conn:  # the retry is 3 s away; the scan re-arms it now (5 s ahead)
+        conn.execute(
+            text("UPDATE runs SET retry_at = now() + interval '3 s' WHERE run_id = :r"),
+            {"r": run.run_id},
+        )
+    with engine.begin() as conn:  # what the scan does when the retry trigger enters its window
+        assert runs_rearm(conn, {run.run_id: 2}) == {run.run_id}
+    row = run_row(engine, run.run_id)
+    assert (row.status, row.attempt) == ("pending", 2)
+    published: list = []
+    assert runs_republish_undispatched(engine, 10_000, published.extend) == []
+    due = row.retry_at + timedelta(milliseconds=1)
+    again = runs_republish_undispatched(engine, 10_000, published.extend, now=due)
+    assert [p.run_id for p in again] == [run.run_id] == [p.run_id for p in published]
