@@ -115,6 +115,11 @@ class RunStatus(StrEnum):
 
 
 CLAIMABLE = frozenset({RunStatus.pending, RunStatus.dispatched})
+# Runs that keep their job busy for the overlap policy (forbid, queue, replace): a run
+# awaiting its retry is one of them, or the retry would run beside the next fire.
+BUSY = frozenset(
+    {RunStatus.pending, RunStatus.dispatched, RunStatus.running, RunStatus.retry_scheduled}
+)
 TERMINAL = frozenset({RunStatus.succeeded, RunStatus.dead, RunStatus.skipped, RunStatus.cancelled})
 
 

@@ -372,16 +372,13 @@ def run_finish_failed(
         else:
             policy = RetryPolicy.parse(run.retry_policy)
             decision = after_failure(policy, run.attempt, run.attempt_base, run.now_ms, rng)
-        queued = release_queued_in(conn, job_id)
         if isinstance(decision, RetryAt):
+            # The job stays busy until the retry ends: a queued run waits for that.
             retry_at = _retry_in(conn, run, decision, error, partitions, now)
             return FinishResult(
-                True,
-                "retry_scheduled",
-                retry_at=retry_at,
-                next_attempt=decision.next_attempt,
-                queued_next=queued,
+                True, "retry_scheduled", retry_at=retry_at, next_attempt=decision.next_attempt
             )
+        queued = release_queued_in(conn, job_id)
         conn.execute(
             text(
                 f"""

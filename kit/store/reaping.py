@@ -26,6 +26,7 @@ from kit.store.claims import (
     runs_mark_dispatched_in,
 )
 from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
+from kit.store.scheduling import BUSY_SQL
 
 Publish = Callable[[Sequence[RunPointer]], None]
 DEFAULT_BATCH = 1000
@@ -129,7 +130,7 @@ _RELEASE_ORPHANED_QUEUED = text(
                 secs => CAST(:grace_ms AS double precision) / 1000.0)
           AND NOT EXISTS (
               SELECT 1 FROM runs a
-              WHERE a.job_id = r.job_id AND a.status IN ('pending', 'dispatched', 'running')
+              WHERE a.job_id = r.job_id AND a.status IN {BUSY_SQL}
                 AND a.skip_reason IS DISTINCT FROM '{QUEUED}')
         ORDER BY r.job_id, r.scheduled_at, r.run_id
     )

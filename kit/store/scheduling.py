@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-ACTIVE_STATUSES = ("pending", "dispatched", "running")
+from kit.store.schema import BUSY_SQL
 
 
 def pg_array(values: Iterable[int | str]) -> str:
@@ -190,17 +190,17 @@ DUE_COLUMNS = [
     "created_at_us",
 ]
 _ACTIVE = text(
-    """
+    f"""
     SELECT job_id::text, count(*) FROM runs
-    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN ('pending', 'dispatched', 'running')
+    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN {BUSY_SQL}
     GROUP BY job_id
     """
 )
 _CANCEL_ACTIVE = text(
-    """
+    f"""
     UPDATE runs SET status = 'cancelled', lease_token = NULL, lease_expires_at = NULL,
-        finished_at = now(), error = 'replaced by a newer run (overlap: replace)'
-    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN ('pending', 'dispatched', 'running')
+        retry_at = NULL, finished_at = now(), error = 'replaced by a newer run (overlap: replace)'
+    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN {BUSY_SQL}
     RETURNING run_id::text
     """
 )

@@ -31,6 +31,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
+from kit.core.leases import BUSY
+
 # Deterministic constraint names, so migrations and autogenerate agree.
 metadata = MetaData(
     naming_convention={
@@ -54,6 +56,8 @@ RUN_STATUSES = (
     "cancelled",
 )
 OVERLAP_POLICIES = ("allow", "forbid", "queue", "replace")
+# The statuses that keep a job busy for its overlap policy (kit.core.leases.BUSY), as SQL.
+BUSY_SQL = "(" + ", ".join(sorted(f"'{s.value}'" for s in BUSY)) + ")"
 PRIORITY_TIERS = ("critical", "high", "normal", "low")
 
 
@@ -180,11 +184,11 @@ runs = Table(
         "scheduled_at",
         postgresql_where=text("status = 'pending' AND dispatched_at IS NULL"),
     ),
-    # The overlap policy: does this job have a run pending, dispatched or running?
+    # The overlap policy: is this job busy (kit.core.leases.BUSY; migration 0007)?
     Index(
-        "ix_runs_active_job_id",
+        "ix_runs_busy_job_id",
         "job_id",
-        postgresql_where=text("status IN ('pending', 'dispatched', 'running')"),
+        postgresql_where=text(f"status IN {BUSY_SQL}"),
     ),
     # Overlap 'queue': a job's runs held back, oldest first (released on each finish).
     Index(

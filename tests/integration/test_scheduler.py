@@ -407,6 +407,29 @@ def test_overlap_policies(engine, make_node, policy) -> None:
         assert old.lease_token is None
 
 
+@pytest.mark.parametrize("policy", ["forbid", "queue", "replace"])
+def test_a_run_awaiting_its_retry_still_counts_for_overlap(engine, make_node, policy) -> None:
+    """Regression (issue 7, item 12): a run waiting for its retry was not 'active', so with
+    forbid or queue the next fire ran, and the retry then ran beside it."""
+    now = db_now(engine)
+    job = create(engine, f"retrying-{policy}", {"every_s": 30}, now, overlap=policy)
+    (trig,) = rows(engine, "SELECT fire_at FROM triggers")
+    waiting = _insert_run(engine, job, trig.fire_at - timedelta(seconds=30), "retry_scheduled")
+    node = owned_node(make_node)
+    scan = node.scan_once(now=trig.fire_at - timedelta(milliseconds=500))
+    (old,) = [r for r in runs_of(engine, job) if str(r.run_id) == waiting]
+    (new,) = [r for r in runs_of(engine, job) if str(r.run_id) != waiting]
+    outcome = (old.status, new.status, new.skip_reason, len(scan.held))
+    assert (
+        outcome
+        == {
+            "forbid": ("retry_scheduled", "skipped", "overlap", 0),
+            "queue": ("retry_scheduled", "pending", "queued", 0),
+            "replace": ("cancelled", "pending", None, 1),
+        }[policy]
+    )
+
+
 def test_misfire_policies_after_an_outage(engine, make_node) -> None:
     now = db_now(engine)
     jobs = {

@@ -260,3 +260,20 @@ def test_the_reaper_holds_a_rearmed_retry_of_a_manual_run_until_its_retry_at(
     due = row.retry_at + timedelta(milliseconds=1)
     again = runs_republish_undispatched(engine, 10_000, published.extend, now=due)
     assert [p.run_id for p in again] == [run.run_id] == [p.run_id for p in published]
+
+
+def test_a_failure_that_will_retry_does_not_release_a_queued_run(engine: Engine) -> None:
+    """Overlap 'queue' (issue 7, item 12): the job is still busy while its run awaits a
+    retry, so the next run stays queued; only an end (success, dead, cancel) releases it."""
+    job = make_job(engine, overlap="queue")
+    first = make_run(engine, job)
+    later = run_row(engine, first).scheduled_at + timedelta(minutes=1)
+    queued = make_run(engine, job, scheduled_at=later, skip_reason="queued")
+    [run] = runs_claim(engine, [Claim(first, 1)], "w1", TTL_MS)
+    result = run_finish_failed(engine, first, run.lease_token, "boom", random.Random(1))
+    assert (result.status, result.queued_next) == ("retry_scheduled", None)
+    assert run_row(engine, queued).skip_reason == "queued"
+    rearm_retry(engine, first)
+    [again] = runs_claim(engine, [Claim(first, 2)], "w1", TTL_MS)
+    done = run_finish_ok(engine, first, again.lease_token)
+    assert done.queued_next is not None and done.queued_next.run_id == queued
