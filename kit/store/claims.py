@@ -10,7 +10,7 @@ it publishes, then sees it dispatched and takes it.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -55,9 +55,10 @@ class ClaimedRun:
     lease_token: str
     priority: str
     scheduled_at: datetime
-    started_at: datetime
+    claimed_at: datetime  # the claim's database time (the task starts later, at its second)
     task_spec: dict[str, Any] | None  # None: the job was deleted after the run was made
     timeout_s: int | None
+    due_at: datetime | None = None  # not to start before (scheduled time, or retry time)
 
 
 @dataclass(frozen=True)
@@ -87,10 +88,11 @@ class FinishResult:
 # The wanted ids come sorted, so rows are locked in run id order.
 _CLAIM = f"""
 WITH locked AS (
-    SELECT c.run_id, c.task_spec, c.timeout_s
+    SELECT c.run_id, c.task_spec, c.timeout_s, c.due_at
     FROM unnest(CAST(:run_ids AS uuid[]), CAST(:attempts AS int[])) AS w(run_id, attempt)
     CROSS JOIN LATERAL (
-        SELECT r.run_id, j.task_spec, j.timeout_s
+        SELECT r.run_id, j.task_spec, j.timeout_s,
+            greatest(r.scheduled_at, r.retry_at) AS due_at
         FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
         WHERE r.run_id = w.run_id AND r.attempt = w.attempt
           AND r.status IN ('pending', 'dispatched')
@@ -99,12 +101,12 @@ WITH locked AS (
     ) AS c
 )
 UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
-    lease_expires_at = {NOW} + {_TTL}, worker_id = :worker_id, started_at = {NOW},
+    lease_expires_at = {NOW} + {_TTL}, worker_id = :worker_id,
     dispatched_at = coalesce(r.dispatched_at, {NOW}), finished_at = NULL, retry_at = NULL
 FROM locked l
 WHERE r.run_id = l.run_id
 RETURNING r.run_id, r.job_id, r.tenant, r.attempt, r.lease_token, r.priority,
-    r.scheduled_at, r.started_at, l.task_spec, l.timeout_s
+    r.scheduled_at, {NOW} AS claimed_at, l.task_spec, l.timeout_s, l.due_at
 """
 
 
@@ -139,12 +141,33 @@ def runs_claim(
             lease_token=row.lease_token,
             priority=row.priority,
             scheduled_at=row.scheduled_at,
-            started_at=row.started_at,
+            claimed_at=row.claimed_at,
             task_spec=row.task_spec,
             timeout_s=row.timeout_s,
+            due_at=row.due_at,
         )
         for row in rows
     ]
+
+
+def db_clock(engine: Engine) -> datetime:
+    """The database's clock right now (clock_timestamp(), not the transaction's start)."""
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+
+
+def started_array(run_ids: Iterable[str], started_ms: Mapping[str, int] | None) -> str:
+    """The start instants (epoch ms, NULL when not started) of `run_ids`, as an array."""
+    started = started_ms or {}
+    return pg_text_array(
+        None if (ms := started.get(r)) is None else str(ms) for r in run_ids
+    )
+
+
+# A run's start is the moment its task began on the worker (measured there, on its
+# estimate of the database's clock), written by the next heartbeat or the finish; the
+# first attempt's start is kept.
+_STARTED = "coalesce(r.started_at, timestamptz 'epoch' + {ms} * interval '1 millisecond')"
 
 
 def runs_heartbeat(
@@ -152,21 +175,25 @@ def runs_heartbeat(
     leases: Sequence[tuple[str, str]],
     ttl_ms: int,
     now: datetime | None = None,
+    started_ms: Mapping[str, int] | None = None,
 ) -> tuple[set[str], set[str]]:
-    """Extend every (run_id, token) lease in one statement. Returns (kept, lost): a lost
-    run was reaped, cancelled (overlap 'replace'), finished elsewhere, or its lease had
-    already expired (kit.core.leases.heartbeat_run: an expired lease is not revived, the
-    reaper may be handing the run to another worker), so its task should stop."""
+    """Extend every (run_id, token) lease in one statement (recording the start of the
+    runs in `started_ms`). Returns (kept, lost): a lost run was reaped, cancelled
+    (overlap 'replace'), finished elsewhere, or its lease had already expired
+    (kit.core.leases.heartbeat_run: an expired lease is not revived, the reaper may be
+    handing the run to another worker), so its task should stop."""
     if not leases:
         return set(), set()
     # Rows locked in run id order, as claims and batched finishes do: in any other
     # order a heartbeat deadlocks with the same worker's batch of finishes.
     sql = f"""
-    UPDATE runs r SET lease_expires_at = {NOW} + {_TTL}
+    UPDATE runs r SET lease_expires_at = {NOW} + {_TTL},
+        started_at = {_STARTED.format(ms="l.started_ms")}
     FROM (
-        SELECT r.run_id
+        SELECT r.run_id, h.started_ms
         FROM runs r
-        JOIN unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
+        JOIN unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]),
+                    CAST(:started AS bigint[])) AS h(run_id, token, started_ms)
           ON r.run_id = h.run_id AND r.lease_token = h.token
         WHERE r.status = 'running' AND r.lease_expires_at > {NOW}
         ORDER BY r.run_id
@@ -178,6 +205,7 @@ def runs_heartbeat(
     params = {
         "run_ids": pg_text_array(r for r, _ in leases),
         "tokens": pg_text_array(t for _, t in leases),
+        "started": started_array((r for r, _ in leases), started_ms),
         "ttl_ms": ttl_ms,
         "now": now,
     }
@@ -214,20 +242,25 @@ def pointer_of(row: Any) -> RunPointer:
 
 
 def run_finish_ok(
-    engine: Engine, run_id: str, token: str, now: datetime | None = None
+    engine: Engine,
+    run_id: str,
+    token: str,
+    now: datetime | None = None,
+    started_ms: int | None = None,
 ) -> FinishResult:
     """Success, only while this worker holds the lease; resets the job's dead streak."""
     with engine.begin() as conn:
         row = conn.execute(
             text(
                 f"""
-                UPDATE runs SET status = 'succeeded', finished_at = {NOW}, error = NULL,
-                    lease_token = NULL, lease_expires_at = NULL
+                UPDATE runs r SET status = 'succeeded', finished_at = {NOW}, error = NULL,
+                    lease_token = NULL, lease_expires_at = NULL,
+                    started_at = {_STARTED.format(ms="CAST(:started_ms AS bigint)")}
                 WHERE run_id = :run_id AND lease_token = :token AND status = 'running'
                 RETURNING job_id
                 """
             ),
-            {"run_id": run_id, "token": token, "now": now},
+            {"run_id": run_id, "token": token, "now": now, "started_ms": started_ms},
         ).first()
         if row is None:
             return FinishResult(False)
@@ -241,15 +274,18 @@ def run_finish_ok(
 
 _FINISH_OK_BATCH = f"""
 WITH done AS (
-    SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS d(run_id, token)
+    SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]),
+                         CAST(:started AS bigint[])) AS d(run_id, token, started_ms)
 ), locked AS (
-    SELECT r.run_id FROM runs r JOIN done d ON d.run_id = r.run_id AND d.token = r.lease_token
+    SELECT r.run_id, d.started_ms
+    FROM runs r JOIN done d ON d.run_id = r.run_id AND d.token = r.lease_token
     WHERE r.status = 'running'
     ORDER BY r.run_id
     FOR UPDATE OF r
 )
 UPDATE runs r SET status = 'succeeded', finished_at = {NOW}, error = NULL,
-    lease_token = NULL, lease_expires_at = NULL
+    lease_token = NULL, lease_expires_at = NULL,
+    started_at = {_STARTED.format(ms="l.started_ms")}
 FROM locked l
 WHERE r.run_id = l.run_id
 RETURNING r.run_id::text, r.job_id::text
@@ -274,7 +310,10 @@ RETURNING run_id, job_id, attempt, scheduled_at, priority
 
 
 def runs_finish_ok(
-    engine: Engine, leases: Sequence[tuple[str, str]], now: datetime | None = None
+    engine: Engine,
+    leases: Sequence[tuple[str, str]],
+    now: datetime | None = None,
+    started_ms: Mapping[str, int] | None = None,
 ) -> tuple[set[str], list[RunPointer]]:
     """`run_finish_ok` for a batch of (run_id, token) in one transaction: each run
     succeeds only while its token holds (rows locked in run id order, as claims do),
@@ -285,6 +324,7 @@ def runs_finish_ok(
     params = {
         "run_ids": pg_array(r for r, _ in leases),
         "tokens": pg_text_array(t for _, t in leases),
+        "started": started_array((r for r, _ in leases), started_ms),
         "now": now,
     }
     with engine.begin() as conn:
@@ -344,6 +384,7 @@ def run_finish_failed(
     rng: random.Random,
     partitions: int = PARTITION_COUNT,
     now: datetime | None = None,
+    started_ms: int | None = None,
 ) -> FinishResult:
     """A failed attempt, only while this worker holds the lease: in one transaction,
     either a retry (run retry_scheduled + a retry trigger at the backoff time, decided
@@ -354,7 +395,7 @@ def run_finish_failed(
         run = conn.execute(
             text(
                 f"""
-                SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at,
+                SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at, r.started_at,
                     (extract(epoch FROM {NOW}) * 1000)::bigint AS now_ms,
                     j.retry_policy, j.version, {ATTEMPT_BASE_SQL} AS attempt_base
                 FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
@@ -366,6 +407,14 @@ def run_finish_failed(
         ).first()
         if run is None:
             return FinishResult(False)
+        if started_ms is not None and run.started_at is None:
+            conn.execute(
+                text(
+                    "UPDATE runs SET started_at = timestamptz 'epoch' + "
+                    "CAST(:ms AS bigint) * interval '1 millisecond' WHERE run_id = :run_id"
+                ),
+                {"ms": started_ms, "run_id": run_id},
+            )
         job_id = str(run.job_id)
         if run.retry_policy is None:  # the job was deleted: nothing to retry against
             decision: RetryAt | DeadLetter = DeadLetter(run.attempt - run.attempt_base)

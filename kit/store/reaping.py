@@ -8,7 +8,7 @@ receives the message before the commit waits on the row lock, then sees it claim
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -181,4 +181,47 @@ def runs_republish_undispatched(
         if pointers:
             publish(pointers)
             runs_mark_dispatched_in(conn, [p.run_id for p in pointers])
+    return pointers
+
+
+def runs_republish_lost(
+    engine: Engine,
+    cutoffs: Mapping[str, datetime],
+    publish: Publish,
+    limit: int = DEFAULT_BATCH,
+    now: datetime | None = None,
+) -> list[RunPointer]:
+    """Runs marked dispatched before their tier's cutoff and still not claimed: the
+    workers' group has read past every message published before the cutoff (see
+    kit.core.recovery), so their message is lost. Published again, and their
+    dispatched_at moves to now, so only a later cutoff can pick them again."""
+    if not cutoffs:
+        return []
+    tiers = sorted(cutoffs)
+    with engine.begin() as conn:
+        rows = conn.execute(
+            text(
+                """
+                SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority
+                FROM runs r
+                JOIN unnest(CAST(:tiers AS text[]), CAST(:cutoffs AS timestamptz[]))
+                    AS c(tier, cutoff) ON r.priority = c.tier
+                WHERE r.status = 'dispatched' AND r.dispatched_at < c.cutoff
+                ORDER BY r.dispatched_at
+                LIMIT :limit
+                FOR UPDATE OF r SKIP LOCKED
+                """
+            ),
+            {"tiers": tiers, "cutoffs": [cutoffs[t] for t in tiers], "limit": limit},
+        ).all()
+        pointers = [pointer_of(row) for row in rows]
+        if pointers:
+            publish(pointers)
+            conn.execute(
+                text(
+                    f"UPDATE runs SET dispatched_at = {NOW} "
+                    "WHERE run_id = ANY(CAST(:ids AS uuid[])) AND status = 'dispatched'"
+                ),
+                {"ids": [p.run_id for p in pointers], "now": now},
+            )
     return pointers

@@ -48,7 +48,8 @@ def test_batch_claim_takes_only_claimable_runs_at_their_attempt(engine: Engine) 
     assert [c.run_id for c in claimed] == [pending]  # wrong attempt, finished, duplicate
     row = run_row(engine, pending)
     assert row.status == "running" and row.worker_id == "w1"
-    assert row.lease_token == claimed[0].lease_token and row.started_at is not None
+    assert row.lease_token == claimed[0].lease_token
+    assert row.started_at is None  # a claim is not a start: the worker records that
     assert claimed[0].task_spec == {"type": "noop"} and claimed[0].timeout_s == 60
     # a second delivery of the same message claims nothing
     assert runs_claim(engine, [Claim(pending, 1)], "w2", TTL_MS) == []
@@ -214,7 +215,7 @@ def test_a_heartbeat_does_not_revive_an_expired_lease(engine: Engine) -> None:
     kept, lost = runs_heartbeat(engine, [(rid, run.lease_token)], TTL_MS)
     assert (kept, lost) == (set(), {rid})
     row = run_row(engine, rid)
-    assert row.lease_expires_at < row.started_at + timedelta(seconds=TTL_MS / 1000)
+    assert row.lease_expires_at < run.claimed_at + timedelta(seconds=TTL_MS / 1000)
 
 
 def test_a_failure_whose_text_holds_a_nul_byte_is_recorded(engine: Engine) -> None:
