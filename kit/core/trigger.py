@@ -10,10 +10,11 @@ Rules:
   version, is deleted and never fires (an edit replaced it). A retry trigger is the
   exception to the version rule: it is owed to a run that already fired, so it re-arms
   under the new version; a deleted or paused job cancels it with the reason.
-- A fire time earlier than `now_ms - MISFIRE_GRACE_MS` is *late*: it goes through the
-  job's misfire policy. Two seconds is the trigger-lag target, so a run that could no
-  longer start on time counts as missed; anything younger fires as usual (a scan that
-  ran a little late, a partition that just moved).
+- A fire time earlier than `now_ms - misfire_grace_ms` is *late*: it goes through the
+  job's misfire policy. The grace is the kit's own failover time
+  (kit.core.defaults.misfire_grace_ms: a dead node's partition moves and is scanned),
+  so losing a node never turns an on-time fire into a missed one; a fire later than
+  that was missed by an outage.
 - A paused job records a skipped run (reason 'paused') for each fire and advances.
 - Overlap (forbid/queue/replace) is judged against the job's runs that are pending,
   dispatched or running when the scan looks. Because the scan looks ahead, a job with
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
 
+from kit.core.defaults import MISFIRE_GRACE_MS
 from kit.core.ids import run_id as make_run_id
 from kit.core.policies import (
     MisfirePolicy,
@@ -47,7 +49,6 @@ from kit.core.policies import (
 from kit.core.schedule import Schedule, next_fire
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 
-MISFIRE_GRACE_MS = 2000
 OVERLAP_HORIZON_MS = 1000
 MAX_FIRES_PER_TRIGGER = 500
 
