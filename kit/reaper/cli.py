@@ -40,7 +40,9 @@ def _run(args: argparse.Namespace) -> int:
     publisher = RunPublisher(
         settings.kafka_bootstrap, topic_prefix=args.topic_prefix or DEFAULT_TOPIC_PREFIX
     )
-    reaper = Reaper(engine, publisher, settings.undispatched_grace_ms, metrics)
+    reaper = Reaper(
+        engine, publisher, settings.undispatched_grace_ms, metrics, partitions=settings.partitions
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -8,11 +8,13 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy import Engine
 
+from kit.core.partitions import PARTITION_COUNT
 from kit.core.timeutil import to_epoch_ms
 from kit.store.claims import RunPointer
+from kit.store.fleet_health import fleet_health_read
 from kit.store.reaping import DEFAULT_BATCH, runs_reap_expired, runs_republish_undispatched
 from kit.transport import RunMessage, RunPublisher
 
@@ -53,6 +55,17 @@ class ReaperMetrics:
             "Passes that failed (retried next period)",
             registry=self.registry,
         )
+        # Fleet-wide, from the database: the alarms' view of what no node can report itself.
+        self.partitions_unowned = Gauge(
+            "cronfleet_partitions_unowned",
+            "Trigger partitions no scheduler node holds an unexpired lease on",
+            registry=self.registry,
+        )
+        self.dead_letters_waiting = Gauge(
+            "cronfleet_dead_letters_waiting",
+            "Dead-lettered runs not replayed",
+            registry=self.registry,
+        )
 
 
 @dataclass(frozen=True)
@@ -74,12 +87,14 @@ class Reaper:
         undispatched_grace_ms: int,
         metrics: ReaperMetrics | None = None,
         batch: int = DEFAULT_BATCH,
+        partitions: int = PARTITION_COUNT,
     ) -> None:
         self.engine = engine
         self.publisher = publisher
         self.grace_ms = undispatched_grace_ms
         self.metrics = metrics or ReaperMetrics()
         self.batch = batch
+        self.partitions = partitions
 
     def _publish(self, pointers: Sequence[RunPointer]) -> None:
         publish_pointers(self.publisher, pointers)
@@ -103,6 +118,9 @@ class Reaper:
             republished += len(published)
             if len(published) < self.batch:
                 break
+        health = fleet_health_read(self.engine, self.partitions)
+        self.metrics.partitions_unowned.set(health.partitions_unowned)
+        self.metrics.dead_letters_waiting.set(health.dead_letters_waiting)
         counts = ReapCounts(requeued, dead, republished)
         self.metrics.reaped.labels("lease_expired_requeued").inc(requeued)
         self.metrics.reaped.labels("lease_expired_dead").inc(dead)
