@@ -68,6 +68,11 @@ variable "api_access_logs_bucket" {
   type        = string
   description = "S3 bucket for the API load balancer's access logs; empty: none."
   default     = ""
+
+  validation {
+    condition     = var.api_access_logs_bucket == "" || can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.api_access_logs_bucket))
+    error_message = "api_access_logs_bucket: an S3 bucket name, or empty."
+  }
 }
 
 variable "cronfleet_package" {
@@ -232,6 +237,11 @@ variable "kafka_bootstrap_brokers" {
 variable "kafka_cluster_name" {
   type        = string
   description = "MSK cluster name: the dimension of the consumer-lag metrics the workers scale on."
+
+  validation {
+    condition     = can(regex("^[A-Za-z][A-Za-z0-9-]{0,63}$", var.kafka_cluster_name))
+    error_message = "kafka_cluster_name: an MSK cluster name (letters, digits, dashes)."
+  }
 }
 
 variable "kafka_partitions_per_tier" {
@@ -291,6 +301,11 @@ variable "tiers" {
 variable "db_host" {
   type        = string
   description = "Database endpoint host (the database module's address)."
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9.-]+$", var.db_host))
+    error_message = "db_host: a host name or address."
+  }
 }
 
 variable "db_port" {
@@ -353,9 +368,7 @@ variable "settings" {
 
   validation {
     condition = alltrue([
-      for k, v in var.settings : can(regex("^CRONFLEET_[A-Z0-9_]+$", k))
-      && !contains(["CRONFLEET_DATABASE_URL", "CRONFLEET_HOME"], k)
-      && !can(regex("['\\n]", v))
+      for k, v in var.settings : (can(regex("^CRONFLEET_[A-Z0-9_]+$", k)) && !contains(["CRONFLEET_DATABASE_URL", "CRONFLEET_HOME"], k) && !can(regex("['\\n]", v)))
     ])
     error_message = "settings: keys CRONFLEET_* (not DATABASE_URL or HOME, which the bootstrap writes), values without quotes or newlines."
   }
@@ -387,6 +400,11 @@ variable "metrics_source_security_group_ids" {
   type        = list(string)
   description = "Security groups allowed to scrape the metrics ports (the observability module's collector)."
   default     = []
+
+  validation {
+    condition     = alltrue([for g in var.metrics_source_security_group_ids : can(regex("^sg-[0-9a-f]+$", g))])
+    error_message = "metrics_source_security_group_ids: security group ids like sg-0123abcd."
+  }
 }
 
 variable "drain_s" {
@@ -415,4 +433,9 @@ variable "tags" {
   type        = map(string)
   description = "Tags added to every resource."
   default     = {}
+
+  validation {
+    condition     = alltrue([for k, v in var.tags : length(k) <= 128 && length(v) <= 256])
+    error_message = "tags: keys up to 128 and values up to 256 characters (AWS limits)."
+  }
 }

@@ -173,4 +173,9 @@ variable "tags" {
   type        = map(string)
   description = "Tags added to every resource."
   default     = {}
+
+  validation {
+    condition     = alltrue([for k, v in var.tags : length(k) <= 128 && length(v) <= 256])
+    error_message = "tags: keys up to 128 and values up to 256 characters (AWS limits)."
+  }
 }

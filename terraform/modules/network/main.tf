@@ -3,8 +3,22 @@
 # need two zones, so even a single-zone install gets two public and two private subnets;
 # `zones` says where the machines, the database and the brokers live.
 
+# The zones are named, not "whatever the region lists": a zone AWS adds later never moves
+# a subnet.
 data "aws_availability_zones" "available" {
   state = "available"
+
+  filter {
+    name   = "zone-name"
+    values = [for letter in var.zone_letters : "${data.aws_region.current.name}${letter}"]
+  }
+
+  lifecycle {
+    postcondition {
+      condition     = length(self.names) >= max(var.zones, 2)
+      error_message = "zone_letters: fewer available zones than max(zones, 2) in this region."
+    }
+  }
 }
 
 data "aws_region" "current" {}

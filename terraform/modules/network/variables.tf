@@ -30,6 +30,17 @@ variable "zones" {
   }
 }
 
+variable "zone_letters" {
+  type        = list(string)
+  description = "Zones to use, by the letter after the region's name (eu-west-1a: a), in order."
+  default     = ["a", "b", "c"]
+
+  validation {
+    condition     = length(var.zone_letters) >= 2 && alltrue([for l in var.zone_letters : can(regex("^[a-z]$", l))])
+    error_message = "zone_letters: at least two single letters (a load balancer needs two zones)."
+  }
+}
+
 variable "nat_per_zone" {
   type        = bool
   description = "One NAT gateway per zone (survives a zone's loss) rather than one for all."
@@ -51,4 +62,9 @@ variable "tags" {
   type        = map(string)
   description = "Tags added to every resource."
   default     = {}
+
+  validation {
+    condition     = alltrue([for k, v in var.tags : length(k) <= 128 && length(v) <= 256])
+    error_message = "tags: keys up to 128 and values up to 256 characters (AWS limits)."
+  }
 }
