@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.deploy.terraform_files import (  # noqa: E402
+from tests.deploy.terraform_files import (
     blocks,
     example_dirs,
     module_dirs,
@@ -39,7 +39,8 @@ def _default(body: dict) -> str:
 
 
 def tables(directory: Path) -> str:
-    lines = ["## Inputs", "", "| name | type | default | description |", "| --- | --- | --- | --- |"]
+    lines = ["## Inputs", "", "| name | type | default | description |"]
+    lines.append("| --- | --- | --- | --- |")
     for name, body in sorted(blocks(directory, "variable").items()):
         lines.append(
             f"| `{name}` | `{_cell(variable_type(body))}` | {_cell(_default(body))} "

@@ -37,7 +37,14 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from kit.settings import load_settings
-from tests.deploy.terraform_files import BOOTSTRAP, MODULES, ROOT, locals_of, render, template_variables
+from tests.deploy.terraform_files import (
+    BOOTSTRAP,
+    MODULES,
+    ROOT,
+    locals_of,
+    render,
+    template_variables,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -1,5 +1,5 @@
 output "vpc_id" {
-  description = "The VPC."
+  description = "The VPC every module runs in."
   value       = aws_vpc.this.id
 }
 
