@@ -5,6 +5,7 @@ every skip reasoned, the alerting rules parsed and naming only metrics the kit e
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -19,7 +20,6 @@ import pytest
 import yaml
 
 from scripts.terraform_docs import BEGIN, END, tables
-from sim.tfvars import SIZING_VARIABLES
 from tests.deploy.terraform_files import (
     EXAMPLES,
     MODULES,
@@ -33,6 +33,13 @@ from tests.deploy.terraform_files import (
     unquote,
     variable_type,
 )
+
+# sim/tfvars.py loaded by path: importing the `sim` package here, at collection, would
+# shadow tests/sim (whose conftest pytest imports as `sim.conftest`).
+_spec = importlib.util.spec_from_file_location("cronfleet_sim_tfvars", ROOT / "sim" / "tfvars.py")
+_tfvars = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_tfvars)
+SIZING_VARIABLES = _tfvars.SIZING_VARIABLES
 
 ALL_DIRS = [*module_dirs(), *example_dirs()]
 IDS = [str(d.relative_to(TERRAFORM)) for d in ALL_DIRS]
