@@ -111,8 +111,15 @@ if good:
               "through the whole peak and p99 jumps by seconds; one node alone cannot scan and advance the "
               "peak's triggers; the partition count barely matters here.")
 else:
-    answer = ("**Answer.** No deployed fleet of this grid keeps the target after losing a node or a tenth of "
-              "its workers; the table shows by how much. Widen the grid.")
+    n, w, p, p99, dn, dw, a, b, _ = min(rows, key=lambda row: (row[4], row[5]))
+    need = math.ceil(w / 0.9)
+    answer = (f"**Answer.** The smallest fleet that meets p99 ≤ {TARGET_P99_S} s at the peak is **{n} scheduler "
+              f"nodes, {w} workers x 256 slots, {p} partitions** (p99 {p99:.3f} s); one node alone cannot scan and "
+              f"advance the peak's triggers. The headroom `cronfleet sim size` suggests ({dn} nodes, {dw} workers) "
+              f"survives losing a node (p99 {a:.3f} s) but **not** losing a tenth of its workers (p99 {b:.3f} s): "
+              f"the curve has a knee at about {w} workers, and a tenth of {dw} is more than the {dw - w} added. "
+              f"To survive both, deploy at least {need} workers (the knee / 0.9) with {dn} nodes. "
+              "The partition count barely matters here.")
 display(Markdown(answer))"""),
 ]
 
@@ -220,7 +227,9 @@ def model_of(run, sustain=False):
                      "workload.peak_runs_per_s": rate, **fm.around_the_peak(60, 20)})
     else:
         jobs = int(run["jobs"])
-        sets.update({"workload.schedules": jobs, "workload.runs_per_s": 1.0,
+        # runs_per_s is the hour's average, peak included: at least what the burst brings
+        # (below it the model fails with an IndexError rather than a clear error)
+        sets.update({"workload.schedules": jobs, "workload.runs_per_s": jobs / 3600 + 1,
                      "workload.peak_runs_per_s": float(jobs), "workload.peak_spread_s": 1,
                      **fm.around_the_peak(60, 20)})
     if fm.SMALL:  # the same shape, 50 times fewer runs
@@ -258,9 +267,12 @@ else:
     print("no measured JSON: nothing to compare")"""),
     new_code_cell("""\
 if rows:
-    ratios = ", ".join(f"{r[0]}: measured p99 {r[7]:.2f} s vs model {r[8]:.2f} s ({r[7] / max(r[8], 1e-3):.1f}x)" for r in rows)
+    ratios = ", ".join(f"{r[0]}: measured p99 {r[7]:.2f} s vs model {r[8]:.4f} s" for r in rows)
     display(Markdown(
-        f"**Answer.** {ratios}. Where the measured lag is the larger, the difference is what the model does "
+        f"**Answer.** {ratios}. The model is far too optimistic for this machine: it predicts that runs start "
+        "within milliseconds of their second, where the real services, sharing two cores with PostgreSQL and "
+        "Kafka, start a 50,000-run burst seconds late. It is not a predictor of this set-up's lag until its "
+        "calibration carries that contention. The difference is what the model does "
         "not carry: the real run is four indexed row versions in PostgreSQL sharing two cores with Kafka and "
         "the services (docs/life-of-a-run.md), while the calibration profile's service times were measured "
         "one statement at a time. The storm and drill comparisons wait for their JSON (listed MISSING above)."))
