@@ -23,8 +23,7 @@ import sys
 from pathlib import Path
 sys.path.insert(0, str(Path.cwd()))  # notebooks/ (nbclient and Jupyter run here)
 import fleet_model as fm
-import matplotlib
-matplotlib.use("Agg")
+%matplotlib inline
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 print("size:", fm.SIZE)"""
@@ -70,9 +69,11 @@ fig, axes = plt.subplots(1, len(PARTITIONS), figsize=(6 * len(PARTITIONS), 4), s
 for ax, parts in zip(axes[0], PARTITIONS):
     for nodes in NODES:
         pts = sorted((r.workers, r.p99_start_s) for r in runs if r.nodes == nodes and r.partitions == parts)
-        ax.plot([w for w, _ in pts], [p for _, p in pts], marker="o", label=f"{nodes} node(s)")
+        ax.plot([w for w, _ in pts], [max(p, 1e-3) for _, p in pts], marker="osD^"[nodes % 4],
+                linestyle=["-", "--", ":", "-."][nodes % 4], label=f"{nodes} node(s)")
     ax.axhline(TARGET_P99_S, color="red", linestyle="--", label="target")
-    ax.set_yscale("symlog", linthresh=0.01)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=1e-3)
     ax.set_xlabel("workers (x 256 slots)")
     ax.set_ylabel("p99 start lag at the peak (s)")
     ax.set_title(f"{parts} partitions")

@@ -35,6 +35,7 @@ def test_question_at_the_top_answer_at_the_bottom_outputs_committed(path: Path) 
                for o in code[-1].outputs), "the last cell displays the answer"
     assert any("size: full" in str(o.get("text", "")) for c in code for o in c.outputs), (
         "the committed outputs come from a full-size run")
+    assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs), "no plot"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -42,9 +43,9 @@ def test_notebook_runs_at_a_small_size(path: Path, monkeypatch: pytest.MonkeyPat
     from build_notebooks import execute
 
     monkeypatch.setenv("CRONFLEET_NOTEBOOK_SIZE", "small")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = execute(nbformat.read(path, as_version=4), timeout_s=600)  # raises on any error
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert any("size: small" in str(o.get("text", "")) for o in outputs)
     assert any("**Answer.**" in str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+    assert any("image/png" in o.get("data", {}) for o in outputs), "the plot was not drawn"
     assert os.environ["CRONFLEET_NOTEBOOK_SIZE"] == "small"
