@@ -17,6 +17,16 @@ fi
 echo "==> installing cronfleet with its test dependencies"
 python3 -m pip install -q -e ".[dev]"
 
+# checkov (terraform/'s security checks) pins libraries the project's own tools need newer
+# (packaging, a fork of hcl2), so it lives in a virtualenv of its own, reused across runs.
+CHECKOV_VENV="${CRONFLEET_HOME:-$HOME/.cronfleet}/tools/checkov-$(sha256sum terraform/checkov-requirements.txt | cut -c1-12)"
+if [ ! -x "$CHECKOV_VENV/bin/checkov" ]; then
+  echo "==> installing checkov into $CHECKOV_VENV"
+  python3 -m venv "$CHECKOV_VENV"
+  "$CHECKOV_VENV/bin/pip" install -q -r terraform/checkov-requirements.txt
+fi
+export CRONFLEET_CHECKOV="$CHECKOV_VENV/bin/checkov"
+
 echo "==> starting the local stack (PostgreSQL, Kafka)"
 python3 -m kit.cli stack up
 

@@ -47,7 +47,12 @@ def _run(args: argparse.Namespace) -> int:
         settings.kafka_bootstrap, args.group_id or settings.worker_group, topic_prefix=prefix
     )
     reaper = Reaper(
-        engine, publisher, settings.undispatched_grace_ms, metrics, progress=progress
+        engine,
+        publisher,
+        settings.undispatched_grace_ms,
+        metrics,
+        progress=progress,
+        partitions=settings.partitions,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -10,13 +10,15 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy import Engine
 
+from kit.core.partitions import PARTITION_COUNT
 from kit.core.recovery import QueueSample, caught_up_at
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.store.claims import RunPointer
 from kit.store.db import db_now
+from kit.store.fleet_health import fleet_health_read
 from kit.store.reaping import (
     DEFAULT_BATCH,
     runs_reap_expired,
@@ -65,6 +67,17 @@ class ReaperMetrics:
             "Passes that failed (retried next period)",
             registry=self.registry,
         )
+        # Fleet-wide, from the database: the alarms' view of what no node can report itself.
+        self.partitions_unowned = Gauge(
+            "cronfleet_partitions_unowned",
+            "Trigger partitions no scheduler node holds an unexpired lease on",
+            registry=self.registry,
+        )
+        self.dead_letters_waiting = Gauge(
+            "cronfleet_dead_letters_waiting",
+            "Dead-lettered runs not replayed",
+            registry=self.registry,
+        )
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,7 @@ class Reaper:
         metrics: ReaperMetrics | None = None,
         batch: int = DEFAULT_BATCH,
         progress: QueueProgress | None = None,
+        partitions: int = PARTITION_COUNT,
     ) -> None:
         self.engine = engine
         self.publisher = publisher
@@ -101,6 +115,7 @@ class Reaper:
         self.batch = batch
         self.progress = progress  # None: no lost-message check (no workers' group known)
         self._samples: dict[str, deque[QueueSample]] = {}
+        self.partitions = partitions
 
     def _publish(self, pointers: Sequence[RunPointer]) -> None:
         publish_pointers(self.publisher, pointers)
@@ -125,6 +140,9 @@ class Reaper:
             if len(published) < self.batch:
                 break
         lost = self._republish_lost()
+        health = fleet_health_read(self.engine, self.partitions)
+        self.metrics.partitions_unowned.set(health.partitions_unowned)
+        self.metrics.dead_letters_waiting.set(health.dead_letters_waiting)
         counts = ReapCounts(requeued, dead, republished, lost)
         self.metrics.reaped.labels("lease_expired_requeued").inc(requeued)
         self.metrics.reaped.labels("lease_expired_dead").inc(dead)
