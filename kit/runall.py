@@ -165,6 +165,8 @@ def services(args: argparse.Namespace) -> list[Service]:
         worker = ["worker", *metrics(2 + i), *common, "--drain-s", str(args.drain_s)]
         if args.concurrency is not None:
             worker += ["--concurrency", str(args.concurrency)]
+        if args.prefetch is not None:
+            worker += ["--prefetch", str(args.prefetch)]
         if args.group_id:
             worker += ["--group-id", args.group_id]
         out.append(Service(f"worker-{i + 1}" if args.workers > 1 else "worker", tuple(worker)))
@@ -180,6 +182,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--concurrency", type=int, help="runs per worker (default: settings)")
+    parser.add_argument(
+        "--prefetch", type=int, help="runs a worker claims ahead (default: settings)"
+    )
     parser.add_argument("--api-host", help="api bind address (default: settings.api_host)")
     parser.add_argument("--api-port", type=int, help="api port (default: settings.api_port)")
     parser.add_argument(

@@ -102,6 +102,12 @@ class Settings(BaseSettings):
         description="Kafka consumer group of the workers (the reaper reads its progress).",
     )
     worker_concurrency: int = Field(default=8, ge=1, description="Runs a worker executes at once.")
+    worker_prefetch: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="Runs a worker claims ahead of their second (or of a free slot) at most.",
+    )
     http_allow_hosts: str = Field(
         default="",
         description="Comma-separated hosts/CIDRs the http task may reach even if private/loopback.",

@@ -30,7 +30,7 @@ from sim.resources import Database, WorkerPool
 NONE, PENDING, DISPATCHED, RUNNING, SUCCEEDED, RETRY, DEAD, SKIPPED = range(8)
 CORE_STATUS = {
     PENDING: leases.RunStatus.pending,
-    DISPATCHED: leases.RunStatus.dispatched,
+    DISPATCHED: leases.RunStatus.pending,  # published, not claimed: the kit calls it pending
     RUNNING: leases.RunStatus.running,
     SUCCEEDED: leases.RunStatus.succeeded,
     RETRY: leases.RunStatus.retry_scheduled,
@@ -191,7 +191,7 @@ class Model:
         keep = np.ones(run.size, bool)
         normal = redel == 0
         if normal.any():
-            self._class_verdict("claim", leases.RunStatus.dispatched)
+            self._class_verdict("claim", leases.RunStatus.pending)
         for i in np.flatnonzero(~normal):
             r, a, kind = int(run[i]), int(att[i]), int(redel[i])
             if kind == 2:  # inject_duplicate: the bug skips the claim

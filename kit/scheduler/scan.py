@@ -33,7 +33,7 @@ DEFAULT_BATCH = 20_000
 
 @dataclass(frozen=True)
 class HeldRun:
-    """A committed run waiting in the timer wheel for its second."""
+    """A committed run to publish (its message encoded while scanning)."""
 
     run_id: str
     job_id: str

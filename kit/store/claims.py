@@ -4,7 +4,8 @@ reaper handed to another worker) cannot overwrite anything: its write finds no r
 
 Claims lock their rows in run id order, so two workers claiming overlapping batches
 (a rebalance redelivers) cannot deadlock; a claim waits on a row the reaper holds while
-it publishes, then sees it dispatched and takes it.
+it publishes, then takes it. A worker claims a run ahead of its second (the scheduler
+publishes it as soon as it is committed) and starts it then.
 """
 
 from __future__ import annotations
@@ -95,14 +96,14 @@ WITH locked AS (
             greatest(r.scheduled_at, r.retry_at) AS due_at
         FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
         WHERE r.run_id = w.run_id AND r.attempt = w.attempt
-          AND r.status IN ('pending', 'dispatched')
+          AND r.status = 'pending'
         FOR UPDATE OF r
         OFFSET 0
     ) AS c
 )
 UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
     lease_expires_at = {NOW} + {_TTL}, worker_id = :worker_id,
-    dispatched_at = coalesce(r.dispatched_at, {NOW}), finished_at = NULL, retry_at = NULL
+    finished_at = NULL, retry_at = NULL
 FROM locked l
 WHERE r.run_id = l.run_id
 RETURNING r.run_id, r.job_id, r.tenant, r.attempt, r.lease_token, r.priority,
@@ -527,24 +528,26 @@ def job_dead_streak_in(conn: Connection, job_id: str) -> bool:
     return True
 
 
-def runs_mark_dispatched(engine: Engine, run_ids: Sequence[str]) -> None:
-    """After a publish (the contract's statement, shared with the scheduler)."""
+def runs_mark_published(engine: Engine, run_ids: Sequence[str]) -> None:
+    """After a publish outside the scheduler's own path (a released queued run)."""
     if not run_ids:
         return
     with engine.begin() as conn:
-        runs_mark_dispatched_in(conn, run_ids)
+        runs_mark_published_in(conn, run_ids)
 
 
-def runs_mark_dispatched_in(conn: Connection, run_ids: Sequence[str]) -> None:
+def runs_mark_published_in(
+    conn: Connection, run_ids: Sequence[str], now: datetime | None = None
+) -> None:
+    """`dispatched_at`: when the run was last published by the reaper or a worker (the
+    scheduler's publish of a new run writes nothing). The reaper counts a lost message
+    from it, so it is not published again before the workers read past it."""
     conn.execute(
         text(
-            """
-            UPDATE runs SET dispatched_at = coalesce(dispatched_at, now()),
-                status = CASE WHEN status = 'pending' THEN 'dispatched' ELSE status END
-            WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
-            """
+            f"UPDATE runs SET dispatched_at = {NOW} "
+            "WHERE run_id = ANY(CAST(:run_ids AS uuid[])) AND status = 'pending'"
         ),
-        {"run_ids": list(run_ids)},
+        {"run_ids": list(run_ids), "now": now},
     )
 
 

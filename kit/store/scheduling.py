@@ -1,5 +1,5 @@
-"""The SQL of a scheduler node, kept together: membership, partition leases, the fenced
-scan and the dispatch mark.
+"""The SQL of a scheduler node, kept together: membership, partition leases and the
+fenced scan (the node publishes what a scan committed and writes nothing more for it).
 
 Every statement is batched: partitions, triggers and runs travel as arrays
 (`unnest`), so a scan is a handful of round trips whatever its size. The scan's big
@@ -267,28 +267,6 @@ _UPSERT_TRIGGERS = text(
         WHERE triggers.kind = 'schedule' AND triggers.job_version < EXCLUDED.job_version
     """
 )
-# Rows a worker is claiming right now are skipped, not waited for: the claim sets
-# dispatched_at itself (and should it roll back, the run is an ordinary undispatched
-# one that the reaper re-publishes). Waiting instead deadlocked with claims during a
-# 50,000-run burst (this update locked rows in scan order, claims in run id order),
-# and each deadlock cost a second.
-_MARK_DISPATCHED = text(
-    """
-    UPDATE runs SET dispatched_at = coalesce(runs.dispatched_at, now()),
-        status = CASE WHEN runs.status = 'pending' THEN 'dispatched' ELSE runs.status END
-    FROM (
-        SELECT r.run_id FROM runs r
-        JOIN unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[])) AS p(id, a)
-          ON r.run_id = p.id AND r.attempt = p.a
-        WHERE r.dispatched_at IS NULL OR r.status = 'pending'
-        ORDER BY r.run_id
-        FOR UPDATE OF r SKIP LOCKED
-    ) AS m
-    WHERE runs.run_id = m.run_id
-    """
-)
-
-
 def partitions_lock_own(conn: Connection, node_id: str, epochs: Mapping[int, int]) -> set[int]:
     """Lock (FOR SHARE) this node's lease rows still held at the epoch it believes, and
     unexpired; the scan processes only these. A takeover waits for this transaction."""
@@ -406,17 +384,3 @@ def triggers_insert(conn: Connection, rows: Sequence[tuple[int, int, str, int]])
     if conn.execute(_INSERT_TRIGGERS, params).rowcount == len(rows):
         return  # the common case: every slot was free
     conn.execute(_UPSERT_TRIGGERS, params)
-
-
-def runs_mark_dispatched(conn: Connection, published: Sequence[tuple[str, int]]) -> int:
-    """After a confirmed publish of (run id, attempt): record dispatched_at (first one
-    wins), pending -> dispatched; a run cancelled meanwhile keeps its status. Only the
-    attempt that was published is marked: a retry re-armed since (attempt + 1, not yet
-    published) must stay undispatched, or the reaper would never publish it."""
-    if not published:
-        return 0
-    params = {
-        "ids": pg_array([r for r, _ in published]),
-        "attempts": pg_array([a for _, a in published]),
-    }
-    return conn.execute(_MARK_DISPATCHED, params).rowcount

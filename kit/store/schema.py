@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
-from kit.core.leases import BUSY
+from kit.core.leases import BUSY, RunStatus
 
 # Deterministic constraint names, so migrations and autogenerate agree.
 metadata = MetaData(
@@ -45,16 +45,7 @@ metadata = MetaData(
 )
 
 TRIGGER_KINDS = ("schedule", "retry", "manual")
-RUN_STATUSES = (
-    "pending",
-    "dispatched",
-    "running",
-    "succeeded",
-    "retry_scheduled",
-    "dead",
-    "skipped",
-    "cancelled",
-)
+RUN_STATUSES = tuple(s.value for s in RunStatus)  # kit.core.leases is the vocabulary
 OVERLAP_POLICIES = ("allow", "forbid", "queue", "replace")
 # The statuses that keep a job busy for its overlap policy (kit.core.leases.BUSY), as SQL.
 BUSY_SQL = "(" + ", ".join(sorted(f"'{s.value}'" for s in BUSY)) + ")"
@@ -176,14 +167,14 @@ runs = Table(
     CheckConstraint("attempt >= 1", name="attempt"),
     # Run history of a job, newest first, keyset-paginated on (scheduled_at, run_id).
     Index("ix_runs_job_id_scheduled_at", "job_id", text("scheduled_at DESC"), text("run_id DESC")),
-    # The reaper: expired leases of running runs.
-    Index(None, "status", "lease_expires_at"),
-    # The reaper: runs committed but never published.
+    # The reaper: expired leases (running runs only: a run's insert and finish skip it).
     Index(
-        "ix_runs_undispatched",
-        "scheduled_at",
-        postgresql_where=text("status = 'pending' AND dispatched_at IS NULL"),
+        "ix_runs_lease_expires_at",
+        "lease_expires_at",
+        postgresql_where=text("status = 'running'"),
     ),
+    # The reaper: runs not claimed yet, oldest first (lost messages, manual runs).
+    Index("ix_runs_pending", "scheduled_at", postgresql_where=text("status = 'pending'")),
     # The overlap policy: is this job busy (kit.core.leases.BUSY; migration 0007)?
     Index(
         "ix_runs_busy_job_id",

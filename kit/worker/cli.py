@@ -13,6 +13,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("worker", help="consume the run queue and execute runs")
     parser.add_argument("--worker-id", help="this worker's name (default: host-pid)")
     parser.add_argument("--concurrency", type=int, help="runs executed at once (default: settings)")
+    parser.add_argument(
+        "--prefetch", type=int, help="runs claimed ahead of their second (default: settings)"
+    )
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
     parser.add_argument("--drain-s", type=float, default=30.0, help="shutdown wait for runs")
     parser.add_argument("--group-id", help="Kafka consumer group (default: settings)")
@@ -40,6 +43,9 @@ def _run(args: argparse.Namespace) -> int:
     concurrency = args.concurrency if args.concurrency is not None else settings.worker_concurrency
     if not 1 <= concurrency <= 1024:
         raise UsageError(f"concurrency: {concurrency} is not between 1 and 1024")
+    prefetch = args.prefetch if args.prefetch is not None else settings.worker_prefetch
+    if not 1 <= prefetch <= 1_000_000:
+        raise UsageError(f"prefetch: {prefetch} is not between 1 and 1000000")
     if not 0 <= args.metrics_port <= 65535:
         raise UsageError(f"metrics-port: {args.metrics_port} is not between 0 and 65535")
     if args.drain_s < 0:
@@ -71,6 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         partitions=settings.partitions,
         execute=task_executor(settings.http_allow_hosts),
         metrics=metrics,
+        prefetch=prefetch,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

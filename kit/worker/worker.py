@@ -1,6 +1,12 @@
-"""A worker: consume a batch, claim it in one statement, commit offsets, start each run
-at its second by the database's clock, heartbeat every lease in one statement, finish
-under the token, and stop any task whose lease it can no longer confirm.
+"""A worker: consume a batch, claim it in one statement, commit offsets, hold each run
+until its second by the database's clock and start it then, heartbeat every lease in one
+statement, finish under the token, and stop any task whose lease it can no longer confirm.
+
+The scheduler publishes a run as soon as it is committed, up to its scan-ahead before its
+second; the worker claims it at once and keeps it in a timer wheel (kit.core.dispatch),
+so at a top-of-hour burst everything but the task and its finish happens before the
+second. `prefetch` bounds the runs claimed and not yet started; `concurrency` the tasks
+running at once.
 
 At-least-once: offsets are committed only after the claim committed, so a crash before
 that redelivers the batch; a crash after it leaves claimed runs whose leases expire and
@@ -31,8 +37,6 @@ dead-letter topic with its reason before its offset is committed; the worker mov
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import queue
 import random
@@ -47,6 +51,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy import Engine
 from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 
+from kit.core.dispatch import TimerWheel, catch_up_order
 from kit.core.partitions import PARTITION_COUNT
 from kit.core.timeutil import to_epoch_ms
 from kit.reaper.reaper import publish_pointers
@@ -61,7 +66,7 @@ from kit.store.claims import (
     runs_claim,
     runs_finish_ok,
     runs_heartbeat,
-    runs_mark_dispatched,
+    runs_mark_published,
     runs_release,
 )
 from kit.tasks.command import KILL_GRACE_S
@@ -80,6 +85,11 @@ _RETRY_DB_S = 1.0
 _LAG_EVERY_S = 5.0
 _TIMEOUT_GRACE_S = 5.0  # the task kills itself at its timeout; this is the backstop
 FINISH_BATCH = 1000  # successes written per transaction, at most
+CLAIM_BATCH = 2000  # runs claimed per statement, at most
+DEFAULT_PREFETCH = 10_000
+# While the hold thread starts a second's runs, finishes wait (at most this long): the
+# starts are what the start lag measures, and both want the same two cores.
+_FINISH_YIELD_S = 1.0
 INLINE_TASKS = frozenset({"noop"})  # kit.tasks types run on the consume thread
 # A claim that fails for what it contains (not for a lost connection) is split to find
 # the message that poisons it.
@@ -151,7 +161,9 @@ class WorkerMetrics:
         )
         self.in_flight = Gauge("cronfleet_worker_in_flight", "Runs executing now", registry=r)
         self.held = Gauge(
-            "cronfleet_worker_held", "Claimed runs waiting for their second", registry=r
+            "cronfleet_worker_held",
+            "Claimed runs not started yet (waiting for their second or a free slot)",
+            registry=r,
         )
 
     def value(self, name: str, **labels: str) -> float:
@@ -186,14 +198,18 @@ class Worker:
         execute: Execute | None = None,
         rng: random.Random | None = None,
         metrics: WorkerMetrics | None = None,
+        prefetch: int = DEFAULT_PREFETCH,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if prefetch < 1:
+            raise ValueError("prefetch must be at least 1")
         self.engine = engine
         self.consumer = consumer
         self.publisher = publisher
         self.worker_id = worker_id
         self.concurrency = concurrency
+        self.prefetch = prefetch
         self.lease_ttl_ms = lease_ttl_ms
         self.lease_ttl_s = lease_ttl_ms / 1000
         self.heartbeat_s = (heartbeat_ms or max(200, lease_ttl_ms // 3)) / 1000
@@ -212,9 +228,10 @@ class Worker:
         self._in_flight: dict[str, _InFlight] = {}
         self._slot = threading.Condition(self._lock)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="run")
-        self._held: list[tuple[float, int, _InFlight]] = []  # (start at, monotonic), heap
-        self._held_seq = itertools.count()
+        self._wheel: TimerWheel[_InFlight] = TimerWheel()  # due: database-clock ms
+        self._waiting = 0  # claimed, not started (in the wheel or queued for a pool slot)
         self._held_changed = threading.Condition(self._lock)
+        self._starting = threading.Event()  # the hold thread is starting a second's runs
         self._beating = threading.Event()
         self._succeeded: queue.Queue[_InFlight] = queue.Queue()
         self._finisher_stop = threading.Event()
@@ -255,8 +272,7 @@ class Worker:
                     break  # stopping before the claim committed: the batch is redelivered
                 self.consumer.commit()
                 self.metrics.duplicates.inc(len(messages) - len(claimed))
-                for entry in claimed:
-                    self._start_when_due(entry)
+                self._hold(claimed)
         finally:
             self._drain(drain_s)
             self._finisher_stop.set()
@@ -268,12 +284,18 @@ class Worker:
                 t.join(timeout=5)
 
     def _wait_for_slot(self, stop: threading.Event) -> int:
+        """How many more runs to consume: the prefetch left, and never so many that the
+        ones already due would wait on the pool beyond a few turns of it."""
         with self._slot:
-            free = self.concurrency - len(self._in_flight)
+            free = self._room()
             if free <= 0:
                 self._slot.wait(0.2)
-                free = self.concurrency - len(self._in_flight)
-            return max(0, free) if not stop.is_set() else 0
+                free = self._room()
+            return min(free, CLAIM_BATCH) if not stop.is_set() else 0
+
+    def _room(self) -> int:
+        running = len(self._in_flight) - self._waiting
+        return min(self.prefetch - self._waiting, self.prefetch + self.concurrency - running)
 
     def _sample_clock(self, stop: threading.Event | None = None) -> None:
         """One sample of the database's clock (the first one is waited for)."""
@@ -349,60 +371,78 @@ class Worker:
 
     # -- starting at the second ---------------------------------------------------------
 
-    def _start_when_due(self, entry: _InFlight) -> None:
-        run = entry.run
-        with self._lock:
-            self._in_flight[run.run_id] = entry
-            self.metrics.in_flight.set(len(self._in_flight))
-        due = run.due_at or run.scheduled_at
-        start_at = self.clock.monotonic_s(to_epoch_ms(due))
-        if start_at <= time.monotonic():
-            self._start(entry)
-            return
+    def _hold(self, entries: list[_InFlight]) -> None:
+        """Claimed runs wait in the wheel for their due time (the scheduled second, or the
+        retry time) by the database's clock, highest tier first within a millisecond."""
         with self._held_changed:
-            heapq.heappush(self._held, (start_at, next(self._held_seq), entry))
-            self.metrics.held.set(len(self._held))
+            for entry in entries:
+                run = entry.run
+                self._in_flight[run.run_id] = entry
+                due = run.due_at or run.scheduled_at
+                self._wheel.add(to_epoch_ms(due), entry, run.priority)
+            self._waiting += len(entries)
+            self.metrics.in_flight.set(len(self._in_flight))
+            self.metrics.held.set(self._waiting)
             self._held_changed.notify_all()
 
     def _hold_loop(self) -> None:
         """Start held runs when the database's clock reaches their second."""
         while not self._beating.is_set():
             with self._held_changed:
-                now = time.monotonic()
-                due: list[_InFlight] = []
-                while self._held and self._held[0][0] <= now:
-                    due.append(heapq.heappop(self._held)[2])
+                now_ms = self.clock.db_ms(time.monotonic())
+                due = self._wheel.pop_due(int(now_ms))
                 if not due:
-                    wait = self._held[0][0] - now if self._held else 1.0
-                    self._held_changed.wait(min(wait, 1.0))
+                    nxt = self._wheel.next_due_ms()
+                    wait = 1.0 if nxt is None else (nxt - now_ms) / 1000
+                    self._held_changed.wait(max(0.0005, min(wait, 1.0)))
                     continue
-                self.metrics.held.set(len(self._held))
-            for entry in due:
-                self._start(entry)
+            if len({to_epoch_ms(e.run.due_at or e.run.scheduled_at) // 1000 for e in due}) > 1:
+                # a backlog (runs of several seconds overdue): highest tier first, then age
+                due = catch_up_order(
+                    due,
+                    lambda e: e.run.priority,
+                    lambda e: to_epoch_ms(e.run.due_at or e.run.scheduled_at),
+                )
+            self._starting.set()
+            try:
+                for entry in due:
+                    self._start(entry)
+            finally:
+                self._starting.clear()
 
     def _start(self, entry: _InFlight) -> None:
-        run = entry.run
+        spec = entry.run.task_spec
+        if spec is not None and spec.get("type") in self.inline_tasks:
+            self._execute(entry)
+        else:
+            self._pool.submit(self._execute, entry)
+
+    def _began(self, entry: _InFlight) -> bool:
+        """The task's first instruction: the run leaves the waiting count, its lease must
+        still be confirmed far enough ahead, and the instant is its start."""
+        with self._lock:
+            self._waiting -= 1
+            self.metrics.held.set(self._waiting)
         if entry.releasing or entry.fenced:
-            return
+            return False
         if time.monotonic() > entry.confirmed_until - self.fence_margin_s:
             self._fence(entry, "lease not confirmed far enough ahead to start")
             self._give_back(entry)
-            return
+            return False
+        run = entry.run
         entry.started = True
         entry.started_ms = int(self.clock.db_ms(time.monotonic()))
         if run.attempt == 1:
             lag_s = entry.started_ms / 1000 - run.scheduled_at.timestamp()
             self.metrics.start_lag.observe(max(0.0, lag_s))
         entry.deadline = time.monotonic() + (run.timeout_s or 3600) + _TIMEOUT_GRACE_S
-        spec = run.task_spec
-        if spec is not None and spec.get("type") in self.inline_tasks:
-            self._execute(entry)
-        else:
-            self._pool.submit(self._execute, entry)
+        return True
 
     # -- one run ------------------------------------------------------------------------
 
     def _execute(self, entry: _InFlight) -> None:
+        if not self._began(entry):
+            return
         run = entry.run
         handed_off = False  # a success goes to the finisher, which frees the slot
         try:
@@ -468,6 +508,10 @@ class Worker:
                 if self._finisher_stop.is_set():
                     return
                 continue
+            if self._starting.is_set():  # let the second's starts have the CPU first
+                waited = time.monotonic() + _FINISH_YIELD_S
+                while self._starting.is_set() and time.monotonic() < waited:
+                    time.sleep(0.01)
             while len(batch) < FINISH_BATCH:
                 try:
                     batch.append(self._succeeded.get_nowait())
@@ -526,8 +570,8 @@ class Worker:
     def _publish_queued(self, queued: list[RunPointer]) -> None:
         try:
             publish_pointers(self.publisher, queued)
-            runs_mark_dispatched(self.engine, [q.run_id for q in queued])
-        except Exception:  # the reaper publishes an undispatched run after its grace
+            runs_mark_published(self.engine, [q.run_id for q in queued])
+        except Exception:  # the reaper publishes a run nobody claimed
             log.exception("publishing queued runs %s failed", [q.run_id for q in queued])
 
     # -- leases -------------------------------------------------------------------------
@@ -616,7 +660,8 @@ class Worker:
             for entry in left:
                 entry.releasing = True
                 entry.cancel.set()
-            self._held.clear()
+            self._wheel = TimerWheel()  # what was held is in `left`: given back below
+            self._waiting = 0
             self.metrics.held.set(0)
         self._pool.shutdown(wait=True, cancel_futures=False)  # cancelled tasks end first
         if left:

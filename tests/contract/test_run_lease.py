@@ -125,9 +125,6 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             )
             t = core.expire_run(self.core, self.now_ms, max_attempts)
             assert (bool(mine) or dead) == t.accepted, t.reason
-            if t.accepted and t.run.status is RunStatus.pending:
-                t = core.dispatch_run(t.run)  # the reaper publishes what it re-queues
-                assert t.accepted
             self.core = t.run
 
         @rule()

@@ -34,6 +34,7 @@ from kit.core.schedule import OneOffSchedule, parse_schedule
 from kit.runall import Fleet, Service
 from kit.settings import Settings
 from kit.store.jobs import JobCreate, JobSpec, job_create, jobs_create_batch
+from tests.integration.test_scheduler import messages
 
 pytestmark = pytest.mark.integration
 WAIT_S = 60.0
@@ -256,7 +257,8 @@ def test_run_all_runs_a_job_made_through_the_api_and_stops_on_sigterm(
 
     run = wait_until("the run to succeed", succeeded)
     assert datetime.fromisoformat(run["scheduled_at"]) == at
-    assert run["dispatched_at"] and run["started_at"] <= run["finished_at"]
+    times = [datetime.fromisoformat(run[k]) for k in ("scheduled_at", "started_at", "finished_at")]
+    assert times == sorted(times)  # started at its second or after, never before
     assert ledger.read_text().split() == [run_id]
     # every service serves its metrics on its own port: scheduler P, reaper P+1, worker P+2
     assert "cronfleet_runs_published_total" in scrape(ra.metrics_port)
@@ -378,7 +380,7 @@ def test_cron_and_one_off_fire_at_their_second_and_succeed(
     fleet.stop(timeout_s=30)
     got = rows(
         engine,
-        "SELECT job_id, scheduled_at, status, attempt, dispatched_at, started_at, finished_at "
+        "SELECT job_id, scheduled_at, status, attempt, started_at, finished_at "
         "FROM runs ORDER BY scheduled_at",
     )
     cron = [r for r in got if str(r.job_id) == tick]
@@ -392,28 +394,28 @@ def test_cron_and_one_off_fire_at_their_second_and_succeed(
     assert len(finished) >= 7
     for r in finished:
         assert r.attempt == 1
-        assert r.scheduled_at <= r.dispatched_at and r.scheduled_at <= r.started_at
-        assert r.started_at <= r.finished_at
-        assert (r.dispatched_at - r.scheduled_at).total_seconds() < LAG_BOUND_S
+        assert r.scheduled_at <= r.started_at <= r.finished_at  # never before its second
         assert (r.started_at - r.scheduled_at).total_seconds() < LAG_BOUND_S
     # runs still in flight when the fleet stopped were drained, not lost
-    assert {r.status for r in cron} <= {"succeeded", "pending", "dispatched"}
+    assert {r.status for r in cron} <= {"succeeded", "pending"}
 
 
 def test_critical_runs_start_before_a_low_backlog(
-    engine: Engine, fleet: Fleet, prefix: str
+    engine: Engine, fleet: Fleet, prefix: str, settings: Settings
 ) -> None:
-    """A low-tier backlog is dispatched first, then critical runs, while no worker
-    runs; one worker with concurrency 1 then starts every critical run first."""
+    """A low-tier backlog, then critical runs a second later, all published and overdue
+    while no worker runs; one worker with concurrency 1 then starts every critical run
+    first (a backlog goes by priority, then age)."""
     now = db_now(engine)
     low_at = (now + timedelta(seconds=3)).replace(microsecond=0)
     bulk_one_offs(engine, low_at, 20, "low", {"type": "noop"})
     bulk_one_offs(engine, low_at + timedelta(seconds=1), 5, "critical", {"type": "noop"})
     fleet.start(service("scheduler", prefix))
     wait_until(
-        "all 25 runs dispatched",
+        "all 25 runs published and overdue",
         lambda: (
-            rows(engine, "SELECT count(*) FROM runs WHERE dispatched_at IS NOT NULL")[0][0] == 25
+            len(messages(settings, prefix)) == 25
+            and db_now(engine) > low_at + timedelta(seconds=2)
         ),
         detail=lambda: statuses(engine) + "\n" + output(fleet),
     )
@@ -423,10 +425,9 @@ def test_critical_runs_start_before_a_low_backlog(
         lambda: rows(engine, "SELECT count(*) FROM runs WHERE status = 'succeeded'")[0][0] == 25,
         detail=lambda: statuses(engine) + "\n" + output(fleet),
     )
-    got = rows(engine, "SELECT priority, started_at, dispatched_at FROM runs")
+    got = rows(engine, "SELECT priority, started_at FROM runs")
     critical = [r for r in got if r.priority == "critical"]
     low = [r for r in got if r.priority == "low"]
     assert len(critical) == 5 and len(low) == 20
-    # published after every low run, started before any of them
-    assert min(r.dispatched_at for r in critical) >= max(r.dispatched_at for r in low)
+    # due a second after every low run, started before any of them
     assert max(r.started_at for r in critical) < min(r.started_at for r in low)

@@ -62,7 +62,8 @@ def make_node(engine: Engine, publisher: RunPublisher) -> Iterator:
 
 
 def messages(settings: Settings, prefix: str) -> list[RunMessage]:
-    """Every message on the test's tier topics, from the beginning."""
+    """Every message on the test's tier topics (every partition), from the beginning; a
+    topic not created yet holds none."""
     consumer = Consumer(
         {
             "bootstrap.servers": settings.kafka_bootstrap,
@@ -72,21 +73,25 @@ def messages(settings: Settings, prefix: str) -> list[RunMessage]:
     )
     out: list[RunMessage] = []
     try:
+        topics = consumer.list_topics(timeout=10).topics
         for tier in PRIORITY_TIERS:
             topic = topic_for(tier, prefix)
-            tp = TopicPartition(topic, 0, 0)
-            _low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            if high == 0:
+            if topic not in topics:
                 continue
-            consumer.assign([tp])
-            got = 0
-            while got < high:
-                msg = consumer.poll(5)
-                assert msg is not None, f"{topic}: expected {high} messages, read {got}"
-                if msg.error():
+            for p in sorted(topics[topic].partitions):
+                tp = TopicPartition(topic, p, 0)
+                _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+                if high == 0:
                     continue
-                out.append(RunMessage.from_bytes(msg.value()))
-                got += 1
+                consumer.assign([tp])
+                got = 0
+                while got < high:
+                    msg = consumer.poll(5)
+                    assert msg is not None, f"{topic}[{p}]: expected {high} messages, read {got}"
+                    if msg.error():
+                        continue
+                    out.append(RunMessage.from_bytes(msg.value()))
+                    got += 1
     finally:
         consumer.close()
     return out
@@ -158,14 +163,15 @@ def test_cron_and_one_off_fire_at_their_second(engine, make_node, settings, pref
         (cron, to_epoch_ms(minute)),
         (one_off, to_epoch_ms(at)),
     }
-    assert node.dispatch_due(to_epoch_ms(minute) - 1) == []  # not before its second
-    assert [h.run_id for h in node.dispatch_due(to_epoch_ms(minute))] == [run_id(cron, minute)]
-    assert [h.run_id for h in node.dispatch_due(to_epoch_ms(at))] == [run_id(one_off, at)]
+    # published at once (a worker holds each until its second), nothing written after
+    sent = node.publish_held()
+    assert sorted(h.run_id for h in sent) == sorted([run_id(cron, minute), run_id(one_off, at)])
+    assert node.publish_held() == []
 
     for job, when in ((cron, minute), (one_off, at)):
         (run,) = runs_of(engine, job)
         assert str(run.run_id) == run_id(job, when) and run.scheduled_at == when
-        assert run.status == "dispatched" and run.dispatched_at is not None
+        assert run.status == "pending" and run.dispatched_at is None
     triggers = rows(engine, "SELECT job_id::text, fire_at FROM triggers")
     assert [(t.job_id, t.fire_at) for t in triggers] == [(cron, minute + timedelta(minutes=1))]
     got = messages(settings, prefix)
@@ -174,25 +180,25 @@ def test_cron_and_one_off_fire_at_their_second(engine, make_node, settings, pref
     )
 
 
-def test_running_node_publishes_each_run_not_before_its_second(
+def test_a_running_node_publishes_each_run_once_ahead_of_its_second(
     engine, make_node, settings, prefix
 ) -> None:
+    """Published as soon as committed, up to the scan-ahead early (the worker holds a run
+    until its second: tests/integration/test_worker_safety.py); every second once."""
     now = db_now(engine)
     job = create(engine, "every-second", {"every_s": 1}, now)
     node = make_node(scan_ahead_ms=2000)
     node.start()
     try:
-        _wait(lambda: len(rows(engine, "SELECT 1 FROM runs WHERE dispatched_at IS NOT NULL")) >= 3)
+        _wait(lambda: len(messages(settings, prefix)) >= 3)
     finally:
         node.stop()
     runs = runs_of(engine, job)
-    dispatched = [r for r in runs if r.dispatched_at is not None]
-    assert len(dispatched) >= 3
-    assert all(r.dispatched_at >= r.scheduled_at for r in dispatched)
     times = [r.scheduled_at for r in runs]
     assert times == [times[0] + timedelta(seconds=i) for i in range(len(times))]  # none missed
     sent = Counter(m.run_id for m in messages(settings, prefix))
-    assert all(sent[str(r.run_id)] == 1 for r in dispatched) and max(sent.values()) == 1
+    assert set(sent) == {str(r.run_id) for r in runs} and max(sent.values()) == 1
+    assert all(r.status == "pending" and r.dispatched_at is None for r in runs)
     assert rows(engine, "SELECT owner FROM partition_leases WHERE owner IS NOT NULL") == []
 
 
@@ -292,7 +298,7 @@ def test_no_run_twice_none_missed_across_a_killed_and_restarted_node(
     c = make_node("c", **cfg)
     c.start()
     time.sleep(2.5)
-    nodes[0].kill()  # no release: its leases expire, its held runs are the reaper's
+    nodes[0].kill()  # no release: its leases expire, what it did not publish is the reaper's
     time.sleep(3.5)
     a2 = make_node("a", **cfg)
     a2.start()
@@ -317,10 +323,9 @@ def test_no_run_twice_none_missed_across_a_killed_and_restarted_node(
         assert times[-1] >= end - timedelta(seconds=3), f"job {job}: firing stalled"
     sent = Counter(m.run_id for m in messages(settings, prefix))
     assert max(sent.values()) == 1
-    dispatched = {r.r for r in all_runs if r.dispatched_at is not None}
-    assert set(sent) == dispatched
-    undispatched = [r for r in all_runs if r.dispatched_at is None]
-    assert all(r.status == "pending" for r in undispatched)  # left for the reaper
+    assert set(sent) <= {r.r for r in all_runs}
+    # what the killed node committed and never sent waits for the reaper, still pending
+    assert all(r.status == "pending" for r in all_runs)
     assert sorted(owners(engine).values()) == []  # everyone left or expired...
     # ...except that the killed node's leases were taken over, never released by it
     assert rows(engine, "SELECT 1 FROM partition_leases WHERE owner = 'a'") == []
@@ -515,7 +520,7 @@ def test_catch_up_backlog_goes_highest_priority_first(engine, make_node, setting
         )
     node = owned_node(make_node)
     assert len(node.scan_once().held) == 12
-    sent = node.dispatch_due(FAR_MS)
+    sent = node.publish_held()
     assert [h.tier for h in sent] == ["critical"] * 3 + ["high"] * 3 + ["normal"] * 3 + ["low"] * 3
     for tier_runs in (sent[i : i + 3] for i in range(0, 12, 3)):
         assert [h.due_ms for h in tier_runs] == sorted(h.due_ms for h in tier_runs)
@@ -538,9 +543,9 @@ def test_retry_trigger_rearms_and_dispatches_its_run(engine, make_node, settings
     node = owned_node(make_node)
     scan = node.scan_once(now=now)
     assert [(h.run_id, h.attempt) for h in scan.held] == [(rid, 2)]
-    node.dispatch_due(FAR_MS)
+    node.publish_held()
     (run,) = runs_of(engine, job)
-    assert (run.status, run.attempt) == ("dispatched", 2) and run.dispatched_at is not None
+    assert (run.status, run.attempt) == ("pending", 2)
     assert [(m.run_id, m.attempt) for m in messages(settings, prefix)] == [(rid, 2)]
     assert rows(engine, "SELECT kind FROM triggers")[0].kind == "schedule"
 
@@ -637,28 +642,3 @@ def test_an_edit_racing_a_scan_cannot_leave_the_job_without_a_live_trigger(
     assert [(r.fire_at, r.job_version) for r in _trigger_rows(engine, job)] == [(t2, 2)]
     node.scan_once(now=t2 - timedelta(seconds=1))
     assert [r.scheduled_at for r in runs_of(engine, job)] == [t1, t2]
-
-
-def test_a_late_mark_of_an_earlier_attempt_does_not_mark_a_rearmed_retry(engine) -> None:
-    """Regression (found in review): the delayed dispatched-mark of attempt 1 matched
-    the run after its retry was re-armed (attempt 2, not yet published), so the reaper
-    never published attempt 2."""
-    from kit.store.scheduling import runs_mark_dispatched
-
-    start = datetime(2030, 1, 1, tzinfo=UTC)
-    job = create(engine, "retried", {"every_s": 3600}, start)
-    rid = run_id(job, start)
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO runs (run_id, job_id, tenant, job_version, scheduled_at, attempt,"
-                " status, trigger_kind) VALUES (:r, :j, 'acme', 1, :at, 2, 'pending', 'schedule')"
-            ),
-            {"r": rid, "j": job, "at": start},
-        )
-        assert runs_mark_dispatched(conn, [(rid, 1)]) == 0
-    (run,) = runs_of(engine, job)
-    assert (run.status, run.dispatched_at) == ("pending", None)
-    with engine.begin() as conn:
-        assert runs_mark_dispatched(conn, [(rid, 2)]) == 1
-    assert runs_of(engine, job)[0].status == "dispatched"

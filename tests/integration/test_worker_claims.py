@@ -18,7 +18,7 @@ from kit.store.claims import (
     runs_claim,
     runs_heartbeat,
 )
-from kit.store.reaping import runs_reap_expired, runs_republish_undispatched
+from kit.store.reaping import runs_publish_unclaimed, runs_reap_expired
 from kit.store.runs import run_now
 from kit.store.scheduling import runs_rearm
 from kit.store.schema import dead_letters, jobs, triggers
@@ -31,11 +31,8 @@ TTL_MS = 30_000
 def test_batch_claim_takes_only_claimable_runs_at_their_attempt(engine: Engine) -> None:
     job = make_job(engine)
     pending = make_run(engine, job)
-    dispatched = make_run(
-        engine,
-        job,
-        status="dispatched",
-        scheduled_at=run_row(engine, pending).scheduled_at.replace(minute=1),
+    other = make_run(
+        engine, job, scheduled_at=run_row(engine, pending).scheduled_at.replace(minute=1)
     )
     done = make_run(
         engine,
@@ -43,7 +40,7 @@ def test_batch_claim_takes_only_claimable_runs_at_their_attempt(engine: Engine) 
         status="succeeded",
         scheduled_at=run_row(engine, pending).scheduled_at.replace(minute=2),
     )
-    claims = [Claim(pending, 1), Claim(dispatched, 2), Claim(done, 1), Claim(pending, 1)]
+    claims = [Claim(pending, 1), Claim(other, 2), Claim(done, 1), Claim(pending, 1)]
     claimed = runs_claim(engine, claims, "w1", TTL_MS)
     assert [c.run_id for c in claimed] == [pending]  # wrong attempt, finished, duplicate
     row = run_row(engine, pending)
@@ -78,7 +75,8 @@ def test_an_expired_worker_cannot_finish_after_the_reaper_requeued(engine: Engin
     reaped = runs_reap_expired(engine, published.extend)
     assert [p.run_id for p in reaped.requeued] == [rid] and published == reaped.requeued
     row = run_row(engine, rid)
-    assert (row.status, row.attempt, row.lease_token) == ("dispatched", 2, None)
+    assert (row.status, row.attempt, row.lease_token) == ("pending", 2, None)
+    assert row.dispatched_at is not None  # when the reaper published it
     assert row.errors[0]["error"] == "lease expired (worker slow)"
     [second] = runs_claim(engine, [Claim(rid, 2)], "fast", TTL_MS)
     assert not run_finish_ok(engine, rid, first.lease_token).accepted  # stale
@@ -146,18 +144,24 @@ def test_expiry_on_the_last_attempt_dead_letters(engine: Engine) -> None:
     assert run_row(engine, rid).status == "dead"
 
 
-def test_undispatched_runs_are_published_once_and_queued_ones_wait(engine: Engine) -> None:
+def test_unclaimed_runs_are_published_after_the_grace_and_queued_ones_wait(
+    engine: Engine,
+) -> None:
+    """Without a view of the workers' progress, a run still unclaimed a grace after it
+    went out counts as lost (with it: tests/integration/test_reaper_lost.py)."""
     job = make_job(engine)
     plain = make_run(engine, job)
     base = run_row(engine, plain).scheduled_at
     queued = make_run(engine, job, scheduled_at=base.replace(minute=1), skip_reason="queued")
     published: list = []
-    assert runs_republish_undispatched(engine, 60_000, published.extend) == []  # in grace
-    out = runs_republish_undispatched(engine, 0, published.extend)
-    assert [p.run_id for p in out] == [plain] == [p.run_id for p in published]
-    assert run_row(engine, plain).status == "dispatched"
-    assert run_row(engine, queued).status == "pending"
-    assert runs_republish_undispatched(engine, 0, published.extend) == []
+    assert runs_publish_unclaimed(engine, 60_000, published.extend).all == []  # in grace
+    out = runs_publish_unclaimed(engine, 0, published.extend)
+    assert [p.run_id for p in out.lost] == [plain] == [p.run_id for p in published]
+    row = run_row(engine, plain)
+    assert (row.status, row.dispatched_at is not None) == ("pending", True)
+    assert run_row(engine, queued).dispatched_at is None
+    # published again only a whole grace after that publish
+    assert runs_publish_unclaimed(engine, 60_000, published.extend).all == []
 
 
 def test_a_queued_run_with_nothing_ahead_of_it_is_released_after_the_grace(
@@ -171,15 +175,16 @@ def test_a_queued_run_with_nothing_ahead_of_it_is_released_after_the_grace(
     later = base + timedelta(minutes=1)
     second = make_run(engine, job, scheduled_at=later, skip_reason="queued")
     published: list = []
-    assert runs_republish_undispatched(engine, 60_000, published.extend) == []  # in grace
-    out = runs_republish_undispatched(engine, 0, published.extend)
-    assert [p.run_id for p in out] == [first]  # the oldest only
-    assert run_row(engine, first).status == "dispatched"
+    assert runs_publish_unclaimed(engine, 60_000, published.extend).all == []  # in grace
+    out = runs_publish_unclaimed(engine, 0, published.extend)
+    assert [p.run_id for p in out.all] == [first]  # the oldest only
+    assert run_row(engine, first).skip_reason is None
     assert (run_row(engine, second).status, run_row(engine, second).skip_reason) == (
         "pending",
         "queued",
     )
-    assert runs_republish_undispatched(engine, 0, published.extend) == []  # first is ahead
+    out = runs_publish_unclaimed(engine, 60_000, published.extend)
+    assert out.all == []  # first is ahead of second, and just went out
 
 
 def test_a_manual_run_is_published_on_the_next_pass_without_waiting_for_grace(
@@ -188,9 +193,10 @@ def test_a_manual_run_is_published_on_the_next_pass_without_waiting_for_grace(
     job = make_job(engine)
     run, _ = run_now(engine, "acme", job)
     published: list = []
-    out = runs_republish_undispatched(engine, 60_000, published.extend)
-    assert [p.run_id for p in out] == [run.run_id] == [p.run_id for p in published]
-    assert run_row(engine, run.run_id).status == "dispatched"
+    out = runs_publish_unclaimed(engine, 60_000, published.extend)
+    assert [p.run_id for p in out.first] == [run.run_id] == [p.run_id for p in published]
+    assert run_row(engine, run.run_id).dispatched_at is not None
+    assert runs_publish_unclaimed(engine, 60_000, published.extend).all == []  # once
 
 
 def test_finishing_releases_the_oldest_queued_run(engine: Engine) -> None:
@@ -257,9 +263,9 @@ def test_the_reaper_holds_a_rearmed_retry_of_a_manual_run_until_its_retry_at(
     row = run_row(engine, run.run_id)
     assert (row.status, row.attempt) == ("pending", 2)
     published: list = []
-    assert runs_republish_undispatched(engine, 10_000, published.extend) == []
+    assert runs_publish_unclaimed(engine, 10_000, published.extend).all == []
     due = row.retry_at + timedelta(milliseconds=1)
-    again = runs_republish_undispatched(engine, 10_000, published.extend, now=due)
+    again = runs_publish_unclaimed(engine, 10_000, published.extend, now=due).all
     assert [p.run_id for p in again] == [run.run_id] == [p.run_id for p in published]
 
 

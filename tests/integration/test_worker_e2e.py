@@ -118,7 +118,7 @@ def test_run_succeeds_once_and_a_duplicate_delivery_is_skipped(
     running = start_worker()
     row = wait_for(engine, rid, "succeeded")
     assert row.started_at is not None and row.finished_at >= row.started_at
-    assert row.dispatched_at is not None and row.worker_id == "w1"
+    assert row.worker_id == "w1"
     deadline = time.monotonic() + WAIT_S
     while running.metrics.value("cronfleet_worker_duplicate_deliveries_total") < 1:
         assert time.monotonic() < deadline
