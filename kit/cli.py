@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "scheduler": "kit.scheduler.cli",
     "worker": "kit.worker.cli",
     "reaper": "kit.reaper.cli",
+    "maintenance": "kit.maintenance.cli",
     "run-all": "kit.runall",
     "next-fires": "kit.next_fires",
     "sim": "sim.cli",

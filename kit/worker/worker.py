@@ -20,7 +20,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -43,6 +43,7 @@ from kit.store.claims import (
     runs_mark_dispatched,
     runs_release,
 )
+from kit.store.worker_link import WorkerLink
 from kit.transport import RunPublisher, TieredConsumer
 
 log = logging.getLogger(__name__)
@@ -172,6 +173,11 @@ class Worker:
         finish for up to `drain_s`, cancel and release the rest."""
         beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         beat.start()
+        # Cancellations reach the running task at once (and the fleet view sees us).
+        self.link = WorkerLink(
+            self.engine, self.worker_id, self.concurrency, self.in_flight, self.stop_cancelled
+        )
+        self.link.start()
         finisher = threading.Thread(target=self._finish_loop, name="finisher", daemon=True)
         finisher.start()
         last_lag = 0.0
@@ -200,6 +206,7 @@ class Worker:
             finisher.join(timeout=30)
             self._beating.set()
             beat.join(timeout=5)
+            self.link.stop()
 
     def _wait_for_slot(self, stop: threading.Event) -> int:
         with self._slot:
@@ -382,6 +389,22 @@ class Worker:
         if stopped:
             self.metrics.leases_lost.inc(len(stopped))
             log.warning("leases lost (reaped or cancelled), stopping: %s", sorted(stopped))
+        return stopped
+
+    def stop_cancelled(self, run_ids: Iterable[str]) -> set[str]:
+        """Runs cancelled through the API (kit.store.run_cancel): stop their tasks now.
+        Nothing is written for them afterwards: the cancel already finished the run."""
+        stopped: set[str] = set()
+        with self._lock:
+            for run_id in run_ids:
+                entry = self._in_flight.get(run_id)
+                if entry is not None:
+                    entry.releasing = True
+                    entry.cancel.set()
+                    stopped.add(run_id)
+        if stopped:
+            self.metrics.runs.labels("cancelled").inc(len(stopped))
+            log.info("runs cancelled through the API, stopping: %s", sorted(stopped))
         return stopped
 
     def _heartbeat_loop(self) -> None:

@@ -258,14 +258,16 @@ def test_run_all_runs_a_job_made_through_the_api_and_stops_on_sigterm(
     assert datetime.fromisoformat(run["scheduled_at"]) == at
     assert run["dispatched_at"] and run["started_at"] <= run["finished_at"]
     assert ledger.read_text().split() == [run_id]
-    # every service serves its metrics on its own port: scheduler P, reaper P+1, worker P+2
+    # every service serves its metrics on its own port: scheduler P, reaper P+1, worker P+2,
+    # maintenance P+3
     assert "cronfleet_runs_published_total" in scrape(ra.metrics_port)
     assert "cronfleet_reaper_runs_total" in scrape(ra.metrics_port + 1)
     worker = scrape(ra.metrics_port + 2)
     assert 'cronfleet_worker_runs_total{outcome="succeeded"} 1.0' in worker
+    assert "cronfleet_maintenance_passes_total" in scrape(ra.metrics_port + 3)
 
     pids = ra.child_pids()
-    assert set(pids) == {"api", "scheduler", "reaper", "worker"}, ra.output()
+    assert set(pids) == {"api", "scheduler", "reaper", "worker", "maintenance"}, ra.output()
     ra.proc.send_signal(signal.SIGTERM)
     assert ra.proc.wait(timeout=60) == 0, ra.output()
     assert all(gone(pid) for pid in pids.values())
@@ -278,7 +280,7 @@ def test_run_all_runs_a_job_made_through_the_api_and_stops_on_sigterm(
 def test_run_all_stops_everything_when_a_service_dies(run_all: Callable[..., RunAll]) -> None:
     ra = run_all("--workers", "2")
     ra.wait_healthy()
-    pids = wait_until("five services", lambda: len(ra.child_pids()) == 5 and ra.child_pids())
+    pids = wait_until("six services", lambda: len(ra.child_pids()) == 6 and ra.child_pids())
     os.kill(pids["reaper"], signal.SIGKILL)
     assert ra.proc.wait(timeout=60) == 1, ra.output()
     assert all(gone(pid) for pid in pids.values())

@@ -1,0 +1,183 @@
+"""A tenant's jobs (GET /v1/jobs): filtered, in name order, keyset-paginated, counted.
+
+`name` sorts by bytes (collation "C", migration 0006), so a name prefix is a range
+`name >= prefix AND name < prefix-with-its-last-character-bumped` of the unique
+(tenant, name) index, and the cursor is simply the last name of the page (names are
+unique per tenant). The paused, priority and task-type filters have indexes of their
+own that keep the name order. Filters are written as literals where an index depends
+on them (`paused`, `task_spec ->> 'type'`) so a prepared, generic plan still uses it.
+
+The last run of a job is its newest run scheduled at or before now, one probe of the
+(job_id, scheduled_at) index per job. Filtering on it reads jobs in name order until
+the page is full, so a rare status may read many jobs; the count stops at COUNT_CAP.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, Select, bindparam, func, literal_column, not_, select, true
+
+from kit.core.errors import FieldError
+from kit.store.jobs import JobRecord, job_record
+from kit.store.schema import PRIORITY_TIERS, RUN_STATUSES, jobs, runs, triggers
+
+MAX_PAGE = 500
+COUNT_CAP = 10_000
+NO_RUN = "none"  # last_status filter: jobs that never ran
+_TASK_TYPE = literal_column("jobs.task_spec ->> 'type'")
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    name_prefix: str | None = None
+    paused: bool | None = None
+    task_type: str | None = None
+    priority: str | None = None
+    last_status: str | None = None  # a run status, or NO_RUN
+
+    def check(self) -> None:
+        if self.priority is not None and self.priority not in PRIORITY_TIERS:
+            raise FieldError("priority", f"must be one of {', '.join(PRIORITY_TIERS)}")
+        allowed = (*RUN_STATUSES, NO_RUN)
+        if self.last_status is not None and self.last_status not in allowed:
+            raise FieldError("last_status", f"must be one of {', '.join(allowed)}")
+        if self.name_prefix is not None and not 1 <= len(self.name_prefix) <= 200:
+            raise FieldError("name_prefix", "must be 1 to 200 characters")
+        if self.task_type is not None and not 1 <= len(self.task_type) <= 50:
+            raise FieldError("task_type", "must be 1 to 50 characters")
+
+
+@dataclass(frozen=True)
+class LastRun:
+    run_id: str
+    status: str
+    scheduled_at: datetime
+
+
+@dataclass(frozen=True)
+class JobListPage:
+    jobs: list[tuple[JobRecord, LastRun | None]]
+    next_cursor: str | None
+    count: int
+    count_exact: bool  # False: at least `count` (COUNT_CAP) jobs match
+
+
+def _cursor_encode(name: str) -> str:
+    return base64.urlsafe_b64encode(("n:" + name).encode()).decode().rstrip("=")
+
+
+def _cursor_decode(cursor: str) -> str:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+        raise FieldError("cursor", "is not a cursor returned by this API") from exc
+    if not raw.startswith("n:"):
+        raise FieldError("cursor", "is not a cursor returned by this API")
+    return raw[2:]
+
+
+def prefix_upper(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with `prefix`, in code
+    point order (which is UTF-8 byte order, the "C" collation); None when unbounded."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            bumped = last + 1
+            if 0xD800 <= bumped <= 0xDFFF:  # surrogates are not characters
+                bumped = 0xE000
+            return "".join(chars) + chr(bumped)
+    return None
+
+
+def _last_run() -> Any:
+    return (
+        select(runs.c.run_id, runs.c.status, runs.c.scheduled_at)
+        .where(runs.c.job_id == jobs.c.job_id, runs.c.scheduled_at <= func.now())
+        .order_by(runs.c.scheduled_at.desc(), runs.c.run_id.desc())
+        .limit(1)
+        .lateral("last_run")
+    )
+
+
+def _filtered(tenant: str, f: JobFilter, columns: list[Any]) -> tuple[Select[Any], Any]:
+    last = _last_run()
+    query = select(*columns, last.c.run_id, last.c.status, last.c.scheduled_at).select_from(
+        jobs.outerjoin(last, true())
+    )
+    query = query.where(jobs.c.tenant == tenant)
+    if f.name_prefix:
+        query = query.where(jobs.c.name >= f.name_prefix)
+        upper = prefix_upper(f.name_prefix)
+        if upper is not None:
+            query = query.where(jobs.c.name < upper)
+    if f.paused is True:
+        query = query.where(jobs.c.paused)
+    elif f.paused is False:
+        query = query.where(not_(jobs.c.paused))
+    if f.priority is not None:
+        query = query.where(jobs.c.priority == f.priority)
+    if f.task_type is not None:
+        query = query.where(_TASK_TYPE == bindparam("task_type", f.task_type))  # noqa: SIM300
+    if f.last_status == NO_RUN:
+        query = query.where(last.c.status.is_(None))
+    elif f.last_status is not None:
+        query = query.where(last.c.status == f.last_status)
+    return query, last
+
+
+def jobs_list(
+    engine: Engine,
+    tenant: str,
+    f: JobFilter | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> JobListPage:
+    f = f or JobFilter()
+    f.check()
+    if not 1 <= limit <= MAX_PAGE:
+        raise FieldError("limit", f"must be between 1 and {MAX_PAGE}")
+    after = _cursor_decode(cursor) if cursor else None
+    next_fire_at = (
+        select(func.min(triggers.c.fire_at))
+        .where(triggers.c.job_id == jobs.c.job_id, triggers.c.kind == "schedule")
+        .scalar_subquery()
+        .label("next_fire_at")
+    )
+    page_query, _ = _filtered(tenant, f, [jobs, next_fire_at])
+    if after is not None:
+        page_query = page_query.where(jobs.c.name > after)
+    page_query = page_query.order_by(jobs.c.name).limit(limit + 1)
+    count_query, _ = _filtered(tenant, f, [jobs.c.job_id])
+    counted = select(func.count()).select_from(count_query.limit(COUNT_CAP + 1).subquery())
+    with engine.begin() as conn:
+        rows = conn.execute(page_query).all()
+        count = conn.execute(counted).scalar_one()
+    out: list[tuple[JobRecord, LastRun | None]] = []
+    for row in rows[:limit]:
+        mapping = row._mapping
+        last = None
+        if mapping["status"] is not None:
+            last = LastRun(str(mapping["run_id"]), mapping["status"], mapping["scheduled_at"])
+        out.append((job_record(row), last))
+    next_cursor = _cursor_encode(out[-1][0].spec.name) if len(rows) > limit else None
+    return JobListPage(out, next_cursor, min(count, COUNT_CAP), count <= COUNT_CAP)
+
+
+
+def job_names(engine: Engine, tenant: str, job_ids: list[str]) -> dict[str, str]:
+    """Names of the tenant's jobs among `job_ids` (a deleted job has none)."""
+    if not job_ids:
+        return {}
+    with engine.begin() as conn:
+        rows = conn.execute(
+            select(jobs.c.job_id, jobs.c.name).where(
+                jobs.c.tenant == tenant, jobs.c.job_id.in_(sorted(set(job_ids)))
+            )
+        ).all()
+    return {str(r.job_id): r.name for r in rows}
