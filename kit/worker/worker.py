@@ -165,6 +165,8 @@ class Worker:
         self._beating = threading.Event()
         self._succeeded: queue.Queue[_InFlight] = queue.Queue()
         self._finisher_stop = threading.Event()
+        # Cancellations reach the running task at once (and the fleet view sees us).
+        self.link = WorkerLink(engine, worker_id, concurrency, self.in_flight, self.stop_cancelled)
 
     # -- the consume loop -------------------------------------------------------------
 
@@ -173,10 +175,6 @@ class Worker:
         finish for up to `drain_s`, cancel and release the rest."""
         beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
         beat.start()
-        # Cancellations reach the running task at once (and the fleet view sees us).
-        self.link = WorkerLink(
-            self.engine, self.worker_id, self.concurrency, self.in_flight, self.stop_cancelled
-        )
         self.link.start()
         finisher = threading.Thread(target=self._finish_loop, name="finisher", daemon=True)
         finisher.start()
