@@ -44,7 +44,6 @@ from kit.api.models import JobOut, JobPatch, RunOut
 from kit.api.schedule_preview import preview
 from kit.api.state import engine_of, settings_of
 from kit.core.errors import FieldError
-from kit.core.owed import MAX_EXPLAIN_FIRES
 from kit.core.schedule import parse_instant
 from kit.store import audit as audit_store
 from kit.store import dead_letters as dead_letter_store
@@ -60,6 +59,7 @@ router = APIRouter(prefix=PREFIX, include_in_schema=False)
 Session = Annotated[ConsoleSession, Depends(require_session)]
 NOT_FOUND = ConsoleError(404, "no such object for this tenant")
 UNFINISHED = ("pending", "dispatched", "running", "retry_scheduled")
+EXPLAIN_PAGE = 300
 
 
 async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -304,17 +304,11 @@ async def explain_page(
     now = datetime.now(UTC)
     error = None
     explained = None
-    try:
-        end_at = parse_instant(end, "to") if end else now + timedelta(hours=1)
-        start_at = parse_instant(start, "from") if start else end_at - timedelta(hours=25)
+    try:  # by default the last hour and the next few minutes, a page of fires at a time
+        end_at = parse_instant(end, "to") if end else now + timedelta(minutes=5)
+        start_at = parse_instant(start, "from") if start else end_at - timedelta(minutes=65)
         done = await _call(
-            explain_store.job_explain,
-            engine,
-            tenant,
-            job_id,
-            start_at,
-            end_at,
-            limit=MAX_EXPLAIN_FIRES,
+            explain_store.job_explain, engine, tenant, job_id, start_at, end_at, limit=EXPLAIN_PAGE
         )
         explained = explain_out(done)
     except FieldError as exc:

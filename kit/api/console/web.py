@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import hmac
+import json
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,20 @@ templates = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+
+
+def _shown(value: Any) -> str:
+    """An audit value as a person reads it: JSON-ish, absent as a dash."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+templates.filters["shown"] = _shown
 
 
 class LoginRequired(Exception):
