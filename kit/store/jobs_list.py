@@ -105,11 +105,20 @@ def _last_run() -> Any:
     )
 
 
-def _filtered(tenant: str, f: JobFilter, columns: list[Any]) -> tuple[Select[Any], Any]:
-    last = _last_run()
-    query = select(*columns, last.c.run_id, last.c.status, last.c.scheduled_at).select_from(
-        jobs.outerjoin(last, true())
-    )
+def _filtered(tenant: str, f: JobFilter, columns: list[Any], with_last_run: bool) -> Select[Any]:
+    """The filtered jobs; the last-run lateral join only where it is shown or filtered on
+    (a count without the last-status filter reads the jobs' index alone)."""
+    if with_last_run or f.last_status is not None:
+        last = _last_run()
+        query = select(*columns, last.c.run_id, last.c.status, last.c.scheduled_at).select_from(
+            jobs.outerjoin(last, true())
+        )
+        if f.last_status == NO_RUN:
+            query = query.where(last.c.status.is_(None))
+        elif f.last_status is not None:
+            query = query.where(last.c.status == f.last_status)
+    else:
+        query = select(*columns)
     query = query.where(jobs.c.tenant == tenant)
     if f.name_prefix:
         query = query.where(jobs.c.name >= f.name_prefix)
@@ -124,11 +133,7 @@ def _filtered(tenant: str, f: JobFilter, columns: list[Any]) -> tuple[Select[Any
         query = query.where(jobs.c.priority == f.priority)
     if f.task_type is not None:
         query = query.where(_TASK_TYPE == bindparam("task_type", f.task_type))  # noqa: SIM300
-    if f.last_status == NO_RUN:
-        query = query.where(last.c.status.is_(None))
-    elif f.last_status is not None:
-        query = query.where(last.c.status == f.last_status)
-    return query, last
+    return query
 
 
 def jobs_list(
@@ -149,11 +154,11 @@ def jobs_list(
         .scalar_subquery()
         .label("next_fire_at")
     )
-    page_query, _ = _filtered(tenant, f, [jobs, next_fire_at])
+    page_query = _filtered(tenant, f, [jobs, next_fire_at], with_last_run=True)
     if after is not None:
         page_query = page_query.where(jobs.c.name > after)
     page_query = page_query.order_by(jobs.c.name).limit(limit + 1)
-    count_query, _ = _filtered(tenant, f, [jobs.c.job_id])
+    count_query = _filtered(tenant, f, [jobs.c.job_id], with_last_run=False)
     counted = select(func.count()).select_from(count_query.limit(COUNT_CAP + 1).subquery())
     with engine.begin() as conn:
         rows = conn.execute(page_query).all()
