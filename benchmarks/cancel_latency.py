@@ -14,6 +14,7 @@ heartbeat every 10 s).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import tempfile
@@ -36,6 +37,8 @@ from kit.store.jobs import JobCreate, JobSpec, job_create
 from kit.store.run_cancel import run_cancel
 from kit.transport import RunMessage, RunPublisher, TieredConsumer, ensure_topics
 from kit.worker.worker import Worker, task_executor
+
+_SEQ = itertools.count()  # run ids are per millisecond: one apart each
 
 
 def alive(pid: int) -> bool:
@@ -64,7 +67,7 @@ def series(
     """n cancels; (ms to the worker being told, ms to the process gone) for each."""
     out = []
     for _ in range(n):
-        at = datetime.now(UTC).replace(microsecond=0) + timedelta(microseconds=len(out))
+        at = datetime.now(UTC).replace(microsecond=0) + timedelta(milliseconds=next(_SEQ))
         rid = run_id(job, at)
         with engine.begin() as conn:
             conn.execute(

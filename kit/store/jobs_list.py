@@ -4,8 +4,9 @@
 `name >= prefix AND name < prefix-with-its-last-character-bumped` of the unique
 (tenant, name) index, and the cursor is simply the last name of the page (names are
 unique per tenant). The paused, priority and task-type filters have indexes of their
-own that keep the name order. Filters are written as literals where an index depends
-on them (`paused`, `task_spec ->> 'type'`) so a prepared, generic plan still uses it.
+own that keep the name order. Those filters are written as literals (each from a closed
+list), so a prepared statement's generic plan still knows a rare value from a common
+one and uses the index.
 
 The last run of a job is its newest run scheduled at or before now, one probe of the
 (job_id, scheduled_at) index per job. Filtering on it reads jobs in name order until
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, Select, bindparam, func, literal_column, not_, select, true
+from sqlalchemy import Engine, Select, func, literal, literal_column, not_, select, true
 
 from kit.core.errors import FieldError
 from kit.store.jobs import JobRecord, job_record
@@ -30,6 +31,7 @@ MAX_PAGE = 500
 COUNT_CAP = 10_000
 NO_RUN = "none"  # last_status filter: jobs that never ran
 _TASK_TYPE = literal_column("jobs.task_spec ->> 'type'")
+TASK_TYPES = ("http", "command", "noop", "sleep")  # kit.tasks' types (kit.api.models too)
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,8 @@ class JobFilter:
             raise FieldError("last_status", f"must be one of {', '.join(allowed)}")
         if self.name_prefix is not None and not 1 <= len(self.name_prefix) <= 200:
             raise FieldError("name_prefix", "must be 1 to 200 characters")
-        if self.task_type is not None and not 1 <= len(self.task_type) <= 50:
-            raise FieldError("task_type", "must be 1 to 50 characters")
+        if self.task_type is not None and self.task_type not in TASK_TYPES:
+            raise FieldError("task_type", f"must be one of {', '.join(TASK_TYPES)}")
 
 
 @dataclass(frozen=True)
@@ -129,10 +131,15 @@ def _filtered(tenant: str, f: JobFilter, columns: list[Any], with_last_run: bool
         query = query.where(jobs.c.paused)
     elif f.paused is False:
         query = query.where(not_(jobs.c.paused))
+    # Literals, not parameters: a prepared statement's generic plan cannot tell a rare
+    # value from a common one and walked the name index (95 ms for a 1% task type at
+    # 200,000 jobs, 8 ms with the literal). Both come from a closed list checked above.
     if f.priority is not None:
-        query = query.where(jobs.c.priority == f.priority)
+        query = query.where(jobs.c.priority == literal(f.priority, literal_execute=True))
     if f.task_type is not None:
-        query = query.where(_TASK_TYPE == bindparam("task_type", f.task_type))  # noqa: SIM300
+        query = query.where(
+            _TASK_TYPE == literal(f.task_type, literal_execute=True)  # noqa: SIM300
+        )
     return query
 
 

@@ -9,6 +9,7 @@ State changes are POST forms with the session's CSRF token, answered with a redi
 
 from __future__ import annotations
 
+import hmac
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -23,7 +24,6 @@ from kit.api.console.timeline import timeline
 from kit.api.console.web import (
     LOGIN_CSRF_COOKIE,
     PREFIX,
-    SECURITY_HEADERS,
     SESSION_COOKIE,
     ConsoleError,
     checked_form,
@@ -131,8 +131,6 @@ async def login(request: Request) -> Response:
 
 
 def _equal(a: str, b: str) -> bool:
-    import hmac
-
     return hmac.compare_digest(a.encode(), b.encode())
 
 
@@ -424,5 +422,4 @@ async def preview_fragment(
         result, error = preview(data, datetime.now(UTC), 5), None
     except FieldError as exc:
         result, error = None, f"{exc.field}: {exc.reason}"
-    html = render(request, "preview.html", session=session, result=result, error=error)
-    return HTMLResponse(html.body, headers=SECURITY_HEADERS)
+    return render(request, "preview.html", session=session, result=result, error=error)
