@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import statistics
 import tempfile
@@ -100,11 +101,33 @@ def summary(label: str, values: Iterable[float]) -> str:
     )
 
 
+def plot(series_ms: list[list[tuple[float, float]]], baseline_ms: list[float], path: Path) -> None:
+    """Every cancel as a dot: ms from the cancel call to the process gone, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for i, got in enumerate(series_ms):
+        ax.scatter([b for _, b in got], [i] * len(got), color="#2f9e57", s=16)
+        ax.scatter([a for a, _ in got], [i + 0.2] * len(got), color="#2d6fd6", s=10)
+    ax.scatter(baseline_ms, [len(series_ms)] * len(baseline_ms), color="#d92d20", s=16)
+    labels = [f"series {i + 1}: notification" for i in range(len(series_ms))]
+    ax.set_yticks(range(len(series_ms) + 1), [*labels, "baseline: heartbeat only"])
+    ax.set_xscale("log")
+    ax.set_xlabel("ms from the cancel call (blue: worker told, green/red: process gone)")
+    ax.set_title("Cancelling a running command task")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10, help="cancels per series")
     parser.add_argument("--series", type=int, default=3)
     parser.add_argument("--baseline-runs", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None, help="write cancel_latency.json/.png")
     args = parser.parse_args()
     settings = load_settings()
     name = f"cf_bench_cancel_{uuid.uuid4().hex[:8]}"
@@ -161,6 +184,11 @@ def main() -> None:
         got = series(engine, publisher, worker, job, pid_dir, args.baseline_runs, {})
         print(f"baseline (heartbeat every {heartbeat_s:.0f} s, notification ignored):")
         print("  " + summary("process gone", [b for _, b in got]))
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            data = {"series": results, "baseline_ms": [b for _, b in got]}
+            (args.out / "cancel_latency.json").write_text(json.dumps(data, indent=1))
+            plot(results, [b for _, b in got], args.out / "cancel_latency.png")
         print(
             f"command: python benchmarks/cancel_latency.py --runs {args.runs}"
             f" --series {args.series} --baseline-runs {args.baseline_runs}"
