@@ -35,7 +35,7 @@ FINISHED = ("succeeded", "dead", "skipped", "cancelled")
 
 class RunFinished(StoreError):
     def __init__(self, run_id: str, status: str) -> None:
-        super().__init__(f"run {run_id} is already {status}: only an unfinished run cancels")
+        super().__init__(f"run {run_id} is already {status}: a finished run cannot be cancelled")
         self.run_id = run_id
         self.status = status
 

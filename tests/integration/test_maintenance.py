@@ -218,4 +218,8 @@ def test_the_service_and_its_command(engine: Engine, settings: Settings, db_url:
         text=True,
         timeout=60,
     )
-    assert bad.returncode != 0 and "queue_task_retention_s" in bad.stderr
+    assert bad.returncode == 2, bad.stderr  # one line naming the setting, no traceback
+    assert bad.stderr.strip().splitlines() == [
+        "cronfleet maintenance: CRONFLEET_QUEUE_TASK_RETENTION_S: "
+        "Input should be greater than or equal to 60"
+    ]
