@@ -1,5 +1,5 @@
 """GET /v1/jobs at scale: the listing's queries (page + capped count) on a tenant with
-many jobs, with the filter indexes of migration 0006 and, as the baseline in the same
+many jobs, with the filter indexes of migration 0008 and, as the baseline in the same
 run, without them.
 
     python benchmarks/jobs_list.py [--jobs 200000] [--rounds 3] [--reps 7] [--out DIR]

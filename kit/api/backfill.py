@@ -69,6 +69,7 @@ async def backfill_job(
             end,
             max_runs=settings.max_backfill_runs,
             actor=caller.token_id,
+            written_ahead_ms=settings.scan_ahead_ms,
         )
     )
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
-from kit.api.state import engine_of
+from kit.api.state import engine_of, settings_of
 from kit.core.owed import DUE_GRACE_MS, MAX_EXPLAIN_FIRES, Outcome, dst_note
 from kit.core.schedule import CronSchedule, parse_instant, schedule_to_dict
 from kit.store import audit as audit_store
@@ -194,6 +194,7 @@ async def explain_job(
             end_at,
             limit=limit,
             due_grace_ms=DUE_GRACE_MS,
+            written_ahead_ms=settings_of(request).scan_ahead_ms,
         )
     )
     return explain_out(done)

@@ -7,9 +7,9 @@ changed the schedule or the jitter). An era's fires are exactly the ones the sch
 walks through: the first is `next_fire(schedule, since)` and each next one follows the
 last (`kit.core.trigger.next_fire_ms`), all moved by the job's jitter offset, so the
 DST rule of `kit.core.schedule` applies as it does when the job fires. An era ends
-when the next begins: the edit deleted the trigger, so the old schedule owes no trigger
-time after the edit, and the new one's first fire is the next after the edit (as
-`kit.store.jobs.first_fire_at` computes it).
+when the next begins: the old schedule owes the runs it had written by the edit (the
+scheduler writes them up to its scan-ahead early), and the trigger then pending is
+decided by `kit.core.trigger.trigger_after_edit`, as `kit.store.jobs.job_update` does.
 
 A fire is named by its run id (`kit.core.ids.run_id(job, trigger time)`), so matching
 a fire to its run is a lookup, and a backfill of a fire already run creates nothing.
@@ -29,7 +29,15 @@ from croniter import croniter
 from kit.core.errors import FieldError
 from kit.core.ids import run_id as make_run_id
 from kit.core.schedule import CronSchedule, Schedule, next_fire
-from kit.core.trigger import QUEUED, SKIP_MISFIRE, SKIP_OVERLAP, SKIP_PAUSED
+from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+from kit.core.trigger import (
+    QUEUED,
+    SKIP_EDITED,
+    SKIP_MISFIRE,
+    SKIP_OVERLAP,
+    SKIP_PAUSED,
+    trigger_after_edit,
+)
 
 # A fire without a run is "not yet due" this long after its time: the scheduler writes
 # a run ahead of its time, or up to about one partition-lease TTL late after a node
@@ -41,6 +49,7 @@ _SKIP_REASONS = {
     SKIP_PAUSED: "the job was paused",
     SKIP_OVERLAP: "a run of the job was still active (overlap: forbid)",
     SKIP_MISFIRE: "the fire was late after an outage and the misfire policy skipped it",
+    SKIP_EDITED: "an edit changed the schedule while this fire was held back by its jitter",
 }
 
 
@@ -63,41 +72,94 @@ class OwedFire:
     era: int  # index into the eras
 
 
+@dataclass(frozen=True)
+class _EraBounds:
+    after: datetime | None  # the era's nominal fires are those strictly after this
+    until: datetime | None  # its trigger times end here (the next era's edit + written_ahead)
+    edited: datetime | None  # a nominal fire the edit recorded as skipped ('edited')
+
+
+def _bounds(eras: Sequence[ScheduleEra], written_ahead: timedelta) -> list[_EraBounds]:
+    """Where each era's fires begin and end, deciding each edit as job_update does:
+    fires already written when the edit landed (scan-ahead) belong to the old schedule;
+    the trigger then pending goes through kit.core.trigger.trigger_after_edit, which
+    carries an occurrence that was due but held back by jitter over to the new schedule
+    (or records it as skipped 'edited'); otherwise the new schedule starts after the edit."""
+    out: list[_EraBounds] = []
+    after = eras[0].since if eras else None
+    for index, era in enumerate(eras):
+        if index + 1 == len(eras):
+            out.append(_EraBounds(after, None, None))
+            break
+        edit = eras[index + 1].since
+        if edit is None:
+            raise ValueError("only the first era may begin in the unbounded past")
+        until = edit + written_ahead
+        jitter = timedelta(milliseconds=era.jitter_offset_ms)
+        cursor = until - jitter  # nominal bound: the trigger time is after `until`
+        if after is not None and after > cursor:
+            cursor = after
+        pending = next_fire(era.schedule, cursor)
+        next_after: datetime = edit
+        edited = None
+        if pending is not None:
+            nxt = eras[index + 1]
+            moved = trigger_after_edit(
+                to_epoch_ms(pending + jitter),
+                era.jitter_offset_ms,
+                nxt.schedule,
+                nxt.jitter_offset_ms,
+                to_epoch_ms(edit),
+            )
+            if moved.fire_at_ms is not None:  # the same occurrence, at the new jitter
+                carried = from_epoch_ms(moved.fire_at_ms - nxt.jitter_offset_ms)
+                next_after = carried - timedelta(microseconds=1)
+            if moved.skipped_ms is not None:
+                edited = pending
+        out.append(_EraBounds(after, until, edited))
+        after = next_after
+    return out
+
+
 def owed_fires(
     job_id: str,
     eras: Sequence[ScheduleEra],
     start: datetime,
     end: datetime,
     limit: int,
+    written_ahead_ms: int = 0,
 ) -> list[OwedFire]:
     """Fires with a trigger time in [start, end), oldest first, at most `limit` (ask for
-    one more than you allow to learn that there are more). Eras must be in order."""
+    one more than you allow to learn that there are more). Eras must be in order.
+    `written_ahead_ms`: how far ahead of its time the scheduler writes a run (its
+    scan-ahead), so how far past an edit the old schedule's runs already exist."""
     if start.tzinfo is None or end.tzinfo is None:
         raise ValueError("start and end must be aware datetimes")
     if limit < 0:
         raise ValueError("limit must not be negative")
     out: list[OwedFire] = []
-    for index, era in enumerate(eras):
+    bounds = _bounds(eras, timedelta(milliseconds=written_ahead_ms))
+    for index, (era, bound) in enumerate(zip(eras, bounds, strict=True)):
         if len(out) >= limit:
             break
-        until = eras[index + 1].since if index + 1 < len(eras) else None
-        if until is not None and era.since is not None and until <= era.since:
-            continue  # replaced at the instant it began
         jitter = timedelta(milliseconds=era.jitter_offset_ms)
         # Nominal instants whose trigger time is at or after `start`.
-        after = start - jitter - timedelta(microseconds=1)
-        if era.since is not None and era.since > after:
-            after = era.since
-        cursor = after
+        cursor = start - jitter - timedelta(microseconds=1)
+        if bound.after is not None and bound.after > cursor:
+            cursor = bound.after
         while len(out) < limit:
             nominal = next_fire(era.schedule, cursor)
             if nominal is None:
                 break
             at = nominal + jitter
-            if at >= end or (until is not None and at > until):
-                break  # past the range, or the edit at `until` deleted this trigger
+            if at >= end or (bound.until is not None and at > bound.until):
+                break  # past the range, or past what the old schedule made before its edit
             out.append(OwedFire(at, nominal, make_run_id(job_id, at), index))
             cursor = nominal
+        if bound.edited is not None:
+            at = bound.edited + jitter
+            if start <= at < end:
+                out.append(OwedFire(at, bound.edited, make_run_id(job_id, at), index))
     out.sort(key=lambda f: f.at)
     return out[:limit]
 
@@ -201,6 +263,7 @@ def plan_backfill(
     end: datetime,
     now: datetime,
     max_runs: int,
+    written_ahead_ms: int = 0,
 ) -> BackfillPlan:
     """The fires a backfill of [start, end) asks for. The range must be in the past (a
     future fire is the scheduler's to make) and owe at most `max_runs` fires. Before the
@@ -213,7 +276,7 @@ def plan_backfill(
     if eras:
         first = eras[0]
         eras = [ScheduleEra(first.schedule, None, first.jitter_offset_ms, first.version), *eras[1:]]
-    fires = owed_fires(job_id, eras, start, end, max_runs + 1)
+    fires = owed_fires(job_id, eras, start, end, max_runs + 1, written_ahead_ms)
     if len(fires) > max_runs:
         raise FieldError(
             "to",

@@ -1,7 +1,7 @@
 """The job audit log: written in the transaction of the change it records, read per job.
 
 `actor` is who made the change: the caller's token id for the API and console, 'kit'
-for what the kit does by itself (the auto-pause trigger of migration 0006). The diff
+for what the kit does by itself (the auto-pause trigger of migration 0008). The diff
 and the snapshot come from kit.core.audit, which keeps task header and env values out.
 The snapshot's schedule and jitter are what explain reads to know which schedule was
 in force when (`schedule_eras`).

@@ -71,6 +71,7 @@ def job_backfill(
     *,
     max_runs: int,
     actor: str,
+    written_ahead_ms: int = 0,
     now: datetime | None = None,
 ) -> Backfilled:
     """FieldError (422) for a range in the future, reversed, or owing more than max_runs."""
@@ -82,7 +83,7 @@ def job_backfill(
             raise JobNotFound(job_id)
         at = db_now(conn, now)
         eras, complete = schedule_eras(conn, job_id, job.spec, job.created_at)
-        plan = plan_backfill(job_id, eras, start, end, at, max_runs)
+        plan = plan_backfill(job_id, eras, start, end, at, max_runs, written_ahead_ms)
         ids = [f.run_id for f in plan.fires]
         marker = None if job.spec.overlap == "allow" else QUEUED
         common = {

@@ -68,8 +68,11 @@ def job_explain(
     *,
     limit: int = 500,
     due_grace_ms: int = DUE_GRACE_MS,
+    written_ahead_ms: int = 0,
     now: datetime | None = None,
 ) -> Explanation:
+    """`written_ahead_ms`: the scheduler's scan-ahead (how far past an edit the old
+    schedule's runs were already written)."""
     if end <= start:
         raise FieldError("to", "must be after from")
     if not 1 <= limit <= MAX_EXPLAIN_FIRES:
@@ -82,7 +85,7 @@ def job_explain(
             raise JobNotFound(job_id)
         at = db_now(conn, now)
         eras, complete = schedule_eras(conn, job_id, job.spec, job.created_at)
-        owed = owed_fires(job_id, eras, start, end, limit + 1)
+        owed = owed_fires(job_id, eras, start, end, limit + 1, written_ahead_ms)
         next_from = owed[limit].at if len(owed) > limit else None
         owed = owed[:limit]
         runs_end = next_from or end

@@ -1,6 +1,6 @@
 """A tenant's jobs (GET /v1/jobs): filtered, in name order, keyset-paginated, counted.
 
-`name` sorts by bytes (collation "C", migration 0006), so a name prefix is a range
+`name` sorts by bytes (collation "C", migration 0008), so a name prefix is a range
 `name >= prefix AND name < prefix-with-its-last-character-bumped` of the unique
 (tenant, name) index, and the cursor is simply the last name of the page (names are
 unique per tenant). The paused, priority and task-type filters have indexes of their

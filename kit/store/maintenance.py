@@ -1,7 +1,7 @@
 """The maintenance service's deletes: rows the kit no longer needs, by the rules of
 kit.core.retention, in bounded batches.
 
-Each statement picks at most `batch` rows over an index of its own (migration 0006),
+Each statement picks at most `batch` rows over an index of its own (migration 0008),
 locked FOR UPDATE SKIP LOCKED, so several maintenance processes share the work and a
 row another transaction is using right now (a replay, an ack) is left for the next
 pass. Time is the database's clock unless a caller passes `now` (tests).

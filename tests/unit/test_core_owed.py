@@ -61,6 +61,50 @@ def test_an_edit_ends_the_old_schedule_and_the_new_one_starts_after_it() -> None
     ]
 
 
+def test_an_occurrence_held_back_by_jitter_is_carried_over_by_an_edit_that_keeps_it() -> None:
+    # 20:20 is due at 20:40 (20 min of jitter); the edit at 20:30 keeps the 20-minute
+    # cron and drops the jitter: 20:20 fires at once under the new schedule.
+    every20 = CronSchedule("*/20 * * * *")
+    eras = [
+        ScheduleEra(every20, since=utc(2030, 1, 1, 20), jitter_offset_ms=1_200_000),
+        ScheduleEra(every20, since=utc(2030, 1, 1, 20, 30)),
+    ]
+    fires = owed_fires(JOB, eras, utc(2030, 1, 1, 20), utc(2030, 1, 1, 21, 1), 10)
+    assert [(f.at, f.era) for f in fires] == [
+        (utc(2030, 1, 1, 20, 20), 1),
+        (utc(2030, 1, 1, 20, 40), 1),
+        (utc(2030, 1, 1, 21), 1),
+    ]
+
+
+def test_an_occurrence_held_back_by_jitter_that_the_edit_drops_is_owed_as_edited() -> None:
+    every20 = CronSchedule("*/20 * * * *")
+    eras = [
+        ScheduleEra(every20, since=utc(2030, 1, 1, 20), jitter_offset_ms=1_200_000),
+        ScheduleEra(CronSchedule("*/30 * * * *"), since=utc(2030, 1, 1, 20, 30, 1)),
+    ]
+    fires = owed_fires(JOB, eras, utc(2030, 1, 1, 20), utc(2030, 1, 1, 21, 1), 10)
+    assert [(f.at, f.era) for f in fires] == [
+        (utc(2030, 1, 1, 20, 40), 0),  # 20:20 + jitter: recorded as skipped 'edited'
+        (utc(2030, 1, 1, 21), 1),
+    ]
+    runs = {fires[0].run_id: RunView(fires[0].run_id, "skipped", skip_reason="edited")}
+    explained = explain_fires(fires[:1], runs, utc(2030, 1, 2))
+    assert explained[0].outcome is Outcome.skipped and "edit" in (explained[0].reason or "")
+
+
+def test_runs_written_ahead_of_an_edit_belong_to_the_old_schedule() -> None:
+    eras = [
+        ScheduleEra(CronSchedule("* * * * *"), since=utc(2030, 1, 1)),
+        ScheduleEra(CronSchedule("*/5 * * * *"), since=utc(2030, 1, 1, 0, 6, 57)),
+    ]
+    start, end = utc(2030, 1, 1, 0, 6), utc(2030, 1, 1, 0, 11)
+    plain = owed_fires(JOB, eras, start, end, 10)
+    ahead = owed_fires(JOB, eras, start, end, 10, written_ahead_ms=5000)
+    assert [f.at.minute for f in plain] == [6, 10]
+    assert [f.at.minute for f in ahead] == [6, 7, 10]  # 00:07 was written at 00:06:57
+
+
 def test_limit_bounds_the_answer() -> None:
     era = ScheduleEra(IntervalSchedule(1, utc(2030, 1, 1)), since=utc(2030, 1, 1))
     assert len(owed_fires(JOB, [era], utc(2030, 1, 1), utc(2031, 1, 1), 7)) == 7

@@ -306,7 +306,14 @@ async def explain_page(
         end_at = parse_instant(end, "to") if end else now + timedelta(minutes=5)
         start_at = parse_instant(start, "from") if start else end_at - timedelta(minutes=65)
         done = await _call(
-            explain_store.job_explain, engine, tenant, job_id, start_at, end_at, limit=EXPLAIN_PAGE
+            explain_store.job_explain,
+            engine,
+            tenant,
+            job_id,
+            start_at,
+            end_at,
+            limit=EXPLAIN_PAGE,
+            written_ahead_ms=settings_of(request).scan_ahead_ms,
         )
         explained = explain_out(done)
     except FieldError as exc:

@@ -14,8 +14,8 @@ sessions, worker presence, and the indexes the maintenance service's expiry need
 - expiry indexes: idempotency keys by age, finished queue tasks by finish time, dead
   letters by age (not replayed) and by replay time, audit entries by age.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-01
 """
 
@@ -25,8 +25,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision = "0006"
-down_revision = "0005"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
