@@ -5,7 +5,7 @@ and published by the reaper's undispatched path."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,7 +16,7 @@ from kit.api.app import create_app
 from kit.core.ids import run_id
 from kit.reaper.reaper import Reaper
 from kit.settings import Settings
-from kit.transport import RunPublisher, ensure_topics
+from kit.transport import RunPublisher
 
 pytestmark = pytest.mark.integration
 Headers = Callable[..., dict[str, str]]
@@ -158,15 +158,6 @@ def test_refusals_name_the_field(
     with TestClient(create_app(small, engine)) as tight:
         got = tight.post(f"/v1/jobs/{hourly}:backfill", json=ok, headers=h)
         assert got.status_code == 422 and "more than 1 fires" in got.text
-
-
-@pytest.fixture
-def publisher(settings: Settings) -> Iterator[RunPublisher]:
-    prefix = f"cf.bf.{uuid.uuid4().hex[:8]}"
-    ensure_topics(settings.kafka_bootstrap, 1, prefix=prefix)
-    pub = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
-    yield pub
-    pub.close()
 
 
 def test_backfilled_runs_are_published_by_the_reaper(

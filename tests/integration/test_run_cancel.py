@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from kit.store.tokens import token_create
-from tests.integration.test_worker_e2e import (  # noqa: F401 (fixtures)
+from tests.integration.test_worker_e2e import (  # noqa: F401 (a fixture)
     Running,
-    prefix,
     publish,
-    publisher,
     start_worker,
     wait_for,
 )
@@ -126,7 +125,7 @@ def test_cancelling_the_active_run_of_a_queue_job_releases_the_next(
 def test_a_running_task_is_stopped_by_the_cancel_notification_not_the_heartbeat(
     engine: Engine,
     client: TestClient,
-    publisher,  # noqa: F811
+    publisher,
     start_worker: Callable[..., Running],  # noqa: F811
     tmp_path: Path,
 ) -> None:
@@ -172,3 +171,39 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as stat:  # a zombie is gone for our purpose
         return stat.read().split()[2] != "Z"
+
+
+def test_a_run_claimed_and_held_for_its_second_never_starts_once_cancelled(
+    engine: Engine,
+    client: TestClient,
+    publisher,
+    start_worker: Callable[..., Running],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    task = {"type": "command", "argv": ["sh", "-c", f'echo ran >> "{ledger}"']}
+    job = make_job(engine, task=task)
+    with engine.connect() as conn:
+        now = conn.execute(text("SELECT now()")).scalar_one()
+    due = now.replace(microsecond=0) + timedelta(seconds=6)
+    rid = make_run(engine, job, scheduled_at=due)
+    running = start_worker()
+    publish(publisher, engine, rid)
+    deadline = time.monotonic() + WAIT_S
+    while running.worker.in_flight() == 0:  # claimed, held until its second
+        assert time.monotonic() < deadline, "the run was never claimed"
+        time.sleep(0.05)
+    _, headers = token(engine)
+    got = client.post(f"/v1/runs/{rid}:cancel", headers=headers)
+    assert got.status_code == 200 and got.json()["worker_notified"] is True
+    while running.worker.in_flight():  # its slot is free before its second
+        assert time.monotonic() < deadline, "the held run kept its slot"
+        time.sleep(0.05)
+    while True:  # past its second (database clock): it still did not start
+        with engine.connect() as conn:
+            if conn.execute(text("SELECT now() > :t"), {"t": due + timedelta(seconds=2)}).scalar():
+                break
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert not ledger.exists()
+    assert run_row(engine, rid).status == "cancelled"
