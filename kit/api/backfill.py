@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
 from kit.api.state import engine_of, settings_of
+from kit.core.owed import check_instant
 from kit.core.schedule import parse_instant
 from kit.store import backfill as store
 
@@ -57,8 +58,8 @@ async def backfill_job(
     overlap, misfire) is revived. At most CRONFLEET_MAX_BACKFILL_RUNS fires (422 beyond).
     The runs are published by the reaper within the undispatched grace plus one reaper
     period; with an overlap policy other than `allow` they run one at a time."""
-    start = parse_instant(body.start, "from")
-    end = parse_instant(body.end, "to")
+    start = check_instant(parse_instant(body.start, "from"), "from")
+    end = check_instant(parse_instant(body.end, "to"), "to")
     settings = settings_of(request)
     done = await run_in_threadpool(
         lambda: store.job_backfill(

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
 from kit.api.state import engine_of, settings_of
-from kit.core.owed import DUE_GRACE_MS, MAX_EXPLAIN_FIRES, Outcome, dst_note
+from kit.core.owed import DUE_GRACE_MS, MAX_EXPLAIN_FIRES, Outcome, check_instant, dst_note
 from kit.core.schedule import CronSchedule, parse_instant, schedule_to_dict
 from kit.store import audit as audit_store
 from kit.store import explain as explain_store
@@ -113,9 +113,9 @@ class ExplainOut(BaseModel):
 
 def _range(start: str | None, end: str | None) -> tuple[datetime, datetime]:
     now = datetime.now(UTC)
-    end_at = parse_instant(end, "to") if end else now + timedelta(hours=1)
+    end_at = check_instant(parse_instant(end, "to") if end else now + timedelta(hours=1), "to")
     start_at = parse_instant(start, "from") if start else end_at - timedelta(hours=25)
-    return start_at, end_at
+    return check_instant(start_at, "from"), end_at
 
 
 def explain_out(done: explain_store.Explanation) -> ExplainOut:

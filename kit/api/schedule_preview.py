@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from kit.api.auth import principal
 from kit.core.errors import FieldError
-from kit.core.owed import dst_note
+from kit.core.owed import check_instant, dst_note
 from kit.core.schedule import CronSchedule, next_fires, parse_instant, parse_schedule
 from kit.core.schedule import schedule_to_dict as _to_dict
 
@@ -38,6 +38,10 @@ def preview(data: dict[str, Any], after: datetime, count: int) -> PreviewOut:
     except FieldError as exc:  # the fields are query parameters here, not schedule.*
         raise FieldError(exc.field.removeprefix("schedule."), exc.reason) from None
     zone = schedule.zone if isinstance(schedule, CronSchedule) else UTC
+    try:
+        fires = next_fires(schedule, after, count)
+    except (OverflowError, ValueError) as exc:  # a schedule running past the year 9999
+        raise FieldError("count", "the fires run past the last representable time") from exc
     return PreviewOut(
         schedule=_to_dict(schedule),
         after=after,
@@ -45,7 +49,7 @@ def preview(data: dict[str, Any], after: datetime, count: int) -> PreviewOut:
             PreviewFireOut(
                 utc=fire, local=fire.astimezone(zone).isoformat(), dst=dst_note(schedule, fire)
             )
-            for fire in next_fires(schedule, after, count)
+            for fire in fires
         ],
     )
 
@@ -66,7 +70,7 @@ def next_fires_preview(
 ) -> PreviewOut:
     """Exactly one of `cron`, `every_s` or `at`; the answer lists each fire in UTC and in
     the schedule's zone, and says where a DST change moved or merged a fire."""
-    start = parse_instant(after, "after") if after else datetime.now(UTC)
+    start = check_instant(parse_instant(after, "after"), "after") if after else datetime.now(UTC)
     data: dict[str, Any] = {
         k: v
         for k, v in {

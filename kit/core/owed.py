@@ -44,6 +44,10 @@ from kit.core.trigger import (
 # died (10 s by default) plus a scan. Later than this, a fire without a run is missing.
 DUE_GRACE_MS = 30_000
 MAX_EXPLAIN_FIRES = 2000
+# Ranges are asked of real history and the near future; far outside, date arithmetic
+# would overflow (year 9999) long before a schedule means anything.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 
 _SKIP_REASONS = {
     SKIP_PAUSED: "the job was paused",
@@ -51,6 +55,13 @@ _SKIP_REASONS = {
     SKIP_MISFIRE: "the fire was late after an outage and the misfire policy skipped it",
     SKIP_EDITED: "an edit changed the schedule while this fire was held back by its jitter",
 }
+
+
+def check_instant(value: datetime, field: str) -> datetime:
+    """An instant a range may start or end at: 1970 to 2200 (FieldError otherwise)."""
+    if not EARLIEST <= value <= LATEST:
+        raise FieldError(field, f"must be between {_iso(EARLIEST)} and {_iso(LATEST)}")
+    return value
 
 
 @dataclass(frozen=True)

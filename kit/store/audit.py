@@ -127,9 +127,10 @@ def _cursor_decode(cursor: str) -> int:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         kind, _, number = raw.partition(":")
-        if kind != "a":
+        audit_id = int(number)
+        if kind != "a" or not 0 < audit_id < 2**63:
             raise ValueError(raw)
-        return int(number)
+        return audit_id
     except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
         raise FieldError("cursor", "is not a cursor returned by this API") from exc
 

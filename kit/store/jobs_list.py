@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,6 +29,7 @@ from kit.store.jobs import JobRecord, job_record
 from kit.store.schema import PRIORITY_TIERS, RUN_STATUSES, jobs, runs, triggers
 
 MAX_PAGE = 500
+_CONTROL = re.compile(r"[\x00-\x1f]")  # job names have none (kit.api.models.JobIn)
 COUNT_CAP = 10_000
 NO_RUN = "none"  # last_status filter: jobs that never ran
 _TASK_TYPE = literal_column("jobs.task_spec ->> 'type'")
@@ -50,6 +52,8 @@ class JobFilter:
             raise FieldError("last_status", f"must be one of {', '.join(allowed)}")
         if self.name_prefix is not None and not 1 <= len(self.name_prefix) <= 200:
             raise FieldError("name_prefix", "must be 1 to 200 characters")
+        if self.name_prefix is not None and _CONTROL.search(self.name_prefix):
+            raise FieldError("name_prefix", "must not contain control characters")
         if self.task_type is not None and self.task_type not in TASK_TYPES:
             raise FieldError("task_type", f"must be one of {', '.join(TASK_TYPES)}")
 
@@ -78,7 +82,7 @@ def _cursor_decode(cursor: str) -> str:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
         raise FieldError("cursor", "is not a cursor returned by this API") from exc
-    if not raw.startswith("n:"):
+    if not raw.startswith("n:") or _CONTROL.search(raw):
         raise FieldError("cursor", "is not a cursor returned by this API")
     return raw[2:]
 

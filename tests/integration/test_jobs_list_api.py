@@ -186,3 +186,36 @@ def test_each_filter_has_an_index_that_keeps_name_order(engine: Engine) -> None:
     assert "ix_jobs_list_task_type" in plan(
         engine, base.format("AND task_spec ->> 'type' = 'http'")
     )
+
+
+def test_odd_input_to_the_operate_routes_is_a_422_never_a_500(
+    client: TestClient, auth: Headers, jobs: dict[str, str]
+) -> None:
+    """What a fuzzer sends: control characters, numbers out of range, the ends of time."""
+    h = auth()
+    job = jobs["hourly-sync"]
+    import base64
+
+    def cursor(raw: str) -> str:
+        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+    preview = "/v1/next-fires"
+    cases = [
+        ("GET", "/v1/jobs", {"name_prefix": "a\x00b"}, "name_prefix"),
+        ("GET", "/v1/jobs", {"cursor": cursor("n:a\x00")}, "cursor"),
+        ("GET", f"/v1/jobs/{job}/audit", {"cursor": cursor("a:99999999999999999999")}, "cursor"),
+        ("GET", f"/v1/jobs/{job}/audit", {"cursor": cursor("a:-1")}, "cursor"),
+        ("GET", f"/v1/jobs/{job}/explain", {"from": "0001-01-01T00:00:00Z"}, "from"),
+        ("GET", f"/v1/jobs/{job}/explain", {"to": "9999-12-31T23:59:59Z"}, "to"),
+        ("GET", preview, {"cron": "* * * * *", "after": "9999-12-31T23:59:00Z"}, "after"),
+        ("GET", preview, {"every_s": 1, "anchor": "9999-12-31T23:59:59Z"}, "count"),
+        ("GET", preview, {"cron": "0 * * * *", "timezone": "../../etc/passwd"}, "timezone"),
+        ("GET", preview, {"cron": "0 * * * *", "timezone": "Europe/Paris\x00"}, "timezone"),
+    ]
+    for method, path, params, field in cases:
+        got = client.request(method, path, params=params, headers=h)
+        assert got.status_code == 422, (path, params, got.status_code, got.text)
+        assert got.json()["error"]["fields"][0]["field"] == field, (params, got.text)
+    body = {"from": "0001-01-01T00:00:00Z", "to": "2020-01-01T00:00:00Z"}
+    got = client.post(f"/v1/jobs/{job}:backfill", json=body, headers=h)
+    assert got.status_code == 422 and got.json()["error"]["fields"][0]["field"] == "from"

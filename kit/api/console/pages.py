@@ -44,6 +44,7 @@ from kit.api.models import JobOut, JobPatch, RunOut
 from kit.api.schedule_preview import preview
 from kit.api.state import engine_of, settings_of
 from kit.core.errors import FieldError
+from kit.core.owed import check_instant
 from kit.core.schedule import parse_instant
 from kit.store import audit as audit_store
 from kit.store import dead_letters as dead_letter_store
@@ -305,6 +306,8 @@ async def explain_page(
     try:  # by default the last hour and the next few minutes, a page of fires at a time
         end_at = parse_instant(end, "to") if end else now + timedelta(minutes=5)
         start_at = parse_instant(start, "from") if start else end_at - timedelta(minutes=65)
+        check_instant(start_at, "from")
+        check_instant(end_at, "to")
         done = await _call(
             explain_store.job_explain,
             engine,
