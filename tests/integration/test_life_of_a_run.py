@@ -46,6 +46,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_run(n: int) -> int:
+    """The first of `n` consecutive free ports (run-all's metrics ports are P..P+n-1; a
+    busy machine had P+1 taken now and then)."""
+    for _ in range(200):
+        base = free_port()
+        if base + n > 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base, base + n):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no run of {n} free ports")
+
+
 def wait_until(
     what: str,
     check: Callable[[], Any],
@@ -143,7 +161,7 @@ class RunAll:
 
     def __init__(self, env: dict[str, str], prefix: str, log: Path, *extra: str) -> None:
         self.api_port = free_port()
-        self.metrics_port = free_port()
+        self.metrics_port = free_port_run(8)  # scheduler, reaper, workers, maintenance
         self.log = log
         argv = [sys.executable, "-m", "kit.cli", "run-all", "--api-port", str(self.api_port)]
         argv += ["--metrics-base-port", str(self.metrics_port), "--topic-prefix", prefix]
