@@ -113,6 +113,45 @@ class Settings(BaseSettings):
         description="Comma-separated hosts/CIDRs the http task may reach even if private/loopback.",
     )
 
+    # Operating at scale: what the maintenance service expires, and the operator's views.
+    maintenance_period_ms: int = Field(
+        default=60_000, ge=1000, description="How often `cronfleet maintenance` expires rows."
+    )
+    idempotency_key_retention_s: int = Field(
+        default=86_400, ge=60, description="How long a job create's Idempotency-Key is kept."
+    )
+    queue_task_retention_s: int = Field(
+        default=7 * 86_400,
+        ge=60,
+        description="How long a finished (done or dead) queue task is kept after it finished.",
+    )
+    dead_letter_retention_s: int = Field(
+        default=30 * 86_400,
+        ge=60,
+        description="How long a dead letter not replayed is kept after the run died.",
+    )
+    replayed_dead_letter_retention_s: int = Field(
+        default=86_400,
+        ge=60,
+        description="How long a replayed dead letter is kept once its run is no longer live.",
+    )
+    audit_retention_s: int = Field(
+        default=400 * 86_400, ge=86_400, description="How long job audit entries are kept."
+    )
+    max_backfill_runs: int = Field(
+        default=1000, ge=1, le=100_000, description="Most runs one backfill may owe."
+    )
+    console_session_ttl_s: int = Field(
+        default=8 * 3600, ge=60, description="Console session lifetime after login."
+    )
+    console_secure_cookie: bool = Field(
+        default=False,
+        description="Mark the console cookie Secure even on plain HTTP (behind a TLS proxy).",
+    )
+    worker_group_id: str = Field(
+        default="cronfleet-workers", description="Workers' Kafka consumer group (fleet view)."
+    )
+
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

@@ -9,8 +9,10 @@ export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 need_apt=()
 command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
+# the console's browser test runs in Debian's Chromium (Playwright drives it)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "==> installing ${need_apt[*]} from Debian's packages (Kafka runs on Java; Maven fetches its jars)"
+  echo "==> installing ${need_apt[*]} from Debian's packages (Kafka runs on Java; Maven fetches its jars; the console test needs a browser)"
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"
 fi
 

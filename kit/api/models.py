@@ -296,6 +296,7 @@ class RunOut(BaseModel):
     error: str | None
     skip_reason: str | None
     created_at: datetime
+    cancelled_by: str | None = Field(default=None, description="token id that cancelled it")
 
     @classmethod
     def of(cls, run: RunRecord) -> RunOut:
@@ -315,6 +316,7 @@ class RunOut(BaseModel):
             error=run.error,
             skip_reason=run.skip_reason,
             created_at=run.created_at,
+            cancelled_by=run.cancelled_by,
         )
 
 

@@ -70,6 +70,7 @@ async def create_job(
         partitions=settings.partitions,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
+        actor=caller.token_id,
     )
     result = await run_in_threadpool(job_store.job_create, _engine(request), params)
     if not result.created:
@@ -110,7 +111,7 @@ def create_jobs_batch(body: JobBatchIn, request: Request, caller: Caller) -> Job
         raise ApiError(422, f"{problems[0][0]}: {problems[0][1]}", problems)
     try:
         job_ids = job_store.jobs_create_batch(
-            _engine(request), caller.tenant, specs, settings.partitions
+            _engine(request), caller.tenant, specs, settings.partitions, actor=caller.token_id
         )
     except NameTaken as exc:
         fields = [
@@ -143,7 +144,11 @@ def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) ->
     if "task" in changes:
         check_task_size(changes["task"], settings.max_task_spec_bytes)
     params = job_store.JobUpdate(
-        tenant=caller.tenant, job_id=job_id, changes=changes, partitions=settings.partitions
+        tenant=caller.tenant,
+        job_id=job_id,
+        changes=changes,
+        partitions=settings.partitions,
+        actor=caller.token_id,
     )
     return JobOut.of(job_store.job_update(_engine(request), params))
 
@@ -156,7 +161,7 @@ def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) ->
     summary="Delete a job and its triggers (its run history stays)",
 )
 def delete_job(job_id: str, request: Request, caller: Caller) -> Response:
-    job_store.job_delete(_engine(request), caller.tenant, job_id)
+    job_store.job_delete(_engine(request), caller.tenant, job_id, actor=caller.token_id)
     return Response(status_code=204)
 
 
@@ -186,7 +191,7 @@ def list_runs(
     summary="Run a job now (a manual run, dispatched asynchronously)",
 )
 def run_job_now(job_id: str, request: Request, caller: Caller) -> RunOut:
-    run, _ = run_store.run_now(_engine(request), caller.tenant, job_id)
+    run, _ = run_store.run_now(_engine(request), caller.tenant, job_id, actor=caller.token_id)
     return RunOut.of(run)
 
 

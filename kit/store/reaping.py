@@ -144,7 +144,7 @@ _PUBLISHED_BY = "greatest(r.created_at, r.retry_at, r.dispatched_at)"
 
 _UNCLAIMED = f"""
     SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority,
-        r.dispatched_at IS NULL AND (r.trigger_kind = 'manual'
+        r.dispatched_at IS NULL AND (r.trigger_kind IN ('manual', 'backfill')
             OR EXISTS (SELECT 1 FROM dead_letters d
                        WHERE d.run_id = r.run_id AND d.replayed_at IS NOT NULL)) AS first
     FROM runs r
@@ -154,7 +154,7 @@ _UNCLAIMED = f"""
       AND (
         -- nobody else publishes these: at once (a retry of one at its retry_at)
         (r.dispatched_at IS NULL AND (r.retry_at IS NULL OR r.retry_at <= {{now}})
-         AND (r.trigger_kind = 'manual'
+         AND (r.trigger_kind IN ('manual', 'backfill')
               OR EXISTS (SELECT 1 FROM dead_letters d
                          WHERE d.run_id = r.run_id AND d.replayed_at IS NOT NULL)))
         -- lost: published before the instant the workers have provably read past
@@ -187,8 +187,8 @@ def runs_publish_unclaimed(
 ) -> Unclaimed:
     """Pending runs that need the reaper to publish them, published and marked:
 
-    - manual runs ("run now": the API has no producer) and replayed dead letters, at once
-      (a re-armed retry of one waits for its retry_at);
+    - manual runs ("run now": the API has no producer), backfilled runs and replayed dead
+      letters, at once (a re-armed retry of one waits for its retry_at);
     - runs whose message is lost: published before their tier's `lost_before` instant
       (kit.core.recovery.unclaimed_cutoff: the workers have provably read past it) and
       still unclaimed. A node that died between commit and publish is the same case.

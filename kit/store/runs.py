@@ -18,6 +18,7 @@ from sqlalchemy.dialects.postgresql import UUID, insert
 from kit.core.errors import FieldError
 from kit.core.ids import run_id as make_run_id
 from kit.core.timeutil import EPOCH
+from kit.store.audit import KIT_ACTOR, audit_in
 from kit.store.db import db_now, is_uuid
 from kit.store.errors import JobNotFound, RunNotFound
 from kit.store.schema import RUN_STATUSES, jobs, runs
@@ -44,6 +45,7 @@ class RunRecord:
     error: str | None
     skip_reason: str | None
     created_at: datetime
+    cancelled_by: str | None = None  # the token that cancelled it (POST /v1/runs/{id}:cancel)
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class RunPage:
     next_cursor: str | None  # None: this was the last page
 
 
-def _record(row: Any) -> RunRecord:
+def run_record(row: Any) -> RunRecord:
     return RunRecord(
         run_id=str(row.run_id),
         job_id=str(row.job_id),
@@ -71,6 +73,7 @@ def _record(row: Any) -> RunRecord:
         error=row.error,
         skip_reason=row.skip_reason,
         created_at=row.created_at,
+        cancelled_by=row.cancelled_by,
     )
 
 
@@ -138,7 +141,7 @@ def runs_list(
             ).first()
             if exists is None:
                 raise JobNotFound(job_id)
-    page = [_record(row) for row in rows[:limit]]
+    page = [run_record(row) for row in rows[:limit]]
     next_cursor = None
     if len(rows) > limit:
         last = page[-1]
@@ -155,13 +158,17 @@ def run_get(engine: Engine, tenant: str, run_id: str) -> RunRecord:
         ).first()
     if row is None:
         raise RunNotFound(run_id)
-    return _record(row)
+    return run_record(row)
 
 
 def run_now(
-    engine: Engine, tenant: str, job_id: str, now: datetime | None = None
+    engine: Engine,
+    tenant: str,
+    job_id: str,
+    now: datetime | None = None,
+    actor: str = KIT_ACTOR,
 ) -> tuple[RunRecord, bool]:
-    """Insert a manual run scheduled now (pending, not yet dispatched: the dispatcher or
+    """Insert a manual run scheduled now (pending, not yet published: the reaper's next pass or
     the reaper publishes it). Returns (run, created); a second call within the same
     millisecond names the same run id and returns the existing run."""
     if not is_uuid(job_id):
@@ -193,5 +200,16 @@ def run_now(
             .on_conflict_do_nothing(index_elements=[runs.c.run_id])
             .returning(runs.c.run_id)
         ).first()
+        if inserted is not None:
+            audit_in(
+                conn,
+                tenant=tenant,
+                job_id=job_id,
+                actor=actor,
+                action="run_now",
+                at=at,
+                version=job.version,
+                changes={"run_id": rid},
+            )
         row = conn.execute(select(runs).where(runs.c.run_id == rid)).one()
-    return _record(row), inserted is not None
+    return run_record(row), inserted is not None

@@ -42,7 +42,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -69,6 +69,7 @@ from kit.store.claims import (
     runs_mark_published,
     runs_release,
 )
+from kit.store.worker_link import WorkerLink
 from kit.tasks.command import KILL_GRACE_S
 from kit.transport import RunMessage, RunPublisher, TieredConsumer
 from kit.transport.consumer import Rejected
@@ -235,6 +236,8 @@ class Worker:
         self._beating = threading.Event()
         self._succeeded: queue.Queue[_InFlight] = queue.Queue()
         self._finisher_stop = threading.Event()
+        # Cancellations reach the running task at once (and the fleet view sees us).
+        self.link = WorkerLink(engine, worker_id, concurrency, self.in_flight, self.stop_cancelled)
 
     # -- the consume loop -------------------------------------------------------------
 
@@ -248,6 +251,7 @@ class Worker:
             threading.Thread(target=self._fence_loop, name="fence", daemon=True),
             threading.Thread(target=self._hold_loop, name="hold", daemon=True),
         ]
+        self.link.start()
         finisher = threading.Thread(target=self._finish_loop, name="finisher", daemon=True)
         for t in [*threads, finisher]:
             t.start()
@@ -282,6 +286,7 @@ class Worker:
                 self._held_changed.notify_all()
             for t in threads:
                 t.join(timeout=5)
+            self.link.stop()
 
     def _wait_for_slot(self, stop: threading.Event) -> int:
         """How many more runs to consume: the prefetch left, and never so many that the
@@ -603,6 +608,27 @@ class Worker:
         if stopped:
             self.metrics.leases_lost.inc(len(stopped))
             log.warning("leases lost (reaped or cancelled), stopping: %s", sorted(stopped))
+        return stopped
+
+    def stop_cancelled(self, run_ids: Iterable[str]) -> set[str]:
+        """Runs cancelled through the API (kit.store.run_cancel): stop their tasks now.
+        Nothing is written for them afterwards: the cancel already finished the run."""
+        stopped: set[str] = set()
+        held: list[_InFlight] = []
+        with self._lock:
+            for run_id in run_ids:
+                entry = self._in_flight.get(run_id)
+                if entry is not None and not entry.done:
+                    entry.releasing = True
+                    entry.cancel.set()
+                    stopped.add(run_id)
+                    if not entry.started:
+                        held.append(entry)  # waiting for its second: it never starts
+        if held:
+            self._free(held)
+        if stopped:
+            self.metrics.runs.labels("cancelled").inc(len(stopped))
+            log.info("runs cancelled through the API, stopping: %s", sorted(stopped))
         return stopped
 
     def _heartbeat_loop(self) -> None:

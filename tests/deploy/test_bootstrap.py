@@ -129,10 +129,23 @@ def database() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """cronfleet as the machines install it: a wheel built from this tree."""
+    """cronfleet as the machines install it: a wheel built from this tree's files (tracked
+    and new, not ignored), copied first: a build in place would reuse `build/`, which
+    keeps files the tree has since renamed (a migration renumbered: two alembic heads)."""
     out = tmp_path_factory.mktemp("wheel")
+    src = tmp_path_factory.mktemp("src")
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
         check=True,
         timeout=300,
     )

@@ -47,6 +47,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_run(n: int) -> int:
+    """The first of `n` consecutive free ports (run-all's metrics ports are P..P+n-1; a
+    busy machine had P+1 taken now and then)."""
+    for _ in range(200):
+        base = free_port()
+        if base + n > 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base, base + n):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no run of {n} free ports")
+
+
 def wait_until(
     what: str,
     check: Callable[[], Any],
@@ -144,7 +162,7 @@ class RunAll:
 
     def __init__(self, env: dict[str, str], prefix: str, log: Path, *extra: str) -> None:
         self.api_port = free_port()
-        self.metrics_port = free_port()
+        self.metrics_port = free_port_run(8)  # scheduler, reaper, workers, maintenance
         self.log = log
         argv = [sys.executable, "-m", "kit.cli", "run-all", "--api-port", str(self.api_port)]
         argv += ["--metrics-base-port", str(self.metrics_port), "--topic-prefix", prefix]
@@ -260,14 +278,16 @@ def test_run_all_runs_a_job_made_through_the_api_and_stops_on_sigterm(
     times = [datetime.fromisoformat(run[k]) for k in ("scheduled_at", "started_at", "finished_at")]
     assert times == sorted(times)  # started at its second or after, never before
     assert ledger.read_text().split() == [run_id]
-    # every service serves its metrics on its own port: scheduler P, reaper P+1, worker P+2
+    # every service serves its metrics on its own port: scheduler P, reaper P+1, worker P+2,
+    # maintenance P+3
     assert "cronfleet_runs_published_total" in scrape(ra.metrics_port)
     assert "cronfleet_reaper_runs_total" in scrape(ra.metrics_port + 1)
     worker = scrape(ra.metrics_port + 2)
     assert 'cronfleet_worker_runs_total{outcome="succeeded"} 1.0' in worker
+    assert "cronfleet_maintenance_passes_total" in scrape(ra.metrics_port + 3)
 
     pids = ra.child_pids()
-    assert set(pids) == {"api", "scheduler", "reaper", "worker"}, ra.output()
+    assert set(pids) == {"api", "scheduler", "reaper", "worker", "maintenance"}, ra.output()
     ra.proc.send_signal(signal.SIGTERM)
     assert ra.proc.wait(timeout=60) == 0, ra.output()
     assert all(gone(pid) for pid in pids.values())
@@ -280,7 +300,7 @@ def test_run_all_runs_a_job_made_through_the_api_and_stops_on_sigterm(
 def test_run_all_stops_everything_when_a_service_dies(run_all: Callable[..., RunAll]) -> None:
     ra = run_all("--workers", "2")
     ra.wait_healthy()
-    pids = wait_until("five services", lambda: len(ra.child_pids()) == 5 and ra.child_pids())
+    pids = wait_until("six services", lambda: len(ra.child_pids()) == 6 and ra.child_pids())
     os.kill(pids["reaper"], signal.SIGKILL)
     assert ra.proc.wait(timeout=60) == 1, ra.output()
     assert all(gone(pid) for pid in pids.values())

@@ -13,8 +13,8 @@ claim, finish) touch fewer of them:
 - the reaper's unclaimed runs: pending runs by scheduled time (was: pending, never marked);
 - the overlap check: busy runs of a job (kit.core.leases.BUSY, no 'dispatched').
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-11-30
 """
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
