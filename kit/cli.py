@@ -67,4 +67,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m kit.cli`: this file runs as `__main__`, a second copy of the module whose
+    # UsageError the subcommands (which import `kit.cli`) never raise; run the real one.
+    from kit.cli import main as kit_main
+
+    sys.exit(kit_main())
