@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, IdempotencyKey, principal
+from kit.api.body import StrictJsonRoute
 from kit.api.errors import ApiError
 from kit.api.models import (
     JobBatchIn,
@@ -30,7 +31,11 @@ from kit.store import jobs as job_store
 from kit.store import runs as run_store
 from kit.store.errors import NameTaken
 
-router = APIRouter(prefix="/v1", dependencies=[Depends(principal)])
+router = APIRouter(
+    prefix="/v1",
+    dependencies=[Depends(principal)],
+    route_class=StrictJsonRoute,
+)
 
 
 def _engine(request: Request) -> Engine:
