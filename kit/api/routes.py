@@ -189,9 +189,23 @@ def list_runs(
     response_model=RunOut,
     tags=["runs"],
     summary="Run a job now (a manual run, dispatched asynchronously)",
+    responses={200: {"model": RunOut, "description": "idempotent replay of an earlier run-now"}},
 )
-def run_job_now(job_id: str, request: Request, caller: Caller) -> RunOut:
-    run, _ = run_store.run_now(_engine(request), caller.tenant, job_id)
+def run_job_now(
+    job_id: str,
+    request: Request,
+    response: Response,
+    caller: Caller,
+    idempotency_key: IdempotencyKey = None,
+) -> RunOut:
+    """A retried run-now with the same `Idempotency-Key` returns the run the first call
+    made (200); the same key for another job, or one used by a job create, is a 409."""
+    run, created = run_store.run_now(
+        _engine(request), caller.tenant, job_id, idempotency_key=idempotency_key
+    )
+    if idempotency_key is not None and not created:
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
     return RunOut.of(run)
 
 
