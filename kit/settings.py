@@ -88,8 +88,32 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=8, ge=1, description="Runs a worker executes at once.")
     http_allow_hosts: str = Field(
         default="",
-        description="Comma-separated hosts/CIDRs the http task may reach even if private/loopback.",
+        description=(
+            "Comma-separated hosts/CIDRs every tenant's http tasks may reach even if "
+            "private/loopback (a tenant's own holes go in the task policy file)."
+        ),
     )
+    task_policy_file: str = Field(
+        default="",
+        description=(
+            "TOML file of what each tenant's tasks may do: command executables, run-as "
+            "user, egress allow-list (kit/tasks/policy.py). Empty: no tenant runs commands."
+        ),
+    )
+
+    def secret_values(self) -> tuple[str, ...]:
+        """The worker's own secrets, scrubbed from whatever a run records: the database
+        URL and its password (a task never sees them; this is the second line)."""
+        from sqlalchemy.engine import make_url
+
+        values = [self.database_url]
+        try:
+            password = make_url(self.database_url).password
+        except Exception:  # an unparsable URL fails at connect, not here
+            password = None
+        if password:
+            values.append(str(password))
+        return tuple(values)
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -1,8 +1,13 @@
 """The /v1 routes: jobs and their runs. Every object is scoped to the caller's tenant;
-another tenant's id is simply not found (404), never forbidden, so ids leak nothing."""
+another tenant's id is simply not found (404), never forbidden, so ids leak nothing.
+
+A job with a command task is written only when the token has the `command` scope and
+the operator's task policy allows that executable for the tenant (kit.core.task_policy);
+otherwise 403 with the reason, and nothing is written."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -30,6 +35,7 @@ from kit.settings import Settings
 from kit.store import jobs as job_store
 from kit.store import runs as run_store
 from kit.store.errors import NameTaken
+from kit.store.tokens import TokenInfo
 
 router = APIRouter(
     prefix="/v1",
@@ -44,6 +50,24 @@ def _engine(request: Request) -> Engine:
 
 def _settings(request: Request) -> Settings:
     return request.app.state.settings
+
+
+def task_refusal(
+    request: Request, caller: TokenInfo, task: Mapping[str, Any], prefix: str = ""
+) -> tuple[str, str] | None:
+    """(field, reason) if this caller may not write this task, else None."""
+    if task.get("type") != "command":
+        return None
+    if not caller.allows("command"):
+        return f"{prefix}task.type", "a command task needs a token with the 'command' scope"
+    refusal = request.app.state.task_policy.current().command_refusal(caller.tenant, task["argv"])
+    if refusal is None:
+        return None
+    return f"{prefix}{refusal[0]}", refusal[1]
+
+
+def _forbidden(problems: list[tuple[str, str]]) -> ApiError:
+    return ApiError(403, f"{problems[0][0]}: {problems[0][1]}", problems)
 
 
 @router.post(
@@ -66,6 +90,8 @@ async def create_job(
     settings = _settings(request)
     spec = body.to_spec()
     check_limits(spec, datetime.now(UTC), settings.one_off_grace_s, settings.max_task_spec_bytes)
+    if refusal := task_refusal(request, caller, spec.task):
+        raise _forbidden([refusal])
     request_hash = None
     if idempotency_key is not None:
         request_hash = job_store.request_fingerprint(await request.json())
@@ -113,6 +139,13 @@ def create_jobs_batch(body: JobBatchIn, request: Request, caller: Caller) -> Job
         specs.append(spec)
     if problems:
         raise ApiError(422, f"{problems[0][0]}: {problems[0][1]}", problems)
+    refusals = [
+        refusal
+        for index, spec in enumerate(specs)
+        if (refusal := task_refusal(request, caller, spec.task, f"jobs[{index}]."))
+    ]
+    if refusals:
+        raise _forbidden(refusals)
     try:
         job_ids = job_store.jobs_create_batch(
             _engine(request), caller.tenant, specs, settings.partitions
@@ -147,6 +180,8 @@ def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) ->
         check_one_off_grace(changes["schedule"], datetime.now(UTC), settings.one_off_grace_s)
     if "task" in changes:
         check_task_size(changes["task"], settings.max_task_spec_bytes)
+        if refusal := task_refusal(request, caller, changes["task"]):
+            raise _forbidden([refusal])
     params = job_store.JobUpdate(
         tenant=caller.tenant, job_id=job_id, changes=changes, partitions=settings.partitions
     )

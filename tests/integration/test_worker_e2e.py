@@ -22,10 +22,12 @@ from confluent_kafka.admin import AdminClient
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 
+from kit.core.task_policy import TaskPolicy
 from kit.core.timeutil import to_epoch_ms
 from kit.reaper.reaper import Reaper
 from kit.settings import Settings
 from kit.store.schema import jobs, triggers
+from kit.tasks.policy import PolicySource
 from kit.transport import RunMessage, RunPublisher, TieredConsumer, ensure_topics
 from kit.worker.worker import Worker, WorkerMetrics, task_executor
 from tests.integration.worker_rows import make_job, make_run, rearm_retry, run_row
@@ -33,6 +35,8 @@ from tests.integration.worker_rows import make_job, make_run, rearm_retry, run_r
 pytestmark = pytest.mark.integration
 Headers = Callable[..., dict[str, str]]
 WAIT_S = 30.0
+# The operator's task policy of these workers: tenant acme may run /bin/sh.
+COMMANDS = PolicySource.fixed(TaskPolicy.parse({"tenants": {"acme": {"commands": ["/bin/sh"]}}}))
 
 
 @pytest.fixture
@@ -84,7 +88,7 @@ def start_worker(
             concurrency=2,
             lease_ttl_ms=ttl_ms,
             heartbeat_ms=heartbeat_ms,
-            execute=task_executor(),
+            execute=task_executor(COMMANDS),
         )
         running = Running(worker, consumer)
         running.thread.start()
@@ -123,7 +127,7 @@ def wait_for(engine: Engine, run_id: str, *statuses: str) -> object:
 def ledger_task(ledger: Path, script: str = "") -> dict:
     """A command that appends its idempotency key to the ledger after `script` passes."""
     body = f'{script}\necho "$CRONFLEET_IDEMPOTENCY_KEY" >> "{ledger}"'
-    return {"type": "command", "argv": ["sh", "-c", body]}
+    return {"type": "command", "argv": ["/bin/sh", "-c", body]}
 
 
 def test_run_succeeds_once_and_a_duplicate_delivery_is_skipped(
