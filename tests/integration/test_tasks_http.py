@@ -128,7 +128,7 @@ def test_redirects_are_not_followed(server: Server) -> None:
 
 def test_server_error_fails(server: Server) -> None:
     result = execute({"type": "http", "method": "DELETE", "url": server.url("/fail")}, ctx())
-    assert not result.ok and result.error == "HTTP 500"
+    assert not result.ok and result.error == "HTTP 500; body: hello"
 
 
 def test_timeout_fails(server: Server) -> None:

@@ -220,7 +220,7 @@ def test_always_failing_goes_dead_pauses_the_job_and_replays(
 def test_expired_worker_cannot_finish(
     engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Running], tmp_path: Path
 ) -> None:
-    job = make_job(engine, task={"type": "command", "argv": ["sleep", "2"]})
+    job = make_job(engine, task={"type": "command", "argv": ["/bin/sh", "-c", "sleep 2"]})
     rid = make_run(engine, job)
     # never heartbeats: its lease runs out while the task sleeps
     running = start_worker(ttl_ms=1000, heartbeat_ms=600_000)
@@ -258,6 +258,7 @@ def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
         "CRONFLEET_DATABASE_URL": db_url,
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_RUN_LEASE_TTL_MS": "2000",
+        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
     }
     argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "doomed"]
     argv += ["--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
@@ -304,6 +305,7 @@ def test_sigterm_finishes_the_in_flight_run_and_exits(
         port = s.getsockname()[1]
     env = {**os.environ, "CRONFLEET_DATABASE_URL": db_url}
     env["CRONFLEET_KAFKA_BOOTSTRAP"] = settings.kafka_bootstrap
+    env["CRONFLEET_TASK_POLICY_FILE"] = settings.task_policy_file
     argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "polite", "--metrics-port"]
     argv += [str(port), "--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
