@@ -183,3 +183,25 @@ def test_a_bad_policy_file_names_the_entry(tmp_path: Path, text: str, where: str
     with pytest.raises(ValueError, match="task_policy_file") as caught:
         read_policy(path)
     assert where in str(caught.value)
+
+
+def test_a_service_started_with_a_bad_policy_file_exits_2_naming_the_entry(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+
+    path = tmp_path / "tasks.toml"
+    path.write_text('[tenants.acme]\ncommands = ["sh"]\n')
+    env = {**os.environ, "CRONFLEET_TASK_POLICY_FILE": str(path)}
+    done = subprocess.run(
+        [PY, "-m", "kit.cli", "api", "--port", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"cronfleet api: task_policy_file: {path}: tenants.acme.commands[0]: "
+        "must be an absolute path"
+    ]
