@@ -157,7 +157,10 @@ def services(args: argparse.Namespace) -> list[Service]:
         api += ["--port", str(args.api_port)]
     out = [Service("api", tuple(api))]
     out.append(Service("scheduler", ("scheduler", *metrics(0), *common)))
-    out.append(Service("reaper", ("reaper", *metrics(1), *common)))
+    reaper = ["reaper", *metrics(1), *common]
+    if args.group_id:
+        reaper += ["--group-id", args.group_id]
+    out.append(Service("reaper", tuple(reaper)))
     for i in range(args.workers):
         worker = ["worker", *metrics(2 + i), *common, "--drain-s", str(args.drain_s)]
         if args.concurrency is not None:
@@ -186,7 +189,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="scheduler P, reaper P+1, worker i P+2+i (0 = no metrics endpoints)",
     )
     parser.add_argument("--topic-prefix", help="run topic prefix (default cronfleet.runs)")
-    parser.add_argument("--group-id", help="workers' Kafka consumer group")
+    parser.add_argument("--group-id", help="workers' Kafka consumer group (default: settings)")
     parser.add_argument(
         "--drain-s", type=float, default=30.0, help="how long workers finish in-flight runs"
     )

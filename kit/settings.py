@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kit.core import defaults
+from kit.core.errors import FieldError
 
 
 def cronfleet_home() -> Path:
@@ -85,6 +86,21 @@ class Settings(BaseSettings):
         description="Age after which a never-published run is re-published.",
     )
     run_topic_partitions: int = Field(default=6, ge=1, description="Partitions per tier topic.")
+    run_topic_replication: int = Field(
+        default=3,
+        ge=1,
+        description="Replicas of each run topic (the local stack, one broker, writes 1).",
+    )
+    run_topic_min_insync: int = Field(
+        default=2,
+        ge=1,
+        description="min.insync.replicas of the run topics: acks=all means on this many brokers.",
+    )
+    worker_group: str = Field(
+        default="cronfleet-workers",
+        min_length=1,
+        description="Kafka consumer group of the workers (the reaper reads its progress).",
+    )
     worker_concurrency: int = Field(default=8, ge=1, description="Runs a worker executes at once.")
     http_allow_hosts: str = Field(
         default="",
@@ -116,10 +132,39 @@ class Settings(BaseSettings):
         return tuple(values)
 
 
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.run_topic_min_insync > self.run_topic_replication:
+            raise ValueError(
+                "run_topic_min_insync: must not exceed run_topic_replication "
+                f"({self.run_topic_min_insync} > {self.run_topic_replication})"
+            )
+        if self.scan_ahead_ms >= self.undispatched_grace_ms:
+            # A run is committed up to scan_ahead_ms before its second and published at
+            # it: a grace no longer than that would have the reaper publish it early.
+            raise ValueError(
+                "scan_ahead_ms: must be below undispatched_grace_ms "
+                f"({self.scan_ahead_ms} >= {self.undispatched_grace_ms})"
+            )
+        return self
+
+
 def load_settings(**overrides: object) -> Settings:
-    """Build the settings: environment first, then the stack's connection file, then defaults."""
+    """Build the settings: environment first, then the stack's connection file, then defaults.
+
+    A bad value is a FieldError naming the CRONFLEET_* variable, which the CLI prints as
+    one line (exit 2) before any service starts."""
     env_file = stack_env_file()
     kwargs: dict[str, object] = {}
     if env_file.exists():
         kwargs["_env_file"] = str(env_file)
-    return Settings(**kwargs, **overrides)  # type: ignore[arg-type]
+    try:
+        return Settings(**kwargs, **overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [str(p) for p in first.get("loc", ())]
+        message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        if loc:
+            raise FieldError(f"CRONFLEET_{loc[0].upper()}", message) from None
+        name, _, reason = message.partition(": ")
+        raise FieldError(f"CRONFLEET_{name.upper()}", reason or message) from None

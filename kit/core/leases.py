@@ -115,6 +115,11 @@ class RunStatus(StrEnum):
 
 
 CLAIMABLE = frozenset({RunStatus.pending, RunStatus.dispatched})
+# Runs that keep their job busy for the overlap policy (forbid, queue, replace): a run
+# awaiting its retry is one of them, or the retry would run beside the next fire.
+BUSY = frozenset(
+    {RunStatus.pending, RunStatus.dispatched, RunStatus.running, RunStatus.retry_scheduled}
+)
 TERMINAL = frozenset({RunStatus.succeeded, RunStatus.dead, RunStatus.skipped, RunStatus.cancelled})
 
 
@@ -151,6 +156,9 @@ TRANSITIONS: tuple[TransitionRule, ...] = (
     TransitionRule(_S.pending, "claim", _S.running, "attempt matches; new token"),
     TransitionRule(_S.dispatched, "claim", _S.running, "attempt matches; new token"),
     TransitionRule(_S.running, "heartbeat", _S.running, "token matches; lease not expired"),
+    TransitionRule(
+        _S.running, "release", _S.running, "token matches; lease ends now (worker stopping)"
+    ),
     TransitionRule(_S.running, "finish_ok", _S.succeeded, "token matches"),
     TransitionRule(
         _S.running, "finish_retry", _S.retry_scheduled, "token matches; failed; retry_at given"
@@ -214,6 +222,16 @@ def heartbeat_run(run: RunLease, token: str, now_ms: int, ttl_ms: int) -> Transi
     if run.expires_at_ms is not None and now_ms >= run.expires_at_ms:
         return _no(run, f"lease expired at {run.expires_at_ms}")
     return _move(run, "heartbeat", expires_at_ms=now_ms + ttl_ms)
+
+
+def release_run(run: RunLease, token: str, now_ms: int) -> Transition:
+    """A stopping worker gives a run back unfinished: its lease ends now, so the reaper's
+    next pass re-queues it (attempt + 1) like any expired one."""
+    if run.status is not RunStatus.running:
+        return _no(run, f"not running: status is {run.status.value}")
+    if token != run.token:
+        return _no(run, "stale token")
+    return _move(run, "release", expires_at_ms=now_ms - 1)
 
 
 def finish_run(

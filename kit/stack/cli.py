@@ -47,6 +47,9 @@ def connection_settings() -> dict[str, str]:
     return {
         "CRONFLEET_DATABASE_URL": address("postgres"),
         "CRONFLEET_KAFKA_BOOTSTRAP": address("kafka"),
+        # one broker: the run topics cannot have more replicas than that
+        "CRONFLEET_RUN_TOPIC_REPLICATION": "1",
+        "CRONFLEET_RUN_TOPIC_MIN_INSYNC": "1",
     }
 
 

@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 
+from kit.core.ids import run_id as make_run_id
 from kit.core.jitter import jitter_offset_ms
 from kit.core.partitions import PARTITION_COUNT, partition_of
 from kit.core.schedule import (
@@ -31,6 +32,8 @@ from kit.core.schedule import (
     parse_schedule,
     schedule_to_dict,
 )
+from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+from kit.core.trigger import SKIP_EDITED, trigger_after_edit
 from kit.store.db import db_now, is_uuid
 from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken
 from kit.store.schema import idempotency_keys, jobs, runs, triggers
@@ -372,7 +375,9 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
     """Apply changes, bump the version, and replace the triggers with one of the new version.
 
     The schedule trigger keeps its fire time unless the schedule or jitter changed
-    (then it is recomputed from now); a one-off that already fired stays fired.
+    (then kit.core.trigger.trigger_after_edit decides: a fire owed but not yet made
+    still runs, or is recorded as skipped 'edited'); a one-off that already fired stays
+    fired.
     """
     if not is_uuid(params.job_id):
         raise JobNotFound(params.job_id)
@@ -384,8 +389,22 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
             spec = replace(current.spec, **dict(params.changes))
             version = current.version + 1
             now = db_now(conn, params.now)
+            skipped_at: datetime | None = None
             if spec.schedule != current.spec.schedule or spec.jitter_s != current.spec.jitter_s:
-                fire_at = first_fire_at(spec, params.job_id, now)
+                old = current.next_fire_at
+                moved = trigger_after_edit(
+                    None if old is None else to_epoch_ms(old),
+                    jitter_offset_ms(params.job_id, current.spec.jitter_s * 1000),
+                    spec.schedule,
+                    jitter_offset_ms(params.job_id, spec.jitter_s * 1000),
+                    to_epoch_ms(now),
+                )
+                if moved.fire_at_ms is not None:
+                    fire_at: datetime | None = from_epoch_ms(moved.fire_at_ms)
+                else:
+                    fire_at = first_fire_at(spec, params.job_id, now)
+                if moved.skipped_ms is not None:
+                    skipped_at = from_epoch_ms(moved.skipped_ms)
             else:
                 fire_at = current.next_fire_at
             values = _row_values(params.tenant, params.job_id, spec)
@@ -411,6 +430,8 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
                         attempt=1,
                     )
                 )
+            if skipped_at is not None:
+                _record_skipped(conn, current, skipped_at, now, SKIP_EDITED)
             record = _job_select(conn, params.tenant, params.job_id)
     except IntegrityError as exc:
         name = params.changes.get("name")
@@ -419,6 +440,29 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
         raise
     assert record is not None
     return record
+
+
+def _record_skipped(
+    conn: Connection, job: JobRecord, at: datetime, now: datetime, reason: str
+) -> None:
+    """A fire the job owed that will not run: a skipped run (its own run id) says why."""
+    conn.execute(
+        insert(runs)
+        .values(
+            run_id=make_run_id(job.job_id, at),
+            job_id=job.job_id,
+            tenant=job.tenant,
+            job_version=job.version,
+            priority=job.spec.priority,
+            scheduled_at=at,
+            attempt=1,
+            status="skipped",
+            trigger_kind="schedule",
+            skip_reason=reason,
+            finished_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=[runs.c.run_id])
+    )
 
 
 def job_delete(engine: Engine, tenant: str, job_id: str) -> None:

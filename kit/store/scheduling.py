@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-ACTIVE_STATUSES = ("pending", "dispatched", "running")
+from kit.store.schema import BUSY_SQL
 
 
 def pg_array(values: Iterable[int | str]) -> str:
@@ -190,17 +190,17 @@ DUE_COLUMNS = [
     "created_at_us",
 ]
 _ACTIVE = text(
-    """
+    f"""
     SELECT job_id::text, count(*) FROM runs
-    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN ('pending', 'dispatched', 'running')
+    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN {BUSY_SQL}
     GROUP BY job_id
     """
 )
 _CANCEL_ACTIVE = text(
-    """
+    f"""
     UPDATE runs SET status = 'cancelled', lease_token = NULL, lease_expires_at = NULL,
-        finished_at = now(), error = 'replaced by a newer run (overlap: replace)'
-    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN ('pending', 'dispatched', 'running')
+        retry_at = NULL, finished_at = now(), error = 'replaced by a newer run (overlap: replace)'
+    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN {BUSY_SQL}
     RETURNING run_id::text
     """
 )
@@ -251,22 +251,10 @@ _INSERT_TRIGGERS = text(
     + _NEXT
     + " ON CONFLICT DO NOTHING"
 )
-# The rare slot already taken (the key is partition, time, job — not kind):
-# - by a retry trigger: the retry moves 1 ms later (its run is named by
-#   run_scheduled_at, not by its fire time), so neither trigger is lost;
-# - by a schedule trigger of an older version (an edit raced this scan and left the
-#   next fire under the old version): it takes the newer version, or the scheduler
-#   would drop it as stale and the job would never fire again.
-_SLIDE_RETRY_TRIGGERS = text(
-    """
-    UPDATE triggers t SET fire_at = t.fire_at + interval '1 millisecond'
-    """
-    + _NEXT
-    + """
-    WHERE t.kind = 'retry' AND t.partition_id = n.p AND t.job_id = n.j
-      AND t.fire_at = timestamptz 'epoch' + n.f * interval '1 millisecond'
-    """
-)
+# The rare slot already taken: a schedule trigger of an older version (an edit raced
+# this scan and left the next fire under the old version) takes the newer version, or
+# the scheduler would drop it as stale and the job would never fire again. (A retry
+# trigger never takes a schedule slot: the kind is in the key.)
 _UPSERT_TRIGGERS = text(
     """
     INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt)
@@ -274,7 +262,7 @@ _UPSERT_TRIGGERS = text(
     """
     + _NEXT
     + """
-    ON CONFLICT (partition_id, fire_at, job_id) DO UPDATE
+    ON CONFLICT (partition_id, fire_at, job_id, kind) DO UPDATE
         SET job_version = greatest(triggers.job_version, EXCLUDED.job_version)
         WHERE triggers.kind = 'schedule' AND triggers.job_version < EXCLUDED.job_version
     """
@@ -406,7 +394,7 @@ def triggers_delete(conn: Connection, ctids: Sequence[str]) -> int:
 
 def triggers_insert(conn: Connection, rows: Sequence[tuple[int, int, str, int]]) -> None:
     """Insert next schedule triggers (partition, fire_at epoch ms, job, version); a slot
-    already taken is resolved so that no trigger of the job is lost (see above)."""
+    already taken by an older version is resolved so that the job keeps firing."""
     if not rows:
         return
     params = {
@@ -417,7 +405,6 @@ def triggers_insert(conn: Connection, rows: Sequence[tuple[int, int, str, int]])
     }
     if conn.execute(_INSERT_TRIGGERS, params).rowcount == len(rows):
         return  # the common case: every slot was free
-    conn.execute(_SLIDE_RETRY_TRIGGERS, params)
     conn.execute(_UPSERT_TRIGGERS, params)
 
 

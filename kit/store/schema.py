@@ -31,6 +31,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
+from kit.core.leases import BUSY
+
 # Deterministic constraint names, so migrations and autogenerate agree.
 metadata = MetaData(
     naming_convention={
@@ -54,6 +56,8 @@ RUN_STATUSES = (
     "cancelled",
 )
 OVERLAP_POLICIES = ("allow", "forbid", "queue", "replace")
+# The statuses that keep a job busy for its overlap policy (kit.core.leases.BUSY), as SQL.
+BUSY_SQL = "(" + ", ".join(sorted(f"'{s.value}'" for s in BUSY)) + ")"
 PRIORITY_TIERS = ("critical", "high", "normal", "low")
 
 
@@ -135,7 +139,9 @@ triggers = Table(
     Column("attempt", Integer, nullable=False, server_default=text("1")),
     # For a retry trigger: the scheduled time of the run it retries (its run id).
     _tstz("run_scheduled_at"),
-    PrimaryKeyConstraint("partition_id", "fire_at", "job_id"),
+    # kind is in the key: a schedule trigger and a retry trigger of the job may share an
+    # instant (migration 0006).
+    PrimaryKeyConstraint("partition_id", "fire_at", "job_id", "kind"),
     CheckConstraint(_in("kind", TRIGGER_KINDS), name="kind"),
     Index(None, "job_id"),
 )
@@ -178,11 +184,11 @@ runs = Table(
         "scheduled_at",
         postgresql_where=text("status = 'pending' AND dispatched_at IS NULL"),
     ),
-    # The overlap policy: does this job have a run pending, dispatched or running?
+    # The overlap policy: is this job busy (kit.core.leases.BUSY; migration 0007)?
     Index(
-        "ix_runs_active_job_id",
+        "ix_runs_busy_job_id",
         "job_id",
-        postgresql_where=text("status IN ('pending', 'dispatched', 'running')"),
+        postgresql_where=text(f"status IN {BUSY_SQL}"),
     ),
     # Overlap 'queue': a job's runs held back, oldest first (released on each finish).
     Index(

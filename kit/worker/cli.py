@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--concurrency", type=int, help="runs executed at once (default: settings)")
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
     parser.add_argument("--drain-s", type=float, default=30.0, help="shutdown wait for runs")
-    parser.add_argument("--group-id", default="cronfleet-workers", help="Kafka consumer group")
+    parser.add_argument("--group-id", help="Kafka consumer group (default: settings)")
     parser.add_argument("--topic-prefix", default=None, help="run topic prefix (tests)")
     parser.set_defaults(func=_run)
 
@@ -51,9 +51,16 @@ def _run(args: argparse.Namespace) -> int:
     metrics = WorkerMetrics()
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=metrics.registry)
-    ensure_topics(settings.kafka_bootstrap, settings.run_topic_partitions, prefix=prefix)
+    ensure_topics(
+        settings.kafka_bootstrap,
+        settings.run_topic_partitions,
+        replication_factor=settings.run_topic_replication,
+        min_insync_replicas=settings.run_topic_min_insync,
+        prefix=prefix,
+    )
     engine = engine_for(settings.database_url, pool_size=min(concurrency + 2, 20))
-    consumer = TieredConsumer(settings.kafka_bootstrap, args.group_id, topic_prefix=prefix)
+    group = args.group_id or settings.worker_group
+    consumer = TieredConsumer(settings.kafka_bootstrap, group, topic_prefix=prefix)
     publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
     worker = Worker(
         engine,

@@ -11,8 +11,10 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from fastapi.testclient import TestClient
@@ -25,6 +27,9 @@ from kit.store import migrate
 from kit.store.db import engine_for
 from kit.store.schema import metadata
 from kit.store.tokens import token_create
+
+if TYPE_CHECKING:
+    from kit.transport import RunPublisher
 
 STACK_DOWN = "the local stack is not up: run `cronfleet stack up` before the integration tests"
 _PREFIX = "cf_it_"
@@ -155,6 +160,32 @@ def row_counts(engine: Engine) -> Callable[[], dict[str, int]]:
             }
 
     return counts
+
+
+@pytest.fixture
+def prefix(settings: Settings) -> Iterator[str]:
+    """Run topics of this test alone (1 partition per tier), deleted at its end."""
+    from confluent_kafka.admin import AdminClient
+
+    from kit.transport import ensure_topics
+
+    prefix = f"cf.wk.{uuid.uuid4().hex[:10]}"
+    ensure_topics(settings.kafka_bootstrap, 1, prefix=prefix)
+    yield prefix
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + ".")]
+    if topics:
+        for future in admin.delete_topics(topics).values():
+            future.result(timeout=10)
+
+
+@pytest.fixture
+def publisher(settings: Settings, prefix: str) -> Iterator[RunPublisher]:
+    from kit.transport import RunPublisher
+
+    pub = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
+    yield pub
+    pub.close()
 
 
 # Test topics all start with "cf." or "cf_" (the kit's own are "cronfleet.runs.<tier>").

@@ -407,6 +407,29 @@ def test_overlap_policies(engine, make_node, policy) -> None:
         assert old.lease_token is None
 
 
+@pytest.mark.parametrize("policy", ["forbid", "queue", "replace"])
+def test_a_run_awaiting_its_retry_still_counts_for_overlap(engine, make_node, policy) -> None:
+    """Regression (issue 7, item 12): a run waiting for its retry was not 'active', so with
+    forbid or queue the next fire ran, and the retry then ran beside it."""
+    now = db_now(engine)
+    job = create(engine, f"retrying-{policy}", {"every_s": 30}, now, overlap=policy)
+    (trig,) = rows(engine, "SELECT fire_at FROM triggers")
+    waiting = _insert_run(engine, job, trig.fire_at - timedelta(seconds=30), "retry_scheduled")
+    node = owned_node(make_node)
+    scan = node.scan_once(now=trig.fire_at - timedelta(milliseconds=500))
+    (old,) = [r for r in runs_of(engine, job) if str(r.run_id) == waiting]
+    (new,) = [r for r in runs_of(engine, job) if str(r.run_id) != waiting]
+    outcome = (old.status, new.status, new.skip_reason, len(scan.held))
+    assert (
+        outcome
+        == {
+            "forbid": ("retry_scheduled", "skipped", "overlap", 0),
+            "queue": ("retry_scheduled", "pending", "queued", 0),
+            "replace": ("cancelled", "pending", None, 1),
+        }[policy]
+    )
+
+
 def test_misfire_policies_after_an_outage(engine, make_node) -> None:
     now = db_now(engine)
     jobs = {
@@ -520,11 +543,41 @@ def test_a_retry_in_the_next_schedule_slot_keeps_both_triggers(engine, make_node
     node = owned_node(make_node)
     node.scan_once(now=t1 - timedelta(seconds=1))  # fires t1, next schedule slot is t2
     left = _trigger_rows(engine, job)
-    assert [(r.kind, r.fire_at) for r in left] == [
-        ("schedule", t2),
-        ("retry", t2 + timedelta(milliseconds=1)),
+    assert sorted((r.kind, r.fire_at) for r in left) == [("retry", t2), ("schedule", t2)]
+    assert next(r for r in left if r.kind == "retry").run_scheduled_at == earlier
+
+
+def test_retries_of_one_job_a_millisecond_apart_do_not_stall_the_scan(engine, make_node) -> None:
+    """Regression (issue 7, item 15): a retry trigger in the next schedule slot was slid by
+    1 ms; when another retry of the job held that millisecond, the unique key aborted the
+    node's whole scan transaction, every second, and none of its partitions fired again.
+    Schedule and retry triggers now have keys of their own (kind is in the key)."""
+    start = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
+    job = create(engine, "minutely", {"cron": "* * * * *"}, start)
+    other = create(engine, "another", {"every_s": 3600}, start)
+    t1, t2 = (datetime(2030, 1, 1, 0, m, tzinfo=UTC) for m in (1, 2))
+    earlier = [datetime(2030, 1, 1, 0, 0, s, tzinfo=UTC) for s in (0, 1)]
+    with engine.begin() as conn:
+        for at, run_at in ((t2, earlier[0]), (t2 + timedelta(milliseconds=1), earlier[1])):
+            conn.execute(
+                text(
+                    "INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, "
+                    "attempt, run_scheduled_at) VALUES (:p, :at, :j, 1, 'retry', 2, :run_at)"
+                ),
+                {"p": partition_of(job), "at": at, "j": job, "run_at": run_at},
+            )
+        conn.execute(  # another job due in the same scan, on any partition
+            text("UPDATE triggers SET fire_at = :at WHERE job_id = :j"), {"at": t1, "j": other}
+        )
+    node = owned_node(make_node)
+    scan = node.scan_once(now=t1 - timedelta(seconds=1))
+    assert sorted(h.job_id for h in scan.held) == sorted([job, other])
+    left = _trigger_rows(engine, job)
+    assert sorted((r.fire_at, r.kind) for r in left) == [
+        (t2, "retry"),
+        (t2, "schedule"),
+        (t2 + timedelta(milliseconds=1), "retry"),
     ]
-    assert left[1].run_scheduled_at == earlier  # the retry still names its run
 
 
 def test_an_edit_racing_a_scan_cannot_leave_the_job_without_a_live_trigger(

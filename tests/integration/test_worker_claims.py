@@ -20,6 +20,7 @@ from kit.store.claims import (
 )
 from kit.store.reaping import runs_reap_expired, runs_republish_undispatched
 from kit.store.runs import run_now
+from kit.store.scheduling import runs_rearm
 from kit.store.schema import dead_letters, jobs, triggers
 from tests.integration.worker_rows import expire_lease, make_job, make_run, rearm_retry, run_row
 
@@ -47,7 +48,8 @@ def test_batch_claim_takes_only_claimable_runs_at_their_attempt(engine: Engine) 
     assert [c.run_id for c in claimed] == [pending]  # wrong attempt, finished, duplicate
     row = run_row(engine, pending)
     assert row.status == "running" and row.worker_id == "w1"
-    assert row.lease_token == claimed[0].lease_token and row.started_at is not None
+    assert row.lease_token == claimed[0].lease_token
+    assert row.started_at is None  # a claim is not a start: the worker records that
     assert claimed[0].task_spec == {"type": "noop"} and claimed[0].timeout_s == 60
     # a second delivery of the same message claims nothing
     assert runs_claim(engine, [Claim(pending, 1)], "w2", TTL_MS) == []
@@ -201,3 +203,78 @@ def test_finishing_releases_the_oldest_queued_run(engine: Engine) -> None:
     result = run_finish_ok(engine, rid, run.lease_token)
     assert result.queued_next is not None and result.queued_next.run_id == second
     assert run_row(engine, second).skip_reason is None
+
+
+def test_a_heartbeat_does_not_revive_an_expired_lease(engine: Engine) -> None:
+    """kit.core.leases.heartbeat_run refuses an expired lease (a reaper may already be
+    handing the run to another worker); the store agreed to extend it (issue 7, item 17)."""
+    job = make_job(engine)
+    rid = make_run(engine, job)
+    [run] = runs_claim(engine, [Claim(rid, 1)], "w1", TTL_MS)
+    expire_lease(engine, rid)
+    kept, lost = runs_heartbeat(engine, [(rid, run.lease_token)], TTL_MS)
+    assert (kept, lost) == (set(), {rid})
+    row = run_row(engine, rid)
+    assert row.lease_expires_at < run.claimed_at + timedelta(seconds=TTL_MS / 1000)
+
+
+def test_a_failure_whose_text_holds_a_nul_byte_is_recorded(engine: Engine) -> None:
+    """PostgreSQL text cannot hold U+0000: a command printing one on stderr made its failure
+    impossible to write, so the run waited out its lease and ran again without backoff
+    (issue 7, item 14)."""
+    job = make_job(engine)
+    rid = make_run(engine, job)
+    [run] = runs_claim(engine, [Claim(rid, 1)], "w1", TTL_MS)
+    result = run_finish_failed(
+        engine, rid, run.lease_token, "exit code 1; stderr: a\x00b", random.Random(1)
+    )
+    assert (result.accepted, result.status) == (True, "retry_scheduled")
+    row = run_row(engine, rid)
+    assert row.error == "exit code 1; stderr: a\\0b"
+    assert row.errors[-1]["error"] == "exit code 1; stderr: a\\0b"
+
+
+def test_the_reaper_holds_a_rearmed_retry_of_a_manual_run_until_its_retry_at(
+    engine: Engine,
+) -> None:
+    """The scan re-arms a retry up to its scan-ahead before retry_at and holds it until
+    then; the reaper published manual and replayed runs on sight, so their retries went
+    out up to 5 s early (issue 7, item 16)."""
+    job = make_job(engine)
+    with engine.begin() as conn:
+        now = conn.execute(text("SELECT now()")).scalar_one()
+    run, _ = run_now(engine, "acme", job, now=now - timedelta(seconds=2))
+    [claimed] = runs_claim(engine, [Claim(run.run_id, 1)], "w1", TTL_MS)
+    failed = run_finish_failed(engine, run.run_id, claimed.lease_token, "boom", random.Random(1))
+    assert failed.status == "retry_scheduled"
+    with engine.begin() as conn:  # the retry is 3 s away; the scan re-arms it now (5 s ahead)
+        conn.execute(
+            text("UPDATE runs SET retry_at = now() + interval '3 s' WHERE run_id = :r"),
+            {"r": run.run_id},
+        )
+    with engine.begin() as conn:  # what the scan does when the retry trigger enters its window
+        assert runs_rearm(conn, {run.run_id: 2}) == {run.run_id}
+    row = run_row(engine, run.run_id)
+    assert (row.status, row.attempt) == ("pending", 2)
+    published: list = []
+    assert runs_republish_undispatched(engine, 10_000, published.extend) == []
+    due = row.retry_at + timedelta(milliseconds=1)
+    again = runs_republish_undispatched(engine, 10_000, published.extend, now=due)
+    assert [p.run_id for p in again] == [run.run_id] == [p.run_id for p in published]
+
+
+def test_a_failure_that_will_retry_does_not_release_a_queued_run(engine: Engine) -> None:
+    """Overlap 'queue' (issue 7, item 12): the job is still busy while its run awaits a
+    retry, so the next run stays queued; only an end (success, dead, cancel) releases it."""
+    job = make_job(engine, overlap="queue")
+    first = make_run(engine, job)
+    later = run_row(engine, first).scheduled_at + timedelta(minutes=1)
+    queued = make_run(engine, job, scheduled_at=later, skip_reason="queued")
+    [run] = runs_claim(engine, [Claim(first, 1)], "w1", TTL_MS)
+    result = run_finish_failed(engine, first, run.lease_token, "boom", random.Random(1))
+    assert (result.status, result.queued_next) == ("retry_scheduled", None)
+    assert run_row(engine, queued).skip_reason == "queued"
+    rearm_retry(engine, first)
+    [again] = runs_claim(engine, [Claim(first, 2)], "w1", TTL_MS)
+    done = run_finish_ok(engine, first, again.lease_token)
+    assert done.queued_next is not None and done.queued_next.run_id == queued

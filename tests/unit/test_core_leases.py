@@ -16,6 +16,7 @@ from kit.core.leases import (
     finish_run,
     heartbeat_run,
     release_partition,
+    release_run,
     render_state_table,
     renew_partition,
     retry_due_run,
@@ -155,6 +156,7 @@ def _every_operation(run):
     yield dispatch_run(run)
     yield cancel_run(run)
     for tok in ("t1", "other"):
+        yield release_run(run, tok, 0)
         yield heartbeat_run(run, tok, 0, TTL)
         yield heartbeat_run(run, tok, 5000, TTL)
         for ok in (True, False):

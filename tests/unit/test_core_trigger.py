@@ -198,3 +198,25 @@ def test_successive_scans_account_for_every_fire_time_once(
     assert seen == expected
     if kind == "run_once":
         assert fired_late == (1 if any(t < now - 2000 for t in expected) else 0)
+
+
+def test_an_edit_keeps_or_records_the_fire_it_owed():
+    from kit.core.schedule import parse_schedule
+    from kit.core.trigger import EditedTrigger, trigger_after_edit
+
+    t0 = datetime(2030, 1, 7, 11, tzinfo=UTC)
+    hourly = parse_schedule({"cron": "0 * * * *"}, now=t0)
+    half = parse_schedule({"cron": "30 * * * *"}, now=t0)
+    noon = to_epoch_ms(datetime(2030, 1, 7, 12, tzinfo=UTC))
+    old_fire = noon + 600_000  # jitter 10 min
+    # the occurrence came, its fire did not: the same schedule keeps it at the new jitter
+    assert trigger_after_edit(old_fire, 600_000, hourly, 5_000, noon + 1) == EditedTrigger(
+        noon + 5_000
+    )
+    # a schedule without that occurrence: from now, and the old fire is recorded
+    assert trigger_after_edit(old_fire, 600_000, half, 0, noon + 1) == EditedTrigger(
+        None, skipped_ms=old_fire
+    )
+    # nothing owed yet (before the occurrence), or no trigger at all: from now
+    assert trigger_after_edit(old_fire, 600_000, half, 0, noon - 1) == EditedTrigger(None)
+    assert trigger_after_edit(None, 0, hourly, 0, noon) == EditedTrigger(None)
