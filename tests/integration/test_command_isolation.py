@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from kit.settings import Settings
+from kit.settings import Settings, stack_env_file
 from kit.store.tokens import token_create
 from tests.integration.test_life_of_a_run import RunAll, prefix, run_all, wait_until
 
@@ -45,7 +45,8 @@ def fake_home() -> Iterator[Path]:
     """A CRONFLEET_HOME whose stack.env holds a secret, with the modes `stack up` gives."""
     home = Path(tempfile.mkdtemp(prefix="cf-home-"))
     home.chmod(0o711)
-    (home / "stack.env").write_text(f"CRONFLEET_STACK_SECRET={SECRET}\n")
+    real = stack_env_file().read_text()  # the stack's own settings, and one secret more
+    (home / "stack.env").write_text(f"{real}CRONFLEET_STACK_SECRET={SECRET}\n")
     (home / "stack.env").chmod(0o600)
     yield home
     shutil.rmtree(home)
