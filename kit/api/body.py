@@ -34,12 +34,21 @@ class _Bad:
         self.reason = reason
 
 
-def _number(text: str, kind: type) -> Any:
-    digits = sum(c.isdigit() for c in text)
+def _integer(text: str) -> Any:
+    if len(text) <= MAX_NUMBER_DIGITS:  # the common case, without counting
+        return int(text)
+    digits = len(text.lstrip("-"))
     if digits > MAX_NUMBER_DIGITS:
         return _Bad(f"has {digits} digits; numbers of at most {MAX_NUMBER_DIGITS} are accepted")
-    value = kind(text)
-    if kind is float and not math.isfinite(value):
+    return int(text)
+
+
+def _float(text: str) -> Any:
+    if len(text) > MAX_NUMBER_DIGITS + 8:  # sign, point, exponent
+        digits = sum(c.isdigit() for c in text)
+        return _Bad(f"has {digits} digits; numbers of at most {MAX_NUMBER_DIGITS} are accepted")
+    value = float(text)
+    if value in (math.inf, -math.inf):
         return _Bad(f"must be a finite number ({text} is out of range)")
     return value
 
@@ -74,29 +83,43 @@ def _join(path: str, key: str | int) -> str:
 
 
 def problems_in(value: Any) -> list[tuple[str, str]]:
-    """Every (path, reason) of a value parsed by `loads_lenient`; an empty list if clean."""
+    """Every (path, reason) of a value parsed by `loads_lenient`; an empty list if clean.
+
+    Iterative (no recursion limit to hit), and scalars are judged where they are met:
+    most of a large body is scalars, and this walk is on every request's path."""
     found: list[tuple[str, str]] = []
     stack: list[tuple[str, Any, int]] = [("", value, 0)]
     while stack and len(found) < MAX_PROBLEMS:
         path, item, depth = stack.pop()
-        if isinstance(item, _Bad):
-            found.append((path or "body", item.reason))
-        elif isinstance(item, str):
-            if reason := _string_problem(item):
+        if isinstance(item, dict):
+            pairs: Any = item.items()
+        elif isinstance(item, list):
+            pairs = enumerate(item)
+        else:
+            if reason := _scalar_problem(item):
                 found.append((path or "body", reason))
-        elif isinstance(item, dict | list):
-            if depth >= MAX_DEPTH:
-                found.append((path or "body", f"nests deeper than {MAX_DEPTH} levels"))
-                continue
-            pairs = item.items() if isinstance(item, dict) else enumerate(item)
-            children = []
-            for key, child in pairs:
-                if isinstance(key, str) and (reason := _string_problem(key)):
-                    found.append((path or "body", f"has a key that {reason}"))
-                    continue
-                children.append((_join(path, key), child, depth + 1))
-            stack.extend(reversed(children))  # report in document order
+            continue
+        if depth >= MAX_DEPTH:
+            found.append((path or "body", f"nests deeper than {MAX_DEPTH} levels"))
+            continue
+        containers = []
+        for key, child in pairs:
+            if type(key) is str and (reason := _string_problem(key)):
+                found.append((path or "body", f"has a key that {reason}"))
+            elif isinstance(child, dict | list):
+                containers.append((_join(path, key), child, depth + 1))
+            elif reason := _scalar_problem(child):
+                found.append((_join(path, key), reason))
+        stack.extend(reversed(containers))
     return found
+
+
+def _scalar_problem(item: Any) -> str | None:
+    if type(item) is str:
+        return _string_problem(item)
+    if type(item) is _Bad:
+        return item.reason
+    return None
 
 
 def loads_lenient(raw: bytes | str) -> Any:
@@ -104,8 +127,8 @@ def loads_lenient(raw: bytes | str) -> Any:
     return json.loads(
         raw,
         parse_constant=_constant,
-        parse_int=lambda text: _number(text, int),
-        parse_float=lambda text: _number(text, float),
+        parse_int=_integer,
+        parse_float=_float,
     )
 
 
