@@ -20,8 +20,8 @@ from kit.core.ids import run_id as make_run_id
 from kit.core.timeutil import EPOCH
 from kit.store.db import db_now, is_uuid
 from kit.store.errors import IdempotencyConflict, JobNotFound, RunNotFound
-from kit.store.jobs import request_fingerprint
-from kit.store.schema import RUN_STATUSES, idempotency_keys, jobs, runs
+from kit.store.jobs import idempotency_key_claim, request_fingerprint
+from kit.store.schema import RUN_STATUSES, jobs, runs
 
 MAX_PAGE = 500
 
@@ -222,25 +222,11 @@ def run_now(
 def _claim_run_now_key(
     conn: Connection, tenant: str, job_id: str, key: str, at: datetime
 ) -> RunRecord | None:
-    """Insert the key for the run about to be made, or return the run an earlier use
-    made. A concurrent request with the same key waits on the insert until the first
-    commits, so two retries cannot both insert a run."""
-    fingerprint = run_now_fingerprint(job_id)
-    claimed = conn.execute(
-        insert(idempotency_keys)
-        .values(tenant=tenant, key=key, request_hash=fingerprint, job_id=job_id, created_at=at)
-        .on_conflict_do_nothing()
-        .returning(idempotency_keys.c.key)
-    ).first()
-    if claimed is not None:
+    """Insert the key for the run about to be made (its row's created_at is the run's
+    scheduled_at), or return the run an earlier use made."""
+    earlier = idempotency_key_claim(conn, tenant, key, run_now_fingerprint(job_id), job_id, at)
+    if earlier is None:
         return None
-    earlier = conn.execute(
-        select(idempotency_keys.c.request_hash, idempotency_keys.c.created_at).where(
-            idempotency_keys.c.tenant == tenant, idempotency_keys.c.key == key
-        )
-    ).one()
-    if earlier.request_hash != fingerprint:
-        raise IdempotencyConflict("this Idempotency-Key was already used for another request")
     row = conn.execute(
         select(runs).where(
             runs.c.tenant == tenant, runs.c.run_id == make_run_id(job_id, earlier.created_at)
