@@ -244,8 +244,11 @@ def phase(name: str, args: argparse.Namespace, nodes: int, out_dir: Path) -> Ite
         url, pool_size=4, connect_args={"application_name": BENCH_APP}, pool_pre_ping=True
     )
     log = out_dir / f"{name}.services.log"
+    policy = out_dir / "tasks.toml"  # --ledger: the bench tenant may run /bin/sh
+    policy.write_text('[tenants.bench]\ncommands = ["/bin/sh"]\n')
     env = {
         **os.environ,
+        "CRONFLEET_TASK_POLICY_FILE": str(policy),
         "CRONFLEET_DATABASE_URL": url,
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_RUN_TOPIC_PARTITIONS": str(partitions),
@@ -363,7 +366,7 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
         if args.ledger:
             ledger.unlink(missing_ok=True)
             body = f'echo "$CRONFLEET_IDEMPOTENCY_KEY" >> "{ledger}"'
-            task: dict[str, Any] = {"type": "command", "argv": ["sh", "-c", body]}
+            task: dict[str, Any] = {"type": "command", "argv": ["/bin/sh", "-c", body]}
         else:
             task = {"type": "noop"}
         created_at = time.monotonic()

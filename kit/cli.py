@@ -88,4 +88,8 @@ def _settings_problem(exc: Exception) -> str | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m kit.cli`: this file runs as `__main__`, a second copy of the module whose
+    # UsageError the subcommands (which import `kit.cli`) never raise; run the real one.
+    from kit.cli import main as kit_main
+
+    sys.exit(kit_main())

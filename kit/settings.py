@@ -110,8 +110,32 @@ class Settings(BaseSettings):
     )
     http_allow_hosts: str = Field(
         default="",
-        description="Comma-separated hosts/CIDRs the http task may reach even if private/loopback.",
+        description=(
+            "Comma-separated hosts/CIDRs every tenant's http tasks may reach even if "
+            "private/loopback (a tenant's own holes go in the task policy file)."
+        ),
     )
+    task_policy_file: str = Field(
+        default="",
+        description=(
+            "TOML file of what each tenant's tasks may do: command executables, run-as "
+            "user, egress allow-list (kit/tasks/policy.py). Empty: no tenant runs commands."
+        ),
+    )
+
+    def secret_values(self) -> tuple[str, ...]:
+        """The worker's own secrets, scrubbed from whatever a run records: the database
+        URL and its password (a task never sees them; this is the second line)."""
+        from sqlalchemy.engine import make_url
+
+        values = [self.database_url]
+        try:
+            password = make_url(self.database_url).password
+        except Exception:  # an unparsable URL fails at connect, not here
+            password = None
+        if password:
+            values.append(str(password))
+        return tuple(values)
 
     # Operating at scale: what the maintenance service expires, and the operator's views.
     maintenance_period_ms: int = Field(
@@ -148,10 +172,6 @@ class Settings(BaseSettings):
         default=False,
         description="Mark the console cookie Secure even on plain HTTP (behind a TLS proxy).",
     )
-    worker_group_id: str = Field(
-        default="cronfleet-workers", description="Workers' Kafka consumer group (fleet view)."
-    )
-
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

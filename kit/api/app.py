@@ -29,12 +29,13 @@ from kit.api.run_cancel import router as run_cancel_router
 from kit.api.schedule_preview import router as schedule_preview_router
 from kit.settings import Settings, load_settings
 from kit.store.db import engine_for
+from kit.tasks.policy import policy_source
 
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": description}
     for status, description in (
         (401, "no, malformed, unknown or revoked bearer token"),
-        (403, "the token lacks the scope"),
+        (403, "the token lacks the scope, or the operator's task policy refuses the task"),
         (404, "no such object for this tenant"),
         (409, "conflict (name taken, Idempotency-Key reused with another body)"),
         (413, "request body too large"),
@@ -45,6 +46,7 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
     settings = settings or load_settings()
+    task_policy = policy_source(settings.task_policy_file, settings.http_allow_hosts)
     owned_engine = engine is None
     engine = engine or engine_for(settings.database_url)
 
@@ -67,6 +69,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     )
     app.state.settings = settings
     app.state.engine = engine
+    app.state.task_policy = task_policy  # the operator's file, re-read when it changes
     errors.install(app)
     app.include_router(router, responses=_ERROR_RESPONSES)
     app.include_router(dead_letters_router, responses=_ERROR_RESPONSES)

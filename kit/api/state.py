@@ -23,4 +23,4 @@ def topic_prefix_of(request: Request) -> str:
 
 
 def group_id_of(request: Request) -> str:
-    return getattr(request.app.state, "group_id", settings_of(request).worker_group_id)
+    return getattr(request.app.state, "group_id", settings_of(request).worker_group)

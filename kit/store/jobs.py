@@ -213,40 +213,63 @@ def job_create(engine: Engine, params: JobCreate) -> JobCreated:
     return JobCreated(record, created=True)
 
 
-def _claim_idempotency_key(conn: Connection, params: JobCreate, job_id: str) -> JobRecord | None:
-    """Insert the key (it names the job about to be created), or resolve an earlier use.
+def idempotency_key_claim(
+    conn: Connection,
+    tenant: str,
+    key: str,
+    request_hash: str,
+    job_id: str,
+    created_at: datetime | None = None,
+) -> Any | None:
+    """Insert the key for the request about to be served (None), or return the row of
+    its earlier use (`job_id`, `created_at`); IdempotencyConflict if that use was another
+    request. Job creates and run-nows share the tenant's keys.
 
     A concurrent request with the same key blocks on the insert until the first one
-    commits or rolls back, so two retries cannot both create.
+    commits or rolls back, so two retries cannot both act.
     """
+    values: dict[str, Any] = {
+        "tenant": tenant,
+        "key": key,
+        "request_hash": request_hash,
+        "job_id": job_id,
+    }
+    if created_at is not None:
+        values["created_at"] = created_at
     for _ in range(3):  # the earlier key may expire (maintenance) between the two reads
         claimed = conn.execute(
             insert(idempotency_keys)
-            .values(
-                tenant=params.tenant,
-                key=params.idempotency_key,
-                request_hash=params.request_hash or "",
-                job_id=job_id,
-            )
+            .values(**values)
             .on_conflict_do_nothing()
-            .returning(idempotency_keys.c.job_id)
+            .returning(idempotency_keys.c.key)
         ).first()
         if claimed is not None:
             return None
         earlier = conn.execute(
-            select(idempotency_keys.c.request_hash, idempotency_keys.c.job_id).where(
-                idempotency_keys.c.tenant == params.tenant,
-                idempotency_keys.c.key == params.idempotency_key,
-            )
+            select(
+                idempotency_keys.c.request_hash,
+                idempotency_keys.c.job_id,
+                idempotency_keys.c.created_at,
+            ).where(idempotency_keys.c.tenant == tenant, idempotency_keys.c.key == key)
         ).first()
         if earlier is not None:
             break
     else:  # pragma: no cover - the key appears and expires three times in a row
         raise IdempotencyConflict("this Idempotency-Key is being expired; retry the request")
-    if earlier.request_hash != (params.request_hash or ""):
+    if earlier.request_hash != request_hash:
         raise IdempotencyConflict(
             "this Idempotency-Key was already used with a different request body"
         )
+    return earlier
+
+
+def _claim_idempotency_key(conn: Connection, params: JobCreate, job_id: str) -> JobRecord | None:
+    """Insert the key (it names the job about to be created), or resolve an earlier use."""
+    earlier = idempotency_key_claim(
+        conn, params.tenant, params.idempotency_key or "", params.request_hash or "", job_id
+    )
+    if earlier is None:
+        return None
     record = _job_select(conn, params.tenant, earlier.job_id)
     if record is None:
         raise IdempotencyConflict("the job created with this Idempotency-Key has been deleted")

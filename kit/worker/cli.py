@@ -35,6 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     from kit.cli import UsageError
     from kit.settings import load_settings
     from kit.store.db import engine_for
+    from kit.tasks.policy import policy_source
     from kit.transport import RunPublisher, TieredConsumer, ensure_topics
     from kit.transport.message import DEFAULT_TOPIC_PREFIX
     from kit.worker.worker import Worker, WorkerMetrics, task_executor
@@ -75,7 +76,10 @@ def _run(args: argparse.Namespace) -> int:
         concurrency,
         settings.run_lease_ttl_ms,
         partitions=settings.partitions,
-        execute=task_executor(settings.http_allow_hosts),
+        execute=task_executor(
+            policy_source(settings.task_policy_file, settings.http_allow_hosts),
+            settings.secret_values(),
+        ),
         metrics=metrics,
         prefetch=prefetch,
     )

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy import Engine
@@ -76,11 +76,14 @@ from kit.transport.consumer import Rejected
 from kit.transport.message import topic_for
 from kit.worker.clock import DbClock
 
+if TYPE_CHECKING:
+    from kit.tasks.policy import PolicySource
+
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-# (task spec, run id, attempt, timeout_s, cancel) -> (ok, error)
-Execute = Callable[[dict[str, Any], str, int, int, threading.Event], tuple[bool, str | None]]
+# (task spec, run id, attempt, timeout_s, cancel, tenant) -> (ok, error)
+Execute = Callable[[dict[str, Any], str, int, int, threading.Event, str], tuple[bool, str | None]]
 
 _RETRY_DB_S = 1.0
 _LAG_EVERY_S = 5.0
@@ -97,21 +100,26 @@ INLINE_TASKS = frozenset({"noop"})  # kit.tasks types run on the consume thread
 _POISON_ERRORS = (DataError, IntegrityError, ProgrammingError)
 
 
-def task_executor(allow_hosts: str = "") -> Execute:
-    """Run tasks of kit.tasks with the run id as their idempotency key."""
-    from kit.tasks import RunContext, execute
+def task_executor(
+    policy: PolicySource | None = None, worker_secrets: tuple[str, ...] = ()
+) -> Execute:
+    """Run tasks of kit.tasks with the run id as their idempotency key, each as the
+    operator's task policy allows its tenant now (no policy: no commands, public HTTP)."""
+    from kit.tasks import RunContext
+    from kit.tasks.policy import PolicySource, run_task
+
+    source = policy or PolicySource(None)
 
     def run(
-        spec: dict[str, Any], run_id: str, attempt: int, timeout_s: int, cancel: threading.Event
+        spec: dict[str, Any],
+        run_id: str,
+        attempt: int,
+        timeout_s: int,
+        cancel: threading.Event,
+        tenant: str,
     ) -> tuple[bool, str | None]:
-        ctx = RunContext(
-            run_id=run_id,
-            attempt=attempt,
-            timeout_s=timeout_s,
-            cancel=cancel,
-            allow_hosts=allow_hosts,
-        )
-        result = execute(spec, ctx)
+        ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant)
+        result = run_task(spec, ctx, source.current(), worker_secrets)
         return bool(result.ok), result.error
 
     run.inline_tasks = INLINE_TASKS  # type: ignore[attr-defined]
@@ -466,6 +474,7 @@ class Worker:
                         run.attempt,
                         run.timeout_s or 3600,
                         entry.cancel,
+                        run.tenant,
                     )
                 except Exception as exc:  # a task bug is a failed attempt, not a dead worker
                     log.exception("task of run %s raised", run.run_id)

@@ -13,6 +13,7 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -104,9 +105,21 @@ def engine(db_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
+# The operator's task policy of the tests' API: tenant acme may run /bin/echo and
+# /bin/sh (with a token that has the `command` scope); other tenants run no command.
+TEST_TASK_POLICY = '[tenants.acme]\ncommands = ["/bin/echo", "/bin/sh"]\n'
+
+
+@pytest.fixture(scope="session")
+def task_policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("policy") / "tasks.toml"
+    path.write_text(TEST_TASK_POLICY)
+    return path
+
+
 @pytest.fixture
-def settings(db_url: str) -> Settings:
-    return load_settings(database_url=db_url)
+def settings(db_url: str, task_policy_file: Path) -> Settings:
+    return load_settings(database_url=db_url, task_policy_file=str(task_policy_file))
 
 
 @pytest.fixture

@@ -109,9 +109,11 @@ def prefix(settings: Settings) -> Iterator[str]:
 
 @pytest.fixture
 def env(settings: Settings, db_url: str) -> dict[str, str]:
-    """The services' environment: this test's database, short periods."""
+    """The services' environment: this test's database, short periods, the tests' task
+    policy (tenant acme may run /bin/sh)."""
     return {
         **os.environ,
+        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
         "CRONFLEET_DATABASE_URL": db_url,
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_RUN_TOPIC_PARTITIONS": "1",
@@ -218,9 +220,12 @@ def run_all(env: dict[str, str], prefix: str, tmp_path: Path) -> Iterator[Callab
         ra.close()
 
 
+COMMANDER = ("--scope", "read", "--scope", "write", "--scope", "command")
+
+
 def token_from_cli(env: dict[str, str]) -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "kit.cli", "tokens", "create", "--tenant", "acme"],
+        [sys.executable, "-m", "kit.cli", "tokens", "create", "--tenant", "acme", *COMMANDER],
         env=env,
         capture_output=True,
         text=True,
@@ -241,7 +246,7 @@ def gone(pid: int) -> bool:
 def ledger_task(ledger: Path, script: str = "") -> dict[str, Any]:
     """A command that appends its idempotency key to the ledger once `script` passed."""
     body = f'{script}\necho "$CRONFLEET_IDEMPOTENCY_KEY" >> "{ledger}"'
-    return {"type": "command", "argv": ["sh", "-c", body]}
+    return {"type": "command", "argv": ["/bin/sh", "-c", body]}
 
 
 def scrape(port: int) -> str:

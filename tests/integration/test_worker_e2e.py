@@ -28,7 +28,7 @@ from kit.settings import Settings
 from kit.store.schema import jobs, triggers
 from kit.transport import RunMessage, RunPublisher, TieredConsumer
 from kit.worker.worker import Worker, WorkerMetrics, task_executor
-from tests.integration.worker_rows import make_job, make_run, rearm_retry, run_row
+from tests.integration.worker_rows import COMMANDS, make_job, make_run, rearm_retry, run_row
 
 pytestmark = pytest.mark.integration
 Headers = Callable[..., dict[str, str]]
@@ -65,7 +65,7 @@ def start_worker(
             concurrency=2,
             lease_ttl_ms=ttl_ms,
             heartbeat_ms=heartbeat_ms,
-            execute=task_executor(),
+            execute=task_executor(COMMANDS),
         )
         running = Running(worker, consumer)
         running.thread.start()
@@ -104,7 +104,7 @@ def wait_for(engine: Engine, run_id: str, *statuses: str) -> object:
 def ledger_task(ledger: Path, script: str = "") -> dict:
     """A command that appends its idempotency key to the ledger after `script` passes."""
     body = f'{script}\necho "$CRONFLEET_IDEMPOTENCY_KEY" >> "{ledger}"'
-    return {"type": "command", "argv": ["sh", "-c", body]}
+    return {"type": "command", "argv": ["/bin/sh", "-c", body]}
 
 
 def test_run_succeeds_once_and_a_duplicate_delivery_is_skipped(
@@ -246,6 +246,7 @@ def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
         "CRONFLEET_DATABASE_URL": db_url,
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_RUN_LEASE_TTL_MS": "2000",
+        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
     }
     argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "doomed"]
     argv += ["--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
@@ -292,6 +293,7 @@ def test_sigterm_finishes_the_in_flight_run_and_exits(
         port = s.getsockname()[1]
     env = {**os.environ, "CRONFLEET_DATABASE_URL": db_url}
     env["CRONFLEET_KAFKA_BOOTSTRAP"] = settings.kafka_bootstrap
+    env["CRONFLEET_TASK_POLICY_FILE"] = settings.task_policy_file
     argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "polite", "--metrics-port"]
     argv += [str(port), "--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
     proc = subprocess.Popen(argv, env=env, start_new_session=True)

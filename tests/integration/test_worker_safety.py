@@ -28,7 +28,7 @@ from kit.transport import RunMessage, RunPublisher, TieredConsumer, topic_for
 from kit.transport.message import dead_letter_topic
 from kit.worker.worker import Worker, task_executor
 from tests.integration.netcut import CuttableLink
-from tests.integration.worker_rows import make_job, make_run, run_row
+from tests.integration.worker_rows import COMMANDS, make_job, make_run, run_row
 
 pytestmark = pytest.mark.integration
 WAIT_S = 30.0
@@ -85,7 +85,7 @@ def run_worker(
             concurrency=concurrency,
             lease_ttl_ms=ttl_ms,
             heartbeat_ms=heartbeat_ms,
-            execute=task_executor(),
+            execute=task_executor(COMMANDS),
         )
         running = Started(worker, consumer, drain_s)
         started.append(running)
@@ -125,7 +125,7 @@ def test_a_worker_cut_off_from_postgresql_stops_its_task_before_the_lease_ends(
         f"trap 'echo stopped $(date +%s.%N) >> {ledger}; exit 143' TERM; "
         f"echo started >> {ledger}; sleep 20 & wait; echo finished >> {ledger}"
     )
-    job = make_job(engine, task={"type": "command", "argv": ["sh", "-c", script]})
+    job = make_job(engine, task={"type": "command", "argv": ["/bin/sh", "-c", script]})
     rid = make_run(engine, job)
     url = make_url(db_url)
     link = CuttableLink(url.host or "127.0.0.1", url.port or 5432)
@@ -160,7 +160,7 @@ def test_a_run_published_early_does_not_start_before_its_second(
     the run at its scheduled time by the database's clock, not on arrival."""
     ledger = tmp_path / "ledger"
     script = f"date +%s.%N >> {ledger}"
-    job = make_job(engine, task={"type": "command", "argv": ["sh", "-c", script]})
+    job = make_job(engine, task={"type": "command", "argv": ["/bin/sh", "-c", script]})
     with engine.begin() as conn:
         db_now = conn.execute(text("SELECT now()")).scalar_one()
     at = db_now.replace(microsecond=0) + timedelta(seconds=3)
@@ -184,8 +184,8 @@ def test_a_graceful_stop_never_gives_back_a_run_that_already_succeeded(
     """Item 7: with --drain-s 0, or a finisher slowed by the database, the stop released
     runs whose task had succeeded but whose success was not written yet: they ran again."""
     ledger = tmp_path / "ledger"
-    a_task = {"type": "command", "argv": ["sh", "-c", f"sleep 1; echo a >> {ledger}"]}
-    b_task = {"type": "command", "argv": ["sh", "-c", f"sleep 2; echo b >> {ledger}"]}
+    a_task = {"type": "command", "argv": ["/bin/sh", "-c", f"sleep 1; echo a >> {ledger}"]}
+    b_task = {"type": "command", "argv": ["/bin/sh", "-c", f"sleep 2; echo b >> {ledger}"]}
     a = make_run(engine, make_job(engine, task=a_task))
     b = make_run(engine, make_job(engine, name="b", task=b_task))
     hiccup = engine.connect()  # the database hiccup: a's row is locked by someone else
