@@ -75,6 +75,7 @@ from kit.transport import RunMessage, RunPublisher, TieredConsumer
 from kit.transport.consumer import Rejected
 from kit.transport.message import topic_for
 from kit.worker.clock import DbClock
+from kit.worker.journal import ExecutionJournal
 
 if TYPE_CHECKING:
     from kit.tasks.policy import PolicySource
@@ -208,6 +209,7 @@ class Worker:
         rng: random.Random | None = None,
         metrics: WorkerMetrics | None = None,
         prefetch: int = DEFAULT_PREFETCH,
+        journal: ExecutionJournal | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -219,6 +221,7 @@ class Worker:
         self.worker_id = worker_id
         self.concurrency = concurrency
         self.prefetch = prefetch
+        self.journal = journal
         self.lease_ttl_ms = lease_ttl_ms
         self.lease_ttl_s = lease_ttl_ms / 1000
         self.heartbeat_s = (heartbeat_ms or max(200, lease_ttl_ms // 3)) / 1000
@@ -295,6 +298,8 @@ class Worker:
             for t in threads:
                 t.join(timeout=5)
             self.link.stop()
+            if self.journal is not None:
+                self.journal.close()
 
     def _wait_for_slot(self, stop: threading.Event) -> int:
         """How many more runs to consume: the prefetch left, and never so many that the
@@ -445,6 +450,8 @@ class Worker:
         run = entry.run
         entry.started = True
         entry.started_ms = int(self.clock.db_ms(time.monotonic()))
+        if self.journal is not None:
+            self.journal.started(run.run_id, run.attempt, entry.started_ms)
         if run.attempt == 1:
             lag_s = entry.started_ms / 1000 - run.scheduled_at.timestamp()
             self.metrics.start_lag.observe(max(0.0, lag_s))
