@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from sqlalchemy import Engine, text
 
 from kit.core.dispatch import PRIORITY_TIERS
@@ -61,6 +61,20 @@ def make_node(engine: Engine, publisher: RunPublisher) -> Iterator:
         node.kill()
 
 
+def _high_watermark(consumer: Consumer, tp: TopicPartition) -> int:
+    """A topic just created may not have elected its leader yet: ask again, briefly."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=10)[1]
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def messages(settings: Settings, prefix: str) -> list[RunMessage]:
     """Every message on the test's tier topics (every partition), from the beginning; a
     topic not created yet holds none."""
@@ -80,7 +94,7 @@ def messages(settings: Settings, prefix: str) -> list[RunMessage]:
                 continue
             for p in sorted(topics[topic].partitions):
                 tp = TopicPartition(topic, p, 0)
-                _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+                high = _high_watermark(consumer, tp)
                 if high == 0:
                     continue
                 consumer.assign([tp])
