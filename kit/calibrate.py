@@ -18,6 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
+from kit.transport.kafka_client import client_config
+
 SCHEMA = "cronfleet_calibrate"
 TOPIC = "cronfleet-calibrate"
 
@@ -173,14 +175,14 @@ def measure_kafka(bootstrap: str) -> dict[str, float]:
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({**client_config(bootstrap)})
     admin.delete_topics([TOPIC], operation_timeout=10)
     time.sleep(1.0)
     fut = admin.create_topics([NewTopic(TOPIC, num_partitions=4, replication_factor=1)])
     for f in fut.values():
         with contextlib.suppress(Exception):
             f.result(10)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    producer = Producer({**client_config(bootstrap), "linger.ms": 5, "acks": "all"})
     payload = b"x" * 300
     n = 50_000
     t = time.perf_counter()
@@ -205,7 +207,7 @@ def measure_kafka(bootstrap: str) -> dict[str, float]:
         producer.flush(10)
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "group.id": f"cal-{uuid.uuid4()}",
             "auto.offset.reset": "latest",
             "fetch.wait.max.ms": 10,

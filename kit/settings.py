@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kit.core import defaults
 from kit.core.errors import FieldError
+from kit.transport.kafka_client import KafkaSecurity, use_security
 
 
 def cronfleet_home() -> Path:
@@ -40,6 +41,22 @@ class Settings(BaseSettings):
     )
     kafka_bootstrap: str = Field(
         default="127.0.0.1:59092", description="Kafka bootstrap servers, comma separated."
+    )
+    kafka_security_protocol: str = Field(
+        default="PLAINTEXT",
+        pattern="^(PLAINTEXT|SSL)$",
+        description="PLAINTEXT, or SSL: TLS to the brokers, their names verified.",
+    )
+    kafka_ssl_ca_location: str | None = Field(
+        default=None,
+        description="CA certificates (PEM file) the brokers' certificates are checked "
+        "against; unset = the system's trust store.",
+    )
+    kafka_ssl_certificate_location: str | None = Field(
+        default=None, description="Client certificate (PEM) for mutual TLS."
+    )
+    kafka_ssl_key_location: str | None = Field(
+        default=None, description="Client private key (PEM) for mutual TLS."
     )
     api_host: str = Field(default="127.0.0.1", description="Address the HTTP API binds to.")
     api_port: int = Field(default=8080, ge=1, le=65535, description="Port of the HTTP API.")
@@ -184,6 +201,16 @@ class Settings(BaseSettings):
                 "run_topic_min_insync: must not exceed run_topic_replication "
                 f"({self.run_topic_min_insync} > {self.run_topic_replication})"
             )
+        for name in ("ca", "certificate", "key"):
+            name = f"kafka_ssl_{name}_location"
+            path = getattr(self, name)
+            if path and not Path(path).is_file():
+                raise ValueError(f"{name}: no such file: {path}")
+        if bool(self.kafka_ssl_certificate_location) != bool(self.kafka_ssl_key_location):
+            raise ValueError(
+                "kafka_ssl_certificate_location: a client certificate needs its key "
+                "(kafka_ssl_key_location) and the other way round"
+            )
         if self.scan_ahead_ms >= self.undispatched_grace_ms:
             # A run is committed up to scan_ahead_ms before its second and published at
             # it: a grace no longer than that would have the reaper publish it early.
@@ -192,6 +219,14 @@ class Settings(BaseSettings):
                 f"({self.scan_ahead_ms} >= {self.undispatched_grace_ms})"
             )
         return self
+
+    def kafka_security(self) -> KafkaSecurity:
+        return KafkaSecurity(
+            self.kafka_security_protocol,
+            self.kafka_ssl_ca_location,
+            self.kafka_ssl_certificate_location,
+            self.kafka_ssl_key_location,
+        )
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -204,7 +239,7 @@ def load_settings(**overrides: object) -> Settings:
     if env_file.exists():
         kwargs["_env_file"] = str(env_file)
     try:
-        return Settings(**kwargs, **overrides)  # type: ignore[arg-type]
+        settings = Settings(**kwargs, **overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = [str(p) for p in first.get("loc", ())]
@@ -213,3 +248,5 @@ def load_settings(**overrides: object) -> Settings:
             raise FieldError(f"CRONFLEET_{loc[0].upper()}", message) from None
         name, _, reason = message.partition(": ")
         raise FieldError(f"CRONFLEET_{name.upper()}", reason or message) from None
+    use_security(settings.kafka_security())
+    return settings

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kit.core.dispatch import PRIORITY_TIERS, tier_rank
+from kit.transport.kafka_client import client_config
 from kit.transport.message import DEFAULT_TOPIC_PREFIX, MessageError, RunMessage, topic_for
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class TieredConsumer:
         for name in sorted(tiers, key=tier_rank):
             consumer = Consumer(
                 {
-                    "bootstrap.servers": bootstrap,
+                    **client_config(bootstrap),
                     "group.id": f"{group_id}.{name}",
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kit.core.dispatch import PRIORITY_TIERS
+from kit.transport.kafka_client import client_config
 from kit.transport.message import DEFAULT_TOPIC_PREFIX, topic_for
 
 # Offsets are read with a plain consumer of the tier's group that never subscribes (so
@@ -41,7 +42,7 @@ def tier_lags(
 ) -> list[TierLag]:
     """Lag per tier, highest tier first. Raises KafkaException when the broker does
     not answer within the timeout."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
+    admin = AdminClient({**client_config(bootstrap), "socket.timeout.ms": 3000})
     topics = admin.list_topics(timeout=timeout_s).topics
     out: list[TierLag] = []
     for tier in PRIORITY_TIERS:
@@ -53,7 +54,7 @@ def tier_lags(
         parts = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
         consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                **client_config(bootstrap),
                 "group.id": f"{group_id}.{tier}",
                 "enable.auto.commit": False,
                 "socket.timeout.ms": 3000,

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from confluent_kafka import Consumer, TopicPartition
 
 from kit.core.dispatch import PRIORITY_TIERS
+from kit.transport.kafka_client import client_config
 from kit.transport.message import DEFAULT_TOPIC_PREFIX, topic_for
 
 _TIMEOUT_S = 10.0
@@ -31,7 +32,7 @@ class QueueProgress:
         self._readers = {
             tier: Consumer(
                 {
-                    "bootstrap.servers": bootstrap,
+                    **client_config(bootstrap),
                     "group.id": f"{group_id}.{tier}",
                     "enable.auto.commit": False,
                 }

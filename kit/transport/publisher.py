@@ -17,6 +17,7 @@ from typing import NamedTuple
 from confluent_kafka import KafkaError, Message, Producer
 
 from kit.transport.consumer import Rejected
+from kit.transport.kafka_client import client_config
 from kit.transport.message import (
     DEFAULT_TOPIC_PREFIX,
     MESSAGE_VERSION,
@@ -70,7 +71,7 @@ class RunPublisher:
         self.topic_prefix = topic_prefix
         self._producer = Producer(
             {
-                "bootstrap.servers": bootstrap,
+                **client_config(bootstrap),
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": linger_ms,

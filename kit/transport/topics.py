@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kit.core.dispatch import PRIORITY_TIERS
+from kit.transport.kafka_client import client_config
 from kit.transport.message import DEFAULT_TOPIC_PREFIX, dead_letter_topic, topic_for
 
 
@@ -46,7 +47,7 @@ def ensure_topics(
     config = dict(config or {})
     if min_insync_replicas is not None:
         config.setdefault("min.insync.replicas", str(min_insync_replicas))
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({**client_config(bootstrap)})
     wanted = [topic_for(t, prefix) for t in tiers] + [dead_letter_topic(prefix)]
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     missing = [t for t in wanted if t not in existing]

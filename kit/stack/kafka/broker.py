@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import secrets
 import shutil
 import subprocess
 import uuid
@@ -35,6 +36,7 @@ from kit.stack.process import (
 POM = Path(__file__).with_name("pom.xml")
 PREFERRED_PORT = 59092
 PREFERRED_CONTROLLER_PORT = 59093
+PREFERRED_TLS_PORT = 59094
 START_TIMEOUT_S = 90
 FETCH_TIMEOUT_S = 900
 JAVA_MIN_MAJOR = 17
@@ -44,9 +46,13 @@ SERVER_PROPERTIES = """# written by `cronfleet stack up` on every start; edits a
 process.roles=broker,controller
 node.id={node_id}
 controller.quorum.voters={node_id}@127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{tls_port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{tls_port}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,CONTROLLER:PLAINTEXT
+ssl.keystore.type=PKCS12
+ssl.keystore.location={keystore}
+ssl.keystore.password={keystore_password}
+ssl.key.password={keystore_password}
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs={data}
@@ -122,8 +128,21 @@ class Broker:
     def controller_port(self) -> int:
         return load_state().get("kafka_controller_port", PREFERRED_CONTROLLER_PORT)
 
+    @property
+    def tls_port(self) -> int:
+        return load_state().get("kafka_tls_port", PREFERRED_TLS_PORT)
+
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def tls_bootstrap(self) -> str:
+        """The TLS listener (CRONFLEET_KAFKA_SECURITY_PROTOCOL=SSL with `ca_file`)."""
+        return f"127.0.0.1:{self.tls_port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The broker's self-signed certificate, for clients to verify it by."""
+        return self.root / "tls" / "ca.pem"
 
     def pid(self) -> int | None:
         """The broker's pid when the process from our pid file still runs our config."""
@@ -145,6 +164,9 @@ class Broker:
 
     def up(self) -> None:
         java = java_binary()
+        if self.pid() is not None and "kafka_tls_port" not in load_state():
+            progress("kafka: restarting a broker started without the TLS listener")
+            self.down()
         if self.pid() is not None:
             if self.answers():
                 progress(f"kafka: already running on {self.bootstrap()}")
@@ -155,7 +177,9 @@ class Broker:
         self.fetch_jars()
         port = choose_port(self.port, "kafka")
         controller_port = choose_port(self.controller_port, "kafka controller", avoid=(port,))
-        save_state(kafka_port=port, kafka_controller_port=controller_port)
+        tls_port = choose_port(self.tls_port, "kafka tls", avoid=(port, controller_port))
+        save_state(kafka_port=port, kafka_controller_port=controller_port, kafka_tls_port=tls_port)
+        self._write_keystore(java)
         self._write_config()
         self._format(java)
         self._start(java)
@@ -195,15 +219,54 @@ class Broker:
         stamp.write_text(pom_hash + "\n")
         progress(f"kafka: {len(list(self.lib.glob('*.jar')))} jars cached in {self.lib}")
 
+    @property
+    def keystore(self) -> Path:
+        return self.root / "tls" / "broker.p12"
+
+    def _write_keystore(self, java: str) -> None:
+        """A self-signed certificate for 127.0.0.1 (and localhost), made once with the JDK's
+        keytool; its password is random and readable by the owner only."""
+        from kit.stack.postgres import write_private
+
+        password_file = self.root / "tls" / "keystore.password"
+        if self.keystore.exists() and self.ca_file.exists() and password_file.exists():
+            return
+        tls = self.keystore.parent
+        shutil.rmtree(tls, ignore_errors=True)
+        tls.mkdir(parents=True, mode=0o700)
+        password = secrets.token_urlsafe(24)
+        write_private(password_file, password + "\n")
+        keytool = str(Path(java).resolve().with_name("keytool"))
+        store = ["-keystore", str(self.keystore), "-storetype", "PKCS12", "-storepass", password]
+        for cmd in (
+            [keytool, "-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048",
+             "-validity", "3650", "-dname", "CN=localhost", "-keypass", password,
+             "-ext", "SAN=IP:127.0.0.1,DNS:localhost", "-ext", "BC:c", *store],
+            [keytool, "-exportcert", "-rfc", "-alias", "broker", "-file", str(self.ca_file),
+             *store],
+        ):  # fmt: skip
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            if done.returncode != 0:
+                lines = (done.stderr + done.stdout).strip().splitlines()
+                raise StackError(f"kafka: keytool failed: {lines[-1] if lines else '?'}")
+        self.keystore.chmod(0o600)
+
     def _write_config(self) -> None:
+        from kit.stack.postgres import write_private
+
         self.data.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(
+        password = (self.root / "tls" / "keystore.password").read_text().strip()
+        write_private(  # carries the keystore's password
+            self.config,
             SERVER_PROPERTIES.format(
                 node_id=NODE_ID,
                 port=self.port,
+                tls_port=self.tls_port,
                 controller_port=self.controller_port,
                 data=self.data,
-            )
+                keystore=self.keystore,
+                keystore_password=password,
+            ),
         )
         (self.root / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
 

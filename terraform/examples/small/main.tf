@@ -72,6 +72,7 @@ module "fleet" {
   partitions              = local.partitions
 
   kafka_bootstrap_brokers   = module.kafka.bootstrap_brokers
+  kafka_security_protocol   = module.kafka.client_security_protocol
   kafka_cluster_name        = module.kafka.cluster_name
   kafka_partitions_per_tier = 6
   kafka_replication_factor  = module.kafka.replication_factor

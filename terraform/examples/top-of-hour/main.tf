@@ -68,6 +68,7 @@ module "fleet" {
   partitions              = var.partitions
 
   kafka_bootstrap_brokers   = module.kafka.bootstrap_brokers
+  kafka_security_protocol   = module.kafka.client_security_protocol
   kafka_cluster_name        = module.kafka.cluster_name
   kafka_partitions_per_tier = var.kafka_partitions_per_tier
   kafka_replication_factor  = module.kafka.replication_factor

@@ -24,13 +24,14 @@ locals {
   # What every service reads (kit/settings.py): these land in user data, so never secrets.
   kit_settings = merge(
     {
-      CRONFLEET_KAFKA_BOOTSTRAP       = var.kafka_bootstrap_brokers
-      CRONFLEET_PARTITIONS            = tostring(var.partitions)
-      CRONFLEET_RUN_TOPIC_PARTITIONS  = tostring(var.kafka_partitions_per_tier)
-      CRONFLEET_RUN_TOPIC_REPLICATION = tostring(var.kafka_replication_factor)
-      CRONFLEET_RUN_TOPIC_MIN_INSYNC  = tostring(var.kafka_min_insync_replicas)
-      CRONFLEET_WORKER_CONCURRENCY    = tostring(var.worker_concurrency)
-      CRONFLEET_API_PORT              = tostring(var.api_port)
+      CRONFLEET_KAFKA_BOOTSTRAP         = var.kafka_bootstrap_brokers
+      CRONFLEET_KAFKA_SECURITY_PROTOCOL = var.kafka_security_protocol
+      CRONFLEET_PARTITIONS              = tostring(var.partitions)
+      CRONFLEET_RUN_TOPIC_PARTITIONS    = tostring(var.kafka_partitions_per_tier)
+      CRONFLEET_RUN_TOPIC_REPLICATION   = tostring(var.kafka_replication_factor)
+      CRONFLEET_RUN_TOPIC_MIN_INSYNC    = tostring(var.kafka_min_insync_replicas)
+      CRONFLEET_WORKER_CONCURRENCY      = tostring(var.worker_concurrency)
+      CRONFLEET_API_PORT                = tostring(var.api_port)
     },
     var.settings,
   )

@@ -254,6 +254,17 @@ variable "kafka_partitions_per_tier" {
   }
 }
 
+variable "kafka_security_protocol" {
+  type        = string
+  description = "How the kit's clients reach the brokers (CRONFLEET_KAFKA_SECURITY_PROTOCOL): SSL (TLS, brokers verified against the system trust store, as MSK's certificates are) or PLAINTEXT. The kafka module's client_security_protocol."
+  default     = "SSL"
+
+  validation {
+    condition     = contains(["SSL", "PLAINTEXT"], var.kafka_security_protocol)
+    error_message = "kafka_security_protocol: SSL or PLAINTEXT."
+  }
+}
+
 variable "kafka_replication_factor" {
   type        = number
   description = "Replication factor the kit gives the run topics it creates (CRONFLEET_RUN_TOPIC_REPLICATION)."

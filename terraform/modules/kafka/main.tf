@@ -100,7 +100,6 @@ resource "aws_cloudwatch_log_group" "brokers" {
 }
 
 resource "aws_msk_cluster" "this" {
-  # checkov:skip=CKV_AWS_81:client TLS is var.client_broker_encryption; its default TLS_PLAINTEXT keeps plaintext for the kit's clients inside the VPC until the kit has a Kafka TLS setting (brokers talk TLS among themselves; 9094 serves TLS)
   cluster_name           = var.name
   kafka_version          = var.kafka_version
   number_of_broker_nodes = var.broker_count

@@ -3,6 +3,11 @@ output "bootstrap_brokers" {
   value       = var.client_broker_encryption == "TLS" ? aws_msk_cluster.this.bootstrap_brokers_tls : aws_msk_cluster.this.bootstrap_brokers
 }
 
+output "client_security_protocol" {
+  description = "What the kit's clients speak to bootstrap_brokers (the fleet's kafka_security_protocol): SSL with TLS, PLAINTEXT with TLS_PLAINTEXT."
+  value       = var.client_broker_encryption == "TLS" ? "SSL" : "PLAINTEXT"
+}
+
 output "bootstrap_brokers_tls" {
   description = "TLS bootstrap servers (port 9094)."
   value       = aws_msk_cluster.this.bootstrap_brokers_tls

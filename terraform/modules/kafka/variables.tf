@@ -138,8 +138,8 @@ variable "topic_prefix" {
 
 variable "client_broker_encryption" {
   type        = string
-  description = "Encryption between clients and brokers: TLS (TLS only, port 9094) or TLS_PLAINTEXT (TLS on 9094 and plaintext on 9092). The kit's clients have no TLS setting yet, so the default keeps plaintext inside the VPC, limited to the fleet's security group; brokers always talk TLS among themselves."
-  default     = "TLS_PLAINTEXT"
+  description = "Encryption between clients and brokers: TLS (TLS only, port 9094; the kit connects with CRONFLEET_KAFKA_SECURITY_PROTOCOL=SSL, verifying the brokers against the system trust store) or TLS_PLAINTEXT (TLS on 9094 and plaintext on 9092, for clients that cannot speak TLS). Brokers always talk TLS among themselves."
+  default     = "TLS"
 
   validation {
     condition     = contains(["TLS", "TLS_PLAINTEXT"], var.client_broker_encryption)
