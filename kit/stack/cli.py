@@ -98,6 +98,15 @@ def status(args: argparse.Namespace) -> int:
 
             shown = make_url(shown).render_as_string(hide_password=True)
         print(f"{name:<9} {shown:<70} {'answers' if answers else 'DOWN'}")
+        if name == "kafka":
+            from kit.stack.kafka.broker import Broker
+            from kit.stack.process import port_answers
+
+            broker = Broker.default()
+            tls = port_answers(broker.tls_port)
+            all_answer &= tls
+            shown = f"{broker.tls_bootstrap()} (CA {broker.ca_file})"
+            print(f"{'kafka-tls':<9} {shown:<70} {'answers' if tls else 'DOWN'}")
     return 0 if all_answer else 1
 
 

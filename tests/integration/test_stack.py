@@ -36,7 +36,7 @@ def test_stack_status_reports_every_service_answering() -> None:
     )
     assert done.returncode == 0, f"{STACK_DOWN}\n{done.stdout}{done.stderr}"
     lines = done.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["postgres", "kafka"]
+    assert [line.split()[0] for line in lines] == ["postgres", "kafka", "kafka-tls"]
     assert all(line.endswith("answers") for line in lines), done.stdout
 
 
