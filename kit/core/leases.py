@@ -187,10 +187,20 @@ def _no(run: RunLease, reason: str) -> Transition:
 
 
 def claim_run(
-    run: RunLease, worker: str, token: str, attempt: int, now_ms: int, ttl_ms: int
+    run: RunLease,
+    worker: str,
+    token: str,
+    attempt: int,
+    now_ms: int,
+    ttl_ms: int,
+    due_ms: int | None = None,
 ) -> Transition:
     """A worker takes the run (ahead of its second, to start it then). A duplicate
-    delivery finds it running and claims nothing."""
+    delivery finds it running and claims nothing. The lease runs `ttl_ms` past the later
+    of now and the run's due time: a run claimed ahead needs no heartbeat before it is
+    due (at a sustained rate, heartbeats of every run held ahead cost the database more
+    than the runs), and a dead worker's run is recovered as long after its second as
+    one that died running."""
     if ttl_ms <= 0:
         raise ValueError("ttl_ms must be positive")
     if run.status not in CLAIMABLE:
@@ -202,13 +212,13 @@ def claim_run(
         "claim",
         token=token,
         worker=worker,
-        expires_at_ms=now_ms + ttl_ms,
+        expires_at_ms=max(now_ms, now_ms if due_ms is None else due_ms) + ttl_ms,
         retry_at_ms=None,
     )
 
 
 def heartbeat_run(run: RunLease, token: str, now_ms: int, ttl_ms: int) -> Transition:
-    """Extend the lease; only the current token, and only before it expired."""
+    """Extend the lease (never shorten it); only the current token, only before it expired."""
     if ttl_ms <= 0:
         raise ValueError("ttl_ms must be positive")
     if run.status is not RunStatus.running:
@@ -217,7 +227,8 @@ def heartbeat_run(run: RunLease, token: str, now_ms: int, ttl_ms: int) -> Transi
         return _no(run, "stale token")
     if run.expires_at_ms is not None and now_ms >= run.expires_at_ms:
         return _no(run, f"lease expired at {run.expires_at_ms}")
-    return _move(run, "heartbeat", expires_at_ms=now_ms + ttl_ms)
+    # never shortens a lease granted to a run claimed ahead of its second
+    return _move(run, "heartbeat", expires_at_ms=max(now_ms + ttl_ms, run.expires_at_ms or 0))
 
 
 def release_run(run: RunLease, token: str, now_ms: int) -> Transition:

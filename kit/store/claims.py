@@ -102,7 +102,7 @@ WITH locked AS (
     ) AS c
 )
 UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
-    lease_expires_at = {NOW} + {_TTL}, worker_id = :worker_id,
+    lease_expires_at = greatest({NOW}, l.due_at) + {_TTL}, worker_id = :worker_id,
     finished_at = NULL, retry_at = NULL
 FROM locked l
 WHERE r.run_id = l.run_id
@@ -119,8 +119,9 @@ def runs_claim(
     now: datetime | None = None,
 ) -> list[ClaimedRun]:
     """One conditional update for a batch: only runs still claimable at the message's
-    attempt are taken, each with a fresh token and an expiry by the database clock.
-    A message that claims nothing is a duplicate delivery."""
+    attempt are taken, each with a fresh token and an expiry by the database clock, `ttl`
+    after the later of now and the run's due time (kit.core.leases.claim_run). A message
+    that claims nothing is a duplicate delivery."""
     if not claims:
         return []
     wanted = sorted({(c.run_id, c.attempt) for c in claims})  # a duplicate claims once
@@ -188,7 +189,7 @@ def runs_heartbeat(
     # Rows locked in run id order, as claims and batched finishes do: in any other
     # order a heartbeat deadlocks with the same worker's batch of finishes.
     sql = f"""
-    UPDATE runs r SET lease_expires_at = {NOW} + {_TTL},
+    UPDATE runs r SET lease_expires_at = greatest(r.lease_expires_at, {NOW} + {_TTL}),
         started_at = {_STARTED.format(ms="l.started_ms")}
     FROM (
         SELECT r.run_id, h.started_ms

@@ -186,6 +186,11 @@ class WorkerMetrics:
         return self.registry.get_sample_value(name, labels or None) or 0.0
 
 
+def _ahead_s(run: ClaimedRun) -> float:
+    """How long before its second the run was claimed (0 for one already due)."""
+    return 0.0 if run.due_at is None else max(0.0, (run.due_at - run.claimed_at).total_seconds())
+
+
 @dataclass
 class _InFlight:
     run: ClaimedRun
@@ -362,8 +367,10 @@ class Worker:
                 if stop.wait(_RETRY_DB_S):
                     return None
                 continue
-            until = sent + self.lease_ttl_s
-            return [_InFlight(run, confirmed_until=until) for run in claimed]
+            # the lease runs its ttl past the later of the claim and the run's second
+            # (kit.core.leases.claim_run); counted from before the claim was sent
+            ttl = self.lease_ttl_s
+            return [_InFlight(run, confirmed_until=sent + ttl + _ahead_s(run)) for run in claimed]
 
     def _claim_isolating(self, messages: list[RunMessage]) -> list[ClaimedRun] | None:
         claims = [Claim(m.run_id, m.attempt) for m in messages]
@@ -675,13 +682,21 @@ class Worker:
     # -- leases -------------------------------------------------------------------------
 
     def heartbeat(self) -> set[str]:
-        """Extend every lease held (runs waiting for their second too) in one statement;
-        stop the runs that lost it. Returns the run ids told to stop."""
+        """Extend, in one statement, every lease this beat would lengthen: the runs
+        started, and those held whose lease (granted past their second) runs out sooner
+        than a fresh one would; stop the runs that lost theirs. A run claimed ahead is
+        not beaten before its second: at 2,000 runs/s, beating the ~20,000 held ahead
+        cost the database more than running them. Returns the run ids told to stop."""
+        sent = time.monotonic()
+        horizon = sent + self.lease_ttl_s
         with self._lock:
-            entries = [e for e in self._in_flight.values() if not (e.fenced or e.releasing)]
+            entries = [
+                e
+                for e in self._in_flight.values()
+                if not (e.fenced or e.releasing) and (e.started or e.confirmed_until < horizon)
+            ]
         if not entries:
             return set()
-        sent = time.monotonic()
         started = {e.run.run_id: e.started_ms for e in entries if e.started_ms is not None}
         _kept, lost = runs_heartbeat(
             self.engine,

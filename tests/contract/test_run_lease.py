@@ -74,7 +74,8 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             attempt = max(1, self.core.attempt + skew)
             got = runs_claim(engine, [Claim(self.run_id, attempt)], worker, TTL_MS, self.now)
             token = got[0].lease_token if got else "never-issued"
-            t = core.claim_run(self.core, worker, token, attempt, self.now_ms, TTL_MS)
+            due = to_epoch_ms(got[0].due_at) if got and got[0].due_at else None
+            t = core.claim_run(self.core, worker, token, attempt, self.now_ms, TTL_MS, due)
             assert bool(got) == t.accepted, (got, t.reason)
             if got:
                 self.tokens.append(token)

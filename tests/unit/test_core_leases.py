@@ -102,6 +102,16 @@ def test_claim_for_the_wrong_attempt_is_refused():
     assert not t.accepted and "attempt mismatch" in t.reason
 
 
+def test_a_run_claimed_ahead_holds_its_lease_a_ttl_past_its_second():
+    t = claim_run(pending(), "w1", "t1", 1, 0, TTL, due_ms=5_000)
+    assert t.run.expires_at_ms == 5_000 + TTL
+    # an early beat never shortens it; one after the second extends it from then
+    assert heartbeat_run(t.run, "t1", 100, TTL).run.expires_at_ms == 5_000 + TTL
+    assert heartbeat_run(t.run, "t1", 5_500, TTL).run.expires_at_ms == 5_500 + TTL
+    # a run already due: the ttl counts from now
+    assert claim_run(pending(), "w1", "t1", 1, 700, TTL, due_ms=0).run.expires_at_ms == 700 + TTL
+
+
 def test_heartbeat_needs_current_token_before_expiry():
     assert heartbeat_run(running(), "t1", 999, TTL).run.expires_at_ms == 1999
     assert heartbeat_run(running(), "old", 0, TTL).reason == "stale token"
