@@ -30,11 +30,12 @@ from kit.core.trigger import (
 T0 = to_epoch_ms(datetime(2030, 3, 31, 0, 59, 58, tzinfo=UTC))
 JOBS = ["7b9d3c1e-0000-4000-8000-00000000000" + str(i) for i in range(3)]
 EXAMPLES = 600
-# The share of examples that must take the shortcut, and how many of them must show each
-# feature (measured 284/600 and 24-155: docs/mutation.md); under what the generators give, so a
-# change of hypothesis' draw order does not flake, and well over "a handful".
+# The share of examples that must take the shortcut, and how often each feature must show
+# on it (measured: 284/600, each feature 24-155 times; docs/mutation.md): well under what
+# the generators give, so another hypothesis version's draws do not flake, and well over
+# "a handful".
 MIN_SHORTCUT_SHARE = 0.4
-MIN_PER_FEATURE = 15
+MIN_PER_FEATURE = 5
 
 schedules = st.one_of(
     st.builds(

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Mutation testing of kit/core (issue 15): mutmut mutates the pure core and judges each
+# mutant by the core's unit and property tests only ([tool.mutmut] in pyproject.toml).
+# CPU-heavy (tens of minutes on 2 cores): not part of scripts/test.sh; on a shared machine
+# run it as `/work/tools/busy bash scripts/mutation.sh`. Result: docs/mutation.md.
+#   bash scripts/mutation.sh [MAX_CHILDREN] [MUTANT_GLOB...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+children="${1:-2}"
+shift || true
+python3 -m pip install -q -e ".[dev]" >/dev/null 2>&1 || python3 -m pip install -q "mutmut==3.8.1"
+if [ "$#" -eq 0 ]; then rm -rf mutants; fi  # a full run starts clean
+export HYPOTHESIS_PROFILE=cronfleet
+mutmut run --max-children "$children" "$@" || true  # survivors make it exit non-zero
+mutmut results --all true > mutants/results.txt || true
+python3 - <<'PY'
+import collections, pathlib, re
+lines = pathlib.Path("mutants/results.txt").read_text().splitlines()
+status = collections.Counter()
+for line in lines:
+    m = re.match(r"\s*(\S+): (.+)$", line)
+    if m:
+        status[m.group(2).strip()] += 1
+total = sum(status.values())
+killed = status.get("killed", 0)
+judged = total - status.get("no tests", 0) - status.get("skipped", 0)
+print(dict(status))
+print(f"mutants {total}, killed {killed}, score {killed / max(total, 1):.1%} of all"
+      f" ({killed / max(judged, 1):.1%} of those some test reaches)")
+PY
