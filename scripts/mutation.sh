@@ -11,6 +11,8 @@ shift || true
 python3 -m pip install -q -e ".[dev]" >/dev/null 2>&1 || python3 -m pip install -q "mutmut==3.8.1"
 if [ "$#" -eq 0 ]; then rm -rf mutants; fi  # a full run starts clean
 export HYPOTHESIS_PROFILE=cronfleet
+# every property test at most this many examples per mutant (tests/conftest.py)
+export CRONFLEET_HYPOTHESIS_MAX_EXAMPLES="${CRONFLEET_HYPOTHESIS_MAX_EXAMPLES:-100}"
 mutmut run --max-children "$children" "$@" || true  # survivors make it exit non-zero
 mutmut results --all true > mutants/results.txt || true
 python3 - <<'PY'

@@ -136,6 +136,8 @@ def test_the_shortcut_equals_the_general_rules_and_is_reached(monkeypatch) -> No
     assert share >= MIN_SHORTCUT_SHARE, seen
     features = ["cron fired", "jitter fired", "several fires", "max_fires cut"]
     features += [f"priority {p}" for p in PRIORITY_TIERS]
+    if seen["examples"] < EXAMPLES:
+        return  # a mutation run's capped examples (tests/conftest.py): the share only
     for feature in features:
         assert seen[feature] >= MIN_PER_FEATURE, (feature, seen)
 
