@@ -4,18 +4,18 @@
 # CPU-heavy (tens of minutes on 2 cores): not part of scripts/test.sh; on a shared machine
 # run it as `/work/tools/busy bash scripts/mutation.sh`. Result: docs/mutation.md.
 #   bash scripts/mutation.sh [MAX_CHILDREN] [MUTANT_GLOB...]
-#   MUTATION_TIMEOUT_S=1500 bash scripts/mutation.sh 2   # bounded; again with "kit.core.*" resumes
+#   MUTATION_TIMEOUT_S=1500 bash scripts/mutation.sh 2   # bounded; MUTATION_RESUME=1 goes on
 set -euo pipefail
 cd "$(dirname "$0")/.."
 children="${1:-2}"
 shift || true
 python3 -m pip install -q -e ".[dev]" >/dev/null 2>&1 || python3 -m pip install -q "mutmut==3.8.1"
-if [ "$#" -eq 0 ]; then rm -rf mutants; fi  # a full run starts clean
+if [ "$#" -eq 0 ] && [ -z "${MUTATION_RESUME:-}" ]; then rm -rf mutants; fi  # a full run starts clean
 export HYPOTHESIS_PROFILE=cronfleet
 # every property test at most this many examples per mutant (tests/conftest.py)
 export CRONFLEET_HYPOTHESIS_MAX_EXAMPLES="${CRONFLEET_HYPOTHESIS_MAX_EXAMPLES:-100}"
 # MUTATION_TIMEOUT_S bounds the run (on a shared machine); mutants not reached stay "not
-# checked", and running this again with any glob argument resumes without starting over.
+# checked", and MUTATION_RESUME=1 runs them without starting over.
 if [ -n "${MUTATION_TIMEOUT_S:-}" ]; then
   timeout --signal=INT --kill-after=30 "$MUTATION_TIMEOUT_S" \
     mutmut run --max-children "$children" "$@" || true
