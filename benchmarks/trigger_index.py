@@ -213,6 +213,7 @@ class SizeResult:
     vacuum_analyze_s: float = 0.0
     reindex_triggers_s: float | None = None
     scans: list[Any] = field(default_factory=list)  # Scan, one per scan_partitions call
+    stalled_full_scans: int = 0  # full batches of which nothing could be taken yet
     sizes_bytes: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -432,7 +433,14 @@ def scan_series(url: str, result: SizeResult, args: argparse.Namespace) -> None:
                 result.scans.append(
                     Scan(series, second, kind, ms, r.triggers, len(r.held), r.full, sql_ms)
                 )
-                return r.full
+                progress = bool(r.held or r.skipped or r.dropped)
+                if r.full and not progress:
+                    # A full batch of which nothing could be taken: triggers of
+                    # overlap-limited jobs not yet within their 1 s horizon fill the LIMIT.
+                    # The node would scan again at once until its clock moves on (a busy
+                    # loop, reported); here the clock is ours, so go to the next second.
+                    result.stalled_full_scans += 1
+                return r.full and progress
 
             # catch up the first window (a node that just took its partitions), untimed
             while scan(0, -1, "catch-up"):
@@ -711,6 +719,9 @@ def main(argv: list[str] | None = None) -> int:
     log("\n== against the baseline (the first size), series by series")
     for line in verdict(rows):
         log(line)
+    for r in results:
+        log(f"{r.size:,}: full batches of which nothing could be taken yet (forbid/queue jobs"
+            f" outside their 1 s horizon filling the LIMIT): {r.stalled_full_scans}")
     log(f"\nload average {os.getloadavg()[0]:.1f} at the end\nreproduce: {command}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
