@@ -33,8 +33,9 @@ for line in lines:
         status[m.group(2).strip()] += 1
 total = sum(status.values())
 killed = status.get("killed", 0)
-judged = total - status.get("no tests", 0) - status.get("skipped", 0)
 print(dict(status))
-print(f"mutants {total}, killed {killed}, score {killed / max(total, 1):.1%} of all"
-      f" ({killed / max(judged, 1):.1%} of those some test reaches)")
+caught = killed + status.get("timeout", 0)
+judged = total - status.get("not checked", 0)
+print(f"mutants {total}, judged {judged}, killed (or timed out) {caught}:"
+      f" {caught / max(judged, 1):.1%} of those judged; not checked {total - judged}")
 PY
