@@ -409,7 +409,8 @@ def test_cron_and_one_off_fire_at_their_second_and_succeed(
     fleet.stop(timeout_s=30)
     got = rows(
         engine,
-        "SELECT job_id, scheduled_at, status, attempt, started_at, finished_at "
+        "SELECT run_id::text AS run_id, job_id, scheduled_at, status, attempt, started_at, "
+        "finished_at "
         "FROM runs ORDER BY scheduled_at",
     )
     cron = [r for r in got if str(r.job_id) == tick]
