@@ -1,24 +1,34 @@
-"""Benchmark of the trigger index: does the per-partition due scan stay fast as the
-number of schedules grows from 1 million to 10 million?
+"""Benchmark of the kit's own due scan: does one scheduler node's scan-and-write stay fast
+as the number of schedules grows (1 million, 10 million)?
+
+What is timed is `kit.scheduler.scan.scan_partitions`, the function a scheduler node
+calls once a second: it locks the node's partition leases, reads the due triggers with
+the kit's query (`kit.store.scheduling.triggers_due`: the LEFT JOIN to `jobs`, ORDER BY
+fire_at, LIMIT 20,000, FOR UPDATE OF t SKIP LOCKED), decides them with kit.core.trigger,
+counts active runs for overlap-limited jobs, inserts the runs, deletes the triggers,
+inserts each job's next trigger and commits. One node holds all 1024 partitions (a
+single-node fleet: the whole fire rate goes through one scan).
 
 Each size gets a fresh scratch database migrated with the project's own Alembic
-migrations, so the real schema and its indexes are measured. Jobs (~1 KB each) and their
-triggers are bulk-loaded with COPY into the already indexed tables (the realistic case:
-a running system does not drop its indexes to take a bulk load), in chunks, one
-transaction per chunk, jobs and triggers together, as `jobs_create_batch` does.
+migrations. Jobs (~1 KB each, real cron schedules, one in three overlap-limited) and
+their triggers are bulk-loaded with COPY. Steady state: the trigger table holds each
+schedule's next fire; at `--rate` runs/s the steady fires spread uniformly over
+[T0, T0 + steady/rate). Three top-of-hour spikes of `--spike` schedules each fire at one
+second, one in the middle of each series. The scan runs with the kit's defaults
+(scan-ahead 10 s, batch 20,000) at now = T0, T0+1 s, ... (the database is told the time,
+so the scans see the same due rows on every machine); a scan that filled its batch is
+repeated at the same second, as the node does.
 
-Fire times model a steady state: the trigger table holds each schedule's NEXT fire. At
-`--rate` runs/s the steady schedules' next fires spread uniformly over
-[T0, T0 + steady/rate); a top-of-hour spike of `--spike` schedules all fires at T0+3s.
-The scan `partition_id = :p AND fire_at <= coalesce(:now, now()) + 5 s ORDER BY fire_at`
-at now = T0 then returns what one scheduler node sees for one partition:
-~rate*5/1024 ≈ 10 rows ("steady", measured before the spike jobs are loaded) and
-~60 rows ("peak", after loading them). Latency is measured client-side over 127.0.0.1
-after a warm-up pass over all partitions (a scheduler scans each of its partitions every
-second, so the pages it needs stay hot).
+Judged on p99 over every scan of each of three series (each series reported), steady
+seconds and spike seconds apart; the smallest size given is the baseline, measured in the
+same run. Where the time goes: the scan's SQL calls are timed one by one.
 
-Run:  python benchmarks/trigger_index.py --sizes 1e6,1e7 --json /tmp/ti.json --out /tmp/ti
-Quick check:  python benchmarks/trigger_index.py --sizes 1e4,1e5
+Run (1 M and its baseline, 300 k):  python benchmarks/trigger_index.py --sizes 3e5,1e6 \
+    --json docs/benchmarks/trigger_index.json --out docs/benchmarks
+10 M in two steps, the load not being a measurement (about 25 min and ~19 GB of disk):
+    python benchmarks/trigger_index.py --sizes 1e7 --phase load
+    python benchmarks/trigger_index.py --sizes 1e7 --phase scan --json /tmp/ti10m.json
+Quick check:  python benchmarks/trigger_index.py --sizes 1e4,1e5 --series-s 5
 """
 
 from __future__ import annotations
@@ -43,40 +53,19 @@ import numpy as np
 import psycopg
 from sqlalchemy.engine import URL, make_url
 
+from kit.core.defaults import SCAN_AHEAD_MS
 from kit.core.partitions import PARTITION_COUNT, partition_of
+from kit.scheduler.scan import JobViews, scan_partitions
 from kit.settings import cronfleet_home, load_settings
 from kit.store import migrate
+from kit.store import scheduling as sched_sql
+from kit.store.db import engine_for
 
-# The spike lands exactly on the top of an hour.
+# The first steady fire; the spikes fire mid-series (spike_fire_s).
 T0 = datetime(2029, 12, 31, 23, 59, 57, tzinfo=UTC)
-SPIKE_OFFSET_S = 3
 TENANTS = 1000
 CREATED_AT = "2029-12-01 00:00:00+00"
 
-SCAN_SQL = (
-    "SELECT partition_id, fire_at, job_id, job_version, kind, attempt FROM triggers"
-    " WHERE partition_id = %(p)s"
-    " AND fire_at <= coalesce(%(now)s::timestamptz, now()) + %(ahead)s * interval '1 second'"
-    " ORDER BY fire_at"
-)
-BATCH_SQL = (
-    "SELECT partition_id, fire_at, job_id, job_version, kind, attempt FROM triggers"
-    " WHERE partition_id = ANY(%(ps)s::smallint[])"
-    " AND fire_at <= coalesce(%(now)s::timestamptz, now()) + %(ahead)s * interval '1 second'"
-    " ORDER BY partition_id, fire_at"
-)
-LOCK_SQL = (
-    "SELECT partition_id, fire_at, job_id, job_version FROM triggers"
-    " WHERE partition_id = %(p)s"
-    " AND fire_at <= coalesce(%(now)s::timestamptz, now()) + %(ahead)s * interval '1 second'"
-    " ORDER BY fire_at FOR UPDATE SKIP LOCKED"
-)
-ADVANCE_SQL = (
-    "UPDATE triggers AS t SET fire_at = v.next_at"
-    " FROM unnest(%(ps)s::smallint[], %(fs)s::timestamptz[], %(js)s::uuid[],"
-    " %(ns)s::timestamptz[]) AS v(p, f, j, next_at)"
-    " WHERE t.partition_id = v.p AND t.fire_at = v.f AND t.job_id = v.j"
-)
 JOB_COLUMNS = (
     "job_id, tenant, name, schedule, timezone, task_spec, retry_policy, timeout_s, overlap,"
     " misfire, priority, jitter_s, paused, version, created_at, updated_at"
@@ -120,10 +109,10 @@ class JobLine:
             priority = PRIORITIES[k % len(PRIORITIES)]
             schedule = json.dumps({"cron": cron, "timezone": tz})
             retry = json.dumps(
-                {"max_attempts": 3 + k % 5, "base_s": 1.0, "cap_s": 300.0, "jitter": True}
+                {"max_attempts": 3 + k % 5, "base_s": 1.0, "cap_s": 300.0, "jitter": "full"}
             )
             misfire = json.dumps(
-                {"kind": ("run_once", "run_all", "skip")[k % 3], "deadline_s": 300}
+                {"kind": ("run_once", "run_all", "skip_late")[k % 3], "deadline_s": 300}
             )
             headers = {
                 "Content-Type": "application/x-www-form-urlencoded",
@@ -135,7 +124,7 @@ class JobLine:
             self.variants.append(
                 (
                     f'{schedule}\t{tz}\t{head}, "url": "https://hooks{k % 7}.example.org/v1/',
-                    f"\t{retry}\t{60 * (1 + k % 30)}\t{('allow', 'forbid', 'queue')[k % 3]}"
+                    f"\t{retry}\t{60 * (1 + k % 30)}\t{('allow', 'allow', 'forbid')[k % 3]}"
                     f"\t{misfire}\t{priority}\t0\tf\t1\t{CREATED_AT}\t{CREATED_AT}\n",
                 )
             )
@@ -223,12 +212,9 @@ class SizeResult:
     triggers_bytes: int = 0
     vacuum_analyze_s: float = 0.0
     reindex_triggers_s: float | None = None
-    scans: dict[str, dict[str, Any]] = field(default_factory=dict)
-    buffers: dict[str, float] = field(default_factory=dict)
-    btree_levels: int | None = None
-    explain: dict[str, str] = field(default_factory=dict)
+    scans: list[Any] = field(default_factory=list)  # Scan, one per scan_partitions call
+    stalled_full_scans: int = 0  # full batches of which nothing could be taken yet
     sizes_bytes: dict[str, int] = field(default_factory=dict)
-    hot_updates: dict[str, int] = field(default_factory=dict)
 
     @property
     def schedules_per_s(self) -> float:
@@ -361,257 +347,213 @@ def vacuum_analyze(url: str) -> float:
         return time.perf_counter() - t0
 
 
-def timed_scans(
-    conn: psycopg.Connection, sql: str, params: list[dict[str, Any]]
-) -> tuple[list[float], list[int]]:
-    seconds: list[float] = []
-    rows: list[int] = []
-    for p in params:
-        t0 = time.perf_counter()
-        got = conn.execute(sql, p).fetchall()
-        seconds.append(time.perf_counter() - t0)
-        rows.append(len(got))
-    return seconds, rows
+
+# ---------------------------------------------------------------- the kit's scan, timed
+
+SQL_CALLS = (
+    "partitions_lock_own",
+    "triggers_due",
+    "runs_active_counts",
+    "runs_cancel_active",
+    "runs_insert",
+    "runs_rearm",
+    "runs_cancel_retries",
+    "triggers_delete",
+    "triggers_insert",
+)
 
 
-def explain(conn: psycopg.Connection, sql: str, params: dict[str, Any]) -> str:
-    rows = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params, prepare=False).fetchall()
-    return "\n".join(r[0] for r in rows)
+class SqlTimer:
+    """Wraps the store functions the scan calls (kit.store.scheduling) to time each."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = dict.fromkeys(SQL_CALLS, 0.0)
+        self._orig: dict[str, Any] = {}
+
+    def __enter__(self) -> SqlTimer:
+        for name in SQL_CALLS:
+            fn = getattr(sched_sql, name)
+            self._orig[name] = fn
+
+            def timed(*a: Any, _fn: Any = fn, _name: str = name, **kw: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return _fn(*a, **kw)
+                finally:
+                    self.spent[_name] += time.perf_counter() - t0
+
+            setattr(sched_sql, name, timed)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, fn in self._orig.items():
+            setattr(sched_sql, name, fn)
+
+    def take(self) -> dict[str, float]:
+        out = dict(self.spent)
+        self.spent = dict.fromkeys(SQL_CALLS, 0.0)
+        return out
 
 
-def explain_buffers(conn: psycopg.Connection, sql: str, params: dict[str, Any]) -> int:
-    plan = conn.execute(
-        f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params, prepare=False
-    ).fetchone()[0][0]["Plan"]
-    return int(plan["Shared Hit Blocks"] + plan["Shared Read Blocks"])
+@dataclass
+class Scan:
+    series: int
+    second: int
+    kind: str  # steady | spike | catch-up (the warm-up that takes the first window)
+    ms: float
+    triggers: int
+    held: int
+    full: bool
+    sql_ms: dict[str, float]
 
 
-def btree_levels(conn: psycopg.Connection) -> int | None:
-    """Levels of pk_triggers, root to leaf: an index-only lookup of one key after VACUUM
-    touches exactly one page per level (pageinspect needs a superuser)."""
-    row = conn.execute(
-        "SELECT partition_id, fire_at, job_id FROM triggers WHERE partition_id = 0"
-        " ORDER BY fire_at DESC LIMIT 1"
-    ).fetchone()
-    if row is None:
-        return None
-    plan = conn.execute(
-        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT partition_id FROM triggers"
-        " WHERE partition_id = %s AND fire_at = %s AND job_id = %s",
-        row,
-        prepare=False,
-    ).fetchone()[0][0]["Plan"]
-    if plan["Node Type"] != "Index Only Scan" or plan.get("Heap Fetches", 0) != 0:
-        return None
-    return int(plan["Shared Hit Blocks"] + plan["Shared Read Blocks"])
+def own_all_partitions(engine: Any, node: str) -> dict[int, int]:
+    with engine.begin() as conn:
+        return sched_sql.leases_acquire(conn, node, range(PARTITION_COUNT), 24 * 3_600_000)
 
 
-def measure_scans(
-    url: str,
-    result: SizeResult,
-    label: str,
-    args: argparse.Namespace,
-    rng: random.Random,
-    batched: bool,
-) -> None:
-    now = T0
-    ahead = args.scan_ahead_s
-    with psycopg.connect(url, autocommit=True) as conn:
-        warm = [{"p": p, "now": now, "ahead": ahead} for p in range(PARTITION_COUNT)]
-        cold_s, cold_rows = timed_scans(conn, SCAN_SQL, warm)
-        cold = Latency.of(cold_s, cold_rows)
-        picks = [
-            {"p": rng.randrange(PARTITION_COUNT), "now": now, "ahead": ahead}
-            for _ in range(args.scans)
-        ]
-        hot = Latency.of(*timed_scans(conn, SCAN_SQL, picks))
-        result.scans[f"{label}_first_pass"] = asdict(cold)
-        result.scans[label] = asdict(hot)
-        log(f"    {label} scan, first pass over all {PARTITION_COUNT} partitions: {cold.text()}")
-        log(f"    {label} scan, {hot.n} random partitions: {hot.text()}  rows {hot.mean_rows:.1f}")
-        sample = picks[: args.buffer_samples]
-        result.buffers[label] = statistics.fmean(explain_buffers(conn, SCAN_SQL, p) for p in sample)
-        result.explain[label] = explain(conn, SCAN_SQL, picks[0])
-        if batched:
-            k = args.batch_partitions
-            bparams = [
-                {"ps": rng.sample(range(PARTITION_COUNT), k), "now": now, "ahead": ahead}
-                for _ in range(args.batched_scans + 20)
-            ]
-            timed_scans(conn, BATCH_SQL, bparams[:20])  # warm-up, and prepared after five
-            bat = Latency.of(*timed_scans(conn, BATCH_SQL, bparams[20:]))
-            result.scans[f"{label}_batched"] = asdict(bat)
-            log(
-                f"    {label} batched scan ({k} partitions per statement), {bat.n} statements:"
-                f" {bat.text()}  rows {bat.mean_rows:.1f}"
-            )
-            result.buffers[f"{label}_batched"] = statistics.fmean(
-                explain_buffers(conn, BATCH_SQL, p) for p in bparams[20 : 20 + args.buffer_samples]
-            )
-            result.explain[f"{label}_batched"] = explain(conn, BATCH_SQL, bparams[20])
+def scan_series(url: str, result: SizeResult, args: argparse.Namespace) -> None:
+    """The warm-up catch-up, then `--series` series of `--series-s` scans, one per second."""
+    engine = engine_for(url.replace("postgresql://", "postgresql+psycopg://", 1), pool_size=2)
+    node = "bench-node"
+    jobs = JobViews()
+    try:
+        epochs = own_all_partitions(engine, node)
+        assert len(epochs) == PARTITION_COUNT, len(epochs)
+        with SqlTimer() as timer:
 
-
-def measure_advance(url: str, result: SizeResult, args: argparse.Namespace) -> None:
-    """The scheduler's per-partition transaction: lock the due triggers (SKIP LOCKED),
-    advance each to its next fire, commit (a real, synchronous commit). Each partition
-    once: after its advance a partition has nothing due."""
-    step = timedelta(seconds=result.horizon_s)
-    parts = random.Random(args.seed + 7).sample(range(PARTITION_COUNT), args.advance_txs)
-    seconds: list[float] = []
-    rows: list[int] = []
-    with psycopg.connect(url) as conn:
-        stats0 = conn.execute(
-            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'triggers'"
-        ).fetchone()
-        conn.commit()
-        for p in parts:
-            t0 = time.perf_counter()
-            due = conn.execute(LOCK_SQL, {"p": p, "now": T0, "ahead": args.scan_ahead_s}).fetchall()
-            if due:
-                conn.execute(
-                    ADVANCE_SQL,
-                    {
-                        "ps": [r[0] for r in due],
-                        "fs": [r[1] for r in due],
-                        "js": [str(r[2]) for r in due],
-                        "ns": [r[1] + step for r in due],
-                    },
+            def scan(series: int, second: int, kind: str) -> bool:
+                at = T0 + timedelta(seconds=second)
+                t0 = time.perf_counter()
+                r = scan_partitions(
+                    engine, node, epochs, scan_ahead_ms=args.scan_ahead_ms, now=at, jobs=jobs
                 )
-            conn.commit()
-            seconds.append(time.perf_counter() - t0)
-            rows.append(len(due))
-    time.sleep(1.5)  # a backend flushes its table counters at most once a second
-    with psycopg.connect(url) as conn:
-        stats1 = conn.execute(
-            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'triggers'"
-        ).fetchone()
-    # The due scan has no lower bound on fire_at: until VACUUM, it steps over the index
-    # entries the advance left dead at the front of each partition's range.
-    after = [{"p": p, "now": T0, "ahead": args.scan_ahead_s} for p in parts]
-    with psycopg.connect(url, autocommit=True) as conn:
-        k = min(args.buffer_samples, len(after))
-        first_visit = [explain_buffers(conn, SCAN_SQL, p) for p in after[:k]]
-        revisit = [explain_buffers(conn, SCAN_SQL, p) for p in after[:k]]
-        lat = Latency.of(*timed_scans(conn, SCAN_SQL, after[k:] or after))
-    result.buffers["after_advance_first_visit"] = statistics.fmean(first_visit)
-    result.buffers["after_advance_revisit"] = statistics.fmean(revisit)
-    result.scans["after_advance"] = asdict(lat)
-    log(
-        f"    scan of an advanced partition before VACUUM: buffers first visit"
-        f" {statistics.fmean(first_visit):.1f}, revisit {statistics.fmean(revisit):.1f};"
-        f" {lat.text()}  rows {lat.mean_rows:.1f}"
-    )
-    adv = Latency.of(seconds, rows)
-    result.scans["advance"] = asdict(adv)
-    if stats0 and stats1:
-        result.hot_updates = {
-            "updated": stats1[0] - stats0[0],
-            "hot": stats1[1] - stats0[1],
-        }
-    log(
-        f"    scan-and-advance tx (FOR UPDATE SKIP LOCKED + UPDATE + COMMIT), {adv.n} partitions:"
-        f" {adv.text()}  rows {adv.mean_rows:.1f}  (HOT updates {result.hot_updates})"
-    )
+                ms = (time.perf_counter() - t0) * 1000
+                sql_ms = {k: v * 1000 for k, v in timer.take().items() if v}
+                result.scans.append(
+                    Scan(series, second, kind, ms, r.triggers, len(r.held), r.full, sql_ms)
+                )
+                progress = bool(r.held or r.skipped or r.dropped)
+                if r.full and not progress:
+                    # A full batch of which nothing could be taken: triggers of
+                    # overlap-limited jobs not yet within their 1 s horizon fill the LIMIT.
+                    # The node would scan again at once until its clock moves on (a busy
+                    # loop, reported); here the clock is ours, so go to the next second.
+                    result.stalled_full_scans += 1
+                return r.full and progress
+
+            # catch up the first window (a node that just took its partitions), untimed
+            while scan(0, -1, "catch-up"):
+                pass
+            for s in range(1, args.series + 1):
+                first = (s - 1) * args.series_s
+                for k in range(args.series_s):
+                    second = first + k
+                    kind = "spike" if second == spike_enters_s(s, args) else "steady"
+                    while scan(s, second, kind):
+                        kind = "spike"  # the same second again: the spike's rest
+                done = [x for x in result.scans if x.series == s]
+                steady = [x.ms for x in done if x.kind == "steady"]
+                log(
+                    f"    series {s}: {len(done)} scans, steady p50 {pct(steady, 50):.1f} ms"
+                    f" p99 {pct(steady, 99):.1f} ms max {max(steady):.1f} ms;"
+                    f" spike {[round(x.ms) for x in done if x.kind == 'spike']} ms"
+                    f" for {[x.triggers for x in done if x.kind == 'spike']} rows"
+                )
+    finally:
+        engine.dispose()
+
+
+def spike_fire_s(series: int, args: argparse.Namespace) -> int:
+    """The second (after T0) at which series `series`' spike fires: mid-series."""
+    return (series - 1) * args.series_s + args.series_s // 2 + args.scan_ahead_ms // 1000
+
+
+def spike_enters_s(series: int, args: argparse.Namespace) -> int:
+    return spike_fire_s(series, args) - args.scan_ahead_ms // 1000
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else math.nan
 
 
 def relation_sizes(url: str) -> dict[str, int]:
+    names = ("jobs", "triggers", "runs", "pk_triggers", "ix_triggers_job_id")
     with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c"
-            " JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = 'public' AND c.relname IN ('jobs', 'triggers', 'pk_jobs',"
-            " 'uq_jobs_tenant_name', 'pk_triggers', 'ix_triggers_job_id')"
-        ).fetchall()
-        sizes = {name: int(n) for name, n in rows}
-        for table in ("jobs", "triggers"):
-            sizes[f"{table}_total"] = int(
-                conn.execute("SELECT pg_total_relation_size(%s)", (table,)).fetchone()[0]
-            )
-    return sizes
+        out = {}
+        for n in names:
+            row = conn.execute("SELECT pg_relation_size(to_regclass(%s))", (n,)).fetchone()
+            out[n] = int(row[0] or 0)
+        out["jobs_total"] = int(
+            conn.execute("SELECT pg_total_relation_size('jobs')").fetchone()[0]
+        )
+    return out
 
 
-def run_size(admin: URL, size: int, args: argparse.Namespace) -> SizeResult:
+def load_size(admin: URL, size: int, args: argparse.Namespace, result: SizeResult) -> None:
     name = f"{args.db_name}_{size}"
     db = admin.set(database=name)
     url = pg_url(db)
-    spike = min(args.spike, size // 2)
-    steady = size - spike
-    horizon_s = steady / args.rate
     lines = JobLine(args.job_bytes)
-    result = SizeResult(
-        size=size,
-        steady_rows=steady,
-        spike_rows=spike,
-        horizon_s=horizon_s,
-        job_line_bytes=lines.mean_bytes,
-    )
     log(
-        f"\n== {size:,} schedules: database {name}; {steady:,} steady fires over"
-        f" [T0, T0+{horizon_s:,.0f} s) at {args.rate:,.0f}/s, {spike:,} at T0+{SPIKE_OFFSET_S} s;"
-        f" jobs ~{lines.mean_bytes:.0f} B per COPY line"
+        f"\n== {size:,} schedules: database {name}; {result.steady_rows:,} steady fires over"
+        f" [T0, T0+{result.horizon_s:,.0f} s) at {args.rate:,.0f}/s, {args.series} spikes of"
+        f" {result.spike_rows // args.series:,}; jobs ~{lines.mean_bytes:.0f} B per COPY line"
     )
     recreate_database(admin, name)
     t0 = time.perf_counter()
     migrate.upgrade(db.render_as_string(hide_password=False))
     log(f"    migrated with Alembic to head in {time.perf_counter() - t0:.1f} s")
-
     rng = random.Random(args.seed)
     fires = np.random.default_rng(args.seed)
-    steady_us = (fires.random(steady) * horizon_s * 1e6).astype(np.int64)
-    spike_us = np.full(spike, SPIKE_OFFSET_S * 1_000_000, dtype=np.int64)
-    try:
-        with psycopg.connect(url) as conn:
-            with conn.cursor() as cur, cur.copy("COPY tenants (tenant) FROM STDIN") as copy:
-                copy.write("".join(f"tenant-{t:04d}\n" for t in range(TENANTS)).encode())
-            conn.commit()
-            log(f"    loading {steady:,} steady schedules (COPY into indexed tables)")
-            t0 = time.perf_counter()
-            load(conn, result, 0, steady, steady_us, lines, rng, args.chunk_rows, size)
-            result.load_s += time.perf_counter() - t0
-        result.vacuum_analyze_s += vacuum_analyze(url)
-        log(f"    VACUUM (ANALYZE) triggers + ANALYZE jobs: {result.vacuum_analyze_s:.1f} s")
-        measure_scans(url, result, "steady", args, random.Random(args.seed + 1), batched=False)
+    steady_us = (fires.random(result.steady_rows) * result.horizon_s * 1e6).astype(np.int64)
+    per = result.spike_rows // args.series
+    spike_us = np.concatenate(
+        [np.full(per, spike_fire_s(s, args) * 1_000_000, dtype=np.int64)
+         for s in range(1, args.series + 1)]
+    )
+    with psycopg.connect(url) as conn:
+        with conn.cursor() as cur, cur.copy("COPY tenants (tenant) FROM STDIN") as copy:
+            copy.write("".join(f"tenant-{t:04d}\n" for t in range(TENANTS)).encode())
+        conn.commit()
+        t0 = time.perf_counter()
+        load(conn, result, 0, result.steady_rows, steady_us, lines, rng, args.chunk_rows, size)
+        if per:
+            spike_lines = JobLine(args.job_bytes, spike=True)
+            load(conn, result, result.steady_rows, per * args.series, spike_us, spike_lines,
+                 rng, args.chunk_rows, size)
+        result.load_s += time.perf_counter() - t0
+    result.vacuum_analyze_s += vacuum_analyze(url)
+    log(f"    loaded in {result.load_s:,.0f} s; VACUUM (ANALYZE): {result.vacuum_analyze_s:.1f} s")
 
-        if spike:
-            with psycopg.connect(url) as conn:
-                log(
-                    f"    loading {spike:,} top-of-hour schedules, all due at T0+{SPIKE_OFFSET_S} s"
-                )
-                t0 = time.perf_counter()
-                load(
-                    conn,
-                    result,
-                    steady,
-                    spike,
-                    spike_us,
-                    JobLine(args.job_bytes, spike=True),
-                    rng,
-                    args.chunk_rows,
-                    size,
-                )
-                result.load_s += time.perf_counter() - t0
-            va = vacuum_analyze(url)
-            result.vacuum_analyze_s += va
-            log(f"    VACUUM (ANALYZE) again: {va:.1f} s")
-        measure_scans(url, result, "peak", args, random.Random(args.seed + 2), batched=True)
-        with psycopg.connect(url) as conn:
-            result.btree_levels = btree_levels(conn)
-        result.sizes_bytes = relation_sizes(url)
-        if args.advance_txs:
-            measure_advance(url, result, args)
-        if args.reindex:
-            with psycopg.connect(url, autocommit=True) as conn:
-                t0 = time.perf_counter()
-                conn.execute("REINDEX TABLE triggers")
-                result.reindex_triggers_s = time.perf_counter() - t0
-            log(
-                f"    REINDEX TABLE triggers (build both indexes from scratch): "
-                f"{result.reindex_triggers_s:.1f} s"
-            )
+
+def run_size(admin: URL, size: int, args: argparse.Namespace) -> SizeResult:
+    name = f"{args.db_name}_{size}"
+    url = pg_url(admin.set(database=name))
+    spike = min(args.spike * args.series, size // 2) // args.series * args.series
+    steady = size - spike
+    result = SizeResult(
+        size=size,
+        steady_rows=steady,
+        spike_rows=spike,
+        horizon_s=steady / args.rate,
+        job_line_bytes=JobLine(args.job_bytes).mean_bytes,
+    )
+    dropped = False
+    try:
+        if args.phase in ("all", "load"):
+            load_size(admin, size, args, result)
+        if args.phase in ("all", "scan"):
+            log(f"\n== {size:,} schedules: scanning {name}")
+            scan_series(url, result, args)
+            result.sizes_bytes = relation_sizes(url)
     finally:
-        if not args.keep:
+        if args.phase != "load" and not args.keep:
             drop_database(admin, name)
+            dropped = True
             log(f"    dropped {name}")
+    if not dropped:
+        log(f"    kept {name} (drop it with --phase scan, or DROP DATABASE)")
     return result
 
 
@@ -622,83 +564,70 @@ def mb(n: int) -> str:
     return f"{n / 2**20:,.0f}"
 
 
-def table(results: list[SizeResult]) -> str:
+def series_rows(r: SizeResult, args: argparse.Namespace) -> list[dict[str, Any]]:
+    out = []
+    for s in range(1, args.series + 1):
+        done = [x for x in r.scans if x.series == s]
+        steady = [x for x in done if x.kind == "steady"]
+        spikes = [x for x in done if x.kind == "spike"]
+        ms = [x.ms for x in steady]
+        sql = {k: sum(x.sql_ms.get(k, 0.0) for x in steady) / max(len(steady), 1)
+               for k in SQL_CALLS}
+        out.append({
+            "size": r.size,
+            "series": s,
+            "scans": len(steady),
+            "rows_per_scan": statistics.fmean(x.triggers for x in steady) if steady else 0,
+            "runs_per_scan": statistics.fmean(x.held for x in steady) if steady else 0,
+            "p50_ms": pct(ms, 50),
+            "p99_ms": pct(ms, 99),
+            "max_ms": max(ms) if ms else math.nan,
+            "spike_ms": sum(x.ms for x in spikes),
+            "spike_scans": len(spikes),
+            "spike_rows": sum(x.triggers for x in spikes),
+            "sql_ms_mean": sql,
+        })
+    return out
+
+
+def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        f"{'size':>11} | {'load sched/s':>12} | {'jobs rows/s':>11} | {'jobs MB/s':>9} |"
-        f" {'trig rows/s':>11} | {'scan':>6} | {'p50 ms':>7} | {'p99 ms':>7} | {'max ms':>7} |"
-        f" {'rows/scan':>9} | {'buffers':>7} | {'batch p50':>9} | {'batch p99':>9} |"
-        f" {'btree lvls':>10} | {'jobs MiB':>9} | {'trig tbl+idx MiB':>16}"
+        "| schedules | series | steady scans | rows / scan | runs / scan | p50 ms | p99 ms |"
+        " max ms | spike: scans, rows, total ms | SQL: due / runs insert / trig delete /"
+        " trig insert / active ms (mean) |\n"
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
     )
-    out = [head, "-" * len(head)]
-    for r in results:
-        for label in ("steady", "peak"):
-            s = r.scans.get(label)
-            if s is None:
-                continue
-            b = r.scans.get(f"{label}_batched")
-            first = label == "steady"
-            out.append(
-                f"{r.size:>11,} | "
-                + (
-                    f"{r.schedules_per_s:>12,.0f} | {r.jobs_rows_per_s:>11,.0f} |"
-                    f" {r.jobs_mb_per_s:>9.1f} | {r.triggers_rows_per_s:>11,.0f} | "
-                    if first
-                    else f"{'':>12} | {'':>11} | {'':>9} | {'':>11} | "
-                )
-                + f"{label:>6} | {s['p50_ms']:>7.3f} | {s['p99_ms']:>7.3f} | {s['max_ms']:>7.2f} |"
-                f" {s['mean_rows']:>9.1f} | {r.buffers.get(label, math.nan):>7.1f} | "
-                + (
-                    f"{b['p50_ms']:>9.2f} | {b['p99_ms']:>9.2f} | "
-                    if b
-                    else f"{'':>9} | {'':>9} | "
-                )
-                + (
-                    f"{r.btree_levels if r.btree_levels is not None else '?':>10} |"
-                    f" {mb(r.sizes_bytes.get('jobs_total', 0)):>9} |"
-                    f" {mb(r.sizes_bytes.get('triggers_total', 0)):>16}"
-                    if not first
-                    else f"{'':>10} | {'':>9} | {'':>16}"
-                )
-            )
-    return "\n".join(out)
-
-
-def verdict(results: list[SizeResult]) -> list[str]:
-    if len(results) < 2:
-        return ["only one size: no comparison"]
-    base, top = results[0], results[-1]
-    factor = top.size / base.size
-    lines = []
-    for label in ("steady", "peak", "peak_batched", "advance"):
-        a, b = base.scans.get(label), top.scans.get(label)
-        if not a or not b:
-            continue
-        r50 = b["p50_ms"] / a["p50_ms"]
-        r99 = b["p99_ms"] / a["p99_ms"]
-        rows_ratio = b["mean_rows"] / a["mean_rows"] if a["mean_rows"] else math.nan
-        if not 0.8 <= rows_ratio <= 1.25:
-            call = f"NOT COMPARABLE: rows per scan differ ({rows_ratio:.2f}x)"
-        elif r50 <= 1.5:
-            call = "FLAT: stays fast"
-        else:
-            call = "GROWS with total size"
+    lines = [head]
+    for x in rows:
+        q = x["sql_ms_mean"]
         lines.append(
-            f"{label:>12}: p50 {a['p50_ms']:.3f} -> {b['p50_ms']:.3f} ms ({r50:.2f}x),"
-            f" p99 {a['p99_ms']:.3f} -> {b['p99_ms']:.3f} ms ({r99:.2f}x);"
-            f" rows {a['mean_rows']:.1f} -> {b['mean_rows']:.1f}; {factor:.0f}x the schedules:"
-            f" {call}"
+            f"| {x['size']:,} | {x['series']} | {x['scans']} | {x['rows_per_scan']:,.0f} |"
+            f" {x['runs_per_scan']:,.0f} | {x['p50_ms']:.1f} | **{x['p99_ms']:.1f}** |"
+            f" {x['max_ms']:.1f} | {x['spike_scans']}, {x['spike_rows']:,},"
+            f" {x['spike_ms']:,.0f} |"
+            f" {q['triggers_due']:.1f} / {q['runs_insert']:.1f} / {q['triggers_delete']:.1f} /"
+            f" {q['triggers_insert']:.1f} / {q['runs_active_counts']:.1f} |"
         )
-    for label in ("steady", "peak", "peak_batched"):
-        if label in base.buffers and label in top.buffers:
-            lines.append(
-                f"{label:>12}: buffers per scan {base.buffers[label]:.1f} ->"
-                f" {top.buffers[label]:.1f}"
+    return "\n".join(lines)
+
+
+def verdict(rows: list[dict[str, Any]]) -> list[str]:
+    sizes = sorted({x["size"] for x in rows})
+    if len(sizes) < 2:
+        return ["one size only: no comparison"]
+    base = [x for x in rows if x["size"] == sizes[0]]
+    out = []
+    for size in sizes[1:]:
+        mine = [x for x in rows if x["size"] == size]
+        for b, m in zip(base, mine, strict=False):
+            out.append(
+                f"{size:,} vs {sizes[0]:,} series {m['series']}: steady p99"
+                f" {m['p99_ms']:.1f} / {b['p99_ms']:.1f} ms = {m['p99_ms'] / b['p99_ms']:.2f}x,"
+                f" due query {m['sql_ms_mean']['triggers_due']:.1f} /"
+                f" {b['sql_ms_mean']['triggers_due']:.1f} ms, spike"
+                f" {m['spike_ms']:,.0f} / {b['spike_ms']:,.0f} ms"
             )
-    lines.append(
-        f"{'pk_triggers':>12}: btree levels {base.btree_levels} -> {top.btree_levels}"
-        f" (each extra level is one more page per scan; the rows touched do not grow)"
-    )
-    return lines
+    return out
 
 
 def plot(results: list[SizeResult], path: Path) -> None:
@@ -707,22 +636,20 @@ def plot(results: list[SizeResult], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
-    sizes = [r.size for r in results]
-    for label, style in (("steady", "o-"), ("peak", "s-"), ("peak_batched", "^--")):
-        for stat, alpha in (("p50_ms", 1.0), ("p99_ms", 0.6)):
-            ys = [r.scans.get(label, {}).get(stat, math.nan) for r in results]
-            ax.plot(sizes, ys, style, alpha=alpha, label=f"{label} {stat[:3]}")
-    ax.set_xscale("log")
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for r in results:
+        for s in sorted({x.series for x in r.scans if x.series}):
+            xs = [x for x in r.scans if x.series == s]
+            ax.plot([x.second for x in xs], [x.ms for x in xs], ".-", lw=0.8,
+                     label=f"{r.size:,} schedules, series {s}")
     ax.set_yscale("log")
-    ax.set_xlabel("schedules (jobs and triggers)")
-    ax.set_ylabel("latency (ms, client side)")
-    ax.set_title("per-partition due scan vs total schedules")
+    ax.set_xlabel("second after T0 (one scan per second; spikes mid-series)")
+    ax.set_ylabel("scan_partitions wall time, ms")
+    ax.set_title("The kit's due scan and write, one node holding all 1024 partitions")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig.savefig(path, dpi=110)
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -736,8 +663,8 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def check_disk(args: argparse.Namespace) -> None:
-    """Estimate the largest size's footprint (heap + indexes + WAL headroom) and shrink
-    the job payload, loudly, when the disk holding the stack cannot take it."""
+    """Estimate the largest size's footprint (heap + indexes + WAL headroom) and refuse,
+    loudly, when the disk holding the stack cannot take it."""
     largest = max(args.sizes)
     free = shutil.disk_usage(cronfleet_home() if cronfleet_home().exists() else "/").free
     need = largest * (args.job_bytes * 1.25 + 300) + 3e9
@@ -745,35 +672,28 @@ def check_disk(args: argparse.Namespace) -> None:
         f"disk: {free / 1e9:,.1f} GB free under {cronfleet_home()};"
         f" the largest size needs about {need / 1e9:,.1f} GB"
     )
-    if need > free * 0.8:
-        fit = int(((free * 0.8 - 3e9) / largest - 300) / 1.25)
-        if fit < 200:
-            raise SystemExit(f"sizes: {largest:,} schedules do not fit in {free / 1e9:.1f} GB")
-        log(f"WARNING: not enough disk; job payload reduced from {args.job_bytes} to {fit} bytes")
-        args.job_bytes = fit
+    if need > free * 0.8 and args.phase != "scan":
+        raise SystemExit(f"sizes: {largest:,} schedules do not fit in {free / 1e9:.1f} GB")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", type=parse_sizes, default=[1_000_000, 10_000_000])
+    ap.add_argument("--sizes", type=parse_sizes, default=[300_000, 1_000_000])
+    ap.add_argument("--phase", choices=("all", "load", "scan"), default="all",
+                    help="load: create and keep the databases; scan: time kept ones")
     ap.add_argument("--job-bytes", type=int, default=1024, help="COPY bytes per jobs row")
     ap.add_argument("--rate", type=float, default=2000.0, help="average runs/s (steady)")
-    ap.add_argument("--spike", type=int, default=50_000, help="triggers due at T0+3s")
-    ap.add_argument("--scan-ahead-s", type=float, default=5.0)
-    ap.add_argument("--scans", type=int, default=2000, help="timed single-partition scans")
-    ap.add_argument("--batched-scans", type=int, default=500)
-    ap.add_argument("--batch-partitions", type=int, default=64)
-    ap.add_argument("--advance-txs", type=int, default=300, help="0 to skip; at most 1024")
-    ap.add_argument("--buffer-samples", type=int, default=50, help="EXPLAINs averaged")
+    ap.add_argument("--spike", type=int, default=50_000, help="schedules per spike")
+    ap.add_argument("--series", type=int, default=3)
+    ap.add_argument("--series-s", type=int, default=20, help="scans (seconds) per series")
+    ap.add_argument("--scan-ahead-ms", type=int, default=SCAN_AHEAD_MS)
     ap.add_argument("--chunk-rows", type=int, default=50_000)
-    ap.add_argument("--reindex", action="store_true", help="also time REINDEX TABLE triggers")
-    ap.add_argument("--db-name", default="cronfleet_bench", help="prefix; _<size> appended")
+    ap.add_argument("--db-name", default="cronfleet_scan", help="prefix; _<size> appended")
     ap.add_argument("--keep", action="store_true", help="keep the scratch databases")
     ap.add_argument("--seed", type=int, default=20291231)
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--out", type=Path, help="directory for the PNG plot")
     args = ap.parse_args(argv)
-    args.advance_txs = min(args.advance_txs, PARTITION_COUNT)
 
     command = shlex.join(["python", "benchmarks/trigger_index.py", *sys.argv[1:]])
     settings = load_settings()
@@ -787,48 +707,22 @@ def main(argv: list[str] | None = None) -> int:
     log(f"server: {server}; {knobs}")
     log(
         f"client: Python {platform.python_version()}, psycopg {psycopg.__version__}, "
-        f"{os.cpu_count()} cores shared with other work"
+        f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at start"
     )
     check_disk(args)
-
-    t_hash = time.perf_counter()
-    for k in range(100_000):
-        partition_of(job_id_of(k))
-    hash_us = (time.perf_counter() - t_hash) * 10
-    log(
-        f"partition_of(job_id): {hash_us:.2f} us per id in Python"
-        f" (~{hash_us * max(args.sizes) / 1e6:.0f} s for {max(args.sizes):,} ids)"
-    )
-
     results = [run_size(admin, size, args) for size in sorted(args.sizes)]
-
-    log("\n== EXPLAIN (ANALYZE, BUFFERS) of one scan at each size")
-    for r in results:
-        for label, text in r.explain.items():
-            log(f"\n-- {r.size:,} schedules, {label}:\n{text}")
-
-    log("\n== load")
-    for r in results:
-        log(
-            f"{r.size:>11,}: {r.schedules_per_s:,.0f} schedules/s (jobs+triggers COPY + commit);"
-            f" jobs {r.jobs_rows_per_s:,.0f} rows/s {r.jobs_mb_per_s:.1f} MB/s;"
-            f" triggers {r.triggers_rows_per_s:,.0f} rows/s {r.triggers_mb_per_s:.1f} MB/s;"
-            f" wall {r.load_s:,.0f} s incl. generating rows {r.generate_s:,.0f} s and hashing"
-            f" partitions {r.hash_s:,.0f} s; VACUUM ANALYZE {r.vacuum_analyze_s:,.1f} s"
-            + (f"; REINDEX triggers {r.reindex_triggers_s:.1f} s" if r.reindex_triggers_s else "")
-            + f"; on disk: jobs {mb(r.sizes_bytes.get('jobs_total', 0))} MiB"
-            f" ({r.sizes_bytes.get('jobs', 0) / r.size:.0f} B/row heap),"
-            f" triggers {mb(r.sizes_bytes.get('triggers', 0))} MiB"
-            f" + pk {mb(r.sizes_bytes.get('pk_triggers', 0))} MiB"
-            f" + ix_job_id {mb(r.sizes_bytes.get('ix_triggers_job_id', 0))} MiB"
-        )
-    log("\n== results (latency client side over 127.0.0.1; now = T0 passed explicitly)")
-    log(table(results))
-    log("\n== does the scan stay fast regardless of total size? (first size is the baseline)")
-    for line in verdict(results):
+    if args.phase == "load":
+        return 0
+    rows = [x for r in results for x in series_rows(r, args)]
+    log("\n== every series (wall time of scan_partitions, client side over 127.0.0.1)")
+    log(table(rows))
+    log("\n== against the baseline (the first size), series by series")
+    for line in verdict(rows):
         log(line)
-    log(f"\nreproduce: {command}")
-
+    for r in results:
+        log(f"{r.size:,}: full batches of which nothing could be taken yet (forbid/queue jobs"
+            f" outside their 1 s horizon filling the LIMIT): {r.stalled_full_scans}")
+    log(f"\nload average {os.getloadavg()[0]:.1f} at the end\nreproduce: {command}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
@@ -837,20 +731,14 @@ def main(argv: list[str] | None = None) -> int:
             "settings": knobs,
             "t0": T0.isoformat(),
             "args": {k: (v if not isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
-            "results": [
-                {
-                    **asdict(r),
-                    "schedules_per_s": r.schedules_per_s,
-                    "jobs_rows_per_s": r.jobs_rows_per_s,
-                    "jobs_mb_per_s": r.jobs_mb_per_s,
-                    "triggers_rows_per_s": r.triggers_rows_per_s,
-                    "triggers_mb_per_s": r.triggers_mb_per_s,
-                }
-                for r in results
+            "series": rows,
+            "sizes": [
+                {k: v for k, v in asdict(r).items() if k != "scans"} for r in results
             ],
-            "verdict": verdict(results),
+            "scans": [{"size": r.size, **asdict(x)} for r in results for x in r.scans],
+            "verdict": verdict(rows),
         }
-        args.json.write_text(json.dumps(payload, indent=2, default=str))
+        args.json.write_text(json.dumps(payload, indent=1, default=str))
         log(f"wrote {args.json}")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

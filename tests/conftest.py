@@ -15,3 +15,19 @@ settings.register_profile(
 )
 settings.register_profile("dev", settings.default)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "cronfleet"))
+
+# Mutation runs (scripts/mutation.sh sets CRONFLEET_HYPOTHESIS_MAX_EXAMPLES): thousands of
+# mutants each re-run the property tests that reach them, so every property is capped at
+# that many examples there (docs/mutation.md says so). Never set in CI.
+_cap = int(os.environ.get("CRONFLEET_HYPOTHESIS_MAX_EXAMPLES", "0"))
+if _cap > 0:
+    _settings_init = settings.__init__
+
+    def _capped_init(self, parent=None, **kwargs):  # type: ignore[no-untyped-def]
+        if isinstance(kwargs.get("max_examples"), int):
+            kwargs["max_examples"] = min(kwargs["max_examples"], _cap)
+        _settings_init(self, parent, **kwargs)
+
+    settings.__init__ = _capped_init  # type: ignore[method-assign]
+    settings.register_profile("mutation", settings.get_profile("cronfleet"), max_examples=_cap)
+    settings.load_profile("mutation")

@@ -7,9 +7,10 @@ from prometheus_client import Counter, Gauge, Histogram
 
 DISPATCH_LAG = Histogram(
     "cronfleet_dispatch_lag_seconds",
-    "Scheduled time of a run to its confirmed publish.",
+    "Broker acknowledgement of a run's message minus the time it is due (seconds; negative:"
+    " published ahead of its second, as the scan-ahead intends).",
     ["node"],
-    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+    buckets=(-10, -5, -2, -1, -0.5, -0.1, 0, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300),
 )
 PARTITIONS_OWNED = Gauge("cronfleet_partitions_owned", "Partitions this node holds.", ["node"])
 RUNS_FIRED = Counter("cronfleet_runs_fired_total", "Runs inserted to be dispatched.", ["node"])

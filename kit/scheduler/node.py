@@ -43,7 +43,9 @@ PUBLISH_CHUNK = 5000  # runs per produce + flush
 class Publisher(Protocol):
     def publish(self, messages: Sequence[RunMessage], timeout_s: float = 10.0) -> None: ...
 
-    def publish_encoded(self, messages: Sequence[EncodedRun], timeout_s: float = 10.0) -> None: ...
+    def publish_encoded(
+        self, messages: Sequence[EncodedRun], timeout_s: float = 10.0
+    ) -> dict[str, int] | None: ...
 
 
 @dataclass(frozen=True)
@@ -176,17 +178,21 @@ class SchedulerNode:
             for r in runs
         ]
         try:
-            self.publisher.publish_encoded(messages)
+            acked = self.publisher.publish_encoded(messages) or {}
             ok = runs
         except PublishError as exc:
             failed = set(exc.failed_run_ids)
             m.PUBLISH_FAILED.labels(self.node_id).inc(len(failed))
             log.error("%s: %s (the reaper publishes them later)", self.node_id, exc)
             ok = [r for r in runs if r.run_id not in failed]
-        acked_ms = wall_ms()
+            acked = exc.acked_ms
+        # Dispatch lag (docs/life-of-a-run.md, "Lags"): the broker's acknowledgement of
+        # the message minus the time it is due. Signed: runs are published up to the
+        # scan-ahead before their second, so it is negative by design.
+        now_ms = wall_ms()
         lag = m.DISPATCH_LAG.labels(self.node_id)
         for r in ok:
-            lag.observe(max(0, acked_ms - r.due_ms) / 1000)
+            lag.observe((acked.get(r.run_id, now_ms) - r.due_ms) / 1000)
         m.RUNS_PUBLISHED.labels(self.node_id).inc(len(ok))
         with self._lock:
             self.published += len(ok)

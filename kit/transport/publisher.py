@@ -11,10 +11,11 @@ caller does not mark it dispatched; the reaper re-publishes it later.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, Message, Producer
 
 from kit.transport.consumer import Rejected
 from kit.transport.kafka_client import client_config
@@ -29,13 +30,24 @@ from kit.transport.message import (
 log = logging.getLogger(__name__)
 
 
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 class PublishError(RuntimeError):
     """Some messages of a batch were not confirmed delivered."""
 
-    def __init__(self, failed_run_ids: list[str], total: int, reason: str) -> None:
+    def __init__(
+        self,
+        failed_run_ids: list[str],
+        total: int,
+        reason: str,
+        acked_ms: dict[str, int] | None = None,
+    ) -> None:
         super().__init__(f"{len(failed_run_ids)} of {total} run messages not delivered: {reason}")
         self.failed_run_ids = failed_run_ids
         self.total = total
+        self.acked_ms = acked_ms or {}  # the ones that were delivered, as publish returns
 
 
 class EncodedRun(NamedTuple):
@@ -89,17 +101,24 @@ class RunPublisher:
         """
         self.publish_encoded([encode(m) for m in messages], timeout_s)
 
-    def publish_encoded(self, messages: Sequence[EncodedRun], timeout_s: float = 10.0) -> None:
-        """`publish` for messages encoded beforehand."""
+    def publish_encoded(
+        self, messages: Sequence[EncodedRun], timeout_s: float = 10.0
+    ) -> dict[str, int]:
+        """`publish` for messages encoded beforehand. Returns each delivered run's
+        acknowledgement time, epoch ms: the broker's append timestamp (the run topics are
+        created with LogAppendTime), or, on a topic still stamped by the producer, the
+        wall time at which the acknowledgement arrived. It is what dispatch lag measures
+        (docs/life-of-a-run.md, "Lags")."""
         if not messages:
-            return
-        delivered: set[str] = set()
+            return {}
+        delivered: dict[str, int] = {}
         reasons: list[str] = []
 
         def outcome(run_id: str) -> object:
-            def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+            def on_delivery(err: KafkaError | None, msg: Message) -> None:
                 if err is None:
-                    delivered.add(run_id)
+                    kind, ts = msg.timestamp()
+                    delivered[run_id] = ts if kind == TIMESTAMP_LOG_APPEND_TIME else wall_ms()
                 elif len(reasons) < 3:
                     reasons.append(err.str())
 
@@ -126,7 +145,10 @@ class RunPublisher:
         failed = [m.run_id for m in messages if m.run_id not in delivered]
         if failed:
             log.warning("publish: %d of %d not delivered", len(failed), len(messages))
-            raise PublishError(failed, len(messages), "; ".join(reasons) or "unknown")
+            raise PublishError(
+                failed, len(messages), "; ".join(reasons) or "unknown", acked_ms=delivered
+            )
+        return delivered
 
     def publish_rejected(self, rejected: Sequence[Rejected], timeout_s: float = 10.0) -> None:
         """Put messages a worker cannot use on the dead-letter topic, as they came, with

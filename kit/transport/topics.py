@@ -45,6 +45,9 @@ def ensure_topics(
     if min_insync_replicas is not None and not 1 <= min_insync_replicas <= replication_factor:
         raise ValueError("min_insync_replicas: must be between 1 and the replication factor")
     config = dict(config or {})
+    # The broker stamps each message when it appends it: the acknowledged time that
+    # dispatch lag is measured from (kit.transport.publisher.publish_encoded).
+    config.setdefault("message.timestamp.type", "LogAppendTime")
     if min_insync_replicas is not None:
         config.setdefault("min.insync.replicas", str(min_insync_replicas))
     admin = AdminClient({**client_config(bootstrap)})

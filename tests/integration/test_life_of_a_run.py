@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,6 +35,7 @@ from kit.core.schedule import OneOffSchedule, parse_schedule
 from kit.runall import Fleet, Service
 from kit.settings import Settings
 from kit.store.jobs import JobCreate, JobSpec, job_create, jobs_create_batch
+from kit.worker.journal import read_journal
 from tests.integration.test_scheduler import messages
 
 pytestmark = pytest.mark.integration
@@ -368,8 +370,10 @@ def test_dead_letter_retries_then_replays_through_the_api(
 
 
 def test_cron_and_one_off_fire_at_their_second_and_succeed(
-    engine: Engine, fleet: Fleet, prefix: str
+    engine: Engine, fleet: Fleet, prefix: str, env: dict[str, str], tmp_path: Path
 ) -> None:
+    journals = tmp_path / "journal"
+    env["CRONFLEET_EXECUTION_JOURNAL_DIR"] = str(journals)  # the fleet's env: a line per start
     now = db_now(engine)
     one_off_at = (now + timedelta(seconds=4)).replace(microsecond=0)
 
@@ -405,18 +409,29 @@ def test_cron_and_one_off_fire_at_their_second_and_succeed(
     fleet.stop(timeout_s=30)
     got = rows(
         engine,
-        "SELECT job_id, scheduled_at, status, attempt, started_at, finished_at "
+        "SELECT run_id::text AS run_id, job_id, scheduled_at, status, attempt, started_at, "
+        "finished_at "
         "FROM runs ORDER BY scheduled_at",
     )
     cron = [r for r in got if str(r.job_id) == tick]
     one = [r for r in got if str(r.job_id) == once]
     assert [r.scheduled_at for r in one] == [one_off_at]
-    # one run per second, none missing, none twice, from the first to the last
+    # one run per second, none missing, from the first to the last (none twice is the
+    # primary key's doing: the run id is the job and the second)
     seconds = [r.scheduled_at for r in cron]
-    assert len(set(seconds)) == len(seconds)
     assert all((b - a) == timedelta(seconds=1) for a, b in itertools.pairwise(seconds))
     finished = [r for r in cron + one if r.status == "succeeded"]
     assert len(finished) >= 7
+    # none twice in effect: the execution journal has one start per run, each attempt 1,
+    # and one for every run that succeeded
+    starts = Counter(
+        (run_id, attempt)
+        for path in journals.glob("*.journal")
+        for run_id, attempt, _ms, _worker in read_journal(path)
+    )
+    assert starts and max(starts.values()) == 1, starts
+    assert {a for _r, a in starts} == {1}
+    assert {r for r, _a in starts} >= {str(r.run_id) for r in finished}
     for r in finished:
         assert r.attempt == 1
         assert r.scheduled_at <= r.started_at <= r.finished_at  # never before its second

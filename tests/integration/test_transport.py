@@ -106,6 +106,44 @@ def test_publish_round_trips_every_message_exactly_once(bootstrap: str, prefix: 
         assert again.poll_batch(100, 5.0) == []
 
 
+def test_publish_returns_the_brokers_append_time_of_each_message(
+    bootstrap: str, prefix: str
+) -> None:
+    """Dispatch lag is measured from the broker's acknowledgement: the run topics are
+    created with LogAppendTime, so each message carries the broker's append time."""
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer
+
+    from kit.transport.publisher import encode
+
+    sent = runs("normal", 20, "acked")
+    publisher = RunPublisher(bootstrap, topic_prefix=prefix)
+    before = time.time_ns() // 1_000_000
+    acked = publisher.publish_encoded([encode(m) for m in sent])
+    after = time.time_ns() // 1_000_000
+    publisher.close()
+    assert set(acked) == {m.run_id for m in sent}
+    assert all(before - 1000 <= ms <= after + 1000 for ms in acked.values())  # one clock here
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"ts-{prefix}",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.subscribe([topic_for("normal", prefix)])
+        stamps: dict[str, tuple[int, int]] = {}
+        deadline = time.monotonic() + WAIT_S
+        while len(stamps) < len(sent) and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and not msg.error():
+                stamps[RunMessage.from_bytes(msg.value()).run_id] = msg.timestamp()
+    finally:
+        consumer.close()
+    assert {kind for kind, _ in stamps.values()} == {TIMESTAMP_LOG_APPEND_TIME}
+    assert {r: ts for r, (_, ts) in stamps.items()} == acked
+
+
 def test_consumer_reports_lag_per_tier_before_consuming(bootstrap: str, prefix: str) -> None:
     RunPublisher(bootstrap, topic_prefix=prefix).publish(runs("high", 40) + runs("low", 7))
     with TieredConsumer(bootstrap, f"g-{prefix}", topic_prefix=prefix) as consumer:
