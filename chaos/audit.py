@@ -432,7 +432,10 @@ def _lags_by_phase(result: Audit, history: History) -> None:
     before: list[int] = []
     during: list[int] = []
     after: list[int] = []
+    first_cycle_ms = history.cycles[0][0] if history.cycles else 0
     for at_ms, lag_ms in result.lags:
+        if at_ms < first_cycle_ms:
+            continue  # the fleet warming up (consumer groups forming): not a baseline
         phase = _phase(at_ms, faults, p.lag_ok_ms)
         {"before": before, "during": during, "after": after}[phase].append(lag_ms)
     result.lag_before = LagStats.of(before)

@@ -48,6 +48,7 @@ class Timings:
     scan_ahead_ms: int = 2000
     partitions: int = 64
     topic_partitions: int = 3
+    worker_session_timeout_ms: int = 6000  # the broker's minimum
 
     @property
     def misfire_grace_ms(self) -> int:
@@ -63,6 +64,7 @@ class Timings:
             "CRONFLEET_SCAN_AHEAD_MS": str(self.scan_ahead_ms),
             "CRONFLEET_PARTITIONS": str(self.partitions),
             "CRONFLEET_RUN_TOPIC_PARTITIONS": str(self.topic_partitions),
+            "CRONFLEET_WORKER_SESSION_TIMEOUT_MS": str(self.worker_session_timeout_ms),
             "CRONFLEET_RUN_TOPIC_REPLICATION": "1",
             "CRONFLEET_RUN_TOPIC_MIN_INSYNC": "1",
             "CRONFLEET_LOG_LEVEL": "WARNING",
