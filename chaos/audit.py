@@ -465,10 +465,11 @@ def _lags_by_phase(result: Audit, history: History) -> None:
 
 
 def _phase(at_ms: int, faults: Sequence[FaultWindow], after_ms: int) -> str:
-    """During a fault (due between its start and its heal), just after one (due within
-    `after_ms` plus 10 s of a heal), or before/between faults."""
+    """During a fault (due from `after_ms` before its start, so still waiting when it
+    struck, until its heal), just after one (due within `after_ms` plus 10 s of a heal),
+    or away from faults."""
     for f in faults:
-        if f.start_ms <= at_ms < f.heal_ms:
+        if f.start_ms - after_ms <= at_ms < f.heal_ms:
             return "during"
     for f in faults:
         if f.heal_ms <= at_ms < f.heal_ms + after_ms + 10_000:
