@@ -160,7 +160,8 @@ def _print_result(result) -> None:  # type: ignore[no-untyped-def]
     else:
         line = (
             f"{result.drill}: {verdict}: expected {a['expected']}, lost {a['lost']}, "
-            f"duplicate effects {a['duplicate_effects']}, stale writes {a['stale_writes_accepted']}, "
+            f"duplicate effects {a['duplicate_effects']}, "
+            f"stale writes {a['stale_writes_accepted']}, "
             f"unexpected {a['unexpected_effects'] + a['unexpected_runs']}, duplicate deliveries "
             f"{a['duplicate_deliveries']}, recovery median {a['recover_s_median']} s max "
             f"{a['recover_s_max']} s ({result.wall_s:.0f} s; {result.out}/report.md)"

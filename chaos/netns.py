@@ -90,7 +90,9 @@ class Namespace:
             raise NamespaceError("network namespaces need root (CAP_NET_ADMIN); run as root")
         missing = tools_missing()
         if missing:
-            raise NamespaceError(f"missing {', '.join(missing)} (apt-get install iproute2 nftables)")
+            raise NamespaceError(
+                f"missing {', '.join(missing)} (apt-get install iproute2 nftables)"
+            )
         self.destroy()  # a leftover of an earlier run with this tag
         ports = ", ".join(str(p) for p in self.ports)
         try:

@@ -136,10 +136,16 @@ def _markdown(result: DrillResult, data: dict[str, Any], plots: list[str]) -> st
             ("**stale writes accepted**", a["stale_writes_accepted"]),
             ("writes checked", ", ".join(f"{k} {v}" for k, v in a["writes_checked"].items())),
             ("misfire skips justified by an outage", a["misfire_skips_justified"]),
-            ("poison fires / dead-lettered", f"{a['expected_poison']} / {a['poison_dead_lettered']}"),
+            (
+                "poison fires / dead-lettered",
+                f"{a['expected_poison']} / {a['poison_dead_lettered']}",
+            ),
             ("finishes after the lease ran out (no other holder)", a["late_finishes"]),
             ("faults injected", a["faults"]),
-            ("time to recover after the heal, median / max", f"{a['recover_s_median']} / {a['recover_s_max']} s"),
+            (
+                "time to recover after the heal, median / max",
+                f"{a['recover_s_median']} / {a['recover_s_max']} s",
+            ),
             ("start lag p50 / p99 / max, away from faults", _lag(a["lag_before"])),
             ("start lag, due during a fault", _lag(a["lag_during"])),
             ("start lag, due within 12 s after a heal", _lag(a["lag_after"])),
@@ -182,14 +188,20 @@ def _markdown(result: DrillResult, data: dict[str, Any], plots: list[str]) -> st
             lines += [f"## {title} ({len(items)})", ""]
             for item in items[:FINDINGS_SHOWN]:
                 if isinstance(item, dict):
-                    lines.append(f"- `{item['run_id']}` {item['job']} at {item['at_ms']}: {item['why']}")
+                    lines.append(
+                        f"- `{item['run_id']}` {item['job']} at {item['at_ms']}: {item['why']}"
+                    )
                 else:
                     lines.append(f"- {item}")
             lines.append("")
         faults = a["faults_detail"]
         if faults:
-            lines += ["## Faults", "", "| cycle | fault | target | held s | late runs | recovered after heal s |",
-                      "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+            lines += [
+                "## Faults",
+                "",
+                "| cycle | fault | target | held s | late runs | recovered after heal s |",
+                "| --- | --- | --- | --- | --- | --- |",
+            ]
             for f in faults:
                 held = (f["heal_ms"] - f["start_ms"]) / 1000
                 lines.append(

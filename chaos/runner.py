@@ -178,7 +178,9 @@ def _write_faults(out: Path, history: History, result: Audit) -> None:
     data = {
         "faults": [asdict(f) for f in history.faults],
         "rate_per_s": round(fires / (span_ms / 1000), 2),
-        "poison_share": round(result.expected_poison / fires, 3) if result.expected_poison else None,
+        "poison_share": (
+            round(result.expected_poison / fires, 3) if result.expected_poison else None
+        ),
         "skew_offset_s": round(sum(offsets) / len(offsets), 2) if offsets else None,
     }
     (out / "faults.json").write_text(json.dumps(data, indent=2))

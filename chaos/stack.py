@@ -64,7 +64,8 @@ class ChaosStack:
         )
         if done.returncode != 0:
             lines = (done.stderr or done.stdout).strip().splitlines()
-            raise StackFailure(f"stack {' '.join(args)} (home {self.home}): " + "\n".join(lines[-8:]))
+            tail = "\n".join(lines[-8:])
+            raise StackFailure(f"stack {' '.join(args)} (home {self.home}): {tail}")
         return done.stdout
 
     def up(self) -> None:

@@ -142,7 +142,8 @@ class RandomNemesis(Drill):
         offset = -3.0
         for kind, (sim, extra) in sim_kind.items():
             if kind in measured:
-                out.append({"kind": sim, "at_s": peak_s + offset, "duration_s": measured[kind], **extra})
+                at_s = peak_s + offset
+                out.append({"kind": sim, "at_s": at_s, "duration_s": measured[kind], **extra})
                 offset += 0.7
         if "poison_share" in measured:
             out.append({"kind": "poison_jobs", "share": measured["poison_share"]})

@@ -30,10 +30,10 @@ DEADLINE_S = 20.0  # ten lease TTLs: the takeover needs about two
 
 
 class _NoPublish:
-    def publish(self, messages, timeout_s: float = 10.0) -> None:  # noqa: ANN001
+    def publish(self, messages, timeout_s: float = 10.0) -> None:
         pass
 
-    def publish_encoded(self, messages, timeout_s: float = 10.0) -> None:  # noqa: ANN001
+    def publish_encoded(self, messages, timeout_s: float = 10.0) -> None:
         pass
 
 
