@@ -9,7 +9,8 @@ no right to. Pure: no I/O, no clock; every instant comes in the history.
   succeeded without its effect, dead-lettered (a healthy job has attempts to spare),
   unfinished when the fleet went quiet, or skipped as misfired when no outage could have
   made it late (a misfire skip is legitimate only for a job whose policy skips, and only
-  when the fire turned late while a fault stopped every scheduler);
+  when the fire turned late while a fault stopped every scheduler; a waiting retry
+  cancelled because its job was paused is legitimate too);
 - unexpected: an effect, or a run that was not skipped, that no schedule owed;
 - duplicate executions and deliveries: counted, allowed (at-least-once);
 - duplicate effects: a key-honouring task whose key took effect twice (two executions of
@@ -118,6 +119,7 @@ class Audit:
     stale_writes: list[str] = field(default_factory=list)
     writes_checked: dict[str, int] = field(default_factory=dict)
     misfire_skips_justified: int = 0
+    retries_dropped_by_pause: int = 0  # a waiting retry of a job paused meanwhile
     poison_dead: int = 0
     late_finishes: int = 0  # a holder finished after its lease ran out, nobody else held it
     lag_before: LagStats = field(default_factory=LagStats)
@@ -155,6 +157,7 @@ class Audit:
             "stale_writes_accepted": len(self.stale_writes),
             "writes_checked": dict(self.writes_checked),
             "misfire_skips_justified": self.misfire_skips_justified,
+            "retries_dropped_by_pause": self.retries_dropped_by_pause,
             "poison_dead_lettered": self.poison_dead,
             "late_finishes": self.late_finishes,
             "faults": len(self.faults),
@@ -323,7 +326,7 @@ def audit(history: History) -> Audit:
             continue
         why = _why_lost(fire, job, run, history)
         if why is None:
-            result.misfire_skips_justified += 1
+            _count_justified(result, run)
             continue
         result.lost.append(Finding(fire.run_id, job.name, fire.at_ms, why))
         if counts:
@@ -369,9 +372,22 @@ def _judge_poison(
         return
     why = _why_lost(fire, job, run, history, poison=True)
     if why is None:
-        result.misfire_skips_justified += 1
+        _count_justified(result, run)
         return
     result.lost.append(Finding(fire.run_id, job.name, fire.at_ms, why))
+
+
+def _count_justified(result: Audit, run: RunFacts | None) -> None:
+    if run is not None and run.status == "cancelled":
+        result.retries_dropped_by_pause += 1
+    else:
+        result.misfire_skips_justified += 1
+
+
+def _retry_dropped_by_pause(run: RunFacts, job: JobFacts) -> bool:
+    """A retry the scheduler cancelled because the job was paused (by the workload at the
+    end, or by the kit's dead-streak breaker): the pause's legitimate consequence."""
+    return job.paused_ms is not None and (run.error or "").startswith("retry not run")
 
 
 def _why_lost(
@@ -388,6 +404,8 @@ def _why_lost(
         ):
             return None
         return f"skipped ({run.skip_reason}) with no outage to justify it"
+    if run.status == "cancelled" and _retry_dropped_by_pause(run, job):
+        return None
     if run.status == "succeeded":
         return f"marked succeeded (attempt {run.attempt}) but no effect was made"
     if run.status == "dead":

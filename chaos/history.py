@@ -20,12 +20,12 @@ def runs_read(engine: Engine) -> list[RunFacts]:
         rows = conn.execute(
             text(
                 "SELECT run_id::text, job_id::text, scheduled_at, status, attempt, skip_reason, "
-                "worker_id FROM runs WHERE tenant = :t"
+                "worker_id, error FROM runs WHERE tenant = :t"
             ),
             {"t": TENANT},
         ).all()
     return [
-        RunFacts(r[0], r[1], to_epoch_ms(r[2]), r[3], r[4], r[5], r[6]) for r in rows
+        RunFacts(r[0], r[1], to_epoch_ms(r[2]), r[3], r[4], r[5], r[6], r[7]) for r in rows
     ]
 
 

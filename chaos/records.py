@@ -34,6 +34,7 @@ class RunFacts:
     attempt: int
     skip_reason: str | None = None
     worker_id: str | None = None
+    error: str | None = None  # the kit's last error text (why a run was cancelled)
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,7 @@ def _markdown(result: DrillResult, data: dict[str, Any], plots: list[str]) -> st
             ("**stale writes accepted**", a["stale_writes_accepted"]),
             ("writes checked", ", ".join(f"{k} {v}" for k, v in a["writes_checked"].items())),
             ("misfire skips justified by an outage", a["misfire_skips_justified"]),
+            ("retries dropped because their job was paused", a["retries_dropped_by_pause"]),
             (
                 "poison fires / dead-lettered",
                 f"{a['expected_poison']} / {a['poison_dead_lettered']}",

@@ -159,3 +159,15 @@ def test_a_misfire_skip_is_lost_unless_an_outage_stopped_every_scan() -> None:
     with_outage = audit(history([job], [run], faults=[outage]))
     assert rid not in {f.run_id for f in with_outage.lost}
     assert with_outage.misfire_skips_justified >= 1
+
+
+def test_a_retry_cancelled_because_its_job_was_paused_is_not_lost() -> None:
+    job, rid = oneoff(BASE, mode="fail")
+    at = to_epoch_ms(BASE)
+    error = "retry not run: job paused"
+    run = RunFacts(rid, job.job_id, at, "cancelled", 2, error=error)
+    unpaused = audit(history([job], [run]))
+    assert [f.why for f in unpaused.lost] == ["ended cancelled, not dead-lettered"]
+    paused = JobFacts(**{**job.__dict__, "paused_ms": at + 5000})
+    result = audit(history([paused], [run]))
+    assert result.passed and result.retries_dropped_by_pause == 1
