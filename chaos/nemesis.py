@@ -160,14 +160,24 @@ def clock_skew(ctx: DrillContext, cycle: int, offsets: dict[str, float], hold_s:
     time.sleep(1.2)  # libfaketime re-reads the offset within a second
 
 
-def poison_flood(ctx: DrillContext, cycle: int, at: datetime, size: int) -> None:
-    """`size` one-off poison runs (fail, hang past the timeout, crash) due at `at`."""
+def poison_jobs(ctx: DrillContext, at: datetime, size: int) -> None:
+    """Create `size` one-off poison runs (fail, hang past the timeout, crash) due at `at`."""
+    modes = ("fail", "hang", "crash")
+    for i, mode in enumerate(modes):
+        share = size // len(modes) + (1 if i < size % len(modes) else 0)
+        if share:
+            ctx.workload.burst(at, share, mode=mode)
+
+
+def poison_flood(
+    ctx: DrillContext, cycle: int, at: datetime, size: int, created: bool = False
+) -> None:
+    """`size` one-off poison runs due at `at` (created here unless `created`: a drill
+    faulting the database at the same time creates them beforehand, through a healthy
+    API), the fault window held until 3 s after `at`."""
     with ctx.fault("poison_flood", f"{size} poison runs", cycle):
-        modes = ("fail", "hang", "crash")
-        for i, mode in enumerate(modes):
-            share = size // len(modes) + (1 if i < size % len(modes) else 0)
-            if share:
-                ctx.workload.burst(at, share, mode=mode)
+        if not created:
+            poison_jobs(ctx, at, size)
         ctx.sleep_until(int(at.timestamp() * 1000) + 3000)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from chaos import nemesis
@@ -18,6 +17,7 @@ from chaos.drills.scheduler_partition import SchedulerPartition
 from chaos.fleet import ServiceSpec
 from chaos.skew import ClockSkew
 from chaos.workload import Shape, at_second, standard_classes
+from kit.core.timeutil import from_epoch_ms
 
 KINDS = (
     "worker_kill",
@@ -56,7 +56,9 @@ class RandomNemesis(Drill):
     def worker_spec(self, ctx: DrillContext, name: str, args: list[str]) -> ServiceSpec:
         return ServiceSpec(name, "worker", args, skew=ctx.state["skews"].get(name))
 
-    def _fault(self, ctx: DrillContext, kind: str, index: int) -> Callable[[], None]:
+    def _fault(
+        self, ctx: DrillContext, kind: str, index: int, at_ms: int
+    ) -> Callable[[], None]:
         rng = ctx.rng
         ttl_s = ctx.timings.partition_lease_ttl_ms / 1000
         if kind == "worker_kill":
@@ -86,8 +88,9 @@ class RandomNemesis(Drill):
             hold = rng.uniform(4.0, 8.0)
             return lambda: nemesis.clock_skew(ctx, index, offsets, hold)
         size = rng.randint(20, 40)
-        at = at_second(datetime.now(UTC), 1.0)
-        return lambda: nemesis.poison_flood(ctx, index, at, size)
+        at = at_second(from_epoch_ms(at_ms), 0.5)
+        nemesis.poison_jobs(ctx, at, size)  # now, before any fault of the cycle strikes
+        return lambda: nemesis.poison_flood(ctx, index, at, size, created=True)
 
     def cycle(self, ctx: DrillContext, index: int) -> None:
         rng = ctx.rng
@@ -99,8 +102,8 @@ class RandomNemesis(Drill):
         ctx.notes.append(f"cycle {index}: {', '.join(k for _, k in plan)}")
         errors: list[BaseException] = []
         threads = []
-        for at_ms, kind in plan:
-            act = self._fault(ctx, kind, index)
+        acts = [(at_ms, self._fault(ctx, kind, index, at_ms)) for at_ms, kind in plan]
+        for at_ms, act in acts:
 
             def run(at_ms: int = at_ms, act: Callable[[], None] = act) -> None:
                 try:
