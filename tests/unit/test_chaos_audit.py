@@ -171,3 +171,15 @@ def test_a_retry_cancelled_because_its_job_was_paused_is_not_lost() -> None:
     paused = JobFacts(**{**job.__dict__, "paused_ms": at + 5000})
     result = audit(history([paused], [run]))
     assert result.passed and result.retries_dropped_by_pause == 1
+
+
+def test_a_run_still_waiting_when_a_fault_struck_counts_as_during_it() -> None:
+    job, rid = oneoff(BASE)
+    at = to_epoch_ms(BASE)
+    run = RunFacts(rid, job.job_id, at, "succeeded", 1)
+    fault = FaultWindow("worker_kill", "w1", 0, at + 1000, at + 3000)  # struck 1 s after due
+    starts, effects = [line("start", rid, at + 6000)], [line("effect", rid, at + 6100)]
+    result = audit(history([job], [run], starts, effects, faults=[fault]))
+    assert result.lag_during.count == 1 and result.lag_before.count == 0
+    assert result.faults[0].late_runs == 1
+    assert result.faults[0].recover_s == 3.0  # the late start 3 s after the heal
