@@ -133,11 +133,17 @@ def run_drills(args: argparse.Namespace) -> int:
                 stack.down()
             except StackFailure as exc:
                 print(f"chaos: stopping the drills' stack: {exc}", file=sys.stderr)
+    payload = {"seed": seed, "cycles": args.cycles, "drills": [r.to_json() for r in results]}
     if args.json_path:
         path = Path(args.json_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"seed": seed, "cycles": args.cycles, "drills": [r.to_json() for r in results]}
         path.write_text(json.dumps(payload, indent=2, default=str))
+    if len(results) > 1:
+        from chaos.summary import write_summary
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"chaos: summary in {write_summary(payload, out)[0]}", file=sys.stderr)
     failed = [r.drill for r in results if not r.passed]
     if failed:
         print(f"chaos: FAILED: {', '.join(failed)} (seed {seed})", file=sys.stderr)
