@@ -10,13 +10,16 @@ start) and SIGKILL to the broker's JVM. A drill's database and topics are its ow
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +27,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 STACK_TIMEOUT_S = 300
+# Below Linux's default ephemeral range (32768-60999): see `ports_outside_ephemeral`.
+SAFE_PORTS = {"postgres_port": 25432, "kafka_port": 29092, "kafka_controller_port": 29093}
 
 
 class StackFailure(RuntimeError):
@@ -72,6 +77,7 @@ class ChaosStack:
         """Start (or find running) the drills' PostgreSQL and Kafka; learn their addresses."""
         self.home.mkdir(parents=True, exist_ok=True)
         self._seed_kafka_jars()
+        self._ports_outside_ephemeral()
         out = self._stack("up")
         found = dict(re.findall(r"^(CRONFLEET_[A-Z_]+)=(.*)$", out, re.MULTILINE))
         self.database_url = found["CRONFLEET_DATABASE_URL"]
@@ -79,6 +85,22 @@ class ChaosStack:
 
     def down(self) -> None:
         self._stack("down")
+
+    def _ports_outside_ephemeral(self) -> None:
+        """Give the stack ports below the ephemeral range before it starts (moving a stack
+        that has ports inside it: down, new ports, up)."""
+        state_path = self.home / "stack.json"
+        try:
+            state = json.loads(state_path.read_text())
+        except (OSError, ValueError):
+            state = {}
+        wanted = ports_outside_ephemeral(state, ephemeral_range(), _port_free)
+        if wanted == {k: state.get(k) for k in wanted}:
+            return
+        if state:
+            with contextlib.suppress(StackFailure):
+                self.down()
+        state_path.write_text(json.dumps(state | wanted, indent=2, sort_keys=True) + "\n")
 
     def _seed_kafka_jars(self) -> None:
         """Copy the broker's jars from the caller's own stack when it has them, so the
@@ -181,6 +203,52 @@ class ChaosStack:
                 return [r[0] for r in rows]
         finally:
             engine.dispose()
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections (Linux's default if unknown)."""
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def ports_outside_ephemeral(
+    state: dict[str, int],
+    ephemeral: tuple[int, int],
+    free: Callable[[int], bool],
+) -> dict[str, int]:
+    """The stack's ports, each kept if outside the ephemeral range, else moved to the first
+    free one from SAFE_PORTS below it. A client reconnecting to 127.0.0.1:P while nothing
+    listens there (the drill killed the broker or crashed PostgreSQL) is given ephemeral
+    source ports; when it is given P itself the connection is made to itself (TCP
+    simultaneous open) and holds P, so the restarted server cannot bind its port and the
+    drill's stack stays down (found by the kafka-kill drill: a reaper held 59106 -> 59106)."""
+    lo, hi = ephemeral
+    chosen: dict[str, int] = {}
+    for name, preferred in SAFE_PORTS.items():
+        current = state.get(name)
+        if isinstance(current, int) and not lo <= current <= hi:
+            chosen[name] = current
+            continue
+        port = preferred
+        while port < lo and (port in chosen.values() or not free(port)):
+            port += 1
+        if port >= lo:
+            raise StackFailure(f"no free port for {name} below the ephemeral range ({lo})")
+        chosen[name] = port
+    return chosen
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _cmdline_has(pid: int, marker: str) -> bool:
