@@ -34,6 +34,7 @@ from kit.tasks.policy import policy_source
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": description}
     for status, description in (
+        (400, "the body is not parseable JSON"),
         (401, "no, malformed, unknown or revoked bearer token"),
         (403, "the token lacks the scope, or the operator's task policy refuses the task"),
         (404, "no such object for this tenant"),
