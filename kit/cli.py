@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, str] = {
     "next-fires": "kit.next_fires",
     "sim": "sim.cli",
     "calibrate": "kit.calibrate",
+    "chaos": "chaos.cli",
 }
 
 

@@ -119,6 +119,15 @@ class Settings(BaseSettings):
         description="Kafka consumer group of the workers (the reaper reads its progress).",
     )
     worker_concurrency: int = Field(default=8, ge=1, description="Runs a worker executes at once.")
+    worker_session_timeout_ms: int = Field(
+        default=10_000,
+        ge=1000,
+        description=(
+            "Kafka group session of a worker's consumers: how long a worker that died without "
+            "leaving holds its partitions (and a joining worker waits). The broker refuses "
+            "values below its group.min.session.timeout.ms (6 s by default)."
+        ),
+    )
     execution_journal_dir: str = Field(
         default="",
         description="Where each worker appends a line per task start (<worker id>.journal).",

@@ -11,8 +11,13 @@ command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 # the console's browser test runs in Debian's Chromium (Playwright drives it)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium chromium-driver)
+# the chaos drills cut a scheduler's link in a network namespace (ip, nftables) and skew
+# clocks with libfaketime; a drill that cannot set up its fault fails, it never passes
+command -v ip >/dev/null || need_apt+=(iproute2)
+command -v nft >/dev/null || need_apt+=(nftables)
+compgen -G "/usr/lib/*/faketime/libfaketimeMT.so.1" >/dev/null || need_apt+=(libfaketime)
 if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "==> installing ${need_apt[*]} from Debian's packages (Kafka runs on Java; Maven fetches its jars; the console test needs a browser)"
+  echo "==> installing ${need_apt[*]} from Debian's packages (Kafka runs on Java; Maven fetches its jars; the console test needs a browser; the chaos drills need namespaces, nftables and libfaketime)"
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"
 fi
 

@@ -34,12 +34,14 @@ from kit.tasks.policy import policy_source
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": description}
     for status, description in (
+        (400, "the body is not parseable JSON"),
         (401, "no, malformed, unknown or revoked bearer token"),
         (403, "the token lacks the scope, or the operator's task policy refuses the task"),
         (404, "no such object for this tenant"),
         (409, "conflict (name taken, Idempotency-Key reused with another body)"),
         (413, "request body too large"),
         (422, "invalid input; `fields` names each problem"),
+        (503, "the database is unavailable (crashed, restarting): retry after Retry-After"),
     )
 }
 

@@ -12,10 +12,11 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from kit.api.errors import ApiError, error_response
+from kit.api.errors import ApiError, database_unavailable, error_response
 from kit.store.tokens import TokenInfo, token_verify
 
 PROTECTED_PREFIX = "/v1"
@@ -58,7 +59,10 @@ class BearerAuth:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return ApiError(401, "malformed Authorization header", headers=_CHALLENGE), None
-        info = await run_in_threadpool(token_verify, self.engine(), token.strip())
+        try:
+            info = await run_in_threadpool(token_verify, self.engine(), token.strip())
+        except OperationalError:
+            return database_unavailable(), None
         if info is None:
             return ApiError(401, "unknown or revoked token", headers=_CHALLENGE), None
         scope_needed = required_scope(scope["method"])

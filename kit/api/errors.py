@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kit.api.body import InvalidBody
@@ -32,7 +33,9 @@ _CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid",
+    503: "unavailable",
 }
+RETRY_AFTER_S = 1
 
 
 class ApiError(Exception):
@@ -61,6 +64,16 @@ def error_response(error: ApiError) -> JSONResponse:
         }
     }
     return JSONResponse(body, status_code=error.status, headers=error.headers)
+
+
+def database_unavailable() -> ApiError:
+    """PostgreSQL cannot be reached (crashed, restarting, failing over): a 503 the client
+    retries, not a 500 it reads as a bug, nor a 401 it reads as a revoked token."""
+    return ApiError(
+        503,
+        "the database is unavailable; retry shortly",
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
 
 
 def field_error(exc: FieldError, prefix: str = "") -> ApiError:
@@ -148,7 +161,11 @@ def install(app: FastAPI) -> None:
             ApiError(409, exc.reason, [("Idempotency-Key", exc.reason)], code="idempotency_key")
         )
 
+    async def on_database_down(request: Request, exc: OperationalError) -> JSONResponse:
+        return error_response(database_unavailable())
+
     app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(OperationalError, on_database_down)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(FieldError, on_field_error)
     app.add_exception_handler(StarletteHTTPException, on_http)

@@ -34,9 +34,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kit.cli import UsageError
-    from kit.scheduler.node import NodeConfig, SchedulerNode
+    from kit.scheduler.node import NodeConfig, SchedulerNode, scheduler_engine
     from kit.settings import load_settings
-    from kit.store.db import engine_for
     from kit.transport import DEFAULT_TOPIC_PREFIX, RunPublisher, ensure_topics
 
     if not 0 <= args.metrics_port <= 65535:
@@ -60,9 +59,10 @@ def run(args: argparse.Namespace) -> int:
         min_insync_replicas=settings.run_topic_min_insync,
         prefix=prefix,
     )
-    engine = engine_for(settings.database_url, pool_size=4)
+    config = NodeConfig.from_settings(settings)
+    engine = scheduler_engine(settings.database_url, config)
     publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
-    node = SchedulerNode(engine, publisher, node_id, NodeConfig.from_settings(settings))
+    node = SchedulerNode(engine, publisher, node_id, config)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

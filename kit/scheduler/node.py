@@ -73,6 +73,25 @@ class NodeConfig:
         )
 
 
+def scheduler_engine(database_url: str, config: NodeConfig, pool_size: int = 4) -> Engine:
+    """The node's connection pool. A scan holds its lease rows FOR SHARE until it commits,
+    so that no takeover lands mid-scan; should the node's link die mid-scan, PostgreSQL
+    must end that transaction soon, or every other node's lease pass waits on those rows
+    (and their own leases run out meanwhile) for as long as the server believes the dead
+    client lives: hours of TCP keepalive. So the server ends a node's transaction left
+    idle for half a lease, and a connection whose sent data goes unacknowledged that long
+    (found by the chaos drill `scheduler-partition`). Half a lease is far above the gap
+    between two statements of a scan, even of a 50,000-run burst."""
+    from kit.store.db import engine_for
+
+    half_lease_ms = max(500, config.lease_ttl_ms // 2)
+    session = {
+        "idle_in_transaction_session_timeout": half_lease_ms,
+        "tcp_user_timeout": half_lease_ms,
+    }
+    return engine_for(database_url, pool_size=pool_size, session=session)
+
+
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 

@@ -17,16 +17,23 @@ from sqlalchemy import (
 )
 
 
-def engine_for(database_url: str, pool_size: int = 10) -> Engine:
+def engine_for(
+    database_url: str, pool_size: int = 10, session: dict[str, int | str] | None = None
+) -> Engine:
     """hide_parameters: an error (logged by the services, sometimes shown) would otherwise
     carry the statement's bound values: task specs with their headers, payloads, the
-    text of a run's error."""
+    text of a run's error. `session`: server settings for every connection of the pool
+    (`-c name=value` at connect)."""
+    connect_args = {}
+    if session:
+        connect_args["options"] = " ".join(f"-c {k}={v}" for k, v in session.items())
     return create_engine(
         database_url,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
         hide_parameters=True,
+        connect_args=connect_args,
     )
 
 

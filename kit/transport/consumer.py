@@ -22,6 +22,15 @@ The known limit: "drained" uses the watermark cached from the last fetch respons
 so a message produced to a higher tier less than one fetch round trip ago may let a
 lower tier be served once more; it is then served on the next poll.
 
+Group membership: a consumer that dies without leaving (SIGKILL, a lost host) holds its
+partitions until its session times out, and a member joining meanwhile (its restarted
+self, say) makes the whole group wait for that timeout: an eager rebalance stops every
+member until all known ones rejoin or expire. librdkafka's default session (45 s) made
+one killed worker stop every worker's consumption for about that long (found by the
+chaos drill `worker-kill`); the session here is `session_timeout_ms` (10 s by
+default, `CRONFLEET_WORKER_SESSION_TIMEOUT_MS`), beaten five times per session by
+librdkafka's own thread, whatever the poll loop is doing.
+
 Offsets: auto-commit is off. `commit()` commits exactly what `poll_batch` returned,
 malformed messages included: those are handed out by `take_rejected()` for the caller
 to put on the dead-letter topic before it commits, so a poison message is neither
@@ -46,6 +55,7 @@ from kit.transport.message import DEFAULT_TOPIC_PREFIX, MessageError, RunMessage
 log = logging.getLogger(__name__)
 
 _IDLE_WAIT_S = 0.05  # longest block on one tier while nothing is ready
+DEFAULT_SESSION_TIMEOUT_MS = 10_000
 _QUERY_TIMEOUT_S = 5.0
 _Rebalance = Callable[[Consumer, list[TopicPartition]], None]
 
@@ -83,6 +93,7 @@ class TieredConsumer:
         *,
         topic_prefix: str = DEFAULT_TOPIC_PREFIX,
         config: dict[str, object] | None = None,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
     ) -> None:
         self.group_id = group_id
         self.malformed = 0  # messages skipped because they were not a RunMessage
@@ -99,6 +110,8 @@ class TieredConsumer:
                     # Short fetch long-polls: a resumed tier fetches again sooner, and the
                     # cached watermarks behind the drained check stay fresh.
                     "fetch.wait.max.ms": 100,
+                    "session.timeout.ms": session_timeout_ms,
+                    "heartbeat.interval.ms": max(100, session_timeout_ms // 5),
                     **(config or {}),
                 }
             )

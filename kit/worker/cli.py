@@ -68,7 +68,12 @@ def _run(args: argparse.Namespace) -> int:
     )
     engine = engine_for(settings.database_url, pool_size=min(concurrency + 2, 20))
     group = args.group_id or settings.worker_group
-    consumer = TieredConsumer(settings.kafka_bootstrap, group, topic_prefix=prefix)
+    consumer = TieredConsumer(
+        settings.kafka_bootstrap,
+        group,
+        topic_prefix=prefix,
+        session_timeout_ms=settings.worker_session_timeout_ms,
+    )
     publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
     journal = None
     if settings.execution_journal_dir:

@@ -1,0 +1,177 @@
+"""`cronfleet chaos list` and `cronfleet chaos run DRILL|all [--cycles N] [--seed S]
+[--json PATH] [--out DIR]`: chaos drills on a stack of their own.
+
+Each drill starts its own fleet (api, two scheduler nodes, workers, reaper) on the
+drills' own PostgreSQL and Kafka ($CRONFLEET_HOME/chaos-stack, started here if needed),
+runs a workload of cron, interval and one-off jobs whose tasks record their effects in a
+ledger outside the kit, injects its fault cycle after cycle, heals it, waits until the
+fleet is quiet and audits: lost, unexpected, duplicate deliveries (allowed), duplicate
+effects and stale writes accepted (both must be 0), start lag and time to recover. It
+writes report.md (with plots) and result.json per drill under --out.
+
+Exit code: 0 when every drill passed, 1 when one failed (or could not set up its
+fault), 2 for bad input. The seed is printed; the same seed replays the same faults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from kit.core.errors import FieldError
+
+ROLES = ("api", "scheduler", "worker", "reaper")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "chaos",
+        help="chaos drills on a stack of their own: list, run DRILL|all",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="chaos_command", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="the drills, with what each one does")
+    listing.set_defaults(func=list_drills)
+    run = actions.add_parser("run", help="run a drill (or `all`) and audit it")
+    run.add_argument("drill", help="a drill's name or number (see `cronfleet chaos list`), or all")
+    run.add_argument("--cycles", type=int, default=10, help="fault/heal cycles (default 10)")
+    run.add_argument("--seed", default="random", help="an integer, or `random` (printed)")
+    run.add_argument("--json", dest="json_path", help="write every drill's result here")
+    run.add_argument("--out", default="out/chaos", help="reports go to OUT/<drill>/")
+    run.add_argument("--home", help="the drills' stack home (default $CRONFLEET_HOME/chaos-stack)")
+    run.add_argument(
+        "--keep-stack", action="store_true", help="leave the drills' stack running afterwards"
+    )
+    run.add_argument(
+        "--plant",
+        action="append",
+        default=[],
+        metavar="ROLE=MODULE",
+        help="start ROLE's services as `python -m MODULE ...` (a wrapper that plants a bug "
+        "and calls kit.cli.main; for proving that the drills catch it)",
+    )
+    run.add_argument("--no-model", action="store_true", help="skip the model's prediction")
+    run.set_defaults(func=run_drills)
+
+
+def list_drills(args: argparse.Namespace) -> int:
+    from chaos.drills import DRILLS
+
+    for drill in DRILLS.values():
+        print(f"{drill.number}  {drill.name:<20} {drill.title}")
+        print(f"   {'':<20} {drill.summary}")
+    return 0
+
+
+def _seed(raw: str) -> int:
+    if raw == "random":
+        return int.from_bytes(os.urandom(4), "big")
+    try:
+        return int(raw)
+    except ValueError:
+        raise FieldError("--seed", f"expected an integer or `random`, got {raw!r}") from None
+
+
+def _plants(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        role, sep, module = item.partition("=")
+        if not sep or role not in ROLES:
+            raise FieldError("--plant", f"expected ROLE=MODULE with ROLE one of {', '.join(ROLES)}")
+        if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
+            raise FieldError("--plant", f"{module!r} is not a module name")
+        out[role] = module
+    return out
+
+
+def _selected(name: str) -> list[str]:
+    from chaos.drills import DRILLS
+
+    if name == "all":
+        return list(DRILLS)
+    for drill in DRILLS.values():
+        if name in (drill.name, str(drill.number)):
+            return [drill.name]
+    raise FieldError("drill", f"no drill {name!r} (known: {', '.join(DRILLS)}, all)")
+
+
+def run_drills(args: argparse.Namespace) -> int:
+    from chaos.drills import DRILLS
+    from chaos.runner import RunOptions, run_drill
+    from chaos.stack import ChaosStack, StackFailure, default_home
+
+    names = _selected(args.drill)
+    if not 1 <= args.cycles <= 10_000:
+        raise FieldError("--cycles", f"{args.cycles} is not between 1 and 10000")
+    seed = _seed(args.seed)
+    plants = _plants(args.plant)
+    print(f"chaos: seed {seed}", file=sys.stderr, flush=True)
+    opts = RunOptions(args.cycles, seed, Path(args.out), plants, model=not args.no_model)
+    stack = ChaosStack(Path(args.home) if args.home else default_home())
+    try:
+        stack.up()
+    except StackFailure as exc:
+        print(f"cronfleet chaos run: the drills' stack did not come up: {exc}", file=sys.stderr)
+        return 1
+    results = []
+    try:
+        for name in names:
+            command = _command(name, args, seed)
+            print(f"chaos: {name}: {args.cycles} cycles ...", file=sys.stderr, flush=True)
+            result = run_drill(DRILLS[name](), stack, opts, command)
+            results.append(result)
+            _print_result(result)
+    finally:
+        if not args.keep_stack:
+            try:
+                stack.down()
+            except StackFailure as exc:
+                print(f"chaos: stopping the drills' stack: {exc}", file=sys.stderr)
+    payload = {"seed": seed, "cycles": args.cycles, "drills": [r.to_json() for r in results]}
+    if args.json_path:
+        path = Path(args.json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2, default=str))
+    if len(results) > 1:
+        from chaos.summary import write_summary
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"chaos: summary in {write_summary(payload, out)[0]}", file=sys.stderr)
+    failed = [r.drill for r in results if not r.passed]
+    if failed:
+        print(f"chaos: FAILED: {', '.join(failed)} (seed {seed})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _command(name: str, args: argparse.Namespace, seed: int) -> str:
+    parts = ["cronfleet", "chaos", "run", name, "--cycles", str(args.cycles), "--seed", str(seed)]
+    for plant in args.plant:
+        parts += ["--plant", plant]
+    return shlex.join(parts)
+
+
+def _print_result(result) -> None:  # type: ignore[no-untyped-def]
+    a = result.audit.summary() if result.audit else None
+    verdict = "passed" if result.passed else "FAILED"
+    if a is None:
+        line = f"{result.drill}: {verdict}: {result.error}"
+    else:
+        line = (
+            f"{result.drill}: {verdict}: expected {a['expected']}, lost {a['lost']}, "
+            f"duplicate effects {a['duplicate_effects']}, "
+            f"stale writes {a['stale_writes_accepted']}, "
+            f"unexpected {a['unexpected_effects'] + a['unexpected_runs']}, duplicate deliveries "
+            f"{a['duplicate_deliveries']}, recovery median {a['recover_s_median']} s max "
+            f"{a['recover_s_max']} s ({result.wall_s:.0f} s; {result.out}/report.md)"
+        )
+        if result.error:
+            line += f"; error: {result.error}"
+    print(line, flush=True)

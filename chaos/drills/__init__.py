@@ -1,0 +1,30 @@
+"""The eight drills, by number and name."""
+
+from __future__ import annotations
+
+from chaos.drill import Drill
+from chaos.drills.clock_skew import ClockSkewDrill
+from chaos.drills.kafka_kill import KafkaKill
+from chaos.drills.poison_flood import PoisonFlood
+from chaos.drills.postgres_crash import PostgresCrash
+from chaos.drills.random_nemesis import RandomNemesis
+from chaos.drills.scheduler_kill import SchedulerKill
+from chaos.drills.scheduler_partition import SchedulerPartition
+from chaos.drills.worker_kill import WorkerKill
+
+DRILLS: dict[str, type[Drill]] = {
+    d.name: d
+    for d in sorted(
+        (
+            WorkerKill,
+            SchedulerKill,
+            SchedulerPartition,
+            PostgresCrash,
+            KafkaKill,
+            ClockSkewDrill,
+            PoisonFlood,
+            RandomNemesis,
+        ),
+        key=lambda d: d.number,
+    )
+}

@@ -1,0 +1,92 @@
+"""Read a drill's history once its fleet is quiet: jobs and runs from its database, the
+witness's writes, the workers' execution journals and the tasks' own ledger."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import Engine, text
+
+from chaos import ledger
+from chaos.instrument import writes_read
+from chaos.records import FaultWindow, History, JobFacts, Params, RunFacts, Start
+from chaos.workload import TENANT, CreatedJob
+from kit.core.timeutil import to_epoch_ms
+from kit.worker.journal import read_journal
+
+
+def runs_read(engine: Engine) -> list[RunFacts]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT run_id::text, job_id::text, scheduled_at, status, attempt, skip_reason, "
+                "worker_id, error FROM runs WHERE tenant = :t"
+            ),
+            {"t": TENANT},
+        ).all()
+    return [
+        RunFacts(r[0], r[1], to_epoch_ms(r[2]), r[3], r[4], r[5], r[6], r[7]) for r in rows
+    ]
+
+
+def paused_at(engine: Engine) -> dict[str, int]:
+    """When each paused job was paused (its last edit, by the database's clock)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT job_id::text, updated_at FROM jobs WHERE tenant = :t AND paused"),
+            {"t": TENANT},
+        ).all()
+    return {r[0]: to_epoch_ms(r[1]) for r in rows}
+
+
+def db_now_ms(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return to_epoch_ms(conn.execute(text("SELECT now()")).scalar_one())
+
+
+def journal_read(journal_dir: Path) -> list[Start]:
+    out: list[Start] = []
+    for path in sorted(journal_dir.glob("*.journal")):
+        for run_id, attempt, started_ms, worker in read_journal(path):
+            out.append(Start(run_id, attempt, started_ms, worker))
+    return out
+
+
+def history_read(
+    engine: Engine,
+    created: dict[str, CreatedJob],
+    ledger_dir: Path,
+    journal_dir: Path,
+    faults: list[FaultWindow],
+    cycles: list[tuple[int, int]],
+    params: Params,
+    notes: list[str],
+) -> History:
+    paused = paused_at(engine)
+    jobs = tuple(
+        JobFacts(
+            job_id=j.job_id,
+            name=j.name,
+            mode=j.mode,
+            kind=j.kind,
+            schedule=j.schedule,
+            misfire=j.misfire,
+            max_attempts=j.max_attempts,
+            created_ms=j.created_ms,
+            paused_ms=paused.get(j.job_id),
+        )
+        for j in created.values()
+    )
+    return History(
+        jobs=jobs,
+        runs=tuple(runs_read(engine)),
+        starts=tuple(journal_read(journal_dir)),
+        executions=tuple(ledger.executions(ledger_dir)),
+        effects=tuple(ledger.effects(ledger_dir)),
+        writes=tuple(writes_read(engine)),
+        faults=tuple(faults),
+        cycles=tuple(cycles),
+        end_ms=db_now_ms(engine),
+        params=params,
+        notes=tuple(notes),
+    )

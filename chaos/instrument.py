@@ -1,0 +1,141 @@
+"""The drill's witness inside its own database: triggers that record, as they commit,
+the writes a stale node or worker could make, with what the writer could see then.
+
+- `fire`: a scheduler node deleted (fired or advanced) a trigger; recorded with the
+  partition's lease row as the writing statement sees it. A node that commits while it
+  is not the lease's unexpired owner has had a stale write accepted.
+- `claim`, `finish`, `holder_write`, `reap`: changes to a run that is (or becomes)
+  `running`, with the run's holder before the change. A worker writing a run another
+  worker holds, or a reaper taking a lease that had not expired, is a stale write.
+
+Writers are named by their connection's `application_name` (`scheduler:sched-a`,
+`worker:w1`, `reaper:reaper`, set by chaos.fleet). The triggers record only; what counts
+as stale is decided by the pure auditor (chaos.audit). They live in the drill's
+database alone, never in the kit's schema or migrations.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Engine, text
+
+from chaos.records import Write
+from kit.core.timeutil import to_epoch_ms
+
+INSTALL = """
+CREATE TABLE IF NOT EXISTS chaos_writes (
+    seq bigserial PRIMARY KEY,
+    at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    tx_now timestamptz NOT NULL DEFAULT now(),
+    writer text NOT NULL DEFAULT current_setting('application_name'),
+    kind text NOT NULL,
+    partition_id int,
+    lease_owner text,
+    lease_epoch bigint,
+    lease_expires_at timestamptz,
+    run_id uuid,
+    old_status text,
+    new_status text,
+    old_worker text,
+    new_worker text,
+    old_attempt int,
+    new_attempt int,
+    old_lease_expires_at timestamptz
+);
+
+CREATE OR REPLACE FUNCTION chaos_trigger_deleted() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    l record;
+BEGIN
+    IF current_setting('application_name') NOT LIKE 'scheduler:%' THEN
+        RETURN NULL;
+    END IF;
+    SELECT owner, epoch, expires_at INTO l FROM partition_leases
+    WHERE partition_id = OLD.partition_id;
+    INSERT INTO chaos_writes (kind, partition_id, lease_owner, lease_epoch, lease_expires_at)
+    VALUES ('fire', OLD.partition_id, l.owner, l.epoch, l.expires_at);
+    RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS chaos_trigger_deleted ON triggers;
+CREATE TRIGGER chaos_trigger_deleted AFTER DELETE ON triggers
+FOR EACH ROW EXECUTE FUNCTION chaos_trigger_deleted();
+
+CREATE OR REPLACE FUNCTION chaos_run_written() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    app text := current_setting('application_name');
+    what text;
+BEGIN
+    IF app LIKE 'worker:%' THEN
+        IF OLD.status <> 'running' AND NEW.status = 'running' THEN
+            what := 'claim';
+        ELSIF OLD.status = 'running' AND NEW.status <> 'running' THEN
+            what := 'finish';
+        ELSIF OLD.status = 'running' AND OLD.worker_id IS DISTINCT FROM substr(app, 8) THEN
+            what := 'holder_write';
+        ELSIF OLD.status <> 'running' AND NEW.status IS DISTINCT FROM OLD.status THEN
+            what := 'finish';  -- a worker finishing a run that is not running any more
+        ELSE
+            RETURN NULL;
+        END IF;
+    ELSIF app LIKE 'reaper:%' AND OLD.status = 'running' THEN
+        what := 'reap';
+    ELSE
+        RETURN NULL;
+    END IF;
+    INSERT INTO chaos_writes (kind, run_id, old_status, new_status, old_worker, new_worker,
+                              old_attempt, new_attempt, old_lease_expires_at)
+    VALUES (what, NEW.run_id, OLD.status, NEW.status, OLD.worker_id, NEW.worker_id,
+            OLD.attempt, NEW.attempt, OLD.lease_expires_at);
+    RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS chaos_run_written ON runs;
+CREATE TRIGGER chaos_run_written AFTER UPDATE ON runs
+FOR EACH ROW EXECUTE FUNCTION chaos_run_written();
+"""
+
+
+def install(engine: Engine) -> None:
+    """Create the witness (idempotent). Sent without parameters: its `%` are SQL's."""
+    raw = engine.raw_connection()
+    try:
+        with raw.cursor() as cur:
+            cur.execute(INSTALL)
+        raw.commit()
+    finally:
+        raw.close()
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else to_epoch_ms(value)
+
+
+def writes_read(engine: Engine) -> list[Write]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT * FROM chaos_writes ORDER BY seq")).mappings().all()
+    return [
+        Write(
+            seq=r["seq"],
+            at_ms=to_epoch_ms(r["at"]),
+            tx_now_ms=to_epoch_ms(r["tx_now"]),
+            writer=r["writer"],
+            kind=r["kind"],
+            partition_id=r["partition_id"],
+            lease_owner=r["lease_owner"],
+            lease_epoch=r["lease_epoch"],
+            lease_expires_ms=_ms(r["lease_expires_at"]),
+            run_id=None if r["run_id"] is None else str(r["run_id"]),
+            old_status=r["old_status"],
+            new_status=r["new_status"],
+            old_worker=r["old_worker"],
+            new_worker=r["new_worker"],
+            old_attempt=r["old_attempt"],
+            new_attempt=r["new_attempt"],
+            old_lease_expires_ms=_ms(r["old_lease_expires_at"]),
+        )
+        for r in rows
+    ]

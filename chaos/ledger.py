@@ -1,0 +1,130 @@
+"""The effect ledger: a target outside the kit, written by the tasks themselves, that
+says what was executed and what took effect, keyed by each run's idempotency key.
+
+Every task is `/bin/sh -c TASK_SCRIPT chaos-task MODE PRE_S WINDOW_S LEDGER_DIR`:
+- it appends `start` to exec.log first thing (with $PPID: the worker running it);
+- MODE `key` honours the idempotency key the way a typical target does: look the key
+  up (a marker file), and only if it is new, make the effect (append to effects.log)
+  and then remember the key. Check and act are two steps: two executions of one run
+  that overlap in time both act, and the ledger shows the key twice (a duplicate
+  effect). One after the other, the second finds the key and records `dedup`.
+- MODE `naive` ignores the key: every execution that gets that far is an effect;
+- MODE `fail`, `hang`, `crash`, `killworker` are poison: exit 3; sleep past the job's
+  timeout; die by SIGSEGV; SIGKILL the worker that runs it. None reaches an effect.
+- PRE_S sleeps before the effect (work in progress when a fault lands); WINDOW_S sleeps
+  after it, having appended `window` to window.log: the effect is made and the worker
+  has not heard back yet (where drill 1 kills the worker).
+
+Lines are `event key attempt epoch_ms ppid`, each one O_APPEND write, so concurrent
+tasks never interleave within a line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+MODES = ("key", "naive", "fail", "hang", "crash", "killworker")
+POISON_MODES = ("fail", "hang", "crash", "killworker")
+
+TASK_SCRIPT = r"""L=$4; K=$CRONFLEET_IDEMPOTENCY_KEY; A=$CRONFLEET_ATTEMPT
+echo "start $K $A $(date +%s%3N) $PPID" >> "$L/exec.log"
+case "$1" in
+  fail) exit 3 ;;
+  hang) sleep 3600; exit 0 ;;
+  crash) kill -SEGV $$; exit 0 ;;
+  killworker) kill -KILL $PPID; sleep 2; exit 0 ;;
+esac
+[ "$2" = 0 ] || sleep "$2"
+if [ "$1" = key ] && [ -e "$L/done/$K" ]; then
+  echo "dedup $K $A $(date +%s%3N) $PPID" >> "$L/exec.log"; exit 0
+fi
+echo "effect $K $A $(date +%s%3N) $PPID" >> "$L/effects.log"
+: > "$L/done/$K"
+if [ "$3" != 0 ]; then
+  echo "window $K $A $(date +%s%3N) $PPID" >> "$L/window.log"; sleep "$3"
+fi
+exit 0
+"""
+
+
+def task_spec(ledger: Path, mode: str, pre_s: float = 0.0, window_s: float = 0.0) -> dict:
+    if mode not in MODES:
+        raise ValueError(f"mode: one of {', '.join(MODES)}")
+    return {
+        "type": "command",
+        "argv": ["/bin/sh", "-c", TASK_SCRIPT, "chaos-task", mode, _num(pre_s), _num(window_s),
+                 str(ledger)],
+    }  # fmt: skip
+
+
+def _num(seconds: float) -> str:
+    return "0" if seconds <= 0 else f"{seconds:g}"
+
+
+def prepare(ledger: Path) -> None:
+    (ledger / "done").mkdir(parents=True, exist_ok=True)
+    for name in ("exec.log", "effects.log", "window.log"):
+        (ledger / name).touch()
+
+
+@dataclass(frozen=True)
+class LedgerLine:
+    event: str  # start | dedup | effect | window
+    key: str
+    attempt: int
+    at_ms: int
+    ppid: int
+
+
+def read_lines(path: Path) -> list[LedgerLine]:
+    out: list[LedgerLine] = []
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return out
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 5:
+            continue  # a line cut short by a kill mid-write: nothing to learn from it
+        try:
+            out.append(LedgerLine(parts[0], parts[1], int(parts[2]), int(parts[3]), int(parts[4])))
+        except ValueError:
+            continue
+    return out
+
+
+def executions(ledger: Path) -> list[LedgerLine]:
+    return read_lines(ledger / "exec.log")
+
+
+def effects(ledger: Path) -> list[LedgerLine]:
+    return read_lines(ledger / "effects.log")
+
+
+def windows(ledger: Path) -> list[LedgerLine]:
+    return read_lines(ledger / "window.log")
+
+
+class Tail:
+    """New lines of one ledger file since the last look (drills watch window.log and
+    exec.log to time their faults)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def new(self) -> Iterator[LedgerLine]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        for raw in data[:end].decode(errors="replace").splitlines():
+            parts = raw.split()
+            if len(parts) == 5 and parts[2].isdigit() and parts[3].isdigit():
+                yield LedgerLine(parts[0], parts[1], int(parts[2]), int(parts[3]), int(parts[4]))

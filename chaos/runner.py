@@ -1,0 +1,308 @@
+"""Run a drill from start to verdict: a fresh database and topics on the drills' stack,
+the witness installed, the fleet started, the workload created, N fault cycles, the
+workload stopped, the fleet let go quiet, the history read and audited, the model asked
+for its prediction of the same fault, and the report written."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import re
+import shutil
+import socket
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import text
+
+from chaos import instrument, ledger
+from chaos.audit import Audit, audit
+from chaos.drill import Drill, DrillContext, DrillSetupError, Timings
+from chaos.fleet import DrillFleet, ServiceSpec, wait_for
+from chaos.history import history_read
+from chaos.records import History, Params
+from chaos.stack import ChaosStack
+from chaos.workload import TENANT, Workload
+
+QUIET_TIMEOUT_S = 120.0
+BUSY = "('pending', 'running', 'retry_scheduled')"
+
+
+@dataclass
+class RunOptions:
+    cycles: int
+    seed: int
+    out: Path
+    plants: dict[str, str] = field(default_factory=dict)  # role -> wrapper module
+    timings: Timings = field(default_factory=Timings)
+    model: bool = True
+    keep_db: bool = False
+
+
+@dataclass
+class DrillResult:
+    drill: str
+    seed: int
+    cycles: int
+    passed: bool
+    error: str | None
+    audit: Audit | None
+    history: History | None
+    model: dict[str, Any] | None
+    exits: list[str]
+    notes: list[str]
+    out: Path
+    wall_s: float
+    command: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "drill": self.drill,
+            "seed": self.seed,
+            "cycles": self.cycles,
+            "passed": self.passed,
+            "error": self.error,
+            "command": self.command,
+            "wall_s": round(self.wall_s, 1),
+            "audit": self.audit.to_json() if self.audit else None,
+            "model": self.model,
+            "service_exits": self.exits,
+            "notes": self.notes,
+        }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_drill(drill: Drill, stack: ChaosStack, opts: RunOptions, command: str) -> DrillResult:
+    started = time.monotonic()
+    out = opts.out / drill.name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    tag = f"{drill.number}{int(time.time()) % 100000:05d}"
+    db_name = f"chaos_{drill.name.replace('-', '_')}"
+    ctx: DrillContext | None = None
+    error: str | None = None
+    history: History | None = None
+    result_audit: Audit | None = None
+    try:
+        ctx = _context(drill, stack, opts, out, tag, db_name)
+        try:
+            drill.setup(ctx)
+            _start_fleet(drill, ctx, opts)
+            ctx.supervise()
+            ctx.workload.create_recurring(drill.shape())
+            time.sleep(drill.warmup_s)
+            for i in range(opts.cycles):
+                begin = ctx.now_ms()
+                drill.cycle(ctx, i)
+                ctx.cycles.append((begin, ctx.now_ms()))
+            drill.heal_all(ctx)
+            _settle(ctx)
+            ctx.workload.pause_all()
+            _wait_quiet(ctx)
+            ctx.stop_supervising()
+            history = history_read(
+                ctx.engine,
+                ctx.workload.jobs,
+                ctx.ledger_dir,
+                out / "journal",
+                ctx.faults,
+                ctx.cycles,
+                Params(ctx.timings.misfire_grace_ms, ctx.timings.scan_ahead_ms),
+                ctx.notes,
+            )
+        finally:
+            ctx.stop_supervising()
+            with contextlib.suppress(Exception):
+                drill.heal_all(ctx)
+            ctx.fleet.stop_all()
+            drill.teardown(ctx)
+            ctx.api.close()
+            ctx.engine.dispose()
+        result_audit = audit(history)
+        _write_faults(out, history, result_audit)
+    except DrillSetupError as exc:
+        error = f"cannot set up the fault: {exc}"
+    except Exception as exc:  # a drill that breaks is a failed drill, with its traceback
+        error = f"{type(exc).__name__}: {exc}"
+        (out / "error.txt").write_text(traceback.format_exc())
+    if not opts.keep_db:
+        with contextlib.suppress(Exception):
+            stack.database_drop(db_name)
+    passed = error is None and result_audit is not None and result_audit.passed
+    model = None
+    if opts.model:
+        from chaos.model import predict
+
+        model = predict(drill, opts, out)
+    result = DrillResult(
+        drill=drill.name,
+        seed=opts.seed,
+        cycles=opts.cycles,
+        passed=passed,
+        error=error,
+        audit=result_audit,
+        history=history,
+        model=model,
+        exits=list(ctx.exits) if ctx else [],
+        notes=list(ctx.notes) if ctx else [],
+        out=out,
+        wall_s=time.monotonic() - started,
+        command=command,
+    )
+    from chaos.report import write_report
+
+    write_report(result)
+    return result
+
+
+def _write_faults(out: Path, history: History, result: Audit) -> None:
+    """What the model needs to be asked about the same fault (chaos.model)."""
+    span_ms = max(1, history.end_ms - min((j.created_ms for j in history.jobs), default=0))
+    offsets = [
+        abs(float(m))
+        for f in history.faults
+        if f.kind == "clock_skew"
+        for m in re.findall(r"([+-][0-9.]+)s", f.target)
+    ]
+    fires = result.expected + result.expected_poison
+    data = {
+        "faults": [asdict(f) for f in history.faults],
+        "rate_per_s": round(fires / (span_ms / 1000), 2),
+        "poison_share": (
+            round(result.expected_poison / fires, 3) if result.expected_poison else None
+        ),
+        "skew_offset_s": round(sum(offsets) / len(offsets), 2) if offsets else None,
+    }
+    (out / "faults.json").write_text(json.dumps(data, indent=2))
+
+
+def _context(
+    drill: Drill, stack: ChaosStack, opts: RunOptions, out: Path, tag: str, db_name: str
+) -> DrillContext:
+    from kit.store import migrate
+    from kit.store.db import engine_for
+    from kit.store.tokens import token_create
+
+    url = stack.database_create(db_name)
+    migrate.upgrade(url)
+    engine = engine_for(url, pool_size=4)
+    instrument.install(engine)
+    token = token_create(engine, TENANT, ("read", "write", "command")).token
+    policy = out / "tasks.toml"
+    policy.write_text(f'[tenants.{TENANT}]\ncommands = ["/bin/sh"]\n')
+    ledger_dir = out / "ledger"
+    ledger.prepare(ledger_dir)
+    api_port = free_port()
+    env = stack.env() | opts.timings.env()
+    env |= {
+        "CRONFLEET_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+        "CRONFLEET_TASK_POLICY_FILE": str(policy),
+        "CRONFLEET_EXECUTION_JOURNAL_DIR": str(out / "journal"),
+        "CRONFLEET_API_PORT": str(api_port),
+    }
+    fleet = DrillFleet(env, url, out / "logs")
+    api = httpx.Client(
+        base_url=f"http://127.0.0.1:{api_port}",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    rng = random.Random(f"{opts.seed}:{drill.name}")
+    return DrillContext(
+        name=drill.name,
+        stack=stack,
+        fleet=fleet,
+        workload=Workload(api, ledger_dir, random.Random(rng.random())),
+        api=api,
+        engine=engine,
+        rng=rng,
+        out=out,
+        ledger_dir=ledger_dir,
+        timings=opts.timings,
+        prefix=f"chaos.{tag}",
+        group=f"chaos-{tag}",
+    )
+
+
+def _start_fleet(drill: Drill, ctx: DrillContext, opts: RunOptions) -> None:
+    common = ["--topic-prefix", ctx.prefix]
+    specs: list[ServiceSpec] = [ServiceSpec("api", "api", ["api", *common])]
+    for i in range(drill.schedulers):
+        name = f"sched-{chr(ord('a') + i)}"
+        args = ["scheduler", "--node-id", name, *common]
+        specs.append(drill.scheduler_spec(ctx, name, args))
+    specs.append(ServiceSpec("reaper", "reaper", ["reaper", *common, "--group-id", ctx.group]))
+    for i in range(drill.workers):
+        name = f"w{i + 1}"
+        args = ["worker", "--worker-id", name, "--concurrency", str(drill.concurrency)]
+        args += [*common, "--group-id", ctx.group, "--drain-s", "5"]
+        specs.append(drill.worker_spec(ctx, name, args))
+    for spec in specs:
+        if spec.role in opts.plants:
+            spec.module = opts.plants[spec.role]
+        ctx.fleet.start(spec)
+
+    def api_up() -> bool:
+        _fail_if_dead(ctx)
+        with contextlib.suppress(httpx.TransportError):
+            return ctx.api.get("/healthz").status_code == 200
+        return False
+
+    wait_for("the api", api_up, 90)
+    wait_for(
+        "the workers' presence",
+        lambda: _fail_if_dead(ctx) or _workers_present(ctx) >= drill.workers,
+        90,
+    )
+    ctx.wait_partitions_covered(90)
+
+
+def _fail_if_dead(ctx: DrillContext) -> bool:
+    dead = ctx.fleet.dead_unexpectedly()
+    if dead:
+        name = dead[0]
+        raise RuntimeError(f"{name} exited while starting:\n{ctx.fleet.log_tail(name)}")
+    return False
+
+
+def _workers_present(ctx: DrillContext) -> int:
+    with ctx.engine.connect() as conn:
+        return int(conn.execute(text("SELECT count(*) FROM workers")).scalar_one())
+
+
+def _settle(ctx: DrillContext) -> None:
+    """After the last heal, let every service be up and every partition owned again, and
+    a few fires happen on a healthy fleet, before the workload stops."""
+    for name in list(ctx.down):
+        ctx.restart(name)
+    ctx.wait_partitions_covered(90)
+    time.sleep(ctx.timings.scan_ahead_ms / 1000 + 2)
+
+
+def _busy(ctx: DrillContext) -> int:
+    with ctx.engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(f"SELECT count(*) FROM runs WHERE tenant = :t AND status IN {BUSY}"),
+                {"t": TENANT},
+            ).scalar_one()
+        )
+
+
+def _wait_quiet(ctx: DrillContext) -> None:
+    """Until no run is pending, running or waiting for its retry (or the timeout: what is
+    still busy then is reported as unfinished by the auditor)."""
+    try:
+        wait_for("the fleet to go quiet", lambda: _busy(ctx) == 0, QUIET_TIMEOUT_S, 0.5)
+    except TimeoutError as exc:
+        ctx.notes.append(f"{exc}: {_busy(ctx)} runs still busy")
+    time.sleep(1.0)  # the journals flush every 0.2 s
