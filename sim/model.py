@@ -23,6 +23,7 @@ retirement (`Model.retire`), when their statistics are folded into `sim.stats`.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 from collections.abc import Callable
@@ -34,7 +35,7 @@ import simpy
 from kit.core import dispatch, leases, partitions, policies, retry, trigger
 from sim.faults import Fault, Windows, parse_faults
 from sim.partition_table import LeaseClasses, PartitionTable
-from sim.resources import Database, WorkerPool
+from sim.resources import ATTEMPT, END, REAPED, RUN, START, Database, WorkerPool
 from sim.runs import (
     ACTIVE,
     DEAD,
@@ -50,7 +51,7 @@ from sim.runs import (
     RunTable,
 )
 from sim.stats import RunStats
-from sim.workload import WINDOW_MS, WorkloadStream, task_durations_ms
+from sim.workload import WINDOW_MS, TaskDurations, WorkloadStream
 
 CORE_STATUS = {
     PENDING: leases.RunStatus.pending,
@@ -95,7 +96,7 @@ class Model:
         poison = [(f.at_ms, f.share) for f in self.faults if f.kind == "poison_jobs"]
         self.stream = WorkloadStream(scenario, seed, poison)
         self.duration_ms = self.stream.duration_ms
-        self.runs = RunTable()
+        self.runs = RunTable(1 << 22)
         self.stats = RunStats(self.duration_ms, keep_samples)
         self.counters: dict[str, int] = {
             "fenced_writes_refused": 0,
@@ -139,6 +140,7 @@ class Model:
         )
         names = self.stream.class_names
         self.fail_p = np.array([float(w["classes"][c].get("fail_p", 0.0)) for c in names])
+        self.durations = TaskDurations(self.s, names)
         ls = self.s["leases"]
         self.partition_ttl_ms = int(float(ls["partition_ttl_s"]) * 1000)
         self.renew_ms = int(float(ls["renew_s"]) * 1000)
@@ -230,7 +232,7 @@ class Model:
         cls = t.cls[ix]
         claim = self.p["claim_s"] * 1000 + self.db.claim_delay_ms
         claim_ms = np.full(run.size, claim)
-        dur = task_durations_ms(self.s, cls, self.stream.class_names, self.rng)
+        dur = self.durations.draw(cls, self.rng)
         ok = (self.rng.random(run.size) >= self.fail_p[cls]) & ~t.poison[ix]
         svc = claim_ms + dur + self.p["finish_s"] * 1000
         if self.db.stalls:  # a claim attempted in a stall waits for its end
@@ -286,7 +288,7 @@ class Model:
         t = self.runs
         ix = run - t.origin
         t.status[ix] = RUNNING
-        _add_one(t.executions, ix)
+        _add_one(t.executions, ix, bool((t.executions[ix] > 0).any()))
         first = np.isnan(t.start[ix])
         f = ix[first]
         t.start[f] = start[first]
@@ -298,7 +300,7 @@ class Model:
         run, ok, reaped = fin["run"], fin["ok"], fin["reaped"]
         ix = run - t.origin
         self.events += run.size
-        _add_one(t.effects, ix[ok])
+        _add_one(t.effects, ix[ok], bool((t.executions[ix] > 1).any()))
         normal_ok = ok & ~reaped
         if normal_ok.any():
             self._class_verdict("finish_ok", leases.RunStatus.running)
@@ -312,17 +314,33 @@ class Model:
             )
             if not tr.accepted:
                 self.counters["finishes_refused"] += 1
-        for i in np.flatnonzero(~ok & ~reaped):
-            r, a, end = int(run[i]), int(fin["attempt"][i]), int(fin["end"][i])
-            retry_at = retry.next_retry_at_ms(end, self.retry_policy, a, self.rand)
-            token = f"t{r}.{a}"
-            lease = leases.RunLease(str(r), a, leases.RunStatus.running, token=token, worker="w")
-            tr = leases.finish_run(lease, token, False, end, retry_at)
-            if tr.run.status is leases.RunStatus.dead:
+        failed = np.flatnonzero(~ok & ~reaped)
+        if failed.size:
+            self._failures(run[failed], fin["attempt"][failed], fin["end"][failed])
+
+    def _failures(self, run: np.ndarray, att: np.ndarray, end: np.ndarray) -> None:
+        """Failed attempts: each run's retry time from kit.core.retry (its own jitter
+        draw), the finish transition from kit.core.leases once per class (attempt, and
+        whether a retry time was given: nothing else of the run enters the rule)."""
+        t = self.runs
+        policy, rand = self.retry_policy, self.rand
+        retry_at = [
+            retry.next_retry_at_ms(int(e), policy, int(a), rand)
+            for e, a in zip(end.tolist(), att.tolist(), strict=True)
+        ]
+        verdicts: dict[tuple[int, bool], leases.RunLease] = {}
+        retries = self.reaper.retries
+        for r, a, at in zip(run.tolist(), att.tolist(), retry_at, strict=True):
+            key = (a, at is not None)
+            if key not in verdicts:
+                lease = leases.RunLease("class", a, leases.RunStatus.running, token="t")
+                verdicts[key] = leases.finish_run(lease, "t", False, 0, at).run
+            after = verdicts[key]
+            if after.status is leases.RunStatus.dead:
                 t.status[r - t.origin] = DEAD
             else:
                 t.status[r - t.origin] = RETRY
-                heapq.heappush(self.reaper.retries, (tr.run.retry_at_ms, r, tr.run.attempt))
+                heapq.heappush(retries, (at, r, after.attempt))
 
     def _pool_ticks(self):
         while True:
@@ -389,13 +407,13 @@ class Model:
         meanwhile are refused at the first heartbeat and re-queued by the reaper, while
         the task itself keeps running (at-least-once: its effect may happen twice)."""
         a, b = f.at_ms, f.end_ms
-        for rc in self.pool.running_blocks():
-            start = rc["start"]
+        for blk in self.pool.running_blocks():
+            start, end, reaped = blk[:, START], blk[:, END], blk[:, REAPED]
             beats = np.floor(np.maximum(a - start, 0) / self.heartbeat_ms) * self.heartbeat_ms
             expiry = start + beats + self.run_ttl_ms
-            hit = (start < a) & (expiry < b) & (rc["end"] > b) & ~rc["reaped"]
+            hit = (start < a) & (expiry < b) & (end > b) & (reaped == 0)
             for i in np.flatnonzero(hit):
-                r, att = int(rc["run"][i]), int(rc["attempt"][i])
+                r, att = int(blk[i, RUN]), int(blk[i, ATTEMPT])
                 token = f"t{r}.{att}"
                 lease = leases.RunLease(
                     str(r),
@@ -407,7 +425,7 @@ class Model:
                 )
                 if not leases.heartbeat_run(lease, token, b, self.run_ttl_ms).accepted:
                     self.counters["heartbeats_refused"] += 1
-                    rc["reaped"][i] = True
+                    blk[i, REAPED] = 1.0
                     heapq.heappush(self.reaper.expiring, (float(expiry[i]), r, att))
 
     # -- running ---------------------------------------------------------------------------
@@ -507,10 +525,14 @@ class Model:
         t.lo = cut
 
 
-def _add_one(col: np.ndarray, ix: np.ndarray) -> None:
-    """col[ix] += 1, counting an index as often as it appears (np.add.at is slow; a
-    batch rarely holds a run twice, a duplicate delivery finishing in the same tick)."""
-    if ix.size > 1:
+_NO_ROWS = np.empty(0, np.int64)
+
+
+def _add_one(col: np.ndarray, ix: np.ndarray, maybe_twice: bool) -> None:
+    """col[ix] += 1, counting an index as often as it appears. np.add.at is slow, and a
+    batch can hold a run twice only when the run executes more than once (a duplicate
+    delivery, a re-run after an expired lease): the caller says when that may be."""
+    if maybe_twice and ix.size > 1:
         s = np.sort(ix)
         if (s[1:] == s[:-1]).any():
             np.add.at(col, ix, 1)
@@ -532,6 +554,9 @@ class SchedulerNode:
         self.epoch = np.zeros(model.n_parts, np.int64)  # believed epoch per partition
         self.owned = np.zeros(model.n_parts, bool)
         self.draining: dict[int, float] = {}
+        self._scan_mask: np.ndarray | None = None  # owned and not draining (cached)
+        self._scan_parts = np.empty(0, np.int64)
+        self._owned_parts: np.ndarray | None = None
         self.classes = LeaseClasses(model.plt)
         self.wheel: dispatch.TimerWheel = dispatch.TimerWheel()
         self.in_wheel: dict[int, np.ndarray] = {}  # what the wheel holds, by id(chunk)
@@ -544,6 +569,21 @@ class SchedulerNode:
 
     # -- leases -----------------------------------------------------------------------
 
+    def _changed(self) -> None:
+        """`owned` or `draining` changed: drop what was derived from them."""
+        self._scan_mask = None
+        self._owned_parts = None
+
+    def scanning(self) -> tuple[np.ndarray, np.ndarray]:
+        """The partitions this node scans: owned and not being handed over."""
+        if self._scan_mask is None:
+            mask = self.owned.copy()
+            for p in self.draining:
+                mask[p] = False
+            self._scan_mask = mask
+            self._scan_parts = np.flatnonzero(mask)
+        return self._scan_mask, self._scan_parts
+
     def take(self, p: int, now_ms: float) -> bool:
         m = self.m
         d = leases.acquire_partition(m.plt.get(p), p, self.name, int(now_ms), m.partition_ttl_ms)
@@ -553,12 +593,14 @@ class SchedulerNode:
             m.plt.put(p, d.lease)
             self.owned[p] = True
             self.epoch[p] = d.lease.epoch
+            self._changed()
         return d.granted
 
     def _owned_classes(self) -> np.ndarray:
-        parts = np.flatnonzero(self.owned)
-        self.classes.ensure(parts, self.epoch)
-        return parts
+        if self._owned_parts is None:
+            self._owned_parts = np.flatnonzero(self.owned)
+        self.classes.ensure(self._owned_parts, self.epoch)
+        return self._owned_parts
 
     def lease_pass(self) -> None:
         m = self.m
@@ -579,6 +621,7 @@ class SchedulerNode:
             self.owned[refused] = False
             for p in refused.tolist():
                 self.draining.pop(p, None)
+            self._changed()
         moving = np.flatnonzero(self.owned & (want != self.index))
         for p in moving.tolist():
             since = self.draining.setdefault(p, now)
@@ -588,6 +631,8 @@ class SchedulerNode:
                     m.plt.put(p, r.lease)
                     self.owned[p] = False
                     del self.draining[p]
+        if moving.size:
+            self._changed()
         for p in np.flatnonzero((want == self.index) & ~self.owned).tolist():
             self.take(p, now)
 
@@ -622,22 +667,24 @@ class SchedulerNode:
         m = self.m
         local = m.now_ms() + self.skew_ms
         lo, hi = dispatch.scan_window(int(local), **m._ahead())
-        scanning = self.owned.copy()
-        for p in self.draining:
-            scanning[p] = False
-        if not scanning.any():
+        scanning, parts = self.scanning()
+        if parts.size == 0:
             return
         m.generate_through(hi)
         t = m.runs
-        a = t.first_after(int(m.advanced_to[scanning].min()))
+        adv = m.advanced_to
+        a = t.first_after(int(adv[parts].min()))
         b = t.first_after(hi)
-        sl = t.rows(a, b)
-        pp = t.part[sl]
-        rows = np.flatnonzero(scanning[pp] & (t.fire[sl] > m.advanced_to[pp])) + a  # run ids
+        if b > a:
+            sl = t.rows(a, b)
+            pp = t.part[sl]
+            rows = np.flatnonzero(scanning[pp] & (t.fire[sl] > adv[pp])) + a  # run ids
+        else:
+            rows = _NO_ROWS
         if rows.size > m.scan_batch_rows:  # a bounded batch, oldest first
             hi = int(t.fire[rows[m.scan_batch_rows - 1] - t.origin])
             rows = rows[t.fire[rows - t.origin] <= hi]
-        n_parts = int(scanning.sum())
+        n_parts = parts.size
         p = m.p
         service = (
             3 * p["db_statement_s"]
@@ -648,9 +695,11 @@ class SchedulerNode:
         m.counters["db_statements"] += 3
         if not self.alive or self.cut:
             return  # the transaction never committed
-        self._commit(scanning, rows, lo, hi)
+        self._commit(scanning, parts, rows, lo, hi)
 
-    def _commit(self, scanning: np.ndarray, rows: np.ndarray, lo: int, hi: int) -> None:
+    def _commit(
+        self, scanning: np.ndarray, parts: np.ndarray, rows: np.ndarray, lo: int, hi: int
+    ) -> None:
         m = self.m
         t = m.runs  # ids stay valid across the transaction; physical rows may have moved
         now = int(m.now_ms())
@@ -661,18 +710,25 @@ class SchedulerNode:
             lambda lease, believed: leases.fenced_write_allowed(lease, name, believed, now),
             self.epoch,
         )
-        allowed = scanning & ok
-        refused = scanning & ~ok
-        if refused.any():
-            m.counters["fenced_writes_refused"] += int(refused.sum())
-            self.owned[refused] = False
         ix = rows - t.origin
-        keep = allowed[t.part[ix]]
-        rows, ix = rows[keep], ix[keep]
-        m.advanced_to[allowed] = np.maximum(m.advanced_to[allowed], hi)
+        if ok is not None:  # some partitions were taken over: their writes are refused
+            allowed = scanning & ok
+            refused = scanning & ~ok
+            if refused.any():
+                m.counters["fenced_writes_refused"] += int(refused.sum())
+                self.owned[refused] = False
+                self._changed()
+            keep = allowed[t.part[ix]]
+            rows, ix = rows[keep], ix[keep]
+            parts = np.flatnonzero(allowed)
+        adv = m.advanced_to
+        adv[parts] = np.maximum(adv[parts], hi)
+        if rows.size == 0:
+            return
         fresh = t.status[ix] == NONE
-        m.counters["insert_conflicts"] += int(rows.size - fresh.sum())
-        rows, ix = rows[fresh], ix[fresh]
+        if not fresh.all():
+            m.counters["insert_conflicts"] += int(rows.size - fresh.sum())
+            rows, ix = rows[fresh], ix[fresh]
         t.inserts[ix] += 1
         t.status[ix] = PENDING
         rows = self._misfire(rows, lo)
@@ -754,7 +810,7 @@ class SchedulerNode:
         sec = t.fire[ix] // 1000
         tier = t.tier[ix]
         bounds = [0, *(np.flatnonzero(sec[1:] != sec[:-1]) + 1).tolist(), rows.size]
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        for a, b in itertools.pairwise(bounds):
             chunk = rows[a:b]
             self.wheel.add(int(sec[a]) * 1000, chunk, int(tier[a:b].min()))
             self.in_wheel[id(chunk)] = chunk
@@ -812,7 +868,7 @@ class SchedulerNode:
             m.reaper.undispatched.append((rows, True))
             return
         service = m.p["db_statement_s"] + rows.size * m.p["db_dispatch_mark_per_row_s"]
-        m.env.process(m.db.transaction(service))
+        m.db.book(service)  # nobody waits for the mark
         m.counters["db_statements"] += 1
 
     # -- faults -----------------------------------------------------------------------------
@@ -829,6 +885,7 @@ class SchedulerNode:
         self.wheel = dispatch.TimerWheel()
         self.owned[:] = False
         self.draining.clear()
+        self._changed()
 
     def restart(self) -> None:
         self.alive = True
@@ -922,11 +979,17 @@ class Reaper:
                 t.attempt[r - t.origin] = tr.run.attempt
                 out_run.append(r)
                 out_att.append(tr.run.attempt)
+        # retries that came due: kit.core.leases.retry_due_run once per attempt (every
+        # popped retry is due, so the class is the attempt)
+        due_verdict: dict[int, bool] = {}
         while self.retries and self.retries[0][0] <= now:
             at, r, a = heapq.heappop(self.retries)
-            lease = leases.RunLease(str(r), a, leases.RunStatus.retry_scheduled, retry_at_ms=at)
-            tr = leases.retry_due_run(lease, int(now))
-            if tr.accepted:
+            if a not in due_verdict:
+                lease = leases.RunLease(
+                    "class", a, leases.RunStatus.retry_scheduled, retry_at_ms=at
+                )
+                due_verdict[a] = leases.retry_due_run(lease, int(now)).accepted
+            if due_verdict[a]:
                 t.status[r - t.origin] = DISPATCHED
                 t.attempt[r - t.origin] = a
                 m.counters["retries_published"] += 1

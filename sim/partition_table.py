@@ -95,19 +95,30 @@ class LeaseClasses:
             self.build(parts, believed)
 
     def fresh(self, parts: np.ndarray) -> bool:
-        if self.seen < 0 or not np.array_equal(parts, self.parts):
+        """`parts`: the node's current partitions (a new array whenever they change)."""
+        if self.seen < 0 or parts is not self.parts:
             return False
-        return parts.size == 0 or int(self.t.stamp[parts].max()) <= self.seen
+        if self.seen == self.t.clock:  # nothing written anywhere since
+            return True
+        if parts.size == 0 or int(self.t.stamp[parts].max()) <= self.seen:
+            self.seen = self.t.clock
+            return True
+        return False
 
     def verdicts(
         self, ask: Callable[[leases.PartitionLease, int], bool], believed: np.ndarray
-    ) -> np.ndarray:
-        """A boolean per partition id (False outside the classes), from one core call
-        per class."""
-        out = np.zeros(self.t.n, bool)
-        for rep, members in zip(self.reps, self.members, strict=True):
+    ) -> np.ndarray | None:
+        """One core call per class: None when every class is allowed, else a boolean
+        per partition id (False outside the classes)."""
+        answers = []
+        for rep in self.reps:
             lease = self.t.get(rep)
-            out[members] = lease is not None and ask(lease, int(believed[rep]))
+            answers.append(lease is not None and ask(lease, int(believed[rep])))
+        if all(answers):
+            return None
+        out = np.zeros(self.t.n, bool)
+        for members, yes in zip(self.members, answers, strict=True):
+            out[members] = yes
         return out
 
     def apply(

@@ -10,6 +10,7 @@ soon as runs have to wait.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -24,37 +25,43 @@ if TYPE_CHECKING:
 
 INF = float("inf")
 N_TIERS = len(dispatch.PRIORITY_TIERS)
+# columns of WorkerPool.running (all float64: run ids stay exact below 2**53)
+RUN_COLUMNS = ("end", "run", "attempt", "slot", "take", "start", "ok", "reaped")
+END, RUN, ATTEMPT, SLOT, TAKE, START, OK, REAPED = range(len(RUN_COLUMNS))
 
 
 class Database:
-    """Scheduler statements hold one of `connections` for their service time; worker
-    claims and finishes are charged as a fluid load on the same connections (one SimPy
-    event per claim would not fit the time budget), which delays claims once offered
-    load exceeds the connections."""
+    """Scheduler statements hold one of `connections` for their service time, taken in
+    request order (a calendar of connection free times: the same order and times as a
+    FIFO resource, without a SimPy event per request); worker claims and finishes are
+    charged as a fluid load on the same connections (one SimPy event per claim would not
+    fit the time budget), which delays claims once offered load exceeds the connections."""
 
     def __init__(self, env: simpy.Environment, connections: int, stalls: Windows) -> None:
         self.env = env
         self.connections = connections
-        self.pool = simpy.Resource(env, capacity=connections)
+        self.free = [-INF] * connections  # heap: when each connection is free again (s)
         self.stalls = stalls
         self.busy_s = 0.0  # scheduler statement time, for utilisation
         self.worker_backlog_s = 0.0
         self.claim_delay_ms = 0.0
 
+    def book(self, service_s: float) -> float:
+        """A transaction asked for now: wait out a stall, take the connection free
+        first, hold it for the service time (a stall meanwhile delays the commit).
+        Returns the delay until it commits."""
+        now = self.env.now
+        ready = self.stalls.after(now * 1000) / 1000 if self.stalls else now
+        end = max(ready, self.free[0]) + service_s
+        if self.stalls:
+            end = self.stalls.after(end * 1000) / 1000
+        heapq.heapreplace(self.free, end)
+        self.busy_s += service_s
+        return end - now
+
     def transaction(self, service_s: float):
-        """Generator: wait out a stall, take a connection, hold it for the service time."""
-        env = self.env
-        wait = self.stalls.after(env.now * 1000) / 1000 - env.now
-        if wait > 0:
-            yield env.timeout(wait)
-        with self.pool.request() as req:
-            yield req
-            yield env.timeout(service_s)
-            self.busy_s += service_s
-            # a stall that began while we held the connection delays the commit
-            wait = self.stalls.after(env.now * 1000) / 1000 - env.now
-            if wait > 0:
-                yield env.timeout(wait)
+        """Generator: until the transaction commits."""
+        yield self.env.timeout(self.book(service_s))
 
     def charge_workers(self, offered_s: float, tick_s: float) -> None:
         """Worker claim/finish load for one tick; the overflow becomes claim delay."""
@@ -86,7 +93,9 @@ class WorkerPool:
         self.max_waiting = 0
         self.inbox: list[tuple[np.ndarray, ...]] = []  # (visible, run, attempt, redelivery)
         self.inbox_n = 0
-        self.running: dict[int, list[dict[str, np.ndarray]]] = {}  # by the tick they end
+        # runs in a slot, one row each (columns RUN_COLUMNS), in blocks by the tick
+        # that sees them end
+        self.running: dict[int, list[np.ndarray]] = {}
         self.ends: list[int] = []  # heap of the keys of `running`
         self.n_running = 0
         n = int(float(model.s["duration_s"]) + float(model.s["drain_s"])) + 2
@@ -125,10 +134,11 @@ class WorkerPool:
         out = [c[1] for c in self.inbox]
         if self.n_waiting:
             out.append(np.array([it[1] for q in self.waiting for it in q], np.int64))
-        out += [b["run"] for b in self.running_blocks()]
+        out += [b[:, RUN].astype(np.int64) for b in self.running_blocks()]
         return out
 
-    def running_blocks(self) -> list[dict[str, np.ndarray]]:
+    def running_blocks(self) -> list[np.ndarray]:
+        """The runs in slots, as blocks of rows (views: `reaped` can be set in them)."""
         return [b for blocks in self.running.values() for b in blocks]
 
     # -- the tick -----------------------------------------------------------------------
@@ -194,18 +204,26 @@ class WorkerPool:
         """Event order over arrivals and slot releases up to t_ms; waiting runs are
         taken by tier rank, then in arrival order (kit.core.dispatch tiers).
 
-        While nobody waits, the first arrivals take the slots free at the start of the
-        tick (the earliest-free slots, which an event-ordered heap would give them too);
-        the rest go through the heap, which holds only the slots that can free up before
-        t_ms: a slot busy past t_ms cannot be taken in this tick."""
-        if self.n_waiting == 0 and self.n_free and run.size:
-            k = min(self.n_free, run.size)
-            slots = self.stack[self.n_free - k : self.n_free][::-1]
-            self.n_free -= k
-            self.free_at[slots] = vis[:k] + svc_ms[:k]
-            self._record(vis[:k], run[:k], att[:k], slots, claim_ms[:k], svc_ms[:k], ok[:k])
-            vis, run, att, tier = vis[k:], run[k:], att[k:], tier[k:]
-            claim_ms, svc_ms, ok = claim_ms[k:], svc_ms[k:], ok[k:]
+        While nobody waits, the j-th arrival can take the j-th earliest slot that frees
+        up before t_ms if that slot is free by its visible time: then no arrival of that
+        prefix waits, whichever slot each takes (a slot freed again inside the tick only
+        adds an earlier choice), and every slot left free by t_ms is as good as another
+        for the next tick. That prefix is served at once; the rest goes through a heap
+        of the slots that can free up before t_ms (a slot busy past t_ms cannot serve
+        in this tick), in event order."""
+        if self.n_waiting == 0 and run.size:
+            soon = np.flatnonzero(self.free_at <= t_ms)
+            order = np.argsort(self.free_at[soon], kind="stable")
+            soon = soon[order]
+            m = min(soon.size, run.size)
+            fits = self.free_at[soon[:m]] <= vis[:m]
+            k = m if fits.all() else int(np.argmin(fits))
+            if k:
+                slots = soon[:k]
+                self.free_at[slots] = vis[:k] + svc_ms[:k]
+                self._record(vis[:k], run[:k], att[:k], slots, claim_ms[:k], svc_ms[:k], ok[:k])
+                vis, run, att, tier = vis[k:], run[k:], att[k:], tier[k:]
+                claim_ms, svc_ms, ok = claim_ms[k:], svc_ms[k:], ok[k:]
         soon = np.flatnonzero(self.free_at <= t_ms)
         heap = list(zip(self.free_at[soon].tolist(), soon.tolist(), strict=True))
         heapq.heapify(heap)
@@ -290,28 +308,28 @@ class WorkerPool:
         start = take + claim_ms
         end = take + svc_ms
         self.m.record_start(run, att, take if vis is None else vis, take, start)
+        new = np.empty((run.size, len(RUN_COLUMNS)))
+        new[:, END] = end
+        new[:, RUN] = run
+        new[:, ATTEMPT] = att
+        new[:, SLOT] = slots
+        new[:, TAKE] = take
+        new[:, START] = start
+        new[:, OK] = ok
+        new[:, REAPED] = 0.0
         key = np.ceil(end / 1000).astype(np.int64)
         order = np.argsort(key, kind="stable")
-        key = key[order]
-        cols = {
-            "run": run[order],
-            "attempt": att[order],
-            "slot": np.asarray(slots)[order],
-            "take": take[order],
-            "start": start[order],
-            "end": end[order],
-            "ok": ok[order],
-            "reaped": np.zeros(run.size, bool),
-        }
-        cuts = np.flatnonzero(np.diff(key)) + 1
-        bounds = [0, *cuts.tolist(), key.size]
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        new, key = new[order], key[order]
+        bounds = [0, *(np.flatnonzero(key[1:] != key[:-1]) + 1).tolist(), key.size]
+        running, ends = self.running, self.ends
+        for a, b in itertools.pairwise(bounds):
             k = int(key[a])
-            block = {name: v[a:b] for name, v in cols.items()}
-            if k not in self.running:
-                self.running[k] = []
-                heapq.heappush(self.ends, k)
-            self.running[k].append(block)
+            blocks = running.get(k)
+            if blocks is None:
+                running[k] = [new[a:b]]
+                heapq.heappush(ends, k)
+            else:
+                blocks.append(new[a:b])
         self.n_running += run.size
 
     def _finish_due(self, t_ms: float) -> None:
@@ -319,38 +337,48 @@ class WorkerPool:
         ends = self.ends
         while ends and ends[0] <= tick:
             blocks = self.running.pop(heapq.heappop(ends))
-            fin = (
-                blocks[0]
-                if len(blocks) == 1
-                else {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]}
-            )
-            self.n_running -= fin["run"].size
-            slots = fin["slot"]
-            if slots.size and not self.dirty:  # back on the stack (not taken again since)
-                self.stack[self.n_free : self.n_free + slots.size] = slots
-                self.n_free += slots.size
-            self.m.record_finish(fin)
+            done = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+            self._finished(done)
+
+    def _finished(self, done: np.ndarray) -> None:
+        k = len(done)
+        self.n_running -= k
+        slots = done[:, SLOT].astype(np.int64)
+        if not self.dirty:  # back on the stack (not taken again since)
+            self.stack[self.n_free : self.n_free + k] = slots
+            self.n_free += k
+        self.m.record_finish(
+            {
+                "run": done[:, RUN].astype(np.int64),
+                "attempt": done[:, ATTEMPT].astype(np.int16),
+                "end": done[:, END],
+                "ok": done[:, OK] > 0,
+                "reaped": done[:, REAPED] > 0,
+            }
+        )
 
     # -- faults -------------------------------------------------------------------------
 
     def crash_workers(self, t_ms: float, worker_ids: np.ndarray, restart_ms: float):
         """Slots of the crashed workers stop; the runs on them are returned (victims)."""
         slots = (worker_ids[:, None] * self.concurrency + np.arange(self.concurrency)).ravel()
-        victims: list[dict[str, np.ndarray]] = []
+        victims = []
         for k, blocks in self.running.items():
             kept = []
-            for b in blocks:
-                hit = np.isin(b["slot"], slots) & (b["take"] <= t_ms)
+            for r in blocks:
+                hit = np.isin(r[:, SLOT].astype(np.int64), slots) & (r[:, TAKE] <= t_ms)
                 if hit.any():
-                    victims.append({n: v[hit] for n, v in b.items()})
-                    b = {n: v[~hit] for n, v in b.items()}
-                kept.append(b)
+                    victims.append(r[hit])
+                    r = r[~hit]
+                kept.append(r)
             self.running[k] = kept
+        v = np.concatenate(victims) if victims else np.empty((0, len(RUN_COLUMNS)))
+        self.n_running -= len(v)
         out = {
-            n: np.concatenate([v[n] for v in victims]) if victims else np.empty(0)
-            for n in ("run", "attempt", "start")
+            "run": v[:, RUN].astype(np.int64),
+            "attempt": v[:, ATTEMPT].astype(np.int64),
+            "start": v[:, START],
         }
-        self.n_running -= int(out["run"].size)
         self.free_at[slots] = restart_ms
         in_stack = self.stack[: self.n_free]
         kept = in_stack[~np.isin(in_stack, slots)]

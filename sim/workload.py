@@ -169,7 +169,7 @@ class WorkloadStream:
                 name=name,
                 zone=zone,
                 schedule=sched,
-                jitter_ms=int(round(float(jitter_s) * 1000)),
+                jitter_ms=round(float(jitter_s) * 1000),
                 jobs=int(jobs),
                 key0=key0,
                 id_prefix=f"{name}.{zone}.",
@@ -186,7 +186,7 @@ class WorkloadStream:
             n_class = total * float(c["share"])
             for zone, zshare in zones.items():
                 parse_timezone(zone, f"workload.zones.{zone}")
-                jobs = int(round(n_class * zshare / zsum))
+                jobs = round(n_class * zshare / zsum)
                 self._add(c["name"], zone, CronSchedule(expr, zone), c["jitter_s"], jobs, expr)
 
     def _cohort_population(self, s: dict[str, Any], w: dict[str, Any]) -> None:
@@ -321,24 +321,39 @@ def sparse_partition_weights(s: dict[str, Any], n_parts: int) -> np.ndarray:
     return counts.astype(float) / counts.sum()
 
 
-def task_durations_ms(
-    s: dict[str, Any], cls: np.ndarray, names: list[str], rng: np.random.Generator
-) -> np.ndarray:
-    """Per-run task durations drawn from each job class's distribution."""
-    out = np.empty(cls.size, np.float64)
-    for i, name in enumerate(names):
-        c = s["workload"]["classes"][name]
-        idx = np.flatnonzero(cls == i)
-        if idx.size == 0:
-            continue
-        mean = float(c["mean_s"]) * 1000
-        dist = c.get("dist", "lognormal")
-        if dist == "exponential":
-            out[idx] = rng.exponential(mean, idx.size)
-        elif dist == "fixed":
-            out[idx] = mean
-        else:
+class TaskDurations:
+    """Per-run task durations from each task class's distribution. When every class is
+    lognormal (the usual case) one normal draw per run serves all classes at once."""
+
+    def __init__(self, s: dict[str, Any], names: list[str]) -> None:
+        self.classes = [s["workload"]["classes"][n] for n in names]
+        self.mu = np.zeros(len(names))
+        self.sigma = np.zeros(len(names))
+        self.all_lognormal = True
+        for i, c in enumerate(self.classes):
+            if c.get("dist", "lognormal") != "lognormal":
+                self.all_lognormal = False
+                continue
+            mean = float(c["mean_s"]) * 1000
             cv = float(c.get("cv", 1.0))
             sigma2 = np.log1p(cv * cv)
-            out[idx] = rng.lognormal(np.log(mean) - sigma2 / 2, np.sqrt(sigma2), idx.size)
-    return out
+            self.mu[i] = np.log(mean) - sigma2 / 2
+            self.sigma[i] = np.sqrt(sigma2)
+
+    def draw(self, cls: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if self.all_lognormal:
+            return np.exp(self.mu[cls] + self.sigma[cls] * rng.standard_normal(cls.size))
+        out = np.empty(cls.size, np.float64)
+        for i, c in enumerate(self.classes):
+            idx = np.flatnonzero(cls == i)
+            if idx.size == 0:
+                continue
+            mean = float(c["mean_s"]) * 1000
+            dist = c.get("dist", "lognormal")
+            if dist == "exponential":
+                out[idx] = rng.exponential(mean, idx.size)
+            elif dist == "fixed":
+                out[idx] = mean
+            else:
+                out[idx] = np.exp(self.mu[i] + self.sigma[i] * rng.standard_normal(idx.size))
+        return out
