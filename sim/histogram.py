@@ -50,11 +50,14 @@ MID = _midpoints()
 
 def bucket_of(values_ms: np.ndarray) -> np.ndarray:
     """Bucket index (0..SIZE-1, increasing with the value) of each value; no NaNs."""
-    x = np.asarray(values_ms, np.float64)
-    k = (np.abs(x).view(np.int64) >> _SHIFT) - (_BASE - 1)
+    x = np.ascontiguousarray(values_ms, np.float64)
+    if x.size == 0:
+        return np.empty(0, np.int64)
+    negative = x.min() < 0
+    k = ((np.abs(x) if negative else x).view(np.int64) >> _SHIFT) - (_BASE - 1)
     np.clip(k, 0, NB, out=k)
-    neg = x < 0
-    if neg.any():
+    if negative:
+        neg = x < 0
         k[neg] = -k[neg]
     k += ZERO
     return k
@@ -171,3 +174,25 @@ def group_extremes(
     lo[g] = np.minimum.reduceat(values, starts)
     hi[g] = np.maximum.reduceat(values, starts)
     return lo, hi
+
+
+def quantiles_of_rows(
+    counts: np.ndarray, b0: int, qs: tuple[float, ...], lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of bucket counts (buckets b0, b0+1, ...): the row's count and quantiles
+    in ms (NaN for empty rows), by the rule of `LagHistogram.quantile`."""
+    cum = np.cumsum(counts, axis=1)
+    n = cum[:, -1] if cum.shape[1] else np.zeros(len(counts), np.int64)
+    out = np.full((len(counts), len(qs)), np.nan)
+    has = n > 0
+    if not has.any():
+        return n, out
+    mid = MID[b0 : b0 + counts.shape[1]]
+    c, nh, low, high = cum[has], n[has], lo[has], hi[has]
+    for i, q in enumerate(qs):
+        rank = _rank(nh, q)
+        j = (c <= rank[:, None]).sum(axis=1)
+        v = np.minimum(np.maximum(mid[j], low), high)
+        v = np.where(rank <= 0, low, v)
+        out[has, i] = np.where(rank >= nh - 1, high, v)
+    return n, out

@@ -142,8 +142,13 @@ def population(m: Model) -> list[dict[str, Any]]:
     for t in m.stream.templates:
         e = by.setdefault(
             t.name,
-            {"class": t.name, "schedule": t.expr or str(t.schedule), "jitter_s": t.jitter_ms / 1000,
-             "jobs": 0, "zones": 0},
+            {
+                "class": t.name,
+                "schedule": t.expr or str(t.schedule),
+                "jitter_s": t.jitter_ms / 1000,
+                "jobs": 0,
+                "zones": 0,
+            },
         )
         e["jobs"] += t.jobs
         e["zones"] += 1
@@ -170,12 +175,11 @@ def backlog_drain_s(samples: np.ndarray) -> float:
 
 
 def lag_by_second(m: Model, lo_s: float, hi_s: float) -> dict[str, np.ndarray]:
-    """p50/p99/max start lag and runs due per fire second in [lo_s, hi_s)."""
+    """p99/max start lag and runs due per fire second in [lo_s, hi_s)."""
     se = m.stats.second
     a, b = max(0, int(lo_s)), min(len(se["due"]), int(hi_s))
     return {
         "t": np.arange(a, b),
-        "p50": se["p50"][a:b] / 1000,
         "p99": se["p99"][a:b] / 1000,
         "max": se["max"][a:b] / 1000,
         "count": se["due"][a:b],

@@ -18,11 +18,12 @@ import numpy as np
 from kit.core import dispatch, invariants
 from sim.histogram import (
     RELATIVE_ERROR,
+    SIZE,
+    ZERO,
     ZERO_BELOW_MS,
     LagHistogram,
     bucket_of,
-    group_extremes,
-    grouped_quantiles,
+    quantiles_of_rows,
 )
 from sim.runs import DEAD, LOST, SKIPPED, SUCCEEDED
 
@@ -75,7 +76,6 @@ class RunStats:
         }
         self.second = {
             "due": np.zeros(self.n_sec, np.int32),
-            "p50": np.full(self.n_sec, np.nan, np.float32),
             "p99": np.full(self.n_sec, np.nan, np.float32),
             "max": np.full(self.n_sec, np.nan, np.float32),
         }
@@ -93,7 +93,10 @@ class RunStats:
     # -- folding ---------------------------------------------------------------------------
 
     def fold(
-        self, ids: np.ndarray, c: dict[str, np.ndarray], in_flight: np.ndarray | None = None,
+        self,
+        ids: np.ndarray,
+        c: dict[str, np.ndarray],
+        in_flight: np.ndarray | None = None,
         end_ms: float = 0.0,
     ) -> None:
         """Take a block of retired runs (ids ascending, whole minutes of fire time).
@@ -106,75 +109,74 @@ class RunStats:
         status = c["status"]
         started = ~np.isnan(c["start"])
         fired = ~np.isnan(c["dispatch"])
-        skipped = status == SKIPPED
+        n_started = int(np.count_nonzero(started))
+        by_status = np.bincount(status, minlength=16)
         cnt = self.counts
         cnt["generated"] += n
-        cnt["skipped"] += int(skipped.sum())
-        cnt["fired"] += int(fired.sum())
-        cnt["started"] += int(started.sum())
-        cnt["succeeded"] += int((status == SUCCEEDED).sum())
-        cnt["dead_lettered"] += int((status == DEAD).sum())
-        again = c["attempt"] > 1
-        cnt["retried"] += int(again.sum())
-        cnt["retry_attempts"] += int((c["attempt"][again] - 1).sum())
-        lost = status == LOST
-        cnt["dropped"] += int((lost & ~started).sum())
-        cnt["lost_after_start"] += int((lost & started).sum())
-        cnt["executions"] += int(c["executions"].sum())
-        self._check_duplicates(ids, fire, c["effects"])
-        twice = int((c["inserts"] > 1).sum())
-        if twice:
+        cnt["skipped"] += int(by_status[SKIPPED])
+        cnt["fired"] += int(np.count_nonzero(fired))
+        cnt["started"] += n_started
+        cnt["succeeded"] += int(by_status[SUCCEEDED])
+        cnt["dead_lettered"] += int(by_status[DEAD])
+        attempt = c["attempt"]
+        if attempt.max() > 1:
+            cnt["retried"] += int(np.count_nonzero(attempt > 1))
+            cnt["retry_attempts"] += int(attempt.sum(dtype=np.int64)) - n
+        if by_status[LOST]:
+            lost = status == LOST
+            cnt["dropped"] += int(np.count_nonzero(lost & ~started))
+            cnt["lost_after_start"] += int(np.count_nonzero(lost & started))
+        cnt["executions"] += int(c["executions"].sum(dtype=np.int64))
+        if c["effects"].max() > 1:
+            self._check_duplicates(ids, fire, c["effects"])
+        if c["inserts"].max() > 1:
+            twice = int(np.count_nonzero(c["inserts"] > 1))
             cnt["inserted_twice"] += twice
             self._violation(f"{twice} runs inserted twice")
         if in_flight is not None:
-            cnt["in_flight_at_end"] += int(in_flight.sum())
+            cnt["in_flight_at_end"] += int(np.count_nonzero(in_flight))
         k0 = int(np.searchsorted(fire, 0))
         if k0:  # due in the lead-in: audited above, not part of the period's figures
             cnt["lead_in"] += k0
             c = {name: v[k0:] for name, v in c.items()}
             ids, fire, status = ids[k0:], fire[k0:], status[k0:]
-            started, fired, skipped = started[k0:], fired[k0:], skipped[k0:]
+            started, fired = started[k0:], fired[k0:]
+            n_started = int(np.count_nonzero(started))
             in_flight = None if in_flight is None else in_flight[k0:]
             if ids.size == 0:
                 return
         inserted = c["inserts"] >= 1
-        cnt["rows_written"] += int(inserted.sum())
-        self.hour_rows += np.bincount(
-            np.minimum(fire[inserted] // HOUR_MS, self.n_hour - 1), minlength=self.n_hour
-        )
+        n_ins = int(np.count_nonzero(inserted))
+        cnt["rows_written"] += n_ins
+        h0, h1 = int(fire[0] // HOUR_MS), int(fire[-1] // HOUR_MS)
+        if h0 == h1 and n_ins == fire.size:
+            self.hour_rows[min(h0, self.n_hour - 1)] += n_ins
+        else:
+            self.hour_rows += np.bincount(
+                np.minimum(fire[inserted] // HOUR_MS, self.n_hour - 1), minlength=self.n_hour
+            )
+        due = status != SKIPPED
 
-        s_fire = fire[started]
-        s_lag = c["start"][started] - s_fire
+        every = n_started == fire.size
+        s_fire = fire if every else fire[started]
+        s_lag = c["start"] - fire if every else c["start"][started] - s_fire
+        s_tier = c["tier"] if every else c["tier"][started]
         s_b = bucket_of(s_lag)
-        self.start.add(s_lag, s_b)
-        self.start_censored.add(s_lag, s_b)
-        s_tier = c["tier"][started]
-        for k, h in enumerate(self.start_tier):
-            m = s_tier == k
-            if m.any():
-                h.add(s_lag[m], s_b[m])
-        d_lag = c["dispatch"][fired] - fire[fired]
-        d_b = bucket_of(d_lag)
-        self.dispatch.add(d_lag, d_b)
-        d_tier = c["tier"][fired]
-        for k, h in enumerate(self.dispatch_tier):
-            m = d_tier == k
-            if m.any():
-                h.add(d_lag[m], d_b[m])
-        w = c["wait"][started].astype(np.float64)
-        has_w = ~np.isnan(w)
-        self.wait.add(w[has_w])
-        hours = np.minimum(s_fire // HOUR_MS, self.n_hour - 1)
-        for h in np.unique(hours).tolist():
-            m = hours == h
-            self.hour_start[h].add(s_lag[m], s_b[m])
+        self._by_tier(self.start_tier, s_lag, s_b, s_tier)
+        self._series(fire, due, s_fire, s_lag, s_b)
+        every_d = bool(fired.all())
+        d_lag = c["dispatch"] - fire if every_d else c["dispatch"][fired] - fire[fired]
+        d_tier = c["tier"] if every_d else c["tier"][fired]
+        whole = self._by_tier(self.dispatch_tier, d_lag, bucket_of(d_lag), d_tier)
+        if d_lag.size:
+            self.dispatch.add_counts(
+                whole, d_lag.size, float(d_lag.sum()), d_lag.min(), d_lag.max()
+            )
+        self._waits(fire, c["wait"] if every else c["wait"][started], s_fire)
         if in_flight is not None:
             waiting = in_flight & ~started
             age = end_ms - fire[waiting].astype(np.float64)
             self.start_censored.add(age)
-
-        self._minutes(fire, skipped, s_fire, s_lag, s_b, w, has_w)
-        self._seconds(fire, skipped, s_fire, s_lag, s_b)
         if self.samples is not None:
             self.samples["fire"].append(fire.copy())
             self.samples["start_lag"].append(
@@ -186,54 +188,130 @@ class RunStats:
             self.samples["wait"].append(c["wait"].astype(np.float64))
             self.samples["tier"].append(c["tier"].copy())
 
-    def _minutes(self, fire, skipped, s_fire, s_lag, s_b, w, has_w) -> None:
-        m_all = fire // MINUTE_MS
-        m0, m1 = int(m_all[0]), int(m_all[-1]) + 1
-        k = m1 - m0
-        mn = self.minute
-        mn["due"][m0:m1] += np.bincount(m_all[~skipped] - m0, minlength=k)
-        g = s_fire // MINUTE_MS - m0
-        lo, hi = group_extremes(s_lag, g, k)
-        n, q = grouped_quantiles(s_b, g, k, (50.0, 99.0), lo, hi)
-        mn["started"][m0:m1] += n
-        mn["p50"][m0:m1] = q[:, 0]
-        mn["p99"][m0:m1] = q[:, 1]
-        mn["max"][m0:m1] = hi
-        mn["wait_sum"][m0:m1] += np.bincount(g[has_w], weights=w[has_w], minlength=k)
-        mn["wait_n"][m0:m1] += np.bincount(g[has_w], minlength=k)
-        due = mn["due"][m0:m1]
+    def _waits(self, fire, wait, s_fire) -> None:
+        """Queue waits (visible -> taken) of the started runs (every started run has
+        one); most are 0, so only the positive ones are bucketed and summed per minute."""
+        w = wait.astype(np.float64)
+        n = int(np.count_nonzero(w == w))  # not NaN
+        if n == 0:
+            return
+        pos = w > 0
+        n_pos = int(np.count_nonzero(pos))
+        counts = np.zeros(SIZE, np.int64)
+        counts[ZERO] = n - n_pos  # no wait is negative
+        total, lo, hi = 0.0, 0.0, 0.0
+        if n_pos:
+            wp = w[pos]
+            counts += np.bincount(bucket_of(wp), minlength=SIZE)
+            m0 = int(fire[0] // MINUTE_MS)
+            k = int(fire[-1] // MINUTE_MS) - m0 + 1
+            g = s_fire[pos] // MINUTE_MS - m0
+            self.minute["wait_sum"][m0 : m0 + k] += np.bincount(g, weights=wp, minlength=k)
+            total, hi = float(wp.sum()), float(wp.max())
+            lo = 0.0 if n_pos < n else float(wp.min())
+        self.wait.add_counts(counts, n, total, lo, hi)
+
+    @staticmethod
+    def _by_tier(hists: list[LagHistogram], lag, b, tier) -> np.ndarray:
+        """Per-tier histograms from one pass; returns the counts of all tiers together."""
+        if lag.size == 0:
+            return np.zeros(SIZE, np.int64)
+        k = len(hists)
+        tier = tier.astype(np.int64)
+        counts = np.bincount(tier * SIZE + b, minlength=k * SIZE).reshape(k, SIZE)
+        n = counts.sum(axis=1)
+        total = np.bincount(tier, weights=lag, minlength=k)
+        lo = np.full(k, np.inf)
+        hi = np.full(k, -np.inf)
+        np.minimum.at(lo, tier, lag)
+        np.maximum.at(hi, tier, lag)
+        for i, h in enumerate(hists):
+            if n[i]:
+                h.add_counts(counts[i], int(n[i]), float(total[i]), lo[i], hi[i])
+        return counts.sum(axis=0)
+
+    def _series(self, fire, due, s_fire, s_lag, s_b) -> None:
+        """Per-second and per-minute summaries, hours and the whole period, from one
+        histogram per second of fire time (over the bucket range the block spans)."""
+        sec0 = int(fire[0] // 1000)
+        n_sec = int(fire[-1] // 1000) - sec0 + 1
+        se, mn = self.second, self.minute
+        m0 = int(fire[0] // MINUTE_MS)
+        n_min = int(fire[-1] // MINUTE_MS) - m0 + 1
+        g = s_fire // 1000 - sec0
+        all_due = s_fire.size == fire.size and bool(due.all())  # the usual block
+        due_sec = np.bincount(g if all_due else fire[due] // 1000 - sec0, minlength=n_sec)
+        se["due"][sec0 : sec0 + n_sec] += due_sec.astype(np.int32)
+        sec_min = (np.arange(sec0, sec0 + n_sec) // 60) - m0
+        mn["due"][m0 : m0 + n_min] += np.bincount(sec_min, weights=due_sec, minlength=n_min).astype(
+            np.int64
+        )
+        if s_lag.size == 0:
+            return
+        b0 = int(s_b.min())
+        width = int(s_b.max()) - b0 + 1
+        lo = np.full(n_sec, np.inf)
+        hi = np.full(n_sec, -np.inf)
+        np.minimum.at(lo, g, s_lag)
+        np.maximum.at(hi, g, s_lag)
+        total = np.bincount(g, weights=s_lag, minlength=n_sec)
+        rel = s_b - b0
+        whole = np.zeros(width, np.int64)
+        sec_base = sec0 - m0 * 60  # seconds of the first minute before the block's first
+        for a in range(0, n_sec, SECOND_CHUNK):
+            z = min(n_sec, a + SECOND_CHUNK)
+            i0, i1 = np.searchsorted(g, [a, z])
+            h = np.bincount((g[i0:i1] - a) * width + rel[i0:i1], minlength=(z - a) * width).reshape(
+                z - a, width
+            )
+            whole += h.sum(axis=0)
+            n, q = quantiles_of_rows(h, b0, (99.0,), lo[a:z], hi[a:z])
+            se["p99"][sec0 + a : sec0 + z] = q[:, 0]
+            se["max"][sec0 + a : sec0 + z] = np.where(n > 0, hi[a:z], np.nan)
+            # minutes: rows summed per minute (a block holds whole minutes)
+            mins = (np.arange(a, z) + sec_base) // 60
+            starts = np.flatnonzero(np.concatenate(([True], mins[1:] != mins[:-1])))
+            hm = np.add.reduceat(h, starts, axis=0)
+            lo_m = np.minimum.reduceat(lo[a:z], starts)
+            hi_m = np.maximum.reduceat(hi[a:z], starts)
+            nm, qm = quantiles_of_rows(hm, b0, (50.0, 99.0), lo_m, hi_m)
+            mi = m0 + mins[starts]
+            mn["started"][mi] += nm
+            mn["wait_n"][mi] += nm
+            mn["p50"][mi] = qm[:, 0]
+            mn["p99"][mi] = qm[:, 1]
+            mn["max"][mi] = np.where(nm > 0, hi_m, np.nan)
+            tot_m = np.add.reduceat(total[a:z], starts)
+            self._windows(mi, hm, b0, nm, qm[:, 1], lo_m, hi_m, tot_m)
+            hours = np.minimum(mi // 60, self.n_hour - 1)
+            for hr in range(int(hours[0]), int(hours[-1]) + 1):
+                sel = (hours == hr) & (nm > 0)
+                if sel.any():
+                    self.hour_start[hr].add_counts(
+                        _pad(hm[sel].sum(axis=0), b0),
+                        int(nm[sel].sum()),
+                        float(tot_m[sel].sum()),
+                        float(lo_m[sel].min()),
+                        float(hi_m[sel].max()),
+                    )
+        counts = _pad(whole, b0)
+        n_all, sum_all = int(s_lag.size), float(s_lag.sum())
+        self.start.add_counts(counts, n_all, sum_all, s_lag.min(), s_lag.max())
+        self.start_censored.add_counts(counts, n_all, sum_all, s_lag.min(), s_lag.max())
+
+    def _windows(self, mi, hm, b0, nm, p99, lo_m, hi_m, tot_m) -> None:
+        """Keep the whole histogram of the busiest minute (runs due) and of the worst
+        minute (p99 start lag) seen so far."""
+        due = self.minute["due"][mi]
         top = int(due.argmax())
         if self.busiest is None or due[top] > self.busiest[0]:
-            self.busiest = (int(due[top]), m0 + top, self._hist(s_lag, s_b, g == top))
-        p99 = q[:, 1]
+            hist = _row_hist(hm[top], b0, nm[top], tot_m[top], lo_m[top], hi_m[top])
+            self.busiest = (int(due[top]), int(mi[top]), hist)
         if np.isfinite(p99).any():
             bad = int(np.nanargmax(p99))
             if self.worst is None or p99[bad] > self.worst[0]:
-                self.worst = (float(p99[bad]), m0 + bad, self._hist(s_lag, s_b, g == bad))
-
-    @staticmethod
-    def _hist(lag: np.ndarray, b: np.ndarray, m: np.ndarray) -> LagHistogram:
-        h = LagHistogram()
-        h.add(lag[m], b[m])
-        return h
-
-    def _seconds(self, fire, skipped, s_fire, s_lag, s_b) -> None:
-        sec_all = fire // 1000
-        s0, s1 = int(sec_all[0]), int(sec_all[-1]) + 1
-        se = self.second
-        se["due"][s0:s1] += np.bincount(sec_all[~skipped] - s0, minlength=s1 - s0).astype(
-            np.int32
-        )
-        g_all = s_fire // 1000
-        for a in range(s0, s1, SECOND_CHUNK):
-            b = min(s1, a + SECOND_CHUNK)
-            i0, i1 = np.searchsorted(g_all, [a, b])
-            g = g_all[i0:i1] - a
-            lo, hi = group_extremes(s_lag[i0:i1], g, b - a)
-            _, q = grouped_quantiles(s_b[i0:i1], g, b - a, (50.0, 99.0), lo, hi)
-            se["p50"][a:b] = q[:, 0]
-            se["p99"][a:b] = q[:, 1]
-            se["max"][a:b] = hi
+                hist = _row_hist(hm[bad], b0, nm[bad], tot_m[bad], lo_m[bad], hi_m[bad])
+                self.worst = (float(p99[bad]), int(mi[bad]), hist)
 
     def _check_duplicates(self, ids, fire, effects) -> None:
         dup = np.flatnonzero(effects > 1)
@@ -284,3 +362,16 @@ class RunStats:
             f"floor(q(n-1)) (values under {ZERO_BELOW_MS * 1000:.1f} µs count as 0); "
             "counts, means and maxima exact"
         )
+
+
+def _pad(row: np.ndarray, b0: int) -> np.ndarray:
+    out = np.zeros(SIZE, np.int64)
+    out[b0 : b0 + row.size] = row
+    return out
+
+
+def _row_hist(row, b0, n, total, lo, hi) -> LagHistogram:
+    h = LagHistogram()
+    if n:
+        h.add_counts(_pad(row, b0), int(n), float(total), float(lo), float(hi))
+    return h
