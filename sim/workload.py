@@ -357,3 +357,44 @@ class TaskDurations:
             else:
                 out[idx] = np.exp(self.mu[i] + self.sigma[i] * rng.standard_normal(idx.size))
         return out
+
+
+def due_per_second(stream: WorkloadStream) -> np.ndarray:
+    """Expected runs due in each second of the period, from the templates' fire times
+    (kit.core) with each fire's jobs spread evenly over its jitter window, plus the
+    sparse rate: the offered load, without hashing a job or simulating anything. Used
+    to find a period's worst windows before simulating them."""
+    n = max(1, -(-stream.duration_ms // 1000))
+    diff = np.zeros(n + 1)
+    for t in stream.templates:
+        first = -max(t.jitter_ms - 1, 0)
+        for f in stream.nominal_between(t, first, stream.duration_ms).tolist():
+            span = max(t.jitter_ms, 1)
+            a, b = f / 1000, (f + span) / 1000
+            lo, hi = max(0, int(np.floor(a))), min(n, int(np.ceil(b)))
+            if hi <= lo:
+                continue
+            rate = t.jobs / (b - a)  # runs per second of the window, spread evenly
+            diff[lo] += rate
+            diff[hi] -= rate
+        t.nominal = np.empty(0, np.int64)  # a later stream starts over
+        t.computed_to_ms = None
+    out = np.cumsum(diff[:n])
+    return out + stream.sparse_rate
+
+
+def busiest_windows(per_s: np.ndarray, window_s: int, k: int) -> list[tuple[int, float]]:
+    """Up to k non-overlapping windows of window_s seconds with the most runs due:
+    (start second, runs due in the window), busiest first."""
+    w = max(1, min(int(window_s), per_s.size))
+    sums = np.convolve(per_s, np.ones(w), "valid")
+    out: list[tuple[int, float]] = []
+    taken = np.zeros(sums.size, bool)
+    for _ in range(k):
+        masked = np.where(taken, -np.inf, sums)
+        i = int(np.argmax(masked))
+        if not np.isfinite(masked[i]) or masked[i] <= 0:
+            break
+        out.append((i, float(sums[i])))
+        taken[max(0, i - w + 1) : i + w] = True
+    return out
