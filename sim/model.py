@@ -114,6 +114,8 @@ class Model:
             "db_statements": 0,
         }
         self.lease_events: list[tuple[int, int, str | None]] = []
+        self._verdicts: set[tuple[str, leases.RunStatus]] = set()
+        self._fail_verdicts: dict[tuple[int, bool], leases.RunLease] = {}
         self.events = 0  # model events: SimPy steps plus per-run dispatch/take/finish
         self.end_s = 0.0
         self.simpy_events = 0
@@ -172,6 +174,7 @@ class Model:
         self.reaper = Reaper(self)
         self._assignment_key: tuple[str, ...] = ()
         self._assignment: dict[int, str] = {}
+        self.assignment_version = 0
         self._want = np.full(self.n_parts, -1, np.int16)
         # the fleet has been running: members registered, partitions assigned and held
         now = -self.lead_ms
@@ -201,6 +204,7 @@ class Model:
             current = self.plt.owners(int(now_ms), live)
             self._assignment = partitions.assign_partitions(self.n_parts, list(live), current)
             self._assignment_key = live
+            self.assignment_version += 1
             self._want[:] = -1
             for p, owner in self._assignment.items():
                 self._want[p] = int(owner[1:])
@@ -272,7 +276,11 @@ class Model:
         return keep
 
     def _class_verdict(self, event: str, status: leases.RunStatus) -> None:
-        """The core's verdict for a whole equivalence class of normal-path runs."""
+        """The core's verdict for a whole equivalence class of normal-path runs (asked
+        once per model: the core is pure and the class's inputs do not change)."""
+        if (event, status) in self._verdicts:
+            return
+        self._verdicts.add((event, status))
         run = leases.RunLease("class", 1, status, token="t", worker="w", expires_at_ms=1)
         if event == "claim":
             tr = leases.claim_run(run, "w", "t", 1, 0, self.run_ttl_ms)
@@ -328,7 +336,7 @@ class Model:
             retry.next_retry_at_ms(int(e), policy, int(a), rand)
             for e, a in zip(end.tolist(), att.tolist(), strict=True)
         ]
-        verdicts: dict[tuple[int, bool], leases.RunLease] = {}
+        verdicts = self._fail_verdicts  # pure core, same class inputs: kept per model
         retries = self.reaper.retries
         for r, a, at in zip(run.tolist(), att.tolist(), retry_at, strict=True):
             key = (a, at is not None)
@@ -557,6 +565,8 @@ class SchedulerNode:
         self._scan_mask: np.ndarray | None = None  # owned and not draining (cached)
         self._scan_parts = np.empty(0, np.int64)
         self._owned_parts: np.ndarray | None = None
+        self._owned_version = 0
+        self._settled: tuple[int, int] = (-1, -1)
         self.classes = LeaseClasses(model.plt)
         self.wheel: dispatch.TimerWheel = dispatch.TimerWheel()
         self.in_wheel: dict[int, np.ndarray] = {}  # what the wheel holds, by id(chunk)
@@ -573,6 +583,7 @@ class SchedulerNode:
         """`owned` or `draining` changed: drop what was derived from them."""
         self._scan_mask = None
         self._owned_parts = None
+        self._owned_version += 1
 
     def scanning(self) -> tuple[np.ndarray, np.ndarray]:
         """The partitions this node scans: owned and not being handed over."""
@@ -622,6 +633,8 @@ class SchedulerNode:
             for p in refused.tolist():
                 self.draining.pop(p, None)
             self._changed()
+        if (m.assignment_version, self._owned_version) == self._settled:
+            return  # same assignment, same partitions: nothing to hand over or take
         moving = np.flatnonzero(self.owned & (want != self.index))
         for p in moving.tolist():
             since = self.draining.setdefault(p, now)
@@ -635,6 +648,8 @@ class SchedulerNode:
             self._changed()
         for p in np.flatnonzero((want == self.index) & ~self.owned).tolist():
             self.take(p, now)
+        if not self.draining and not ((want == self.index) & ~self.owned).any():
+            self._settled = (m.assignment_version, self._owned_version)  # nothing pending
 
     # -- scan -----------------------------------------------------------------------------
 

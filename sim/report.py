@@ -317,7 +317,8 @@ def _markdown(m: Model, r: dict[str, Any], command: str, plots: list[tuple[str, 
             "",
             "## Per hour",
             "",
-            "| hour (UTC) | runs due | p50 (s) | p99 (s) | max (s) | workers busy mean / max | rows |",
+            "| hour (UTC) | runs due | p50 (s) | p99 (s) | max (s) | workers busy mean/max "
+            "| rows |",
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         for row in r["per_hour"]:
