@@ -296,7 +296,13 @@ class Model:
         t = self.runs
         ix = run - t.origin
         t.status[ix] = RUNNING
-        _add_one(t.executions, ix, bool((t.executions[ix] > 0).any()))
+        again = bool((t.executions[ix] > 0).any())  # a re-run or a duplicate among them
+        if not again and int(att.max()) == 1:  # the usual batch: first starts only
+            t.executions[ix] = 1
+            t.start[ix] = start
+            t.wait[ix] = take - vis
+            return
+        _add_one(t.executions, ix, again)
         first = np.isnan(t.start[ix])
         f = ix[first]
         t.start[f] = start[first]
