@@ -26,6 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="measure service times for the capacity model")
     p.add_argument("--out", default="sim/profiles/measured.toml", help="profile to write")
     p.add_argument("--rows", type=int, default=100_000, help="triggers in the scratch table")
+    p.add_argument(
+        "--history-rows",
+        type=int,
+        default=100_000,
+        help="finished runs written to measure the bytes a run row takes",
+    )
     p.set_defaults(func=main)
 
 
@@ -37,9 +43,12 @@ def main(args: argparse.Namespace) -> int:
     print(f"database {url.split('@')[-1]}, kafka {settings.kafka_bootstrap}")
     db = measure_db(url, args.rows)
     kafka = measure_kafka(settings.kafka_bootstrap)
-    write_profile(Path(args.out), {**db, **kafka}, args.rows)
+    history = measure_run_rows(url, args.history_rows)
+    write_profile(Path(args.out), {**db, **kafka}, args.rows, history, args.history_rows)
     for k, v in {**db, **kafka}.items():
         print(f"  {k:<28} {v * 1e6:10.1f} us")
+    for k, v in history.items():
+        print(f"  {k:<28} {v:10.0f} bytes")
     print(f"wrote {args.out}")
     return 0
 
@@ -169,6 +178,72 @@ def measure_db(url: str, rows: int) -> dict[str, float]:
     return out
 
 
+def measure_run_rows(url: str, rows: int) -> dict[str, float]:
+    """Bytes one finished run takes in the run history: the kit's own `runs` table (its
+    columns and indexes, from kit.store.schema) in a scratch schema, `rows` runs written
+    through their life as the kit writes them (insert pending, dispatched mark, claim,
+    finish), then vacuumed; table + indexes + TOAST divided by the rows. The space the
+    updates' dead versions leave is kept (a retained table reuses it, it does not give it
+    back), so this is the steady-state size, not the compacted one."""
+    import psycopg
+    from sqlalchemy import MetaData, create_engine
+
+    from kit.store.schema import runs
+
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        conn.execute(f"CREATE SCHEMA {SCHEMA}")
+    scratch = MetaData(schema=SCHEMA)
+    runs.to_metadata(scratch, schema=SCHEMA)
+    scratch.create_all(engine)
+    engine.dispose()
+    table = f"{SCHEMA}.runs"
+    base = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    with psycopg.connect(url, autocommit=True) as conn:
+        with conn.cursor() as cur, cur.copy(
+            f"COPY {table} (run_id, job_id, tenant, job_version, priority, scheduled_at, "
+            "trigger_kind) FROM STDIN"
+        ) as copy:
+            for i in range(rows):
+                copy.write_row(
+                    (
+                        uuid.uuid4(),
+                        uuid.uuid4(),
+                        f"tenant-{i % 1000}",
+                        1,
+                        "normal",
+                        base + dt.timedelta(milliseconds=i * 10),
+                        "schedule",
+                    )
+                )
+        conn.execute(
+            f"UPDATE {table} SET status = 'dispatched', dispatched_at = scheduled_at "
+            "+ interval '3 ms'"
+        )
+        conn.execute(
+            f"UPDATE {table} SET status = 'running', lease_token = md5(run_id::text), "
+            "worker_id = 'worker-' || (abs(hashtext(run_id::text)) % 400), "
+            "lease_expires_at = scheduled_at + interval '30 s', "
+            "started_at = scheduled_at + interval '5 ms'"
+        )
+        conn.execute(
+            f"UPDATE {table} SET status = 'succeeded', lease_token = NULL, "
+            "lease_expires_at = NULL, finished_at = started_at + interval '300 ms'"
+        )
+        conn.execute(f"VACUUM ANALYZE {table}")
+        total = conn.execute(f"SELECT pg_total_relation_size('{table}')").fetchone()[0]
+        heap = conn.execute(f"SELECT pg_relation_size('{table}')").fetchone()[0]
+        conn.execute(f"VACUUM FULL {table}")
+        compact = conn.execute(f"SELECT pg_total_relation_size('{table}')").fetchone()[0]
+        conn.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
+    return {
+        "run_row_bytes": total / rows,
+        "run_row_heap_bytes": heap / rows,
+        "run_row_compact_bytes": compact / rows,
+    }
+
+
 def measure_kafka(bootstrap: str) -> dict[str, float]:
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -236,14 +311,24 @@ def measure_kafka(bootstrap: str) -> dict[str, float]:
     }
 
 
-def write_profile(path: Path, numbers: dict[str, float], rows: int) -> None:
+def write_profile(
+    path: Path,
+    numbers: dict[str, float],
+    rows: int,
+    history: dict[str, float] | None = None,
+    history_rows: int = 0,
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         "# Calibration profile: service times (seconds) the model charges for each",
-        "# statement, row and message. Written by `cronfleet calibrate`.",
+        "# statement, row and message, and the bytes a run row takes in the run history.",
+        "# Written by `cronfleet calibrate`.",
         "[service_times]",
     ]
     lines += [f"{k} = {v:.9f}" for k, v in sorted(numbers.items())]
+    if history:
+        lines += ["", "[history]"]
+        lines += [f"{k} = {v:.1f}" for k, v in sorted(history.items())]
     lines += [
         "",
         "[measured]",
@@ -252,6 +337,13 @@ def write_profile(path: Path, numbers: dict[str, float], rows: int) -> None:
         f'method = "scratch tables of {rows} triggers; per-row costs fitted over batch sizes; '
         "claim/finish latency = median single statement; demand = pipelined per statement; "
         'kafka: 50,000 x 300 B produce, 200 single-message acks and round trips"',
-        "",
     ]
+    if history:
+        lines.append(
+            f'history = "{history_rows} finished runs in the kit\'s runs table (kit.store.schema: '
+            "columns and indexes), written pending -> dispatched -> running -> succeeded, "
+            "vacuumed; run_row_bytes = table + indexes + TOAST per row (the updates' free "
+            'space kept); run_row_compact_bytes after VACUUM FULL"'
+        )
+    lines.append("")
     path.write_text("\n".join(lines))

@@ -277,6 +277,19 @@ def _duration_s(raw: str) -> float:
         raise _usage(f"target-p99-start: expected a duration like 2s, got {raw!r}") from None
 
 
+def candidate_meets(r: dict[str, Any], target_s: float) -> bool:
+    """A sizing candidate meets the target when the window's p99 start lag exists and is
+    within it, nothing was dropped and nothing is left in flight after the drain. A
+    missing p99 (no run started) is a miss, never 0."""
+    p99 = r["start_lag_s"]["p99"]
+    return (
+        p99 is not None
+        and p99 <= target_s
+        and r["audit"]["dropped"] == 0
+        and r["in_flight_at_end"] == 0
+    )
+
+
 def size_windows(base: dict[str, Any], window_s: float, count: int) -> list[dict[str, Any]]:
     """The windows every candidate is simulated over. The top of the hour: the window
     around its peak. A cron population: the `count` busiest windows of the period by
@@ -358,12 +371,7 @@ def size_main(args: argparse.Namespace) -> int:
         ]
         _, r = simulate(scenario, sets, seed, args.profile)
         p99 = r["start_lag_s"]["p99"]
-        good = (
-            p99 is not None
-            and p99 <= target
-            and r["audit"]["dropped"] == 0
-            and r["in_flight_at_end"] == 0
-        )
+        good = candidate_meets(r, target)
         tried.append((nodes, workers, parts, win["label"], p99, int(good)))
         shown = "   none" if p99 is None else f"{p99:8.3f}"
         print(

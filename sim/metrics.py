@@ -134,6 +134,10 @@ def history(m: Model) -> dict[str, Any]:
     if per_run:
         out["bytes_per_day"] = round(rows_day * per_run)
         out["retention_bytes"] = round(rows_day * per_run * keep)
+    compact = m.p.get("run_row_compact_bytes")
+    if compact:  # the same rows packed (after VACUUM FULL): the floor
+        out["bytes_per_run_compact"] = compact
+        out["retention_bytes_compact"] = round(rows_day * compact * keep)
     return out
 
 

@@ -306,9 +306,16 @@ def _markdown(m: Model, r: dict[str, Any], command: str, plots: list[tuple[str, 
     ]
     if h.get("bytes_per_run"):
         lines.append(
-            f"At {h['bytes_per_run']} bytes per run row (table and indexes, from the "
+            f"At {h['bytes_per_run']:.0f} bytes per run row (table, indexes and TOAST as the "
+            "kit writes a run: the space of its updates' old versions kept, from the "
             f"calibration profile): {h['bytes_per_day'] / 1e9:.1f} GB per day, "
-            f"**{h['retention_bytes'] / 1e12:.2f} TB for {h['retention_days']} days** kept."
+            f"**{h['retention_bytes'] / 1e12:.2f} TB for {h['retention_days']} days** kept"
+            + (
+                f"; packed ({h['bytes_per_run_compact']:.0f} bytes per row, after VACUUM FULL) "
+                f"{h['retention_bytes_compact'] / 1e12:.2f} TB."
+                if h.get("retention_bytes_compact")
+                else "."
+            )
         )
     else:
         lines.append("The calibration profile gives no bytes per run row: no size computed.")

@@ -302,12 +302,15 @@ def _validate_cron(w: Mapping[str, Any]) -> None:
 
 
 def load_profile(path: str | Path | None, overrides: Mapping[str, Any]) -> dict[str, float]:
-    """The calibration profile (service times in seconds), with the scenario's overrides."""
+    """The calibration profile (service times in seconds, run row bytes), with the
+    scenario's overrides."""
     p = Path(path) if path else DEFAULT_PROFILE
     if not p.exists():
         raise ScenarioError(f"profile: no such file {p}")
     data = tomllib.loads(p.read_text())
     numbers = {k: float(v) for k, v in data.get("service_times", {}).items()}
+    # bytes a run row takes in the run history (absent from older profiles)
+    numbers.update({k: float(v) for k, v in data.get("history", {}).items()})
     for key, value in overrides.items():
         if key not in numbers:
             raise ScenarioError(f"profile.{key}: unknown service time")
