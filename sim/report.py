@@ -38,6 +38,8 @@ def write_report(m: Model, result: dict[str, Any], out: Path, command: str) -> P
         plots.insert(1, ("the period minute by minute", _period(m, out / "period.png")))
         plots.insert(2, ("per-hour p99 start lag", _hours(result, out / "per_hour.png")))
         plots.insert(3, ("runs due per hour, by class", _load(m, out / "load_by_class.png")))
+    if m.stream.kind == "cron" and m.s["duration_s"] >= 3600:
+        plots.insert(4, ("fixed-time runs a week apart", _week_apart(m, out / "dst.png")))
     (out / "result.json").write_text(json.dumps(result, indent=2, default=str))
     md = out / "report.md"
     md.write_text(_markdown(m, result, command, [(t, p) for t, p in plots if p]))
@@ -146,6 +148,51 @@ def _load(m: Model, path: Path) -> str:
     ax.set_xlabel("hour of the period (UTC)")
     ax.set_ylabel("runs due (millions)")
     ax.set_title("Runs due per hour, by class (fire times from kit.core, DST applied)")
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def fixed_time_per_hour(s: dict[str, Any], start: str) -> dict[str, np.ndarray]:
+    """Runs due per UTC hour of each zone's fixed-time classes (daily, weekly) for the
+    period starting at `start`, from kit.core's fire times and the jobs per template
+    (no hashing, no simulation)."""
+    from sim.workload import WorkloadStream
+
+    st = WorkloadStream({**s, "start": start}, 0)
+    hours = max(1, -(-st.duration_ms // 3_600_000))
+    out: dict[str, np.ndarray] = {}
+    for t in st.templates:
+        if t.expr.split()[1] in ("*", "*/1"):
+            continue
+        row = out.setdefault(t.zone, np.zeros(hours))
+        for f in st.nominal_between(t, 0, st.duration_ms).tolist():
+            row[int(f // 3_600_000)] += t.jobs
+    return out
+
+
+def _week_apart(m: Model, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    start = start_of(m.s)
+    before = (start - timedelta(days=7)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = fixed_time_per_hour(m.s, m.s["start"])
+    then = fixed_time_per_hour(m.s, before)
+    changing = [row["zone"] for row in dst_table(m) if row["changes"]]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    x = np.arange(len(next(iter(now.values()))))
+    for zone in changing or list(now)[:4]:
+        (line,) = ax.step(x, now[zone] / 1e3, where="mid", label=f"{zone}, {start:%d %b}")
+        ax.step(
+            x,
+            then[zone] / 1e3,
+            where="mid",
+            ls=":",
+            color=line.get_color(),
+            label=f"{zone}, a week before",
+        )
+    ax.set_xlabel("hour of the day (UTC)")
+    ax.set_ylabel("daily and weekly runs due (thousands)")
+    ax.set_title("Fixed-time jobs of the zones whose clocks change, a week apart")
     ax.legend(fontsize=7, ncol=2)
     return _save(fig, path)
 
