@@ -14,7 +14,7 @@ RELATIVE_ERROR = 2**-(SUB_BITS + 1) = 0.78% of the order statistic; magnitudes u
 the top bucket (the maximum itself is kept exactly). Counts, sums, minimum and maximum
 are exact. Written here rather than taken from a library because it is ~100 lines, must
 be vectorised over numpy arrays (tens of millions of values per simulated hour), and the
-stated bound is checked by tests/sim/test_histogram.py against exact percentiles.
+stated bound is checked by tests/sim/test_streamed_stats.py against exact percentiles.
 """
 
 from __future__ import annotations
@@ -128,52 +128,6 @@ class LagHistogram:
         out["mean"] = round(self.total / self.n / 1000, 4) if self.n else None
         out["count"] = self.n
         return out
-
-
-def grouped_quantiles(
-    buckets: np.ndarray,
-    groups: np.ndarray,
-    n_groups: int,
-    qs: tuple[float, ...],
-    lo: np.ndarray,
-    hi: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per group (0..n_groups-1): count and the quantiles qs in ms (NaN when empty), with
-    the same rule and error as `LagHistogram.quantile`; lo/hi are each group's exact
-    minimum and maximum. Only the bucket range present is laid out, so a block of
-    seconds costs (groups x buckets spanned), not (groups x SIZE)."""
-    out = np.full((n_groups, len(qs)), np.nan)
-    if buckets.size == 0:
-        return np.zeros(n_groups, np.int64), out
-    b0 = int(buckets.min())
-    width = int(buckets.max()) - b0 + 1
-    counts = np.bincount(groups * width + (buckets - b0), minlength=n_groups * width)
-    cum = np.cumsum(counts.reshape(n_groups, width), axis=1)
-    n = cum[:, -1]
-    has = n > 0
-    mid = MID[b0 : b0 + width]
-    for i, q in enumerate(qs):
-        rank = _rank(n[has], q)
-        j = (cum[has] <= rank[:, None]).sum(axis=1)
-        v = np.minimum(np.maximum(mid[j], lo[has]), hi[has])
-        v = np.where(rank <= 0, lo[has], v)
-        out[has, i] = np.where(rank >= n[has] - 1, hi[has], v)
-    return n, out
-
-
-def group_extremes(
-    values: np.ndarray, groups: np.ndarray, n_groups: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exact per-group minimum and maximum (NaN for empty groups); groups sorted."""
-    lo = np.full(n_groups, np.nan)
-    hi = np.full(n_groups, np.nan)
-    if values.size == 0:
-        return lo, hi
-    starts = np.flatnonzero(np.concatenate(([True], groups[1:] != groups[:-1])))
-    g = groups[starts]
-    lo[g] = np.minimum.reduceat(values, starts)
-    hi[g] = np.maximum.reduceat(values, starts)
-    return lo, hi
 
 
 def quantiles_of_rows(

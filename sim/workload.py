@@ -67,28 +67,26 @@ def _ids(prefix: str, a: int, b: int) -> list[str]:
     return [f"{prefix}{i}" for i in range(a, b)]
 
 
-def job_partitions(prefix: str, jobs: int, n_parts: int) -> np.ndarray:
-    """kit.core.partitions of every job id `prefix + i`, in job order."""
-    key = (prefix, jobs, n_parts)
-    if key not in _PARTS:
-        out = np.empty(jobs, np.int16)
+def _per_job(cache: dict, key: tuple[str, int, int], compute, dtype) -> np.ndarray:
+    """compute(ids, arg) for every job id `prefix + i`, in job order, kept per process."""
+    if key not in cache:
+        prefix, jobs, arg = key
+        out = np.empty(jobs, dtype)
         for a in range(0, jobs, HASH_CHUNK):
             b = min(jobs, a + HASH_CHUNK)
-            out[a:b] = partitions.partitions_of(_ids(prefix, a, b), n_parts)
-        _PARTS[key] = out
-    return _PARTS[key]
+            out[a:b] = compute(_ids(prefix, a, b), arg)
+        cache[key] = out
+    return cache[key]
+
+
+def job_partitions(prefix: str, jobs: int, n_parts: int) -> np.ndarray:
+    """kit.core.partitions of every job id `prefix + i`, in job order."""
+    return _per_job(_PARTS, (prefix, jobs, n_parts), partitions.partitions_of, np.int16)
 
 
 def job_offsets(prefix: str, jobs: int, jitter_ms: int) -> np.ndarray:
     """kit.core.jitter offsets of every job id `prefix + i`, in job order."""
-    key = (prefix, jobs, jitter_ms)
-    if key not in _OFFSETS:
-        out = np.empty(jobs, np.int32)
-        for a in range(0, jobs, HASH_CHUNK):
-            b = min(jobs, a + HASH_CHUNK)
-            out[a:b] = jitter.jitter_offsets_ms(_ids(prefix, a, b), jitter_ms)
-        _OFFSETS[key] = out
-    return _OFFSETS[key]
+    return _per_job(_OFFSETS, (prefix, jobs, jitter_ms), jitter.jitter_offsets_ms, np.int32)
 
 
 @dataclass
