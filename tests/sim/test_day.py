@@ -143,3 +143,10 @@ def test_the_runs_table_keeps_ids_across_compaction():
 def test_bad_day_overrides_name_the_field(bad, why):
     with pytest.raises(ScenarioError, match=why.split(":")[0]):
         load_scenario("day", [bad])
+
+
+def test_the_profile_carries_the_bytes_of_a_run_row():
+    from sim.scenario import load_profile
+
+    p = load_profile(None, {})
+    assert p["run_row_compact_bytes"] < p["run_row_bytes"]  # measured, see [history]
