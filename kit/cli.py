@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "scheduler": "kit.scheduler.cli",
     "worker": "kit.worker.cli",
     "reaper": "kit.reaper.cli",
+    "maintenance": "kit.maintenance.cli",
     "run-all": "kit.runall",
     "next-fires": "kit.next_fires",
     "sim": "sim.cli",
@@ -62,9 +63,33 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, FieldError) as exc:
         print(f"cronfleet {args.command}: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        settings_problem = _settings_problem(exc)
+        if settings_problem is None:
+            raise
+        print(f"cronfleet {args.command}: {settings_problem}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 
 
+def _settings_problem(exc: Exception) -> str | None:
+    """A CRONFLEET_* setting refused by kit.settings, as one line naming the variable."""
+    from pydantic import ValidationError
+
+    from kit.settings import Settings
+
+    if not isinstance(exc, ValidationError) or exc.title != Settings.__name__:
+        return None
+    return "; ".join(
+        f"CRONFLEET_{str(e['loc'][0]).upper()}: {e['msg']}" if e.get("loc") else e["msg"]
+        for e in exc.errors()
+    )
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m kit.cli`: this file runs as `__main__`, a second copy of the module whose
+    # UsageError the subcommands (which import `kit.cli`) never raise; run the real one.
+    from kit.cli import main as kit_main
+
+    sys.exit(kit_main())

@@ -1,7 +1,8 @@
 """`cronfleet run-all`: the whole kit on one machine, for a single-box install or a demo.
 
-Runs `cronfleet db upgrade`, then starts the api, one scheduler, N workers and a reaper
-as child processes (`python -m kit.cli ...`), each line of their output prefixed with
+Runs `cronfleet db upgrade`, then starts the api, one scheduler, N workers, a reaper
+and the maintenance service (expiry of keys, finished queue tasks, dead letters) as child
+processes (`python -m kit.cli ...`), each line of their output prefixed with
 its name. SIGTERM or SIGINT is forwarded to every child, which drains (the worker
 finishes in-flight runs, the scheduler dispatches what it holds and releases its
 leases); after --stop-timeout-s a straggler is killed. If a child exits on its own the
@@ -9,7 +10,8 @@ others are stopped and run-all exits 1: a half-running fleet is worse than none,
 because the supervisor that restarts run-all cannot see it.
 
 Metrics: with --metrics-base-port P the scheduler serves Prometheus on P, the reaper
-on P+1 and worker i on P+2+i (the api has no metrics endpoint). 0 turns them off.
+on P+1, worker i on P+2+i and maintenance on P+2+N (the api serves its own on /metrics).
+0 turns them off.
 """
 
 from __future__ import annotations
@@ -150,43 +152,54 @@ def services(args: argparse.Namespace) -> list[Service]:
     def metrics(offset: int) -> list[str]:
         return ["--metrics-port", str(base + offset)] if base else []
 
-    api = ["api"]
+    api = ["api", *common]
+    if args.group_id:
+        api += ["--group-id", args.group_id]  # the fleet view reads the workers' lag
     if args.api_host:
         api += ["--host", args.api_host]
     if args.api_port:
         api += ["--port", str(args.api_port)]
     out = [Service("api", tuple(api))]
     out.append(Service("scheduler", ("scheduler", *metrics(0), *common)))
-    out.append(Service("reaper", ("reaper", *metrics(1), *common)))
+    reaper = ["reaper", *metrics(1), *common]
+    if args.group_id:
+        reaper += ["--group-id", args.group_id]
+    out.append(Service("reaper", tuple(reaper)))
     for i in range(args.workers):
         worker = ["worker", *metrics(2 + i), *common, "--drain-s", str(args.drain_s)]
         if args.concurrency is not None:
             worker += ["--concurrency", str(args.concurrency)]
+        if args.prefetch is not None:
+            worker += ["--prefetch", str(args.prefetch)]
         if args.group_id:
             worker += ["--group-id", args.group_id]
         out.append(Service(f"worker-{i + 1}" if args.workers > 1 else "worker", tuple(worker)))
+    out.append(Service("maintenance", ("maintenance", *metrics(2 + args.workers))))
     return out
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run-all",
-        help="one-machine install: db upgrade, then api, scheduler, workers and reaper",
+        help="one-machine install: db upgrade, then api, scheduler, workers, reaper, maintenance",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--concurrency", type=int, help="runs per worker (default: settings)")
+    parser.add_argument(
+        "--prefetch", type=int, help="runs a worker claims ahead (default: settings)"
+    )
     parser.add_argument("--api-host", help="api bind address (default: settings.api_host)")
     parser.add_argument("--api-port", type=int, help="api port (default: settings.api_port)")
     parser.add_argument(
         "--metrics-base-port",
         type=int,
         default=0,
-        help="scheduler P, reaper P+1, worker i P+2+i (0 = no metrics endpoints)",
+        help="scheduler P, reaper P+1, worker i P+2+i, maintenance P+2+N (0 = none)",
     )
     parser.add_argument("--topic-prefix", help="run topic prefix (default cronfleet.runs)")
-    parser.add_argument("--group-id", help="workers' Kafka consumer group")
+    parser.add_argument("--group-id", help="workers' Kafka consumer group (default: settings)")
     parser.add_argument(
         "--drain-s", type=float, default=30.0, help="how long workers finish in-flight runs"
     )
@@ -209,7 +222,7 @@ def check(args: argparse.Namespace) -> None:
         raise UsageError(f"concurrency: {args.concurrency} is not between 1 and 1024")
     if args.api_port is not None and not 1 <= args.api_port <= 65535:
         raise UsageError(f"api-port: {args.api_port} is not between 1 and 65535")
-    last = args.metrics_base_port + 1 + args.workers
+    last = args.metrics_base_port + 2 + args.workers
     if args.metrics_base_port < 0 or last > 65535:
         raise UsageError(f"metrics-base-port: ports {args.metrics_base_port}..{last} not valid")
     if args.drain_s < 0 or args.stop_timeout_s <= 0:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kit.core import defaults
+from kit.core.errors import FieldError
 
 
 def cronfleet_home() -> Path:
@@ -85,17 +86,126 @@ class Settings(BaseSettings):
         description="Age after which a never-published run is re-published.",
     )
     run_topic_partitions: int = Field(default=6, ge=1, description="Partitions per tier topic.")
+    run_topic_replication: int = Field(
+        default=3,
+        ge=1,
+        description="Replicas of each run topic (the local stack, one broker, writes 1).",
+    )
+    run_topic_min_insync: int = Field(
+        default=2,
+        ge=1,
+        description="min.insync.replicas of the run topics: acks=all means on this many brokers.",
+    )
+    worker_group: str = Field(
+        default="cronfleet-workers",
+        min_length=1,
+        description="Kafka consumer group of the workers (the reaper reads its progress).",
+    )
     worker_concurrency: int = Field(default=8, ge=1, description="Runs a worker executes at once.")
+    worker_prefetch: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="Runs a worker claims ahead of their second (or of a free slot) at most.",
+    )
     http_allow_hosts: str = Field(
         default="",
-        description="Comma-separated hosts/CIDRs the http task may reach even if private/loopback.",
+        description=(
+            "Comma-separated hosts/CIDRs every tenant's http tasks may reach even if "
+            "private/loopback (a tenant's own holes go in the task policy file)."
+        ),
     )
+    task_policy_file: str = Field(
+        default="",
+        description=(
+            "TOML file of what each tenant's tasks may do: command executables, run-as "
+            "user, egress allow-list (kit/tasks/policy.py). Empty: no tenant runs commands."
+        ),
+    )
+
+    def secret_values(self) -> tuple[str, ...]:
+        """The worker's own secrets, scrubbed from whatever a run records: the database
+        URL and its password (a task never sees them; this is the second line)."""
+        from sqlalchemy.engine import make_url
+
+        values = [self.database_url]
+        try:
+            password = make_url(self.database_url).password
+        except Exception:  # an unparsable URL fails at connect, not here
+            password = None
+        if password:
+            values.append(str(password))
+        return tuple(values)
+
+    # Operating at scale: what the maintenance service expires, and the operator's views.
+    maintenance_period_ms: int = Field(
+        default=60_000, ge=1000, description="How often `cronfleet maintenance` expires rows."
+    )
+    idempotency_key_retention_s: int = Field(
+        default=86_400, ge=60, description="How long a job create's Idempotency-Key is kept."
+    )
+    queue_task_retention_s: int = Field(
+        default=7 * 86_400,
+        ge=60,
+        description="How long a finished (done or dead) queue task is kept after it finished.",
+    )
+    dead_letter_retention_s: int = Field(
+        default=30 * 86_400,
+        ge=60,
+        description="How long a dead letter not replayed is kept after the run died.",
+    )
+    replayed_dead_letter_retention_s: int = Field(
+        default=86_400,
+        ge=60,
+        description="How long a replayed dead letter is kept once its run is no longer live.",
+    )
+    audit_retention_s: int = Field(
+        default=400 * 86_400, ge=86_400, description="How long job audit entries are kept."
+    )
+    max_backfill_runs: int = Field(
+        default=1000, ge=1, le=100_000, description="Most runs one backfill may owe."
+    )
+    console_session_ttl_s: int = Field(
+        default=8 * 3600, ge=60, description="Console session lifetime after login."
+    )
+    console_secure_cookie: bool = Field(
+        default=False,
+        description="Mark the console cookie Secure even on plain HTTP (behind a TLS proxy).",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.run_topic_min_insync > self.run_topic_replication:
+            raise ValueError(
+                "run_topic_min_insync: must not exceed run_topic_replication "
+                f"({self.run_topic_min_insync} > {self.run_topic_replication})"
+            )
+        if self.scan_ahead_ms >= self.undispatched_grace_ms:
+            # A run is committed up to scan_ahead_ms before its second and published at
+            # it: a grace no longer than that would have the reaper publish it early.
+            raise ValueError(
+                "scan_ahead_ms: must be below undispatched_grace_ms "
+                f"({self.scan_ahead_ms} >= {self.undispatched_grace_ms})"
+            )
+        return self
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Build the settings: environment first, then the stack's connection file, then defaults."""
+    """Build the settings: environment first, then the stack's connection file, then defaults.
+
+    A bad value is a FieldError naming the CRONFLEET_* variable, which the CLI prints as
+    one line (exit 2) before any service starts."""
     env_file = stack_env_file()
     kwargs: dict[str, object] = {}
     if env_file.exists():
         kwargs["_env_file"] = str(env_file)
-    return Settings(**kwargs, **overrides)  # type: ignore[arg-type]
+    try:
+        return Settings(**kwargs, **overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [str(p) for p in first.get("loc", ())]
+        message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        if loc:
+            raise FieldError(f"CRONFLEET_{loc[0].upper()}", message) from None
+        name, _, reason = message.partition(": ")
+        raise FieldError(f"CRONFLEET_{name.upper()}", reason or message) from None

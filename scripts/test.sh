@@ -9,13 +9,25 @@ export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 need_apt=()
 command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
+# the console's browser test runs in Debian's Chromium (Playwright drives it)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "==> installing ${need_apt[*]} from Debian's packages (Kafka runs on Java; Maven fetches its jars)"
+  echo "==> installing ${need_apt[*]} from Debian's packages (Kafka runs on Java; Maven fetches its jars; the console test needs a browser)"
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"
 fi
 
 echo "==> installing cronfleet with its test dependencies"
 python3 -m pip install -q -e ".[dev]"
+
+# checkov (terraform/'s security checks) pins libraries the project's own tools need newer
+# (packaging, a fork of hcl2), so it lives in a virtualenv of its own, reused across runs.
+CHECKOV_VENV="${CRONFLEET_HOME:-$HOME/.cronfleet}/tools/checkov-$(sha256sum terraform/checkov-requirements.txt | cut -c1-12)"
+if [ ! -x "$CHECKOV_VENV/bin/checkov" ]; then
+  echo "==> installing checkov into $CHECKOV_VENV"
+  python3 -m venv "$CHECKOV_VENV"
+  "$CHECKOV_VENV/bin/pip" install -q -r terraform/checkov-requirements.txt
+fi
+export CRONFLEET_CHECKOV="$CHECKOV_VENV/bin/checkov"
 
 echo "==> starting the local stack (PostgreSQL, Kafka)"
 python3 -m kit.cli stack up

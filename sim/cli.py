@@ -443,11 +443,12 @@ def size_main(args: argparse.Namespace) -> int:
         "headroom to survive the loss of one)"
     )
     if args.emit_tfvars:
-        lines = [
-            f"# cronfleet sim size {scenario} --target-p99-start {args.target_p99_start} "
+        from sim.tfvars import tfvars_text, with_headroom
+
+        header = (
+            f"cronfleet sim size {scenario} --target-p99-start {args.target_p99_start} "
             f"(seed {seed}; windows: {'; '.join(w['label'] for w in windows)})"
-        ]
-        lines += [f"{k} = {v}" for k, v in rec.items()]
-        Path(args.emit_tfvars).write_text("\n".join(lines) + "\n")
+        )
+        Path(args.emit_tfvars).write_text(tfvars_text(with_headroom(rec), header))
         print(f"wrote {args.emit_tfvars}")
     return 0

@@ -55,7 +55,7 @@ from sim.workload import WINDOW_MS, TaskDurations, WorkloadStream
 
 CORE_STATUS = {
     PENDING: leases.RunStatus.pending,
-    DISPATCHED: leases.RunStatus.dispatched,
+    DISPATCHED: leases.RunStatus.pending,  # published, not claimed: the kit calls it pending
     RUNNING: leases.RunStatus.running,
     SUCCEEDED: leases.RunStatus.succeeded,
     RETRY: leases.RunStatus.retry_scheduled,
@@ -253,7 +253,7 @@ class Model:
         keep = np.ones(run.size, bool)
         normal = redel == 0
         if normal.any():
-            self._class_verdict("claim", leases.RunStatus.dispatched)
+            self._class_verdict("claim", leases.RunStatus.pending)
         if normal.all():
             return keep
         t = self.runs

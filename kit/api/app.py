@@ -14,20 +14,28 @@ from starlette.concurrency import run_in_threadpool
 
 from kit.api import errors
 from kit.api.auth import BearerAuth
+from kit.api.backfill import router as backfill_router
+from kit.api.console import install as install_console
 from kit.api.dead_letters import router as dead_letters_router
+from kit.api.fleet import router as fleet_router
+from kit.api.job_history import router as job_history_router
+from kit.api.jobs_list import router as jobs_list_router
 from kit.api.limits import BodyLimit
 from kit.api.metrics import RequestMetrics, metrics_endpoint
 from kit.api.models import ErrorOut
 from kit.api.queues import router as queues_router
 from kit.api.routes import router
+from kit.api.run_cancel import router as run_cancel_router
+from kit.api.schedule_preview import router as schedule_preview_router
 from kit.settings import Settings, load_settings
 from kit.store.db import engine_for
+from kit.tasks.policy import policy_source
 
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": description}
     for status, description in (
         (401, "no, malformed, unknown or revoked bearer token"),
-        (403, "the token lacks the scope"),
+        (403, "the token lacks the scope, or the operator's task policy refuses the task"),
         (404, "no such object for this tenant"),
         (409, "conflict (name taken, Idempotency-Key reused with another body)"),
         (413, "request body too large"),
@@ -38,6 +46,7 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
     settings = settings or load_settings()
+    task_policy = policy_source(settings.task_policy_file, settings.http_allow_hosts)
     owned_engine = engine is None
     engine = engine or engine_for(settings.database_url)
 
@@ -60,10 +69,21 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     )
     app.state.settings = settings
     app.state.engine = engine
+    app.state.task_policy = task_policy  # the operator's file, re-read when it changes
     errors.install(app)
     app.include_router(router, responses=_ERROR_RESPONSES)
     app.include_router(dead_letters_router, responses=_ERROR_RESPONSES)
     app.include_router(queues_router, responses=_ERROR_RESPONSES)
+    for operate_router in (
+        jobs_list_router,
+        run_cancel_router,
+        backfill_router,
+        job_history_router,
+        schedule_preview_router,
+        fleet_router,
+    ):
+        app.include_router(operate_router, responses=_ERROR_RESPONSES)
+    install_console(app)  # /console: server-rendered pages behind the same tokens
     # Outermost first: authenticate, then bound the body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(BearerAuth, engine=lambda: app.state.engine)

@@ -17,12 +17,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine
 
 from kit.api.auth import Caller, principal
+from kit.api.body import StrictJsonRoute
 from kit.api.errors import ApiError
 from kit.core.errors import FieldError
+from kit.core.schedule import check_instant_range
 from kit.store import dead_letters as store
 from kit.store.errors import RunNotFound
 
-router = APIRouter(prefix="/v1", dependencies=[Depends(principal)], tags=["dead letters"])
+router = APIRouter(
+    prefix="/v1",
+    dependencies=[Depends(principal)],
+    route_class=StrictJsonRoute,
+    tags=["dead letters"],
+)
 
 
 class DeadLetterOut(BaseModel):
@@ -81,9 +88,11 @@ def _not_found() -> ApiError:
 
 
 def _aware(value: datetime | None, field: str) -> datetime | None:
-    if value is not None and value.tzinfo is None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
         raise FieldError(field, "must carry a time zone (e.g. Z)")
-    return value
+    return check_instant_range(value, field)
 
 
 @router.get(

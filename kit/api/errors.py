@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from kit.api.body import InvalidBody
 from kit.api.models import SERVER_SET_FIELDS, TASK_TYPES
 from kit.core.errors import FieldError
 from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken, RunNotFound
@@ -131,6 +132,9 @@ def install(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else "request refused"
         return error_response(ApiError(exc.status_code, message, headers=exc.headers))
 
+    async def on_invalid_body(request: Request, exc: InvalidBody) -> JSONResponse:
+        return error_response(ApiError(422, str(exc.detail), exc.problems))
+
     async def on_not_found(request: Request, exc: Exception) -> JSONResponse:
         kind = "run" if isinstance(exc, RunNotFound) else "job"
         return error_response(ApiError(404, f"no such {kind}"))
@@ -148,6 +152,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(FieldError, on_field_error)
     app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(InvalidBody, on_invalid_body)
     app.add_exception_handler(JobNotFound, on_not_found)
     app.add_exception_handler(RunNotFound, on_not_found)
     app.add_exception_handler(NameTaken, on_name_taken)

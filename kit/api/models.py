@@ -13,12 +13,14 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kit.core.errors import FieldError
 from kit.core.policies import MisfirePolicy
+from kit.core.redaction import ALWAYS_SECRET_HEADERS, MASK, redact_task
 from kit.core.retry import RetryPolicy
 from kit.core.schedule import OneOffSchedule, Schedule, parse_schedule, schedule_to_dict
+from kit.core.task_policy import reserved_env_name
 from kit.store.jobs import JobRecord, JobSpec
 from kit.store.runs import RunRecord
 
@@ -35,11 +37,37 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+# FieldErrors raised in a task's validators name the field from the task (`env.A`);
+# kit.api.errors puts the task's own place in front (`task.env.A`, `jobs[3].task.env.A`).
+def _no_mask(values: dict[str, str], where: str) -> None:
+    for name, value in values.items():
+        if value == MASK:
+            raise FieldError(
+                f"{where}.{name}",
+                f"is {MASK!r}, how a secret value is shown; send the value itself",
+            )
+
+
+def _names_present(names: list[str], values: dict[str, str], where: str, fold: bool) -> None:
+    present = {n.lower() if fold else n for n in values}
+    for index, name in enumerate(names):
+        if (name.lower() if fold else name) not in present:
+            raise FieldError(f"secret_{where}[{index}]", f"names no entry of task.{where}")
+
+
 class HttpTask(_Strict):
     type: Literal["http"]
     url: str = Field(min_length=1, max_length=4096)
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
     headers: dict[str, str] = Field(default_factory=dict)
+    secret_headers: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Headers whose values are secret: never returned by the API (shown as "
+            f"{MASK!r}), never logged, scrubbed from run errors. "
+            f"{' and '.join(sorted(ALWAYS_SECRET_HEADERS))} always are."
+        ),
+    )
     body: str | None = None
 
     @field_validator("url")
@@ -50,12 +78,44 @@ class HttpTask(_Strict):
             raise ValueError("must be an absolute http:// or https:// URL")
         return value
 
+    @model_validator(mode="after")
+    def _secrets(self) -> HttpTask:
+        _names_present(self.secret_headers, self.headers, "headers", fold=True)
+        _no_mask(self.headers, "headers")
+        return self
+
 
 class CommandTask(_Strict):
     type: Literal["command"]
-    argv: list[str] = Field(min_length=1)
+    argv: list[str] = Field(
+        min_length=1,
+        description="argv[0] must be an executable the operator allowed for the tenant, "
+        "by the same absolute path; the token needs the `command` scope",
+    )
     env: dict[str, str] = Field(default_factory=dict)
+    secret_env: list[str] = Field(
+        default_factory=list,
+        description=f"Names in `env` whose values are secret (shown as {MASK!r}, scrubbed)",
+    )
     cwd: str | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if reserved_env_name(name) or not name or "=" in name:
+                raise FieldError(
+                    f"env.{name}",
+                    "is not a name a job may set (LD_* and CRONFLEET_* are reserved, "
+                    "'=' is not allowed)",
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _secrets(self) -> CommandTask:
+        _names_present(self.secret_env, self.env, "env", fold=False)
+        _no_mask(self.env, "env")
+        return self
 
 
 class NoopTask(_Strict):
@@ -258,7 +318,7 @@ class JobOut(BaseModel):
             tenant=job.tenant,
             name=spec.name,
             schedule=schedule_to_dict(spec.schedule),
-            task=dict(spec.task),
+            task=redact_task(spec.task),
             retry=dict(spec.retry),
             timeout_s=spec.timeout_s,
             overlap=spec.overlap,
@@ -296,6 +356,7 @@ class RunOut(BaseModel):
     error: str | None
     skip_reason: str | None
     created_at: datetime
+    cancelled_by: str | None = Field(default=None, description="token id that cancelled it")
 
     @classmethod
     def of(cls, run: RunRecord) -> RunOut:
@@ -315,6 +376,7 @@ class RunOut(BaseModel):
             error=run.error,
             skip_reason=run.skip_reason,
             created_at=run.created_at,
+            cancelled_by=run.cancelled_by,
         )
 
 

@@ -17,13 +17,16 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from kit.api.auth import Caller, IdempotencyKey, principal
+from kit.api.body import StrictJsonRoute
 from kit.api.errors import ApiError
 from kit.core.errors import FieldError
 from kit.core.queue_task import MAX_ATTEMPTS
 from kit.store import queues as queue_store
 from kit.store.jobs import request_fingerprint
 
-router = APIRouter(prefix="/v1", dependencies=[Depends(principal)], tags=["queues"])
+router = APIRouter(
+    prefix="/v1", dependencies=[Depends(principal)], route_class=StrictJsonRoute, tags=["queues"]
+)
 
 QUEUE_PATTERN = r"^[a-z0-9._-]{1,64}$"
 QueueName = Annotated[

@@ -1,8 +1,13 @@
 """The /v1 routes: jobs and their runs. Every object is scoped to the caller's tenant;
-another tenant's id is simply not found (404), never forbidden, so ids leak nothing."""
+another tenant's id is simply not found (404), never forbidden, so ids leak nothing.
+
+A job with a command task is written only when the token has the `command` scope and
+the operator's task policy allows that executable for the tenant (kit.core.task_policy);
+otherwise 403 with the reason, and nothing is written."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -11,6 +16,7 @@ from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, IdempotencyKey, principal
+from kit.api.body import StrictJsonRoute
 from kit.api.errors import ApiError
 from kit.api.models import (
     JobBatchIn,
@@ -29,8 +35,13 @@ from kit.settings import Settings
 from kit.store import jobs as job_store
 from kit.store import runs as run_store
 from kit.store.errors import NameTaken
+from kit.store.tokens import TokenInfo
 
-router = APIRouter(prefix="/v1", dependencies=[Depends(principal)])
+router = APIRouter(
+    prefix="/v1",
+    dependencies=[Depends(principal)],
+    route_class=StrictJsonRoute,
+)
 
 
 def _engine(request: Request) -> Engine:
@@ -39,6 +50,24 @@ def _engine(request: Request) -> Engine:
 
 def _settings(request: Request) -> Settings:
     return request.app.state.settings
+
+
+def task_refusal(
+    request: Request, caller: TokenInfo, task: Mapping[str, Any], prefix: str = ""
+) -> tuple[str, str] | None:
+    """(field, reason) if this caller may not write this task, else None."""
+    if task.get("type") != "command":
+        return None
+    if not caller.allows("command"):
+        return f"{prefix}task.type", "a command task needs a token with the 'command' scope"
+    refusal = request.app.state.task_policy.current().command_refusal(caller.tenant, task["argv"])
+    if refusal is None:
+        return None
+    return f"{prefix}{refusal[0]}", refusal[1]
+
+
+def _forbidden(problems: list[tuple[str, str]]) -> ApiError:
+    return ApiError(403, f"{problems[0][0]}: {problems[0][1]}", problems)
 
 
 @router.post(
@@ -61,6 +90,8 @@ async def create_job(
     settings = _settings(request)
     spec = body.to_spec()
     check_limits(spec, datetime.now(UTC), settings.one_off_grace_s, settings.max_task_spec_bytes)
+    if refusal := task_refusal(request, caller, spec.task):
+        raise _forbidden([refusal])
     request_hash = None
     if idempotency_key is not None:
         request_hash = job_store.request_fingerprint(await request.json())
@@ -70,6 +101,7 @@ async def create_job(
         partitions=settings.partitions,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
+        actor=caller.token_id,
     )
     result = await run_in_threadpool(job_store.job_create, _engine(request), params)
     if not result.created:
@@ -108,9 +140,16 @@ def create_jobs_batch(body: JobBatchIn, request: Request, caller: Caller) -> Job
         specs.append(spec)
     if problems:
         raise ApiError(422, f"{problems[0][0]}: {problems[0][1]}", problems)
+    refusals = [
+        refusal
+        for index, spec in enumerate(specs)
+        if (refusal := task_refusal(request, caller, spec.task, f"jobs[{index}]."))
+    ]
+    if refusals:
+        raise _forbidden(refusals)
     try:
         job_ids = job_store.jobs_create_batch(
-            _engine(request), caller.tenant, specs, settings.partitions
+            _engine(request), caller.tenant, specs, settings.partitions, actor=caller.token_id
         )
     except NameTaken as exc:
         fields = [
@@ -142,8 +181,14 @@ def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) ->
         check_one_off_grace(changes["schedule"], datetime.now(UTC), settings.one_off_grace_s)
     if "task" in changes:
         check_task_size(changes["task"], settings.max_task_spec_bytes)
+        if refusal := task_refusal(request, caller, changes["task"]):
+            raise _forbidden([refusal])
     params = job_store.JobUpdate(
-        tenant=caller.tenant, job_id=job_id, changes=changes, partitions=settings.partitions
+        tenant=caller.tenant,
+        job_id=job_id,
+        changes=changes,
+        partitions=settings.partitions,
+        actor=caller.token_id,
     )
     return JobOut.of(job_store.job_update(_engine(request), params))
 
@@ -156,7 +201,7 @@ def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) ->
     summary="Delete a job and its triggers (its run history stays)",
 )
 def delete_job(job_id: str, request: Request, caller: Caller) -> Response:
-    job_store.job_delete(_engine(request), caller.tenant, job_id)
+    job_store.job_delete(_engine(request), caller.tenant, job_id, actor=caller.token_id)
     return Response(status_code=204)
 
 
@@ -184,9 +229,27 @@ def list_runs(
     response_model=RunOut,
     tags=["runs"],
     summary="Run a job now (a manual run, dispatched asynchronously)",
+    responses={200: {"model": RunOut, "description": "idempotent replay of an earlier run-now"}},
 )
-def run_job_now(job_id: str, request: Request, caller: Caller) -> RunOut:
-    run, _ = run_store.run_now(_engine(request), caller.tenant, job_id)
+def run_job_now(
+    job_id: str,
+    request: Request,
+    response: Response,
+    caller: Caller,
+    idempotency_key: IdempotencyKey = None,
+) -> RunOut:
+    """A retried run-now with the same `Idempotency-Key` returns the run the first call
+    made (200); the same key for another job, or one used by a job create, is a 409."""
+    run, created = run_store.run_now(
+        _engine(request),
+        caller.tenant,
+        job_id,
+        actor=caller.token_id,
+        idempotency_key=idempotency_key,
+    )
+    if idempotency_key is not None and not created:
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
     return RunOut.of(run)
 
 

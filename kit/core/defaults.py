@@ -11,3 +11,20 @@ RUN_LEASE_TTL_MS = 30_000  # a dead worker's run is recovered after at most this
 RUN_HEARTBEAT_MS = 10_000  # workers extend run leases this often
 REAPER_PERIOD_MS = 5_000  # how often the reaper looks for expired and unpublished runs
 UNDISPATCHED_GRACE_MS = 10_000  # age after which a committed, unpublished run is re-published
+SCAN_PERIOD_MS = 1_000  # a scheduler node scans its partitions once a second
+
+
+def misfire_grace_ms(
+    partition_lease_ttl_ms: int = PARTITION_LEASE_TTL_MS,
+    node_heartbeat_ms: int = NODE_HEARTBEAT_MS,
+    scan_period_ms: int = SCAN_PERIOD_MS,
+) -> int:
+    """How late a fire may be and still count as on time: the longest the kit itself can
+    make it late by losing a scheduler node (its lease runs out, the next lease pass of
+    another node takes the partition, its next scan fires), plus a second. Only a fire
+    later than that was missed (an outage, not a failover) and goes through the job's
+    misfire policy, so losing one node never skips a fire."""
+    return partition_lease_ttl_ms + node_heartbeat_ms + scan_period_ms + 1_000
+
+
+MISFIRE_GRACE_MS = misfire_grace_ms()  # 14 s with the defaults above

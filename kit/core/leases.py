@@ -104,9 +104,11 @@ def fenced_write_allowed(lease: PartitionLease, node: str, epoch: int, now_ms: i
 
 
 class RunStatus(StrEnum):
+    # pending: committed, its message published (or about to be) and not yet claimed. No
+    # status records the publish itself: that write cost a row version per run, and the
+    # reaper proves a message lost from the workers' progress instead (kit.core.recovery).
     pending = "pending"
-    dispatched = "dispatched"
-    running = "running"
+    running = "running"  # a worker holds its lease (it starts the task at the run's second)
     succeeded = "succeeded"
     retry_scheduled = "retry_scheduled"
     dead = "dead"
@@ -114,7 +116,10 @@ class RunStatus(StrEnum):
     cancelled = "cancelled"
 
 
-CLAIMABLE = frozenset({RunStatus.pending, RunStatus.dispatched})
+CLAIMABLE = frozenset({RunStatus.pending})
+# Runs that keep their job busy for the overlap policy (forbid, queue, replace): a run
+# awaiting its retry is one of them, or the retry would run beside the next fire.
+BUSY = frozenset({RunStatus.pending, RunStatus.running, RunStatus.retry_scheduled})
 TERMINAL = frozenset({RunStatus.succeeded, RunStatus.dead, RunStatus.skipped, RunStatus.cancelled})
 
 
@@ -147,10 +152,11 @@ class TransitionRule:
 
 _S = RunStatus
 TRANSITIONS: tuple[TransitionRule, ...] = (
-    TransitionRule(_S.pending, "dispatch", _S.dispatched, "published to the run queue"),
     TransitionRule(_S.pending, "claim", _S.running, "attempt matches; new token"),
-    TransitionRule(_S.dispatched, "claim", _S.running, "attempt matches; new token"),
     TransitionRule(_S.running, "heartbeat", _S.running, "token matches; lease not expired"),
+    TransitionRule(
+        _S.running, "release", _S.running, "token matches; lease ends now (worker stopping)"
+    ),
     TransitionRule(_S.running, "finish_ok", _S.succeeded, "token matches"),
     TransitionRule(
         _S.running, "finish_retry", _S.retry_scheduled, "token matches; failed; retry_at given"
@@ -160,7 +166,6 @@ TRANSITIONS: tuple[TransitionRule, ...] = (
     TransitionRule(_S.running, "expire_dead", _S.dead, "lease expired; attempts exhausted"),
     TransitionRule(_S.retry_scheduled, "retry_due", _S.pending, "now >= retry_at"),
     TransitionRule(_S.pending, "cancel", _S.cancelled, "not started"),
-    TransitionRule(_S.dispatched, "cancel", _S.cancelled, "not started"),
     TransitionRule(_S.retry_scheduled, "cancel", _S.cancelled, "not started"),
     TransitionRule(_S.running, "cancel", _S.cancelled, "replace overlap; worker told to stop"),
 )
@@ -178,15 +183,11 @@ def _no(run: RunLease, reason: str) -> Transition:
     return Transition(False, run, reason)
 
 
-def dispatch_run(run: RunLease) -> Transition:
-    """The scheduler published the run to its queue."""
-    return _move(run, "dispatch")
-
-
 def claim_run(
     run: RunLease, worker: str, token: str, attempt: int, now_ms: int, ttl_ms: int
 ) -> Transition:
-    """A worker takes the run. A duplicate delivery finds it running and claims nothing."""
+    """A worker takes the run (ahead of its second, to start it then). A duplicate
+    delivery finds it running and claims nothing."""
     if ttl_ms <= 0:
         raise ValueError("ttl_ms must be positive")
     if run.status not in CLAIMABLE:
@@ -214,6 +215,16 @@ def heartbeat_run(run: RunLease, token: str, now_ms: int, ttl_ms: int) -> Transi
     if run.expires_at_ms is not None and now_ms >= run.expires_at_ms:
         return _no(run, f"lease expired at {run.expires_at_ms}")
     return _move(run, "heartbeat", expires_at_ms=now_ms + ttl_ms)
+
+
+def release_run(run: RunLease, token: str, now_ms: int) -> Transition:
+    """A stopping worker gives a run back unfinished: its lease ends now, so the reaper's
+    next pass re-queues it (attempt + 1) like any expired one."""
+    if run.status is not RunStatus.running:
+        return _no(run, f"not running: status is {run.status.value}")
+    if token != run.token:
+        return _no(run, "stale token")
+    return _move(run, "release", expires_at_ms=now_ms - 1)
 
 
 def finish_run(
@@ -253,7 +264,7 @@ def expire_run(run: RunLease, now_ms: int, max_attempts: int | None = None) -> T
 
 
 def retry_due_run(run: RunLease, now_ms: int) -> Transition:
-    """A scheduled retry whose time has come becomes pending again (to be dispatched)."""
+    """A scheduled retry whose time has come becomes pending again (to be published)."""
     if run.status is not RunStatus.retry_scheduled:
         return _no(run, f"not awaiting retry: status is {run.status.value}")
     if run.retry_at_ms is not None and now_ms < run.retry_at_ms:

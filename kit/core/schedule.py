@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from kit.core.errors import FieldError
 
@@ -25,6 +25,18 @@ from kit.core.errors import FieldError
 _MAX_SHIFT = timedelta(hours=3)
 MIN_INTERVAL_S = 1
 MAX_INTERVAL_S = 366 * 86_400
+# Caps on what a tenant may hand the parser: croniter's cost grows with the expression,
+# and the scheduler re-parses it on every fire (a 2 MB one cost seconds each time).
+MAX_CRON_CHARS = 256
+MAX_TIMEZONE_CHARS = 64  # the longest IANA name is about half of it
+MAX_INSTANT_CHARS = 64
+# Instants a schedule may name: far enough from datetime's own limits that converting
+# between zones and adding an interval cannot overflow.
+MIN_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_INSTANT = datetime(9999, 1, 1, tzinfo=UTC)
+# Where "does it ever fire?" is asked from: a fixed instant, not a clock read. croniter
+# looks 50 years ahead, so an expression that fires only on some 29 Februaries passes.
+_EVER_FIRES_FROM = datetime(2001, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,10 @@ Schedule = CronSchedule | IntervalSchedule | OneOffSchedule
 def parse_timezone(name: str, field: str = "timezone") -> ZoneInfo:
     if not isinstance(name, str) or not name:
         raise FieldError(field, "must be an IANA time zone name such as 'Europe/Paris'")
+    if len(name) > MAX_TIMEZONE_CHARS:
+        raise FieldError(field, f"has {len(name)} characters; at most {MAX_TIMEZONE_CHARS}")
+    if "\x00" in name:
+        raise FieldError(field, "must not contain NUL")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
@@ -69,11 +85,17 @@ def parse_timezone(name: str, field: str = "timezone") -> ZoneInfo:
 def parse_cron(expr: str, field: str = "cron") -> str:
     if not isinstance(expr, str) or not expr.strip():
         raise FieldError(field, "must be a cron expression such as '0 * * * *'")
+    if len(expr) > MAX_CRON_CHARS:
+        raise FieldError(field, f"has {len(expr)} characters; at most {MAX_CRON_CHARS}")
     expr = " ".join(expr.split())
     if len(expr.split()) != 5:
         raise FieldError(field, f"{expr!r} must have 5 fields: minute hour day month weekday")
     if not croniter.is_valid(expr):
         raise FieldError(field, f"{expr!r} is not a valid cron expression")
+    try:
+        croniter(expr, _EVER_FIRES_FROM).get_next(datetime)
+    except CroniterBadDateError:
+        raise FieldError(field, f"{expr!r} never fires (no such day)") from None
     return expr
 
 
@@ -82,6 +104,8 @@ def parse_instant(value: object, field: str) -> datetime:
     if isinstance(value, datetime):
         instant = value
     elif isinstance(value, str):
+        if len(value) > MAX_INSTANT_CHARS:
+            raise FieldError(field, f"has {len(value)} characters; at most {MAX_INSTANT_CHARS}")
         try:
             instant = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError as exc:
@@ -90,6 +114,25 @@ def parse_instant(value: object, field: str) -> datetime:
         raise FieldError(field, "must be an ISO 8601 time with an offset")
     if instant.tzinfo is None:
         raise FieldError(field, "needs a UTC offset or 'Z' (naive times are ambiguous)")
+    return check_instant_range(instant, field)
+
+
+def check_instant_range(instant: datetime, field: str) -> datetime:
+    """The instant in UTC, if it lies in [MIN_INSTANT, MAX_INSTANT); else FieldError.
+
+    Compared before converting: year 1 at +01:00 is before year 1 in UTC, which
+    `astimezone` cannot represent (it raised OverflowError, a 500).
+    """
+    try:
+        in_range = MIN_INSTANT <= instant < MAX_INSTANT
+    except TypeError:  # naive
+        raise FieldError(field, "needs a UTC offset or 'Z' (naive times are ambiguous)") from None
+    if not in_range:
+        raise FieldError(
+            field,
+            f"must be between {MIN_INSTANT.isoformat()} and {MAX_INSTANT.isoformat()} "
+            "(exclusive)",
+        )
     return instant.astimezone(UTC)
 
 
@@ -136,7 +179,8 @@ def schedule_to_dict(schedule: Schedule) -> dict[str, object]:
 
 
 def next_fire(schedule: Schedule, after: datetime) -> datetime | None:
-    """The first fire time strictly after `after` (aware, UTC), or None when there is none."""
+    """The first fire time strictly after `after` (aware, UTC), or None when there is none
+    (a one-off time passed, a cron day that never comes, the end of the calendar)."""
     if after.tzinfo is None:
         raise ValueError("after must be an aware datetime")
     if isinstance(schedule, OneOffSchedule):
@@ -146,8 +190,14 @@ def next_fire(schedule: Schedule, after: datetime) -> datetime | None:
         if after < schedule.anchor:
             return schedule.anchor
         k = (after - schedule.anchor) // step + 1
-        return schedule.anchor + k * step
-    return _next_cron(schedule, after)
+        try:
+            return schedule.anchor + k * step
+        except OverflowError:
+            return None
+    try:
+        return _next_cron(schedule, after)
+    except (CroniterBadDateError, OverflowError):
+        return None
 
 
 def next_fires(schedule: Schedule, after: datetime, count: int) -> list[datetime]:
@@ -234,7 +284,10 @@ def fires_in(schedule: Schedule, after: datetime, until: datetime) -> list[datet
     it = croniter(schedule.expr, lo)
     found: set[datetime] = set()
     while True:
-        candidate: datetime = it.get_next(datetime)
+        try:
+            candidate: datetime = it.get_next(datetime)
+        except (CroniterBadDateError, OverflowError):
+            break  # a day that never comes, or the end of the calendar: no more fires
         if candidate > hi:
             break
         for instant in _instants(candidate, zone, fixed):

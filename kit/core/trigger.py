@@ -10,10 +10,11 @@ Rules:
   version, is deleted and never fires (an edit replaced it). A retry trigger is the
   exception to the version rule: it is owed to a run that already fired, so it re-arms
   under the new version; a deleted or paused job cancels it with the reason.
-- A fire time earlier than `now_ms - MISFIRE_GRACE_MS` is *late*: it goes through the
-  job's misfire policy. Two seconds is the trigger-lag target, so a run that could no
-  longer start on time counts as missed; anything younger fires as usual (a scan that
-  ran a little late, a partition that just moved).
+- A fire time earlier than `now_ms - misfire_grace_ms` is *late*: it goes through the
+  job's misfire policy. The grace is the kit's own failover time
+  (kit.core.defaults.misfire_grace_ms: a dead node's partition moves and is scanned),
+  so losing a node never turns an on-time fire into a missed one; a fire later than
+  that was missed by an outage.
 - A paused job records a skipped run (reason 'paused') for each fire and advances.
 - Overlap (forbid/queue/replace) is judged against the job's runs that are pending,
   dispatched or running when the scan looks. Because the scan looks ahead, a job with
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
 
+from kit.core.defaults import MISFIRE_GRACE_MS
 from kit.core.ids import run_id as make_run_id
 from kit.core.policies import (
     MisfirePolicy,
@@ -47,13 +49,13 @@ from kit.core.policies import (
 from kit.core.schedule import Schedule, next_fire
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 
-MISFIRE_GRACE_MS = 2000
 OVERLAP_HORIZON_MS = 1000
 MAX_FIRES_PER_TRIGGER = 500
 
 SKIP_PAUSED = "paused"
 SKIP_OVERLAP = "overlap"
 SKIP_MISFIRE = "misfire"
+SKIP_EDITED = "edited"  # an edit removed an occurrence that was due but not yet fired
 # A queued run (overlap policy 'queue'): status 'pending', dispatched_at NULL and this
 # marker in skip_reason, so the reaper leaves it alone; the worker that finishes the
 # job's running run clears the marker and publishes the oldest queued run.
@@ -135,6 +137,37 @@ def next_fire_ms(job: JobView, fire_at_ms: int) -> int | None:
     nominal = from_epoch_ms(fire_at_ms - job.jitter_offset_ms)
     nxt: datetime | None = next_fire(job.schedule, nominal)
     return None if nxt is None else to_epoch_ms(nxt) + job.jitter_offset_ms
+
+
+@dataclass(frozen=True)
+class EditedTrigger:
+    """Where a job's schedule trigger goes when an edit changes its schedule or jitter."""
+
+    fire_at_ms: int | None  # the new trigger; None: keep computing from now (the caller)
+    skipped_ms: int | None = None  # the old fire, owed but not owed any more: record it
+
+
+def trigger_after_edit(
+    old_fire_at_ms: int | None,
+    old_jitter_offset_ms: int,
+    new_schedule: Schedule,
+    new_jitter_offset_ms: int,
+    now_ms: int,
+) -> EditedTrigger:
+    """An occurrence whose nominal time has come but whose jittered fire has not is owed:
+    an edit must neither drop it silently nor fire it twice. If the new schedule has the
+    same occurrence, it fires at its new jitter (late, through the misfire policy, when
+    that instant has passed); if not, the old fire is recorded as skipped ('edited') and
+    the trigger starts again from now. Nothing owed: from now, as for a new job."""
+    if old_fire_at_ms is None:
+        return EditedTrigger(None)
+    nominal = old_fire_at_ms - old_jitter_offset_ms
+    if nominal > now_ms:
+        return EditedTrigger(None)
+    again = next_fire(new_schedule, from_epoch_ms(nominal - 1))
+    if again is not None and to_epoch_ms(again) == nominal:
+        return EditedTrigger(nominal + new_jitter_offset_ms)
+    return EditedTrigger(None, skipped_ms=old_fire_at_ms)
 
 
 def decide_trigger(

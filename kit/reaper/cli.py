@@ -12,6 +12,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
     parser.add_argument("--topic-prefix", default=None, help="run topic prefix (tests)")
     parser.add_argument("--once", action="store_true", help="one pass, then exit")
+    parser.add_argument(
+        "--group-id", help="the workers' Kafka consumer group, whose progress it reads"
+    )
     parser.set_defaults(func=_run)
 
 
@@ -28,6 +31,7 @@ def _run(args: argparse.Namespace) -> int:
     from kit.store.db import engine_for
     from kit.transport import RunPublisher
     from kit.transport.message import DEFAULT_TOPIC_PREFIX
+    from kit.transport.progress import QueueProgress
 
     if not 0 <= args.metrics_port <= 65535:
         raise UsageError(f"metrics-port: {args.metrics_port} is not between 0 and 65535")
@@ -37,10 +41,19 @@ def _run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=metrics.registry)
     engine = engine_for(settings.database_url, pool_size=2)
-    publisher = RunPublisher(
-        settings.kafka_bootstrap, topic_prefix=args.topic_prefix or DEFAULT_TOPIC_PREFIX
+    prefix = args.topic_prefix or DEFAULT_TOPIC_PREFIX
+    publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
+    progress = QueueProgress(
+        settings.kafka_bootstrap, args.group_id or settings.worker_group, topic_prefix=prefix
     )
-    reaper = Reaper(engine, publisher, settings.undispatched_grace_ms, metrics)
+    reaper = Reaper(
+        engine,
+        publisher,
+        settings.undispatched_grace_ms,
+        metrics,
+        progress=progress,
+        partitions=settings.partitions,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -50,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
         else:
             reaper.run(stop, settings.reaper_period_ms)
     finally:
+        progress.close()
         publisher.close()
         engine.dispose()
     return 0

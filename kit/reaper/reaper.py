@@ -1,20 +1,29 @@
-"""One reaper pass: expired leases back to the queue (or dead), never-published runs
-published. Any number of reapers may run: the store locks rows FOR UPDATE SKIP LOCKED."""
+"""One reaper pass: expired leases back to the queue (or dead); manual runs and replayed
+dead letters published; runs nobody claimed whose message was lost (or never sent: a
+scheduler died between commit and publish) published again. Any number of reapers may
+run: the store locks rows FOR UPDATE SKIP LOCKED."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy import Engine
 
-from kit.core.timeutil import to_epoch_ms
+from kit.core.partitions import PARTITION_COUNT
+from kit.core.recovery import QueueSample, caught_up_at, unclaimed_cutoff
+from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.store.claims import RunPointer
-from kit.store.reaping import DEFAULT_BATCH, runs_reap_expired, runs_republish_undispatched
+from kit.store.db import db_now
+from kit.store.fleet_health import fleet_health_read
+from kit.store.reaping import DEFAULT_BATCH, runs_publish_unclaimed, runs_reap_expired
 from kit.transport import RunMessage, RunPublisher
+from kit.transport.progress import QueueProgress
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +49,9 @@ class ReaperMetrics:
         self.reaped = Counter(
             "cronfleet_reaper_runs",
             "Runs the reaper acted on, by action",
-            ["action"],  # lease_expired_requeued | lease_expired_dead | undispatched_republished
+            # lease_expired_requeued | lease_expired_dead | manual_published |
+            # lost_republished
+            ["action"],
             registry=self.registry,
         )
         self.auto_paused = Counter(
@@ -53,17 +64,34 @@ class ReaperMetrics:
             "Passes that failed (retried next period)",
             registry=self.registry,
         )
+        # Fleet-wide, from the database: the alarms' view of what no node can report itself.
+        self.partitions_unowned = Gauge(
+            "cronfleet_partitions_unowned",
+            "Trigger partitions no scheduler node holds an unexpired lease on",
+            registry=self.registry,
+        )
+        self.dead_letters_waiting = Gauge(
+            "cronfleet_dead_letters_waiting",
+            "Dead-lettered runs not replayed",
+            registry=self.registry,
+        )
 
 
 @dataclass(frozen=True)
 class ReapCounts:
-    requeued: int
-    dead: int
-    republished: int
+    requeued: int  # expired leases: pending again at the next attempt, re-published
+    dead: int  # expired leases on the last attempt
+    republished: int  # manual runs and replayed dead letters, published
+    lost: int = 0  # runs nobody claimed whose message was lost (or never sent), again
 
     @property
     def total(self) -> int:
-        return self.requeued + self.dead + self.republished
+        return self.requeued + self.dead + self.republished + self.lost
+
+
+# Samples of the run topics kept for the lost-message check: an hour at the default
+# 5 s period. A group that lags further only delays the recovery of a lost message.
+_SAMPLES_KEPT = 720
 
 
 class Reaper:
@@ -74,19 +102,24 @@ class Reaper:
         undispatched_grace_ms: int,
         metrics: ReaperMetrics | None = None,
         batch: int = DEFAULT_BATCH,
+        progress: QueueProgress | None = None,
+        partitions: int = PARTITION_COUNT,
     ) -> None:
         self.engine = engine
         self.publisher = publisher
         self.grace_ms = undispatched_grace_ms
         self.metrics = metrics or ReaperMetrics()
         self.batch = batch
+        self.progress = progress  # None: no lost-message check (no workers' group known)
+        self._samples: dict[str, deque[QueueSample]] = {}
+        self.partitions = partitions
 
     def _publish(self, pointers: Sequence[RunPointer]) -> None:
         publish_pointers(self.publisher, pointers)
 
     def tick(self) -> ReapCounts:
         """One pass; each query loops while it fills a whole batch."""
-        requeued = dead = republished = 0
+        requeued = dead = first = lost = 0
         while True:
             expired = runs_reap_expired(self.engine, self._publish, self.batch)
             requeued += len(expired.requeued)
@@ -96,25 +129,59 @@ class Reaper:
                 log.warning("job %s auto-paused: its dead-letter streak reached its limit", job_id)
             if len(expired.requeued) + len(expired.dead) < self.batch:
                 break
+        lost_before = self._lost_before()
         while True:
-            published = runs_republish_undispatched(
-                self.engine, self.grace_ms, self._publish, self.batch
+            found = runs_publish_unclaimed(
+                self.engine, self.grace_ms, self._publish, self.batch, lost_before=lost_before
             )
-            republished += len(published)
-            if len(published) < self.batch:
+            first += len(found.first)
+            lost += len(found.lost)
+            if found.lost:
+                log.warning(
+                    "reaper: %d runs nobody claimed, whose message was lost, published again: %s",
+                    len(found.lost),
+                    [p.run_id for p in found.lost[:5]],
+                )
+            if len(found.all) < self.batch:
                 break
-        counts = ReapCounts(requeued, dead, republished)
+        health = fleet_health_read(self.engine, self.partitions)
+        self.metrics.partitions_unowned.set(health.partitions_unowned)
+        self.metrics.dead_letters_waiting.set(health.dead_letters_waiting)
+        counts = ReapCounts(requeued, dead, first, lost)
         self.metrics.reaped.labels("lease_expired_requeued").inc(requeued)
         self.metrics.reaped.labels("lease_expired_dead").inc(dead)
-        self.metrics.reaped.labels("undispatched_republished").inc(republished)
+        self.metrics.reaped.labels("manual_published").inc(first)
+        self.metrics.reaped.labels("lost_republished").inc(lost)
         if counts.total:
             log.info(
-                "reaper: %d expired leases re-queued, %d dead, %d undispatched re-published",
+                "reaper: %d expired leases re-queued, %d dead, %d manual or replayed runs "
+                "published, %d lost messages re-published",
                 requeued,
                 dead,
-                republished,
+                first,
+                lost,
             )
         return counts
+
+    def _lost_before(self) -> dict[str, datetime] | None:
+        """Sample the run topics (database time first, then watermarks); per tier, the
+        instant before which an unclaimed run's message is lost: the newest sample the
+        workers' group has provably read past, less the publish grace (kit.core.recovery).
+        None without a view of the workers' progress (the store then falls back on age)."""
+        if self.progress is None:
+            return None
+        with self.engine.connect() as conn:
+            taken_at_ms = to_epoch_ms(db_now(conn))
+        out = {}
+        for tier in self.progress.tiers:
+            samples = self._samples.setdefault(tier, deque(maxlen=_SAMPLES_KEPT))
+            samples.append(QueueSample(taken_at_ms, self.progress.high_watermarks(tier)))
+            passed = caught_up_at(samples, self.progress.committed(tier))
+            if passed is not None:
+                out[tier] = from_epoch_ms(unclaimed_cutoff(passed, self.grace_ms))
+                while samples and samples[0].taken_at_ms < passed:
+                    samples.popleft()  # older ones can never be the answer again
+        return out
 
     def run(self, stop: threading.Event, period_ms: int) -> None:
         while not stop.is_set():

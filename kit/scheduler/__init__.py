@@ -1,3 +1,3 @@
-"""A scheduler node: membership, partition leases, the fenced scan ahead, the timer
-wheel and the dispatch to the run queue. Decisions come from kit.core; SQL from
-kit.store.scheduling."""
+"""A scheduler node: membership, partition leases, the fenced scan ahead, and the publish
+of what each scan committed to the run queue (workers hold runs until their second).
+Decisions come from kit.core; SQL from kit.store.scheduling."""

@@ -53,7 +53,13 @@ def run(args: argparse.Namespace) -> int:
         from prometheus_client import start_http_server
 
         start_http_server(args.metrics_port)
-    ensure_topics(settings.kafka_bootstrap, settings.run_topic_partitions, prefix=prefix)
+    ensure_topics(
+        settings.kafka_bootstrap,
+        settings.run_topic_partitions,
+        replication_factor=settings.run_topic_replication,
+        min_insync_replicas=settings.run_topic_min_insync,
+        prefix=prefix,
+    )
     engine = engine_for(settings.database_url, pool_size=4)
     publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
     node = SchedulerNode(engine, publisher, node_id, NodeConfig.from_settings(settings))

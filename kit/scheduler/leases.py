@@ -1,15 +1,14 @@
 """A node's view of its partitions: heartbeat, target from kit.core.partitions,
-acquire/renew in one batched upsert, graceful release after draining.
+acquire/renew in one batched upsert, graceful release.
 
-A partition the node should no longer own is *draining*: it is not scanned any more,
-and it is released once the timer wheel holds none of its runs (at most one
-scan-ahead window later), so the next owner starts where this one stopped and
-nothing waits for the reaper.
+A partition the node should no longer own is released on the same pass: it is not
+scanned any more, and what this node committed for it is published whoever owns it
+now (publishing is not fenced: the run exists, a second message claims nothing), so
+the next owner starts where this one stopped and nothing waits for the reaper.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
@@ -39,8 +38,8 @@ class PartitionLeases:
     def scannable(self) -> dict[int, int]:
         return {p: e for p, e in self.epochs.items() if p not in self.draining}
 
-    def refresh(self, held_runs_of: Callable[[int], int]) -> LeasePass:
-        """Heartbeat, compute the target, take/renew, release drained partitions."""
+    def refresh(self) -> LeasePass:
+        """Heartbeat, compute the target, take/renew, release the partitions not in it."""
         with self.engine.begin() as conn:
             sql.node_heartbeat(conn, self.node_id)
             live = sql.nodes_live(conn, self.ttl_ms)
@@ -62,7 +61,7 @@ class PartitionLeases:
                 self.epochs[p] = e
                 result.gained.add(p)
         self.draining = {p for p in self.epochs if p not in target}
-        result.released = self.release({p for p in self.draining if held_runs_of(p) == 0})
+        result.released = self.release(set(self.draining))
         return result
 
     def release(self, partitions: set[int]) -> set[int]:

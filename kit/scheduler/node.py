@@ -1,38 +1,43 @@
-"""A scheduler node: a scan thread (leases, then a fenced scan every second) and a
-dispatch thread (publish each held run at its second, then mark it dispatched).
+"""A scheduler node: a scan thread (leases, then a fenced scan every second) and a publish
+thread that sends what each scan committed to the run queue at once.
+
+A run is published as soon as it is committed, up to the scan-ahead before its second: a
+worker claims it ahead and starts it at its second by the database's clock
+(kit/worker). So at a top-of-hour burst the node's work (scan, insert, publish) and the
+workers' claims happen before the second, and what is left after it is the task and its
+finish. The node writes nothing after the publish: should it die between commit and
+publish, the reaper finds the run unclaimed once the workers have read past where its
+message would be (kit.core.recovery) and publishes it.
 
 Tests drive the same object step by step: `lease_pass()`, `scan_once(now=...)`,
-`dispatch_due(now_ms)`; `start()`/`stop()` run the threads. Several nodes can live in
-one process (metrics are labelled by node id).
+`publish_held()`; `start()`/`stop()` run the threads. Several nodes can live in one
+process (metrics are labelled by node id).
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
-from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 from sqlalchemy import Engine
 
-from kit.core.dispatch import TimerWheel, catch_up_order
+from kit.core.defaults import SCAN_PERIOD_MS, misfire_grace_ms
+from kit.core.dispatch import catch_up_order
 from kit.scheduler import metrics as m
 from kit.scheduler.leases import LeasePass, PartitionLeases
 from kit.scheduler.scan import DEFAULT_BATCH, HeldRun, JobViews, ScanResult, scan_partitions
-from kit.store import scheduling as sql
 from kit.transport import PublishError, RunMessage
 from kit.transport.publisher import EncodedRun, encode
 
 log = logging.getLogger(__name__)
 
-# Runs per produce+flush. Each chunk is marked dispatched on a second thread while the
-# next one is produced, so a burst reaches the queue without waiting on the database.
-PUBLISH_CHUNK = 5000
+PUBLISH_CHUNK = 5000  # runs per produce + flush
 
 
 class Publisher(Protocol):
@@ -48,13 +53,13 @@ class NodeConfig:
     lease_ttl_ms: int = 10_000
     heartbeat_ms: int = 2000
     scan_batch: int = DEFAULT_BATCH
-    scan_period_ms: int = 1000
-    # The running dispatch loop records dispatched_at this long after the publish: by
-    # then most runs of a burst were claimed (the claim sets dispatched_at), so the mark
-    # finds nothing to write instead of competing with the claims for the database
-    # (a 50,000-run burst: start lag p99 3.7-4.1 s -> 3.4-3.6 s). Far below the reaper's
-    # undispatched grace. dispatch_due() called directly marks at once.
-    mark_delay_ms: int = 1000
+    scan_period_ms: int = SCAN_PERIOD_MS
+
+    @property
+    def misfire_grace_ms(self) -> int:
+        """Fires later than this are missed; anything a failover of these timings can
+        delay is not (kit.core.defaults.misfire_grace_ms)."""
+        return misfire_grace_ms(self.lease_ttl_ms, self.heartbeat_ms, self.scan_period_ms)
 
     @classmethod
     def from_settings(cls, settings: object) -> NodeConfig:
@@ -80,25 +85,19 @@ class SchedulerNode:
         self.config = config
         self.leases = PartitionLeases(engine, node_id, config.partitions, config.lease_ttl_ms)
         self.jobs = JobViews()
-        self._wheel: TimerWheel[HeldRun] = TimerWheel()
-        self._held: Counter[int] = Counter()  # partition -> runs in the wheel
+        self._committed: queue.SimpleQueue[list[HeldRun] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._unpublished = 0  # committed runs not yet handed to the broker
         self._stop_scanning = threading.Event()
-        self._stopped = threading.Event()
         self._killed = threading.Event()
         self._threads: list[threading.Thread] = []
         self.last_scan: ScanResult | None = None
         self.published = 0
-        self._marker = ThreadPoolExecutor(1, thread_name_prefix=f"{node_id}-mark")
-        self._marks: list[Future[list[HeldRun]]] = []  # delayed marks not yet settled
-        self._hurry = threading.Event()
 
     # -- steps --------------------------------------------------------------------------
 
     def lease_pass(self) -> LeasePass:
-        with self._lock:
-            held = dict(self._held)
-        result = self.leases.refresh(lambda p: held.get(p, 0))
+        result = self.leases.refresh()
         if result.lost:
             log.warning("%s lost partitions %s", self.node_id, sorted(result.lost)[:20])
         m.PARTITIONS_OWNED.labels(self.node_id).set(len(self.leases.epochs))
@@ -106,7 +105,8 @@ class SchedulerNode:
 
     def scan_once(self, now: datetime | None = None) -> ScanResult:
         """One fenced scan of the partitions this node holds and is not draining; the
-        runs it committed go into the timer wheel."""
+        runs it committed are queued for the publish thread (`publish_held()` when
+        stepping)."""
         started = time.perf_counter()
         epochs = self.leases.scannable()
         result = scan_partitions(
@@ -117,16 +117,17 @@ class SchedulerNode:
             now=now,
             batch=self.config.scan_batch,
             jobs=self.jobs,
+            misfire_grace_ms=self.config.misfire_grace_ms,
         )
         m.SCAN_SECONDS.labels(self.node_id).observe(time.perf_counter() - started)
         if result.refused:
             m.FENCED_REFUSED.labels(self.node_id).inc(len(result.refused))
             self.leases.drop(result.refused)
             log.warning("%s fenced off partitions %s", self.node_id, sorted(result.refused)[:20])
-        with self._lock:
-            for run in result.held:
-                self._wheel.add(run.due_ms, run, run.tier)
-                self._held[run.partition_id] += 1
+        if result.held:
+            with self._lock:
+                self._unpublished += len(result.held)
+            self._committed.put(result.held)
         m.RUNS_FIRED.labels(self.node_id).inc(len(result.held))
         for reason, n in result.skipped.items():
             m.RUNS_SKIPPED.labels(self.node_id, reason).inc(n)
@@ -136,66 +137,36 @@ class SchedulerNode:
         return result
 
     def held(self) -> int:
+        """Committed runs not yet handed to the broker."""
         with self._lock:
-            return len(self._wheel)
+            return self._unpublished
 
-    def dispatch_due(self, now_ms: int | None = None, mark_delay_ms: int = 0) -> list[HeldRun]:
-        """Publish every held run due by `now_ms` (a backlog highest priority first),
-        then mark the confirmed ones dispatched; with `mark_delay_ms`, the marks are
-        left to the marker thread (`settle_marks()` waits for them). Runs of partitions
-        this node lost are dropped: the reaper re-publishes them if they were never
-        dispatched."""
-        now_ms = wall_ms() if now_ms is None else now_ms
-        with self._lock:
-            due = self._wheel.pop_due(now_ms)
-            for run in due:
-                self._held[run.partition_id] -= 1
-                if self._held[run.partition_id] <= 0:
-                    del self._held[run.partition_id]
-        if not due:
-            return []
-        epochs = self.leases.epochs
-        due = [r for r in due if epochs.get(r.partition_id) == r.epoch]
-        if len({r.due_ms // 1000 for r in due}) > 1:
-            due = catch_up_order(due, lambda r: r.tier, lambda r: r.due_ms)
-        if mark_delay_ms > 0:
-            sent: list[HeldRun] = []
-            for i in range(0, len(due), PUBLISH_CHUNK):
-                ok = self._publish(due[i : i + PUBLISH_CHUNK])
-                mark = self._marker.submit(self._mark, ok, wall_ms(), mark_delay_ms)
-                with self._lock:
-                    done = [f for f in self._marks if f.done()]
-                    self._marks = [f for f in self._marks if not f.done()]
-                    self._marks.append(mark)
-                for f in done:
-                    if f.exception() is not None:  # the reaper re-publishes what stayed unmarked
-                        log.error(
-                            "%s: marking dispatched runs failed: %s", self.node_id, f.exception()
-                        )
-                sent += ok
-            return sent
-        marks: list[Future[list[HeldRun]]] = []
-        try:
-            for i in range(0, len(due), PUBLISH_CHUNK):
-                ok = self._publish(due[i : i + PUBLISH_CHUNK])
-                marks.append(self._marker.submit(self._mark, ok, wall_ms()))
-        finally:
-            sent = []
-            for f in marks:  # every publish is marked (or has failed) before returning
-                sent += f.result()
-        return sent
-
-    def settle_marks(self) -> None:
-        """Mark the runs already published now, without waiting out the delay."""
-        self._hurry.set()
-        with self._lock:
-            marks, self._marks = self._marks, []
-        for f in marks:
+    def publish_held(self) -> list[HeldRun]:
+        """Publish every run the scans committed so far, highest tier first (then oldest);
+        returns those the broker confirmed. A run it did not confirm stays pending: the
+        reaper publishes it once the workers have read past where it would be."""
+        due: list[HeldRun] = []
+        while True:
             try:
-                f.result()
-            except Exception:  # the reaper re-publishes what stayed unmarked
-                log.exception("%s: marking dispatched runs failed", self.node_id)
-        self._hurry.clear()
+                batch = self._committed.get_nowait()
+            except queue.Empty:
+                break
+            if batch is not None:
+                due += batch
+        return self._publish_all(due)
+
+    def _publish_all(self, runs: list[HeldRun]) -> list[HeldRun]:
+        if not runs:
+            return []
+        runs = catch_up_order(runs, lambda r: r.tier, lambda r: r.due_ms)
+        sent: list[HeldRun] = []
+        try:
+            for i in range(0, len(runs), PUBLISH_CHUNK):
+                sent += self._publish(runs[i : i + PUBLISH_CHUNK])
+        finally:
+            with self._lock:
+                self._unpublished -= len(runs)
+        return sent
 
     def _publish(self, runs: list[HeldRun]) -> list[HeldRun]:
         """Produce and flush; the runs whose delivery was confirmed."""
@@ -206,22 +177,16 @@ class SchedulerNode:
         ]
         try:
             self.publisher.publish_encoded(messages)
+            ok = runs
         except PublishError as exc:
             failed = set(exc.failed_run_ids)
             m.PUBLISH_FAILED.labels(self.node_id).inc(len(failed))
-            log.error("%s: %s", self.node_id, exc)
-            return [r for r in runs if r.run_id not in failed]
-        return runs
-
-    def _mark(self, ok: list[HeldRun], published_ms: int, delay_ms: int = 0) -> list[HeldRun]:
-        wait_ms = published_ms + delay_ms - wall_ms()
-        if wait_ms > 0:
-            self._hurry.wait(wait_ms / 1000)  # stop()/kill() mark at once
-        with self.engine.begin() as conn:
-            sql.runs_mark_dispatched(conn, [(r.run_id, r.attempt) for r in ok])
+            log.error("%s: %s (the reaper publishes them later)", self.node_id, exc)
+            ok = [r for r in runs if r.run_id not in failed]
+        acked_ms = wall_ms()
         lag = m.DISPATCH_LAG.labels(self.node_id)
         for r in ok:
-            lag.observe(max(0, published_ms - r.due_ms) / 1000)
+            lag.observe(max(0, acked_ms - r.due_ms) / 1000)
         m.RUNS_PUBLISHED.labels(self.node_id).inc(len(ok))
         with self._lock:
             self.published += len(ok)
@@ -230,39 +195,34 @@ class SchedulerNode:
     # -- threads ------------------------------------------------------------------------
 
     def start(self) -> None:
-        for target, name in ((self._scan_loop, "scan"), (self._dispatch_loop, "dispatch")):
+        for target, name in ((self._scan_loop, "scan"), (self._publish_loop, "publish")):
             t = threading.Thread(target=target, name=f"{self.node_id}-{name}", daemon=True)
             t.start()
             self._threads.append(t)
 
     def stop(self, timeout_s: float = 30.0, release: bool = True) -> None:
-        """Graceful: stop scanning, dispatch what is held (at its second), release the
-        leases. release=False leaves them to expire (as a crash would)."""
+        """Graceful: stop scanning, publish what was committed, release the leases.
+        release=False leaves them to expire (as a crash would)."""
         self._stop_scanning.set()
         for t in self._threads[:1]:
             t.join(timeout_s)
-        self._stopped.set()
+        self._committed.put(None)  # the publish thread ends once all before it is sent
         for t in self._threads[1:]:
             t.join(timeout_s)
         self._threads.clear()
-        self.settle_marks()
         if release:
             self.leases.leave()
         m.PARTITIONS_OWNED.labels(self.node_id).set(0 if release else len(self.leases.epochs))
 
     def kill(self) -> None:
-        """Stop both threads at once, dispatching nothing more and releasing nothing:
-        what a SIGKILL leaves behind (held runs are the reaper's)."""
+        """Stop both threads at once, publishing nothing more and releasing nothing:
+        what a SIGKILL leaves behind (committed, unpublished runs are the reaper's)."""
         self._killed.set()
         self._stop_scanning.set()
-        self._stopped.set()
+        self._committed.put(None)
         for t in self._threads:
             t.join(10)
         self._threads.clear()
-        self.settle_marks()  # what was published is marked, as before the kill
-        with self._lock:
-            self._wheel = TimerWheel()
-            self._held.clear()
 
     def _scan_loop(self) -> None:
         period_s = self.config.scan_period_ms / 1000
@@ -282,16 +242,27 @@ class SchedulerNode:
             wait = period_s - (time.time() % period_s)
             self._stop_scanning.wait(wait)
 
-    def _dispatch_loop(self) -> None:
+    def _publish_loop(self) -> None:
+        """Publish each scan's runs as soon as they are committed; a burst's next scan
+        batch proceeds meanwhile. Batches already waiting are published together."""
         while not self._killed.is_set():
-            stopping = self._stopped.is_set()
-            try:
-                self.dispatch_due(mark_delay_ms=self.config.mark_delay_ms)
-            except Exception:
-                log.exception("%s: dispatch failed; runs left to the reaper", self.node_id)
-            with self._lock:
-                nxt = self._wheel.next_due_ms()
-            if stopping and nxt is None:
+            batch = self._committed.get()
+            if self._killed.is_set():
                 return
-            wait_ms = 50 if nxt is None else min(50, max(0, nxt - wall_ms()))
-            time.sleep(wait_ms / 1000)
+            end = batch is None
+            runs = batch or []
+            while True:
+                try:
+                    more = self._committed.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    end = True
+                else:
+                    runs += more
+            try:
+                self._publish_all(runs)
+            except Exception:
+                log.exception("%s: publish failed; runs left to the reaper", self.node_id)
+            if end:
+                return

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from kit.core.defaults import MISFIRE_GRACE_MS
 from kit.core.dispatch import scan_window
 from kit.core.jitter import jitter_offset_ms
 from kit.core.policies import MisfirePolicy, OverlapPolicy
@@ -32,7 +33,7 @@ DEFAULT_BATCH = 20_000
 
 @dataclass(frozen=True)
 class HeldRun:
-    """A committed run waiting in the timer wheel for its second."""
+    """A committed run to publish (its message encoded while scanning)."""
 
     run_id: str
     job_id: str
@@ -155,9 +156,10 @@ def scan_partitions(
     now: datetime | None = None,
     batch: int = DEFAULT_BATCH,
     jobs: JobViews | None = None,
+    misfire_grace_ms: int = MISFIRE_GRACE_MS,
 ) -> ScanResult:
     """Scan `epochs` (partition -> the epoch this node believes it holds) at `now`
-    (None: the database's clock)."""
+    (None: the database's clock); fires older than `misfire_grace_ms` were missed."""
     jobs = jobs or JobViews()
     with engine.begin() as conn:
         at = db_now(conn, now)
@@ -200,7 +202,9 @@ def scan_partitions(
                     tenants[job_id] = tenant
         overlap_jobs = {j for j, v in views.items() if v.overlap is not OverlapPolicy.allow}
         active = sql.runs_active_counts(conn, overlap_jobs)
-        decisions = decide_scan(due, views, active, now_ms, hi_ms)
+        decisions = decide_scan(
+            due, views, active, now_ms, hi_ms, misfire_grace_ms=misfire_grace_ms
+        )
         _write(conn, decisions, ctid_of, views, tenants, epochs, result)
     return result
 

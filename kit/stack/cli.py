@@ -47,15 +47,22 @@ def connection_settings() -> dict[str, str]:
     return {
         "CRONFLEET_DATABASE_URL": address("postgres"),
         "CRONFLEET_KAFKA_BOOTSTRAP": address("kafka"),
+        # one broker: the run topics cannot have more replicas than that
+        "CRONFLEET_RUN_TOPIC_REPLICATION": "1",
+        "CRONFLEET_RUN_TOPIC_MIN_INSYNC": "1",
     }
 
 
 def write_stack_env(settings: dict[str, str]) -> None:
+    """The connection settings, readable by their owner only (0600): the database URL
+    carries the password."""
+    from kit.stack.postgres import write_private
+
     path = stack_env_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = ["# written by `cronfleet stack up`; read by kit.settings.load_settings()"]
     lines += [f"{key}={value}" for key, value in settings.items()]
-    path.write_text("\n".join(lines) + "\n")
+    write_private(path, "\n".join(lines) + "\n")
 
 
 def _selected(args: argparse.Namespace) -> Iterable[str]:
@@ -85,7 +92,12 @@ def status(args: argparse.Namespace) -> int:
     for name in _selected(args):
         answers = service(name).answers()
         all_answer &= answers
-        print(f"{name:<9} {address(name):<70} {'answers' if answers else 'DOWN'}")
+        shown = address(name)
+        if name == "postgres":  # the URL carries the password
+            from sqlalchemy.engine import make_url
+
+            shown = make_url(shown).render_as_string(hide_password=True)
+        print(f"{name:<9} {shown:<70} {'answers' if answers else 'DOWN'}")
     return 0 if all_answer else 1
 
 

@@ -3,6 +3,10 @@
 We never touch a Debian cluster (`pg_lsclusters`); we run `initdb`/`pg_ctl` on
 $CRONFLEET_HOME/postgres/data as the `postgres` system user, because the server
 refuses to run as root, which is how this kit is run on CI.
+
+The role's password is drawn at random on the first `up` and kept in
+$CRONFLEET_HOME/postgres.password (mode 0600, like stack.env): a well-known one would
+let any local process, a tenant's command among them, log in on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import secrets
 import stat
 import subprocess
 import tempfile
@@ -31,7 +36,7 @@ from kit.stack.process import (
 
 PREFERRED_PORT = 55432
 START_TIMEOUT_S = 60
-ROLE = DATABASE = PASSWORD = "cronfleet"
+ROLE = DATABASE = "cronfleet"
 SERVER_CONF = """# written by `cronfleet stack up` on every start; edits are overwritten
 listen_addresses = '127.0.0.1'
 port = {port}
@@ -69,8 +74,21 @@ class Postgres:
         own = self.root / "run"
         return own if len(str(own)) < 90 else Path(tempfile.gettempdir())
 
+    @property
+    def password_file(self) -> Path:
+        return self.root.parent / "postgres.password"
+
+    def password(self) -> str:
+        """The role's password: drawn once, then read back (URL-safe characters only)."""
+        path = self.password_file
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_private(path, secrets.token_urlsafe(24) + "\n")
+        return path.read_text().strip()
+
     def url(self) -> str:
-        return f"postgresql+psycopg://{ROLE}:{PASSWORD}@127.0.0.1:{self.port}/{DATABASE}"
+        password = self.password()
+        return f"postgresql+psycopg://{ROLE}:{password}@127.0.0.1:{self.port}/{DATABASE}"
 
     def pid(self) -> int | None:
         """The postmaster's pid when it runs on our data directory, else None."""
@@ -85,7 +103,7 @@ class Postgres:
                 host="127.0.0.1",
                 port=self.port,
                 user=ROLE,
-                password=PASSWORD,
+                password=self.password(),
                 dbname=DATABASE,
                 connect_timeout=timeout_s,
             ) as conn:
@@ -158,10 +176,11 @@ class Postgres:
 
     def _ensure_role_and_database(self, bin_dir: Path) -> None:
         """Idempotent: the role and the database exist, the password is ours."""
+        password = self.password()  # URL-safe base64: nothing to quote
         role_sql = (
             f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{ROLE}') THEN "
-            f"CREATE ROLE {ROLE} LOGIN CREATEDB PASSWORD '{PASSWORD}'; ELSE "
-            f"ALTER ROLE {ROLE} LOGIN CREATEDB PASSWORD '{PASSWORD}'; END IF; END $$;"
+            f"CREATE ROLE {ROLE} LOGIN CREATEDB PASSWORD '{password}'; ELSE "
+            f"ALTER ROLE {ROLE} LOGIN CREATEDB PASSWORD '{password}'; END IF; END $$;"
         )
         self._psql(bin_dir, role_sql)
         # Tests drop their databases WITH (FORCE); a straggling backend of another role
@@ -172,10 +191,12 @@ class Postgres:
             self._psql(bin_dir, f"CREATE DATABASE {DATABASE} OWNER {ROLE}")
 
     def _psql(self, bin_dir: Path, sql: str) -> str:
+        """Run SQL given on stdin, not argv: a password in argv shows in `ps`."""
         return as_postgres(
             bin_dir / "psql",
             "-h", str(self.socket_dir), "-p", str(self.port), "-d", "postgres",
-            "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-c", sql,
+            "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-f", "-",
+            stdin=sql,
         )  # fmt: skip
 
     # --- down --------------------------------------------------------------------------
@@ -247,17 +268,27 @@ def postgres_user() -> pwd.struct_passwd:
         raise StackError("postgres: system user `postgres` missing (package broken?)") from None
 
 
-def as_postgres(program: Path, *args: str) -> str:
+def as_postgres(program: Path, *args: str, stdin: str | None = None) -> str:
     """Run a server tool as the `postgres` user (it refuses root); one-line error on failure."""
     cmd = [str(program), *args]
     if os.geteuid() == 0:
         cmd = ["runuser", "-u", "postgres", "--", *cmd]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd="/")
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd="/", input=stdin)
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()
         reason = detail[-1] if detail else f"exit {done.returncode}"
         raise StackError(f"postgres: {program.name} failed: {reason}")
     return done.stdout
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (0600), whatever the umask, atomically."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
 
 
 def make_traversable(path: Path) -> None:

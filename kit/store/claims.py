@@ -4,13 +4,14 @@ reaper handed to another worker) cannot overwrite anything: its write finds no r
 
 Claims lock their rows in run id order, so two workers claiming overlapping batches
 (a rebalance redelivers) cannot deadlock; a claim waits on a row the reaper holds while
-it publishes, then sees it dispatched and takes it.
+it publishes, then takes it. A worker claims a run ahead of its second (the scheduler
+publishes it as soon as it is committed) and starts it then.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,7 +27,16 @@ from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
 from kit.store.scheduling import pg_array, pg_text_array
 
 MAX_ERROR_CHARS = 4000
+# The database's clock decides, unless a caller (a test, the contract suite) passes `now`.
+NOW = "coalesce(CAST(:now AS timestamptz), now())"
 _TTL = "make_interval(secs => CAST(:ttl_ms AS double precision) / 1000.0)"
+
+
+def storable_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """Text a task produced, made fit for a PostgreSQL text column: NUL (which the column
+    cannot hold, and which made the whole finish fail) is written as the two characters
+    backslash-zero; bounded in length."""
+    return text.replace("\x00", "\\0")[:limit]
 
 
 @dataclass(frozen=True)
@@ -46,9 +56,10 @@ class ClaimedRun:
     lease_token: str
     priority: str
     scheduled_at: datetime
-    started_at: datetime
+    claimed_at: datetime  # the claim's database time (the task starts later, at its second)
     task_spec: dict[str, Any] | None  # None: the job was deleted after the run was made
     timeout_s: int | None
+    due_at: datetime | None = None  # not to start before (scheduled time, or retry time)
 
 
 @dataclass(frozen=True)
@@ -78,29 +89,34 @@ class FinishResult:
 # The wanted ids come sorted, so rows are locked in run id order.
 _CLAIM = f"""
 WITH locked AS (
-    SELECT c.run_id, c.task_spec, c.timeout_s
+    SELECT c.run_id, c.task_spec, c.timeout_s, c.due_at
     FROM unnest(CAST(:run_ids AS uuid[]), CAST(:attempts AS int[])) AS w(run_id, attempt)
     CROSS JOIN LATERAL (
-        SELECT r.run_id, j.task_spec, j.timeout_s
+        SELECT r.run_id, j.task_spec, j.timeout_s,
+            greatest(r.scheduled_at, r.retry_at) AS due_at
         FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
         WHERE r.run_id = w.run_id AND r.attempt = w.attempt
-          AND r.status IN ('pending', 'dispatched')
+          AND r.status = 'pending'
         FOR UPDATE OF r
         OFFSET 0
     ) AS c
 )
 UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
-    lease_expires_at = now() + {_TTL}, worker_id = :worker_id, started_at = now(),
-    dispatched_at = coalesce(r.dispatched_at, now()), finished_at = NULL, retry_at = NULL
+    lease_expires_at = {NOW} + {_TTL}, worker_id = :worker_id,
+    finished_at = NULL, retry_at = NULL
 FROM locked l
 WHERE r.run_id = l.run_id
 RETURNING r.run_id, r.job_id, r.tenant, r.attempt, r.lease_token, r.priority,
-    r.scheduled_at, r.started_at, l.task_spec, l.timeout_s
+    r.scheduled_at, {NOW} AS claimed_at, l.task_spec, l.timeout_s, l.due_at
 """
 
 
 def runs_claim(
-    engine: Engine, claims: Sequence[Claim], worker_id: str, ttl_ms: int
+    engine: Engine,
+    claims: Sequence[Claim],
+    worker_id: str,
+    ttl_ms: int,
+    now: datetime | None = None,
 ) -> list[ClaimedRun]:
     """One conditional update for a batch: only runs still claimable at the message's
     attempt are taken, each with a fresh token and an expiry by the database clock.
@@ -113,6 +129,7 @@ def runs_claim(
         "attempts": pg_array(a for _, a in wanted),
         "worker_id": worker_id,
         "ttl_ms": ttl_ms,
+        "now": now,
     }
     with engine.begin() as conn:
         rows = conn.execute(text(_CLAIM), params).all()
@@ -125,32 +142,61 @@ def runs_claim(
             lease_token=row.lease_token,
             priority=row.priority,
             scheduled_at=row.scheduled_at,
-            started_at=row.started_at,
+            claimed_at=row.claimed_at,
             task_spec=row.task_spec,
             timeout_s=row.timeout_s,
+            due_at=row.due_at,
         )
         for row in rows
     ]
 
 
+def db_clock(engine: Engine) -> datetime:
+    """The database's clock right now (clock_timestamp(), not the transaction's start)."""
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+
+
+def started_array(run_ids: Iterable[str], started_ms: Mapping[str, int] | None) -> str:
+    """The start instants (epoch ms, NULL when not started) of `run_ids`, as an array."""
+    started = started_ms or {}
+    return pg_text_array(
+        None if (ms := started.get(r)) is None else str(ms) for r in run_ids
+    )
+
+
+# A run's start is the moment its task began on the worker (measured there, on its
+# estimate of the database's clock), written by the next heartbeat or the finish; the
+# first attempt's start is kept.
+_STARTED = "coalesce(r.started_at, timestamptz 'epoch' + {ms} * interval '1 millisecond')"
+
+
 def runs_heartbeat(
-    engine: Engine, leases: Sequence[tuple[str, str]], ttl_ms: int
+    engine: Engine,
+    leases: Sequence[tuple[str, str]],
+    ttl_ms: int,
+    now: datetime | None = None,
+    started_ms: Mapping[str, int] | None = None,
 ) -> tuple[set[str], set[str]]:
-    """Extend every (run_id, token) lease in one statement. Returns (kept, lost): a lost
-    run was reaped, cancelled (overlap 'replace') or finished elsewhere, so its task
-    should stop."""
+    """Extend every (run_id, token) lease in one statement (recording the start of the
+    runs in `started_ms`). Returns (kept, lost): a lost run was reaped, cancelled
+    (overlap 'replace'), finished elsewhere, or its lease had already expired
+    (kit.core.leases.heartbeat_run: an expired lease is not revived, the reaper may be
+    handing the run to another worker), so its task should stop."""
     if not leases:
         return set(), set()
     # Rows locked in run id order, as claims and batched finishes do: in any other
     # order a heartbeat deadlocks with the same worker's batch of finishes.
     sql = f"""
-    UPDATE runs r SET lease_expires_at = now() + {_TTL}
+    UPDATE runs r SET lease_expires_at = {NOW} + {_TTL},
+        started_at = {_STARTED.format(ms="l.started_ms")}
     FROM (
-        SELECT r.run_id
+        SELECT r.run_id, h.started_ms
         FROM runs r
-        JOIN unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
+        JOIN unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]),
+                    CAST(:started AS bigint[])) AS h(run_id, token, started_ms)
           ON r.run_id = h.run_id AND r.lease_token = h.token
-        WHERE r.status = 'running'
+        WHERE r.status = 'running' AND r.lease_expires_at > {NOW}
         ORDER BY r.run_id
         FOR UPDATE OF r
     ) AS l
@@ -160,7 +206,9 @@ def runs_heartbeat(
     params = {
         "run_ids": pg_text_array(r for r, _ in leases),
         "tokens": pg_text_array(t for _, t in leases),
+        "started": started_array((r for r, _ in leases), started_ms),
         "ttl_ms": ttl_ms,
+        "now": now,
     }
     with engine.begin() as conn:
         kept = {str(row.run_id) for row in conn.execute(text(sql), params)}
@@ -194,19 +242,26 @@ def pointer_of(row: Any) -> RunPointer:
     return RunPointer(str(row.run_id), str(row.job_id), row.attempt, row.scheduled_at, row.priority)
 
 
-def run_finish_ok(engine: Engine, run_id: str, token: str) -> FinishResult:
+def run_finish_ok(
+    engine: Engine,
+    run_id: str,
+    token: str,
+    now: datetime | None = None,
+    started_ms: int | None = None,
+) -> FinishResult:
     """Success, only while this worker holds the lease; resets the job's dead streak."""
     with engine.begin() as conn:
         row = conn.execute(
             text(
-                """
-                UPDATE runs SET status = 'succeeded', finished_at = now(), error = NULL,
-                    lease_token = NULL, lease_expires_at = NULL
+                f"""
+                UPDATE runs r SET status = 'succeeded', finished_at = {NOW}, error = NULL,
+                    lease_token = NULL, lease_expires_at = NULL,
+                    started_at = {_STARTED.format(ms="CAST(:started_ms AS bigint)")}
                 WHERE run_id = :run_id AND lease_token = :token AND status = 'running'
                 RETURNING job_id
                 """
             ),
-            {"run_id": run_id, "token": token},
+            {"run_id": run_id, "token": token, "now": now, "started_ms": started_ms},
         ).first()
         if row is None:
             return FinishResult(False)
@@ -218,17 +273,20 @@ def run_finish_ok(engine: Engine, run_id: str, token: str) -> FinishResult:
     return FinishResult(True, "succeeded", queued_next=queued)
 
 
-_FINISH_OK_BATCH = """
+_FINISH_OK_BATCH = f"""
 WITH done AS (
-    SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS d(run_id, token)
+    SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]),
+                         CAST(:started AS bigint[])) AS d(run_id, token, started_ms)
 ), locked AS (
-    SELECT r.run_id FROM runs r JOIN done d ON d.run_id = r.run_id AND d.token = r.lease_token
+    SELECT r.run_id, d.started_ms
+    FROM runs r JOIN done d ON d.run_id = r.run_id AND d.token = r.lease_token
     WHERE r.status = 'running'
     ORDER BY r.run_id
     FOR UPDATE OF r
 )
-UPDATE runs r SET status = 'succeeded', finished_at = now(), error = NULL,
-    lease_token = NULL, lease_expires_at = NULL
+UPDATE runs r SET status = 'succeeded', finished_at = {NOW}, error = NULL,
+    lease_token = NULL, lease_expires_at = NULL,
+    started_at = {_STARTED.format(ms="l.started_ms")}
 FROM locked l
 WHERE r.run_id = l.run_id
 RETURNING r.run_id::text, r.job_id::text
@@ -253,7 +311,10 @@ RETURNING run_id, job_id, attempt, scheduled_at, priority
 
 
 def runs_finish_ok(
-    engine: Engine, leases: Sequence[tuple[str, str]]
+    engine: Engine,
+    leases: Sequence[tuple[str, str]],
+    now: datetime | None = None,
+    started_ms: Mapping[str, int] | None = None,
 ) -> tuple[set[str], list[RunPointer]]:
     """`run_finish_ok` for a batch of (run_id, token) in one transaction: each run
     succeeds only while its token holds (rows locked in run id order, as claims do),
@@ -264,6 +325,8 @@ def runs_finish_ok(
     params = {
         "run_ids": pg_array(r for r, _ in leases),
         "tokens": pg_text_array(t for _, t in leases),
+        "started": started_array((r for r, _ in leases), started_ms),
+        "now": now,
     }
     with engine.begin() as conn:
         rows = conn.execute(text(_FINISH_OK_BATCH), params).all()
@@ -302,7 +365,7 @@ def run_finish_cancelled(engine: Engine, run_id: str, token: str, reason: str) -
                 RETURNING job_id
                 """
             ),
-            {"run_id": run_id, "token": token, "reason": reason[:MAX_ERROR_CHARS]},
+            {"run_id": run_id, "token": token, "reason": storable_text(reason)},
         ).first()
         if row is None:
             return FinishResult(False)
@@ -310,8 +373,8 @@ def run_finish_cancelled(engine: Engine, run_id: str, token: str, reason: str) -
     return FinishResult(True, "cancelled", queued_next=queued)
 
 
-_APPEND_ERROR = """errors = errors || jsonb_build_array(jsonb_build_object(
-    'attempt', attempt, 'error', CAST(:error AS text), 'finished_at', now()))"""
+_APPEND_ERROR = f"""errors = errors || jsonb_build_array(jsonb_build_object(
+    'attempt', attempt, 'error', CAST(:error AS text), 'finished_at', {NOW}))"""
 
 
 def run_finish_failed(
@@ -321,53 +384,60 @@ def run_finish_failed(
     error: str,
     rng: random.Random,
     partitions: int = PARTITION_COUNT,
+    now: datetime | None = None,
+    started_ms: int | None = None,
 ) -> FinishResult:
     """A failed attempt, only while this worker holds the lease: in one transaction,
     either a retry (run retry_scheduled + a retry trigger at the backoff time, decided
     by the core from the database clock) or a dead letter (+ the job's dead streak, and
     the auto-pause when it reaches pause_after_dead)."""
-    error = error[:MAX_ERROR_CHARS]
+    error = storable_text(error)
     with engine.begin() as conn:
         run = conn.execute(
             text(
                 f"""
-                SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at,
-                    (extract(epoch FROM now()) * 1000)::bigint AS now_ms,
+                SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at, r.started_at,
+                    (extract(epoch FROM {NOW}) * 1000)::bigint AS now_ms,
                     j.retry_policy, j.version, {ATTEMPT_BASE_SQL} AS attempt_base
                 FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
                 WHERE r.run_id = :run_id AND r.lease_token = :token AND r.status = 'running'
                 FOR UPDATE OF r
                 """
             ),
-            {"run_id": run_id, "token": token},
+            {"run_id": run_id, "token": token, "now": now},
         ).first()
         if run is None:
             return FinishResult(False)
+        if started_ms is not None and run.started_at is None:
+            conn.execute(
+                text(
+                    "UPDATE runs SET started_at = timestamptz 'epoch' + "
+                    "CAST(:ms AS bigint) * interval '1 millisecond' WHERE run_id = :run_id"
+                ),
+                {"ms": started_ms, "run_id": run_id},
+            )
         job_id = str(run.job_id)
         if run.retry_policy is None:  # the job was deleted: nothing to retry against
             decision: RetryAt | DeadLetter = DeadLetter(run.attempt - run.attempt_base)
         else:
             policy = RetryPolicy.parse(run.retry_policy)
             decision = after_failure(policy, run.attempt, run.attempt_base, run.now_ms, rng)
-        queued = release_queued_in(conn, job_id)
         if isinstance(decision, RetryAt):
-            retry_at = _retry_in(conn, run, decision, error, partitions)
+            # The job stays busy until the retry ends: a queued run waits for that.
+            retry_at = _retry_in(conn, run, decision, error, partitions, now)
             return FinishResult(
-                True,
-                "retry_scheduled",
-                retry_at=retry_at,
-                next_attempt=decision.next_attempt,
-                queued_next=queued,
+                True, "retry_scheduled", retry_at=retry_at, next_attempt=decision.next_attempt
             )
+        queued = release_queued_in(conn, job_id)
         conn.execute(
             text(
                 f"""
-                UPDATE runs SET status = 'dead', finished_at = now(), error = :error,
+                UPDATE runs SET status = 'dead', finished_at = {NOW}, error = :error,
                     lease_token = NULL, lease_expires_at = NULL, retry_at = NULL, {_APPEND_ERROR}
                 WHERE run_id = :run_id
                 """
             ),
-            {"run_id": run_id, "error": error},
+            {"run_id": run_id, "error": error, "now": now},
         )
         dead_letter_in(conn, run_id)
         paused = job_dead_streak_in(conn, job_id)
@@ -375,21 +445,34 @@ def run_finish_failed(
 
 
 def _retry_in(
-    conn: Connection, run: Any, decision: RetryAt, error: str, partitions: int
+    conn: Connection,
+    run: Any,
+    decision: RetryAt,
+    error: str,
+    partitions: int,
+    now: datetime | None = None,
 ) -> datetime:
-    """Run -> retry_scheduled and its retry trigger. The trigger's key is (partition,
-    fire_at, job): if another trigger of the job holds that instant, take the next ms."""
+    """Run -> retry_scheduled at the attempt it will retry with (kit.core.leases:
+    finish_retry moves the attempt on; the error history keeps the one that failed), and
+    its retry trigger. The trigger's key is (partition, fire_at, job, kind): if another
+    retry of the job holds that instant, take the next ms."""
     fire_at = from_epoch_ms(decision.fire_at_ms)
     conn.execute(
         text(
             f"""
             UPDATE runs SET status = 'retry_scheduled', retry_at = :retry_at,
-                finished_at = now(), error = :error, lease_token = NULL,
+                attempt = :next_attempt, finished_at = {NOW}, error = :error, lease_token = NULL,
                 lease_expires_at = NULL, {_APPEND_ERROR}
             WHERE run_id = :run_id
             """
         ),
-        {"run_id": str(run.run_id), "retry_at": fire_at, "error": error},
+        {
+            "run_id": str(run.run_id),
+            "retry_at": fire_at,
+            "next_attempt": decision.next_attempt,
+            "error": error,
+            "now": now,
+        },
     )
     for _ in range(1000):
         inserted = conn.execute(
@@ -445,28 +528,32 @@ def job_dead_streak_in(conn: Connection, job_id: str) -> bool:
     return True
 
 
-def runs_mark_dispatched(engine: Engine, run_ids: Sequence[str]) -> None:
-    """After a publish (the contract's statement, shared with the scheduler)."""
+def runs_mark_published(engine: Engine, run_ids: Sequence[str]) -> None:
+    """After a publish outside the scheduler's own path (a released queued run)."""
     if not run_ids:
         return
     with engine.begin() as conn:
-        runs_mark_dispatched_in(conn, run_ids)
+        runs_mark_published_in(conn, run_ids)
 
 
-def runs_mark_dispatched_in(conn: Connection, run_ids: Sequence[str]) -> None:
+def runs_mark_published_in(
+    conn: Connection, run_ids: Sequence[str], now: datetime | None = None
+) -> None:
+    """`dispatched_at`: when the run was last published by the reaper or a worker (the
+    scheduler's publish of a new run writes nothing). The reaper counts a lost message
+    from it, so it is not published again before the workers read past it."""
     conn.execute(
         text(
-            """
-            UPDATE runs SET dispatched_at = coalesce(dispatched_at, now()),
-                status = CASE WHEN status = 'pending' THEN 'dispatched' ELSE status END
-            WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
-            """
+            f"UPDATE runs SET dispatched_at = {NOW} "
+            "WHERE run_id = ANY(CAST(:run_ids AS uuid[])) AND status = 'pending'"
         ),
-        {"run_ids": list(run_ids)},
+        {"run_ids": list(run_ids), "now": now},
     )
 
 
-def runs_release(engine: Engine, leases: Sequence[tuple[str, str]]) -> int:
+def runs_release(
+    engine: Engine, leases: Sequence[tuple[str, str]], now: datetime | None = None
+) -> int:
     """A worker shutting down gives up runs it could not finish: their leases expire
     now, so the reaper's next pass re-queues them (or dead-letters a last attempt)."""
     if not leases:
@@ -474,13 +561,13 @@ def runs_release(engine: Engine, leases: Sequence[tuple[str, str]]) -> int:
     with engine.begin() as conn:
         rows = conn.execute(
             text(
-                """
-                UPDATE runs r SET lease_expires_at = now() - interval '1 millisecond'
+                f"""
+                UPDATE runs r SET lease_expires_at = {NOW} - interval '1 millisecond'
                 FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
                 WHERE r.run_id = h.run_id AND r.lease_token = h.token AND r.status = 'running'
                 RETURNING r.run_id
                 """
             ),
-            {"run_ids": [r for r, _ in leases], "tokens": [t for _, t in leases]},
+            {"run_ids": [r for r, _ in leases], "tokens": [t for _, t in leases], "now": now},
         ).all()
     return len(rows)

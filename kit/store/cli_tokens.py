@@ -24,7 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--scope",
         action="append",
         dest="scopes",
-        help="read, write or admin; repeat for several (default: read and write)",
+        help=(
+            "read, write, admin or command (jobs with command tasks, where the operator's "
+            "task policy allows them); repeat for several (default: read and write)"
+        ),
     )
     create.set_defaults(func=_create)
     listing = sub.add_parser("list", help="list tokens (ids and scopes, never secrets)")

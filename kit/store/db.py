@@ -18,11 +18,15 @@ from sqlalchemy import (
 
 
 def engine_for(database_url: str, pool_size: int = 10) -> Engine:
+    """hide_parameters: an error (logged by the services, sometimes shown) would otherwise
+    carry the statement's bound values: task specs with their headers, payloads, the
+    text of a run's error."""
     return create_engine(
         database_url,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
+        hide_parameters=True,
     )
 
 

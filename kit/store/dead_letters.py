@@ -6,8 +6,7 @@ back to `pending` with the next attempt number and a fresh attempt budget, and s
 dead letter's error history), read by `ATTEMPT_BASE_SQL` when the next failure is judged.
 A replay of a run that is not dead (already replayed and not dead again) changes nothing
 and is refused with ReplayConflict (HTTP 409), so a retried request cannot run it twice.
-The replayed run is published by the reaper's undispatched path on its next pass
-(replayed runs skip the undispatched grace).
+The replayed run is published by the reaper on its next pass, like a manual run.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ its run history. A paused job keeps its trigger: the scheduler skips the fire an
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import uuid
@@ -21,6 +22,8 @@ from sqlalchemy import Connection, Engine, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 
+from kit.core.audit import edit_action, job_diff, redacted
+from kit.core.ids import run_id as make_run_id
 from kit.core.jitter import jitter_offset_ms
 from kit.core.partitions import PARTITION_COUNT, partition_of
 from kit.core.schedule import (
@@ -31,6 +34,9 @@ from kit.core.schedule import (
     parse_schedule,
     schedule_to_dict,
 )
+from kit.core.timeutil import EPOCH, from_epoch_ms, to_epoch_ms
+from kit.core.trigger import SKIP_EDITED, trigger_after_edit
+from kit.store.audit import KIT_ACTOR, audit_change_in, job_view
 from kit.store.db import db_now, is_uuid
 from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken
 from kit.store.schema import idempotency_keys, jobs, runs, triggers
@@ -82,6 +88,7 @@ class JobCreate:
     request_hash: str | None = None  # request_fingerprint() of the body, with the key
     now: datetime | None = None  # None: the database's clock
     job_id: str | None = None  # None: a new uuid4
+    actor: str = KIT_ACTOR  # who, for the audit log (the API: the caller's token id)
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,7 @@ class JobUpdate:
     changes: Mapping[str, Any] = field(default_factory=dict)  # JobSpec field -> new value
     partitions: int = PARTITION_COUNT
     now: datetime | None = None
+    actor: str = KIT_ACTOR  # who, for the audit log (the API: the caller's token id)
 
 
 def request_fingerprint(body: Any) -> str:
@@ -185,6 +193,17 @@ def job_create(engine: Engine, params: JobCreate) -> JobCreated:
                         attempt=1,
                     )
                 )
+            audit_change_in(
+                conn,
+                tenant=params.tenant,
+                job_id=job_id,
+                actor=params.actor,
+                action="create",
+                at=now,
+                version=1,
+                before=None,
+                after=job_view(params.spec),
+            )
             record = _job_select(conn, params.tenant, job_id)
     except IntegrityError as exc:
         if _name_taken(exc, [params.spec.name]):
@@ -194,35 +213,63 @@ def job_create(engine: Engine, params: JobCreate) -> JobCreated:
     return JobCreated(record, created=True)
 
 
-def _claim_idempotency_key(conn: Connection, params: JobCreate, job_id: str) -> JobRecord | None:
-    """Insert the key (it names the job about to be created), or resolve an earlier use.
+def idempotency_key_claim(
+    conn: Connection,
+    tenant: str,
+    key: str,
+    request_hash: str,
+    job_id: str,
+    created_at: datetime | None = None,
+) -> Any | None:
+    """Insert the key for the request about to be served (None), or return the row of
+    its earlier use (`job_id`, `created_at`); IdempotencyConflict if that use was another
+    request. Job creates and run-nows share the tenant's keys.
 
     A concurrent request with the same key blocks on the insert until the first one
-    commits or rolls back, so two retries cannot both create.
+    commits or rolls back, so two retries cannot both act.
     """
-    claimed = conn.execute(
-        insert(idempotency_keys)
-        .values(
-            tenant=params.tenant,
-            key=params.idempotency_key,
-            request_hash=params.request_hash or "",
-            job_id=job_id,
-        )
-        .on_conflict_do_nothing()
-        .returning(idempotency_keys.c.job_id)
-    ).first()
-    if claimed is not None:
-        return None
-    earlier = conn.execute(
-        select(idempotency_keys.c.request_hash, idempotency_keys.c.job_id).where(
-            idempotency_keys.c.tenant == params.tenant,
-            idempotency_keys.c.key == params.idempotency_key,
-        )
-    ).one()
-    if earlier.request_hash != (params.request_hash or ""):
+    values: dict[str, Any] = {
+        "tenant": tenant,
+        "key": key,
+        "request_hash": request_hash,
+        "job_id": job_id,
+    }
+    if created_at is not None:
+        values["created_at"] = created_at
+    for _ in range(3):  # the earlier key may expire (maintenance) between the two reads
+        claimed = conn.execute(
+            insert(idempotency_keys)
+            .values(**values)
+            .on_conflict_do_nothing()
+            .returning(idempotency_keys.c.key)
+        ).first()
+        if claimed is not None:
+            return None
+        earlier = conn.execute(
+            select(
+                idempotency_keys.c.request_hash,
+                idempotency_keys.c.job_id,
+                idempotency_keys.c.created_at,
+            ).where(idempotency_keys.c.tenant == tenant, idempotency_keys.c.key == key)
+        ).first()
+        if earlier is not None:
+            break
+    else:  # pragma: no cover - the key appears and expires three times in a row
+        raise IdempotencyConflict("this Idempotency-Key is being expired; retry the request")
+    if earlier.request_hash != request_hash:
         raise IdempotencyConflict(
             "this Idempotency-Key was already used with a different request body"
         )
+    return earlier
+
+
+def _claim_idempotency_key(conn: Connection, params: JobCreate, job_id: str) -> JobRecord | None:
+    """Insert the key (it names the job about to be created), or resolve an earlier use."""
+    earlier = idempotency_key_claim(
+        conn, params.tenant, params.idempotency_key or "", params.request_hash or "", job_id
+    )
+    if earlier is None:
+        return None
     record = _job_select(conn, params.tenant, earlier.job_id)
     if record is None:
         raise IdempotencyConflict("the job created with this Idempotency-Key has been deleted")
@@ -235,9 +282,11 @@ def jobs_create_batch(
     specs: Sequence[JobSpec],
     partitions: int = PARTITION_COUNT,
     now: datetime | None = None,
+    actor: str | None = None,
 ) -> list[str]:
     """Create many jobs and their triggers with COPY, all or nothing; returns job ids in
-    the order of `specs`. Names must be unique within the batch and the tenant."""
+    the order of `specs`. Names must be unique within the batch and the tenant. With an
+    `actor` (the API's caller) each creation is audited; bulk loads pass none."""
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
         seen: set[str] = set()
@@ -255,6 +304,8 @@ def jobs_create_batch(
                 raise NameTaken(taken_names)
             now_at = db_now(conn, now)
             _copy_jobs(conn, tenant, job_ids, specs, partitions, now_at)
+            if actor is not None:
+                _copy_audit(conn, tenant, job_ids, specs, now_at, actor)
     except IntegrityError as exc:
         if _name_taken(exc, names):
             raise NameTaken(names) from exc
@@ -315,6 +366,30 @@ def _copy_jobs(
                     )
 
 
+def _copy_audit(
+    conn: Connection,
+    tenant: str,
+    job_ids: Sequence[str],
+    specs: Sequence[JobSpec],
+    now: datetime,
+    actor: str,
+) -> None:
+    """One 'create' audit entry per job of a batch, by COPY like the jobs themselves."""
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    columns = "tenant, job_id, at, actor, action, version, changes, snapshot"
+    with (
+        raw.cursor() as cur,
+        cur.copy(f"COPY job_audit ({columns}) FROM STDIN") as copy,
+    ):
+        for job_id, spec in zip(job_ids, specs, strict=True):
+            view = job_view(spec)
+            diff = job_diff(None, view)
+            copy.write_row(
+                (tenant, job_id, now, actor, "create", 1, Jsonb(diff), Jsonb(redacted(view)))
+            )
+
+
 def _job_select(conn: Connection, tenant: str, job_id: str, lock: bool = False) -> JobRecord | None:
     next_fire_at = (
         select(func.min(triggers.c.fire_at))
@@ -327,13 +402,22 @@ def _job_select(conn: Connection, tenant: str, job_id: str, lock: bool = False) 
     if lock:
         query = query.with_for_update(of=jobs)
     row = conn.execute(query).first()
-    return _record(row) if row is not None else None
+    return job_record(row) if row is not None else None
 
 
-def _record(row: Any) -> JobRecord:
-    schedule_data = dict(row.schedule)
-    # Stored schedules were validated on write; parse them back without a grace check.
-    schedule = parse_schedule(schedule_data, now=row.created_at)
+@functools.lru_cache(maxsize=4096)
+def _stored_schedule(text: str, anchor_default: datetime) -> Schedule:
+    """Stored schedules were validated on write; parse them back without a grace check.
+    Cached: a page of jobs repeats schedules, and a cron costs ~0.3 ms to validate."""
+    return parse_schedule(json.loads(text), now=anchor_default)
+
+
+def job_record(row: Any) -> JobRecord:
+    data = dict(row.schedule)
+    # Only an interval without an anchor depends on when the job was made.
+    needs_anchor = "every_s" in data and "anchor" not in data
+    text = json.dumps(data, sort_keys=True)
+    schedule = _stored_schedule(text, row.created_at if needs_anchor else EPOCH)
     spec = JobSpec(
         name=row.name,
         schedule=schedule,
@@ -358,6 +442,15 @@ def _record(row: Any) -> JobRecord:
     )
 
 
+def job_read_in(
+    conn: Connection, tenant: str, job_id: str, lock: bool = False
+) -> JobRecord | None:
+    """The tenant's job inside the caller's transaction (locked FOR UPDATE if asked)."""
+    if not is_uuid(job_id):
+        return None
+    return _job_select(conn, tenant, job_id, lock=lock)
+
+
 def job_get(engine: Engine, tenant: str, job_id: str) -> JobRecord:
     if not is_uuid(job_id):
         raise JobNotFound(job_id)
@@ -372,7 +465,9 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
     """Apply changes, bump the version, and replace the triggers with one of the new version.
 
     The schedule trigger keeps its fire time unless the schedule or jitter changed
-    (then it is recomputed from now); a one-off that already fired stays fired.
+    (then kit.core.trigger.trigger_after_edit decides: a fire owed but not yet made
+    still runs, or is recorded as skipped 'edited'); a one-off that already fired stays
+    fired.
     """
     if not is_uuid(params.job_id):
         raise JobNotFound(params.job_id)
@@ -384,8 +479,22 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
             spec = replace(current.spec, **dict(params.changes))
             version = current.version + 1
             now = db_now(conn, params.now)
+            skipped_at: datetime | None = None
             if spec.schedule != current.spec.schedule or spec.jitter_s != current.spec.jitter_s:
-                fire_at = first_fire_at(spec, params.job_id, now)
+                old = current.next_fire_at
+                moved = trigger_after_edit(
+                    None if old is None else to_epoch_ms(old),
+                    jitter_offset_ms(params.job_id, current.spec.jitter_s * 1000),
+                    spec.schedule,
+                    jitter_offset_ms(params.job_id, spec.jitter_s * 1000),
+                    to_epoch_ms(now),
+                )
+                if moved.fire_at_ms is not None:
+                    fire_at: datetime | None = from_epoch_ms(moved.fire_at_ms)
+                else:
+                    fire_at = first_fire_at(spec, params.job_id, now)
+                if moved.skipped_ms is not None:
+                    skipped_at = from_epoch_ms(moved.skipped_ms)
             else:
                 fire_at = current.next_fire_at
             values = _row_values(params.tenant, params.job_id, spec)
@@ -393,6 +502,18 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
             if current.spec.paused and not spec.paused:
                 values["dead_streak"] = 0  # a resumed job starts a new auto-pause streak
             conn.execute(update(jobs).where(jobs.c.job_id == params.job_id).values(**values))
+            before, after = job_view(current.spec), job_view(spec)
+            audit_change_in(
+                conn,
+                tenant=params.tenant,
+                job_id=params.job_id,
+                actor=params.actor,
+                action=edit_action(job_diff(before, after)),
+                at=now,
+                version=version,
+                before=before,
+                after=after,
+            )
             # Replace the schedule trigger; retry triggers are owed to runs that already
             # fired and survive the edit (the scheduler re-arms them under the new version).
             conn.execute(
@@ -411,6 +532,8 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
                         attempt=1,
                     )
                 )
+            if skipped_at is not None:
+                _record_skipped(conn, current, skipped_at, now, SKIP_EDITED)
             record = _job_select(conn, params.tenant, params.job_id)
     except IntegrityError as exc:
         name = params.changes.get("name")
@@ -421,16 +544,49 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
     return record
 
 
-def job_delete(engine: Engine, tenant: str, job_id: str) -> None:
-    """Remove the job and its triggers; its runs stay as history."""
+def _record_skipped(
+    conn: Connection, job: JobRecord, at: datetime, now: datetime, reason: str
+) -> None:
+    """A fire the job owed that will not run: a skipped run (its own run id) says why."""
+    conn.execute(
+        insert(runs)
+        .values(
+            run_id=make_run_id(job.job_id, at),
+            job_id=job.job_id,
+            tenant=job.tenant,
+            job_version=job.version,
+            priority=job.spec.priority,
+            scheduled_at=at,
+            attempt=1,
+            status="skipped",
+            trigger_kind="schedule",
+            skip_reason=reason,
+            finished_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=[runs.c.run_id])
+    )
+
+
+def job_delete(engine: Engine, tenant: str, job_id: str, actor: str = KIT_ACTOR) -> None:
+    """Remove the job and its triggers; its runs and its audit log stay as history."""
     if not is_uuid(job_id):
         raise JobNotFound(job_id)
     with engine.begin() as conn:
-        deleted = conn.execute(
-            delete(jobs).where(jobs.c.tenant == tenant, jobs.c.job_id == job_id)
-        ).rowcount
-        if deleted != 1:
+        current = _job_select(conn, tenant, job_id, lock=True)
+        if current is None:
             raise JobNotFound(job_id)
+        conn.execute(delete(jobs).where(jobs.c.tenant == tenant, jobs.c.job_id == job_id))
+        audit_change_in(
+            conn,
+            tenant=tenant,
+            job_id=job_id,
+            actor=actor,
+            action="delete",
+            at=db_now(conn),
+            version=current.version,
+            before=job_view(current.spec),
+            after=None,
+        )
         conn.execute(delete(triggers).where(triggers.c.job_id == job_id))
         # Runs owed but not started will not run now: say so in their history rather
         # than leave them waiting for a trigger that no longer exists.
@@ -438,7 +594,7 @@ def job_delete(engine: Engine, tenant: str, job_id: str) -> None:
             update(runs)
             .where(
                 runs.c.job_id == job_id,
-                runs.c.status.in_(("pending", "dispatched", "retry_scheduled")),
+                runs.c.status.in_(("pending", "retry_scheduled")),
             )
             .values(status="cancelled", error="job deleted", lease_token=None)
         )

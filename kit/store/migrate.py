@@ -28,7 +28,7 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 
 def current_revision(database_url: str) -> str | None:
     """The revision the database is at (None when never migrated)."""
-    engine = create_engine(database_url)
+    engine = create_engine(database_url, hide_parameters=True)
     try:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()

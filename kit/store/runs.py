@@ -12,14 +12,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import DateTime, Engine, bindparam, select, tuple_
+from sqlalchemy import Connection, DateTime, Engine, bindparam, select, tuple_
 from sqlalchemy.dialects.postgresql import UUID, insert
 
 from kit.core.errors import FieldError
 from kit.core.ids import run_id as make_run_id
 from kit.core.timeutil import EPOCH
+from kit.store.audit import KIT_ACTOR, audit_in
 from kit.store.db import db_now, is_uuid
-from kit.store.errors import JobNotFound, RunNotFound
+from kit.store.errors import IdempotencyConflict, JobNotFound, RunNotFound
+from kit.store.jobs import idempotency_key_claim, request_fingerprint
 from kit.store.schema import RUN_STATUSES, jobs, runs
 
 MAX_PAGE = 500
@@ -44,6 +46,7 @@ class RunRecord:
     error: str | None
     skip_reason: str | None
     created_at: datetime
+    cancelled_by: str | None = None  # the token that cancelled it (POST /v1/runs/{id}:cancel)
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class RunPage:
     next_cursor: str | None  # None: this was the last page
 
 
-def _record(row: Any) -> RunRecord:
+def run_record(row: Any) -> RunRecord:
     return RunRecord(
         run_id=str(row.run_id),
         job_id=str(row.job_id),
@@ -71,6 +74,7 @@ def _record(row: Any) -> RunRecord:
         error=row.error,
         skip_reason=row.skip_reason,
         created_at=row.created_at,
+        cancelled_by=row.cancelled_by,
     )
 
 
@@ -138,7 +142,7 @@ def runs_list(
             ).first()
             if exists is None:
                 raise JobNotFound(job_id)
-    page = [_record(row) for row in rows[:limit]]
+    page = [run_record(row) for row in rows[:limit]]
     next_cursor = None
     if len(rows) > limit:
         last = page[-1]
@@ -155,15 +159,33 @@ def run_get(engine: Engine, tenant: str, run_id: str) -> RunRecord:
         ).first()
     if row is None:
         raise RunNotFound(run_id)
-    return _record(row)
+    return run_record(row)
+
+
+def run_now_fingerprint(job_id: str) -> str:
+    """The request an Idempotency-Key of run-now stands for: this job's run-now. It can
+    equal no job-create body, so a key reused across the two is a conflict."""
+    return request_fingerprint({"run_now": {"job_id": job_id}})
 
 
 def run_now(
-    engine: Engine, tenant: str, job_id: str, now: datetime | None = None
+    engine: Engine,
+    tenant: str,
+    job_id: str,
+    now: datetime | None = None,
+    actor: str = KIT_ACTOR,
+    idempotency_key: str | None = None,
 ) -> tuple[RunRecord, bool]:
-    """Insert a manual run scheduled now (pending, not yet dispatched: the dispatcher or
+    """Insert a manual run scheduled now (pending, not yet published: the reaper's next pass or
     the reaper publishes it). Returns (run, created); a second call within the same
-    millisecond names the same run id and returns the existing run."""
+    millisecond names the same run id and returns the existing run.
+
+    With an `idempotency_key`, a retry returns the run the first call made (created
+    False) however much later it comes; the key used for another request (another job,
+    a job create) raises IdempotencyConflict. The key shares the tenant's
+    `idempotency_keys` with job creates; its row's `created_at` is the run's
+    `scheduled_at`, which with the job id names the run (`kit.core.ids.run_id`).
+    """
     if not is_uuid(job_id):
         raise JobNotFound(job_id)
     with engine.begin() as conn:
@@ -176,6 +198,10 @@ def run_now(
             raise JobNotFound(job_id)
         at = db_now(conn, now).astimezone(UTC)
         at = at.replace(microsecond=at.microsecond // 1000 * 1000)  # run ids are per ms
+        if idempotency_key is not None:
+            earlier = _claim_run_now_key(conn, tenant, job_id, idempotency_key, at)
+            if earlier is not None:
+                return earlier, False
         rid = make_run_id(job_id, at)
         inserted = conn.execute(
             insert(runs)
@@ -193,5 +219,34 @@ def run_now(
             .on_conflict_do_nothing(index_elements=[runs.c.run_id])
             .returning(runs.c.run_id)
         ).first()
+        if inserted is not None:
+            audit_in(
+                conn,
+                tenant=tenant,
+                job_id=job_id,
+                actor=actor,
+                action="run_now",
+                at=at,
+                version=job.version,
+                changes={"run_id": rid},
+            )
         row = conn.execute(select(runs).where(runs.c.run_id == rid)).one()
-    return _record(row), inserted is not None
+    return run_record(row), inserted is not None
+
+
+def _claim_run_now_key(
+    conn: Connection, tenant: str, job_id: str, key: str, at: datetime
+) -> RunRecord | None:
+    """Insert the key for the run about to be made (its row's created_at is the run's
+    scheduled_at), or return the run an earlier use made."""
+    earlier = idempotency_key_claim(conn, tenant, key, run_now_fingerprint(job_id), job_id, at)
+    if earlier is None:
+        return None
+    row = conn.execute(
+        select(runs).where(
+            runs.c.tenant == tenant, runs.c.run_id == make_run_id(job_id, earlier.created_at)
+        )
+    ).first()
+    if row is None:
+        raise IdempotencyConflict("the run made with this Idempotency-Key no longer exists")
+    return run_record(row)

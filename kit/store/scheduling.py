@@ -1,5 +1,5 @@
-"""The SQL of a scheduler node, kept together: membership, partition leases, the fenced
-scan and the dispatch mark.
+"""The SQL of a scheduler node, kept together: membership, partition leases and the
+fenced scan (the node publishes what a scan committed and writes nothing more for it).
 
 Every statement is batched: partitions, triggers and runs travel as arrays
 (`unnest`), so a scan is a handful of round trips whatever its size. The scan's big
@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-ACTIVE_STATUSES = ("pending", "dispatched", "running")
+from kit.store.schema import BUSY_SQL
 
 
 def pg_array(values: Iterable[int | str]) -> str:
@@ -190,17 +190,17 @@ DUE_COLUMNS = [
     "created_at_us",
 ]
 _ACTIVE = text(
-    """
+    f"""
     SELECT job_id::text, count(*) FROM runs
-    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN ('pending', 'dispatched', 'running')
+    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN {BUSY_SQL}
     GROUP BY job_id
     """
 )
 _CANCEL_ACTIVE = text(
-    """
+    f"""
     UPDATE runs SET status = 'cancelled', lease_token = NULL, lease_expires_at = NULL,
-        finished_at = now(), error = 'replaced by a newer run (overlap: replace)'
-    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN ('pending', 'dispatched', 'running')
+        retry_at = NULL, finished_at = now(), error = 'replaced by a newer run (overlap: replace)'
+    WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN {BUSY_SQL}
     RETURNING run_id::text
     """
 )
@@ -251,22 +251,10 @@ _INSERT_TRIGGERS = text(
     + _NEXT
     + " ON CONFLICT DO NOTHING"
 )
-# The rare slot already taken (the key is partition, time, job — not kind):
-# - by a retry trigger: the retry moves 1 ms later (its run is named by
-#   run_scheduled_at, not by its fire time), so neither trigger is lost;
-# - by a schedule trigger of an older version (an edit raced this scan and left the
-#   next fire under the old version): it takes the newer version, or the scheduler
-#   would drop it as stale and the job would never fire again.
-_SLIDE_RETRY_TRIGGERS = text(
-    """
-    UPDATE triggers t SET fire_at = t.fire_at + interval '1 millisecond'
-    """
-    + _NEXT
-    + """
-    WHERE t.kind = 'retry' AND t.partition_id = n.p AND t.job_id = n.j
-      AND t.fire_at = timestamptz 'epoch' + n.f * interval '1 millisecond'
-    """
-)
+# The rare slot already taken: a schedule trigger of an older version (an edit raced
+# this scan and left the next fire under the old version) takes the newer version, or
+# the scheduler would drop it as stale and the job would never fire again. (A retry
+# trigger never takes a schedule slot: the kind is in the key.)
 _UPSERT_TRIGGERS = text(
     """
     INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt)
@@ -274,33 +262,11 @@ _UPSERT_TRIGGERS = text(
     """
     + _NEXT
     + """
-    ON CONFLICT (partition_id, fire_at, job_id) DO UPDATE
+    ON CONFLICT (partition_id, fire_at, job_id, kind) DO UPDATE
         SET job_version = greatest(triggers.job_version, EXCLUDED.job_version)
         WHERE triggers.kind = 'schedule' AND triggers.job_version < EXCLUDED.job_version
     """
 )
-# Rows a worker is claiming right now are skipped, not waited for: the claim sets
-# dispatched_at itself (and should it roll back, the run is an ordinary undispatched
-# one that the reaper re-publishes). Waiting instead deadlocked with claims during a
-# 50,000-run burst (this update locked rows in scan order, claims in run id order),
-# and each deadlock cost a second.
-_MARK_DISPATCHED = text(
-    """
-    UPDATE runs SET dispatched_at = coalesce(runs.dispatched_at, now()),
-        status = CASE WHEN runs.status = 'pending' THEN 'dispatched' ELSE runs.status END
-    FROM (
-        SELECT r.run_id FROM runs r
-        JOIN unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[])) AS p(id, a)
-          ON r.run_id = p.id AND r.attempt = p.a
-        WHERE r.dispatched_at IS NULL OR r.status = 'pending'
-        ORDER BY r.run_id
-        FOR UPDATE OF r SKIP LOCKED
-    ) AS m
-    WHERE runs.run_id = m.run_id
-    """
-)
-
-
 def partitions_lock_own(conn: Connection, node_id: str, epochs: Mapping[int, int]) -> set[int]:
     """Lock (FOR SHARE) this node's lease rows still held at the epoch it believes, and
     unexpired; the scan processes only these. A takeover waits for this transaction."""
@@ -406,7 +372,7 @@ def triggers_delete(conn: Connection, ctids: Sequence[str]) -> int:
 
 def triggers_insert(conn: Connection, rows: Sequence[tuple[int, int, str, int]]) -> None:
     """Insert next schedule triggers (partition, fire_at epoch ms, job, version); a slot
-    already taken is resolved so that no trigger of the job is lost (see above)."""
+    already taken by an older version is resolved so that the job keeps firing."""
     if not rows:
         return
     params = {
@@ -417,19 +383,4 @@ def triggers_insert(conn: Connection, rows: Sequence[tuple[int, int, str, int]])
     }
     if conn.execute(_INSERT_TRIGGERS, params).rowcount == len(rows):
         return  # the common case: every slot was free
-    conn.execute(_SLIDE_RETRY_TRIGGERS, params)
     conn.execute(_UPSERT_TRIGGERS, params)
-
-
-def runs_mark_dispatched(conn: Connection, published: Sequence[tuple[str, int]]) -> int:
-    """After a confirmed publish of (run id, attempt): record dispatched_at (first one
-    wins), pending -> dispatched; a run cancelled meanwhile keeps its status. Only the
-    attempt that was published is marked: a retry re-armed since (attempt + 1, not yet
-    published) must stay undispatched, or the reaper would never publish it."""
-    if not published:
-        return 0
-    params = {
-        "ids": pg_array([r for r, _ in published]),
-        "attempts": pg_array([a for _, a in published]),
-    }
-    return conn.execute(_MARK_DISPATCHED, params).rowcount

@@ -31,6 +31,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
+from kit.core.leases import BUSY, RunStatus
+
 # Deterministic constraint names, so migrations and autogenerate agree.
 metadata = MetaData(
     naming_convention={
@@ -43,17 +45,12 @@ metadata = MetaData(
 )
 
 TRIGGER_KINDS = ("schedule", "retry", "manual")
-RUN_STATUSES = (
-    "pending",
-    "dispatched",
-    "running",
-    "succeeded",
-    "retry_scheduled",
-    "dead",
-    "skipped",
-    "cancelled",
-)
+# A run may also come from a backfill (POST /v1/jobs/{id}:backfill); no trigger does.
+RUN_TRIGGER_KINDS = (*TRIGGER_KINDS, "backfill")
+RUN_STATUSES = tuple(s.value for s in RunStatus)  # kit.core.leases is the vocabulary
 OVERLAP_POLICIES = ("allow", "forbid", "queue", "replace")
+# The statuses that keep a job busy for its overlap policy (kit.core.leases.BUSY), as SQL.
+BUSY_SQL = "(" + ", ".join(sorted(f"'{s.value}'" for s in BUSY)) + ")"
 PRIORITY_TIERS = ("critical", "high", "normal", "low")
 
 
@@ -95,7 +92,7 @@ jobs = Table(
     metadata,
     Column("job_id", UUID(as_uuid=False), primary_key=True),
     Column("tenant", Text, ForeignKey("tenants.tenant"), nullable=False),
-    Column("name", Text, nullable=False),
+    Column("name", Text(collation="C"), nullable=False),
     Column("schedule", JSONB, nullable=False),
     Column("timezone", Text, nullable=False),
     Column("task_spec", JSONB, nullable=False),
@@ -113,6 +110,12 @@ jobs = Table(
     _tstz("created_at", nullable=False, now_default=True),
     _tstz("updated_at", nullable=False, now_default=True),
     UniqueConstraint("tenant", "name"),
+    # GET /v1/jobs lists a tenant's jobs in name order: `name` sorts by bytes (collation
+    # "C"), so the unique index above serves the listing and a name prefix is a range of
+    # it whatever the database's default collation. One index per other filter.
+    Index("ix_jobs_list_priority", "tenant", "priority", "name"),
+    Index("ix_jobs_list_task_type", "tenant", text("(task_spec ->> 'type')"), "name"),
+    Index("ix_jobs_list_paused", "tenant", "name", postgresql_where=text("paused")),
     CheckConstraint(_in("overlap", OVERLAP_POLICIES), name="overlap"),
     CheckConstraint(_in("priority", PRIORITY_TIERS), name="priority"),
     CheckConstraint("timeout_s BETWEEN 1 AND 86400", name="timeout_s"),
@@ -135,7 +138,9 @@ triggers = Table(
     Column("attempt", Integer, nullable=False, server_default=text("1")),
     # For a retry trigger: the scheduled time of the run it retries (its run id).
     _tstz("run_scheduled_at"),
-    PrimaryKeyConstraint("partition_id", "fire_at", "job_id"),
+    # kind is in the key: a schedule trigger and a retry trigger of the job may share an
+    # instant (migration 0006).
+    PrimaryKeyConstraint("partition_id", "fire_at", "job_id", "kind"),
     CheckConstraint(_in("kind", TRIGGER_KINDS), name="kind"),
     Index(None, "job_id"),
 )
@@ -165,24 +170,26 @@ runs = Table(
     _tstz("retry_at"),
     Column("skip_reason", Text),
     _tstz("created_at", nullable=False, now_default=True),
+    # POST /v1/runs/{id}:cancel: the token that cancelled the run.
+    Column("cancelled_by", Text),
     CheckConstraint(_in("status", RUN_STATUSES), name="status"),
-    CheckConstraint(_in("trigger_kind", TRIGGER_KINDS), name="trigger_kind"),
+    CheckConstraint(_in("trigger_kind", RUN_TRIGGER_KINDS), name="trigger_kind"),
     CheckConstraint("attempt >= 1", name="attempt"),
     # Run history of a job, newest first, keyset-paginated on (scheduled_at, run_id).
     Index("ix_runs_job_id_scheduled_at", "job_id", text("scheduled_at DESC"), text("run_id DESC")),
-    # The reaper: expired leases of running runs.
-    Index(None, "status", "lease_expires_at"),
-    # The reaper: runs committed but never published.
+    # The reaper: expired leases (running runs only: a run's insert and finish skip it).
     Index(
-        "ix_runs_undispatched",
-        "scheduled_at",
-        postgresql_where=text("status = 'pending' AND dispatched_at IS NULL"),
+        "ix_runs_lease_expires_at",
+        "lease_expires_at",
+        postgresql_where=text("status = 'running'"),
     ),
-    # The overlap policy: does this job have a run pending, dispatched or running?
+    # The reaper: runs not claimed yet, oldest first (lost messages, manual runs).
+    Index("ix_runs_pending", "scheduled_at", postgresql_where=text("status = 'pending'")),
+    # The overlap policy: is this job busy (kit.core.leases.BUSY; migration 0007)?
     Index(
-        "ix_runs_active_job_id",
+        "ix_runs_busy_job_id",
         "job_id",
-        postgresql_where=text("status IN ('pending', 'dispatched', 'running')"),
+        postgresql_where=text(f"status IN {BUSY_SQL}"),
     ),
     # Overlap 'queue': a job's runs held back, oldest first (released on each finish).
     Index(
@@ -223,6 +230,13 @@ dead_letters = Table(
     _tstz("created_at", nullable=False, now_default=True),
     _tstz("replayed_at"),
     Index(None, "tenant", "created_at"),
+    # Maintenance: dead letters past their retention, not replayed / replayed.
+    Index("ix_dead_letters_expiry", "created_at", postgresql_where=text("replayed_at IS NULL")),
+    Index(
+        "ix_dead_letters_replayed_expiry",
+        "replayed_at",
+        postgresql_where=text("replayed_at IS NOT NULL"),
+    ),
 )
 
 idempotency_keys = Table(
@@ -235,6 +249,7 @@ idempotency_keys = Table(
     Column("job_id", UUID(as_uuid=False), nullable=False),
     _tstz("created_at", nullable=False, now_default=True),
     PrimaryKeyConstraint("tenant", "key"),
+    Index(None, "created_at"),  # maintenance: keys past their retention
 )
 
 # The task-queue API for outside, pull-based workers (kit.core.queue_task). A queue is a
@@ -242,6 +257,7 @@ idempotency_keys = Table(
 # the task: the delay or nack backoff while queued, the lease expiry while leased, so one
 # partial index serves the lease scan ("visible tasks, oldest first") for both.
 QUEUE_TASK_STATUSES = ("queued", "leased", "done", "dead")
+FINISHED_TASKS = "status IN ('done', 'dead')"
 
 queue_tasks = Table(
     "queue_tasks",
@@ -286,4 +302,65 @@ queue_tasks = Table(
     ),
     # Stats: counts per status of one queue.
     Index(None, "tenant", "queue", "status"),
+    # Maintenance: finished tasks past their retention (queued or leased ones never expire).
+    Index("ix_queue_tasks_finished", "finished_at", postgresql_where=text(FINISHED_TASKS)),
+)
+
+# Who changed a job, when, and what: one row per change made through the API (the
+# store writes it in the change's own transaction, `actor` the caller's token id), and
+# one per pause or resume the kit made itself (a database trigger, actor 'kit'). Task
+# header and env values are never stored (kit.core.audit redacts them). `snapshot` is
+# the job after the change (redacted): explain reads the schedule in force from it.
+AUDIT_ACTIONS = (
+    "create",
+    "update",
+    "pause",
+    "resume",
+    "delete",
+    "run_now",
+    "backfill",
+    "cancel_run",
+    "auto_pause",
+)
+
+job_audit = Table(
+    "job_audit",
+    metadata,
+    Column("audit_id", BigInteger, primary_key=True, autoincrement=True),
+    Column("tenant", Text, nullable=False),
+    Column("job_id", UUID(as_uuid=False), nullable=False),
+    _tstz("at", nullable=False, now_default=True),
+    Column("actor", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("version", Integer),
+    Column("changes", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("snapshot", JSONB),
+    CheckConstraint(_in("action", AUDIT_ACTIONS), name="action"),
+    Index(None, "job_id", "audit_id"),
+    Index(None, "at"),  # maintenance: entries past their retention
+)
+
+# Console logins: a session names the token it was opened with, so revoking the token
+# ends its sessions too. Only sha256 of the session secret is stored.
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("session_hash", Text, primary_key=True),
+    Column("token_id", Text, ForeignKey("api_tokens.token_id"), nullable=False),
+    Column("csrf_token", Text, nullable=False),
+    _tstz("created_at", nullable=False, now_default=True),
+    _tstz("expires_at", nullable=False),
+    Index(None, "expires_at"),
+)
+
+# Worker presence for the fleet view: each worker upserts its row every few seconds
+# from its own connection (kit.store.worker_link), outside the run path.
+workers = Table(
+    "workers",
+    metadata,
+    Column("worker_id", Text, primary_key=True),
+    _tstz("heartbeat_at", nullable=False),
+    _tstz("started_at", nullable=False, now_default=True),
+    Column("concurrency", Integer, nullable=False),
+    Column("in_flight", Integer, nullable=False, server_default=text("0")),
 )

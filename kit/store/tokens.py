@@ -22,7 +22,9 @@ from kit.store.db import at_or_now
 from kit.store.schema import api_tokens
 from kit.store.tenants import tenant_upsert_in
 
-SCOPES = ("read", "write", "admin")
+# `command`: may write jobs with command tasks (where the operator's task policy also
+# allows them for the tenant). `admin` implies read and write, never command.
+SCOPES = ("read", "write", "admin", "command")
 DEFAULT_SCOPES = ("read", "write")
 _TOKEN = re.compile(r"^cf_([0-9a-f]{16})_([A-Za-z0-9_-]{20,128})$")
 
@@ -44,8 +46,8 @@ class TokenInfo:
     revoked_at: datetime | None
 
     def allows(self, scope: str) -> bool:
-        """admin implies read and write."""
-        return scope in self.scopes or "admin" in self.scopes
+        """admin implies read and write (not command)."""
+        return scope in self.scopes or ("admin" in self.scopes and scope in ("read", "write"))
 
 
 def _hash(secret: str) -> str:
@@ -55,10 +57,10 @@ def _hash(secret: str) -> str:
 def scopes_check(scopes: Iterable[str]) -> tuple[str, ...]:
     result = tuple(dict.fromkeys(scopes))
     if not result:
-        raise FieldError("scope", "give at least one of read, write, admin")
+        raise FieldError("scope", f"give at least one of {', '.join(SCOPES)}")
     for scope in result:
         if scope not in SCOPES:
-            raise FieldError("scope", f"{scope!r} is not one of read, write, admin")
+            raise FieldError("scope", f"{scope!r} is not one of {', '.join(SCOPES)}")
     return result
 
 

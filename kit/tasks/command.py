@@ -1,63 +1,152 @@
 """The command task: an argv (never a shell) in its own process group.
 
+Only what the operator allowed runs: `ctx.commands` (kit.core.task_policy) must name
+`argv[0]` exactly, and with no permit nothing runs. Where the permit names a `run_as`
+user, the child becomes that user (its group, no supplementary groups) before it
+execs, so file permissions keep it out of the worker's files (`$CRONFLEET_HOME`,
+`stack.env`, `/proc/<worker>/environ`).
+
+What the command sees of the worker: nothing but a minimal environment (PATH, locale,
+time zone), never the worker's own, which holds the database URL. HOME, TMPDIR and the
+working directory are a fresh directory of the run (owned by the run-as user, mode
+0700), removed afterwards, not the worker's HOME where `~/.cronfleet` lives. The job's
+`env` is added (the dynamic loader's LD_* and the kit's CRONFLEET_* names dropped),
+then CRONFLEET_RUN_ID / CRONFLEET_IDEMPOTENCY_KEY / CRONFLEET_ATTEMPT, which it cannot
+override.
+
 The run owns the group: on timeout or cancel the whole group gets SIGTERM, then
 SIGKILL after a short grace, so a child's children die with it; and when the command
 exits, members it left behind in the group are stopped the same way, so nothing of a
-run outlives it. The environment is a minimal base (PATH, locale, time zone, HOME),
-not the worker's own, which holds the database URL; the job's `env` is added, then
-CRONFLEET_RUN_ID / CRONFLEET_IDEMPOTENCY_KEY / CRONFLEET_ATTEMPT, which it cannot
-override. Output is drained by threads that keep only a bounded tail.
+run outlives it. Output is drained by threads that keep only a bounded tail, scrubbed
+of the job's secret values before it is reported.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pwd
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from kit.core.redaction import scrub, scrub_excerpt
+from kit.core.task_policy import reserved_env_name
 from kit.tasks.context import Deadline, RunContext, TaskResult, stopped
 
 KILL_GRACE_S = 2.0
 EXCERPT_BYTES = 2048
-_BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "TMPDIR")
+_BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
-def command_env(spec_env: Mapping[str, str], ctx: RunContext) -> dict[str, str]:
+@dataclass(frozen=True)
+class _Identity:
+    """Who the child runs as: None fields keep the worker's own."""
+
+    uid: int | None = None
+    gid: int | None = None
+
+
+def command_env(spec_env: Mapping[str, str], ctx: RunContext, home: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in _BASE_ENV if k in os.environ}
     env.setdefault("PATH", _DEFAULT_PATH)
-    env.update({str(k): str(v) for k, v in spec_env.items()})
+    env["HOME"] = env["TMPDIR"] = home
+    env.update({str(k): str(v) for k, v in spec_env.items() if not reserved_env_name(str(k))})
     env["CRONFLEET_RUN_ID"] = ctx.run_id
     env["CRONFLEET_IDEMPOTENCY_KEY"] = ctx.run_id
     env["CRONFLEET_ATTEMPT"] = str(ctx.attempt)
     return env
 
 
+def _identity(run_as: str | None) -> _Identity:
+    """The run-as user's uid and primary gid; ValueError if it cannot be used."""
+    if run_as is None:
+        return _Identity()
+    try:
+        user = pwd.getpwnam(run_as)
+    except KeyError:
+        raise ValueError(f"run_as user {run_as!r} does not exist on this worker") from None
+    if user.pw_uid == 0:
+        raise ValueError(f"run_as user {run_as!r} is root; a tenant's command never runs as root")
+    if user.pw_uid == os.geteuid():
+        return _Identity()  # already that user: no identity change (and no setgroups)
+    return _Identity(user.pw_uid, user.pw_gid)
+
+
+def _run_dir(identity: _Identity) -> Path:
+    """A fresh HOME, TMPDIR and working directory for one run, the run-as user's alone."""
+    path = Path(tempfile.mkdtemp(prefix="cronfleet-run-"))
+    if identity.uid is not None:
+        os.chown(path, identity.uid, identity.gid if identity.gid is not None else -1)
+    path.chmod(0o700)
+    return path
+
+
+def refusal(spec: Mapping[str, Any], ctx: RunContext) -> str | None:
+    """Why this command may not run here, or None: the operator's permit decides."""
+    argv = spec.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        return "task.argv: must be a non-empty list of strings"
+    if ctx.commands is None:
+        return (
+            "refused by the operator's task policy: command tasks are not allowed for "
+            f"tenant {ctx.tenant!r}"
+        )
+    reason = ctx.commands.refusal(argv, ctx.tenant)
+    return f"refused by the operator's task policy: task.argv[0]: {reason}" if reason else None
+
+
 def run_command(
     spec: Mapping[str, Any], ctx: RunContext, *, kill_grace_s: float = KILL_GRACE_S
 ) -> TaskResult:
     deadline = Deadline(ctx.timeout_s)
-    argv = spec.get("argv")
-    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-        return TaskResult(False, "task.argv: must be a non-empty list of strings")
+    if reason := refusal(spec, ctx):
+        return TaskResult(False, reason)
+    argv: list[str] = spec["argv"]
+    try:
+        identity = _identity(ctx.commands.run_as if ctx.commands else None)
+    except ValueError as exc:
+        return TaskResult(False, f"refused by the operator's task policy: {exc}")
+    run_dir = _run_dir(identity)
+    try:
+        return _run(argv, spec, ctx, deadline, identity, run_dir, kill_grace_s)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run(
+    argv: list[str],
+    spec: Mapping[str, Any],
+    ctx: RunContext,
+    deadline: Deadline,
+    identity: _Identity,
+    run_dir: Path,
+    kill_grace_s: float,
+) -> TaskResult:
+    change_identity: dict[str, Any] = {}
+    if identity.uid is not None:
+        change_identity = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
     try:
         proc = subprocess.Popen(
             argv,
-            env=command_env(dict(spec.get("env") or {}), ctx),
-            cwd=spec.get("cwd"),
+            env=command_env(dict(spec.get("env") or {}), ctx, str(run_dir)),
+            cwd=spec.get("cwd") or run_dir,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own session and process group: pgid == pid
+            **change_identity,
         )
-    except (OSError, ValueError) as exc:
-        return TaskResult(False, f"cannot start {argv[0]!r}: {exc}")
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        return TaskResult(False, scrub(f"cannot start {argv[0]!r}: {exc}", ctx.secrets))
     stdout, stderr = _Tail(proc.stdout), _Tail(proc.stderr)
     failure: TaskResult | None = None
     while proc.poll() is None:
@@ -67,7 +156,7 @@ def run_command(
             proc.wait(timeout=0.05)
     _stop_group(proc, kill_grace_s)  # the command, or whatever it left behind
     code = proc.wait()
-    out, err = stdout.text(), stderr.text()
+    out, err = stdout.text(ctx.secrets), stderr.text(ctx.secrets)
     detail = f"exit code {code}" + (f"; stdout: {out}" if out else "")
     if failure is not None:
         error = f"{failure.error}; process group killed"
@@ -123,10 +212,11 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 class _Tail:
-    """Drains a pipe on a thread, keeping the last EXCERPT_BYTES bytes."""
+    """Drains a pipe on a thread, keeping the last bytes (between one and two excerpts)."""
 
     def __init__(self, pipe: IO[bytes] | None) -> None:
         self._data = bytearray()
+        self._seen = 0
         self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
         self._thread.start()
 
@@ -136,9 +226,16 @@ class _Tail:
         with pipe:
             while chunk := pipe.read1(65536):  # type: ignore[attr-defined]
                 self._data += chunk
+                self._seen += len(chunk)
                 if len(self._data) > 2 * EXCERPT_BYTES:
                     del self._data[:-EXCERPT_BYTES]
 
-    def text(self) -> str:
+    def text(self, secrets: tuple[str, ...] = ()) -> str:
+        """The last EXCERPT_BYTES of the output, scrubbed: whole secrets are replaced in
+        the wider window first, then the excerpt is cut from it."""
         self._thread.join(1.0)  # a setsid'd grandchild may hold the pipe; don't wait on it
-        return bytes(self._data[-EXCERPT_BYTES:]).decode("utf-8", errors="replace").strip()
+        raw = bytes(self._data)
+        window = scrub(raw.decode("utf-8", errors="replace"), secrets)
+        excerpt = window[-EXCERPT_BYTES:]
+        cut = self._seen > len(raw) or len(excerpt) < len(window)
+        return scrub_excerpt(excerpt, secrets, cut_head=cut, cut_tail=False).strip()

@@ -12,6 +12,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from kit.core.task_policy import CommandPermit
+
 
 @dataclass(frozen=True)
 class RunContext:
@@ -19,8 +21,13 @@ class RunContext:
     attempt: int
     timeout_s: float
     cancel: threading.Event = field(default_factory=threading.Event)
-    # settings.http_allow_hosts: hosts/CIDRs the http task may reach though private.
+    # hosts/CIDRs the http task may reach though private: the operator's, for this tenant
     allow_hosts: str = ""
+    tenant: str = ""
+    # the commands this tenant may run (kit.core.task_policy); None: no command at all
+    commands: CommandPermit | None = None
+    # values to scrub from what the task reports (kit.core.redaction)
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,10 @@ open holes with `http_allow_hosts`: host names (exact, case-insensitive) or CIDR
 The host is resolved once, every address it resolves to must pass, and the caller
 connects to the address that was checked: a second lookup could be answered
 differently (DNS rebinding).
+
+A refusal of a host name says neither what it resolved to nor whether it resolved at
+all: the run's error is the tenant's to read, and internal addresses and names are
+not. An IP literal is the tenant's own text, so its refusal names the kind of range.
 """
 
 from __future__ import annotations
@@ -85,17 +89,30 @@ def refusal(address: IPAddress) -> str | None:
     return None
 
 
+def _literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def _name_refused(host: str) -> EgressRefused:
+    return EgressRefused(
+        f"{host} does not resolve to a public address; a name that does not resolve, or "
+        "resolves to a private, loopback, link-local or reserved address, is reachable only "
+        "if the operator's egress allow-list (http_allow_hosts) names it"
+    )
+
+
 def resolve(host: str, port: int) -> list[IPAddress]:
     """Every address of `host` (an IP literal resolves to itself), in resolver order."""
-    literal = host.strip("[]")
+    literal = _literal(host)
+    if literal is not None:
+        return [literal]
     try:
-        return [ipaddress.ip_address(literal)]
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(literal, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise EgressRefused(f"cannot resolve {host}: {exc.strerror}") from None
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        raise _name_refused(host) from None
     seen: dict[IPAddress, None] = {}
     for _family, _type, _proto, _canon, sockaddr in infos:
         seen[ipaddress.ip_address(str(sockaddr[0]).split("%")[0])] = None
@@ -106,14 +123,17 @@ def checked_address(host: str, port: int, allow: AllowList) -> IPAddress:
     """Resolve once and check every address; the one to connect to, or EgressRefused."""
     addresses = resolve(host, port)
     if not addresses:
-        raise EgressRefused(f"{host} resolves to no address")
+        raise _name_refused(host)
     for address in addresses:
         if allow.permits(host, address):
             continue
         reason = refusal(address)
-        if reason:
-            raise EgressRefused(
-                f"{host} resolves to {address}, a {reason} address; allow-list it in "
-                "http_allow_hosts to reach it"
-            )
+        if reason is None:
+            continue
+        if _literal(host) is None:
+            raise _name_refused(host)
+        raise EgressRefused(
+            f"{host} is a {reason} address; only the operator's egress allow-list "
+            "(http_allow_hosts) opens it"
+        )
     return addresses[0]

@@ -9,6 +9,11 @@ names its status and Location. Only a bounded excerpt of the response body is re
 
 The request runs on a helper thread so the run's timeout and the worker's cancel
 stop it promptly: closing the client aborts a request blocked in a read.
+
+A failed response's status and the start of its body go into the run's error (what a
+tenant debugs a webhook with), scrubbed of the job's secret values
+(kit.core.redaction): a target that echoes its request back does not publish the
+Authorization header.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ from typing import Any
 
 import httpx
 
+from kit.core.redaction import scrub, scrub_excerpt
 from kit.tasks.context import Deadline, RunContext, TaskResult, stopped
 from kit.tasks.egress import AllowList, EgressRefused, checked_address
 
 EXCERPT_BYTES = 2048
+ERROR_EXCERPT_CHARS = 512  # of a failed response's body, in the run's error
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 _OWN_HEADERS = (
     "host",
@@ -35,6 +42,15 @@ _OWN_HEADERS = (
 
 
 def run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
+    result = _run_http(spec, ctx)
+    return TaskResult(
+        result.ok,
+        None if result.error is None else scrub(result.error, ctx.secrets),
+        None if result.detail is None else scrub(result.detail, ctx.secrets),
+    )
+
+
+def _run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
     deadline = Deadline(ctx.timeout_s)
     try:
         request = _request(spec, ctx)
@@ -51,7 +67,7 @@ def run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
 
     def send() -> None:
         try:
-            outcome.append(_send(client, request))
+            outcome.append(_send(client, request, ctx.secrets))
         except httpx.TimeoutException:
             outcome.append(TaskResult(False, f"timed out after {deadline.timeout_s:g} s"))
         except (httpx.HTTPError, OSError, RuntimeError) as exc:
@@ -96,17 +112,19 @@ def _request(spec: Mapping[str, Any], ctx: RunContext) -> httpx.Request:
     )
 
 
-def _send(client: httpx.Client, request: httpx.Request) -> TaskResult:
+def _send(client: httpx.Client, request: httpx.Request, secrets: tuple[str, ...]) -> TaskResult:
     response = client.send(request, stream=True)
     try:
         excerpt = bytearray()
         for chunk in response.iter_raw():
             excerpt += chunk
-            if len(excerpt) >= EXCERPT_BYTES:
+            if len(excerpt) > EXCERPT_BYTES:
                 break
     finally:
         response.close()
+    cut = len(excerpt) > EXCERPT_BYTES
     text = bytes(excerpt[:EXCERPT_BYTES]).decode("utf-8", errors="replace")
+    text = scrub_excerpt(text, secrets, cut_head=False, cut_tail=cut)
     status = response.status_code
     detail = f"HTTP {status}; body: {text}" if text else f"HTTP {status}"
     if 200 <= status < 300:
@@ -114,4 +132,9 @@ def _send(client: httpx.Client, request: httpx.Request) -> TaskResult:
     if 300 <= status < 400:
         where = response.headers.get("location", "?")
         return TaskResult(False, f"HTTP {status} redirect to {where} (not followed)", detail)
-    return TaskResult(False, f"HTTP {status}", detail)
+    if not text.strip():
+        return TaskResult(False, f"HTTP {status}", detail)
+    short = text.strip()
+    if len(short) > ERROR_EXCERPT_CHARS:
+        short = scrub_excerpt(short[:ERROR_EXCERPT_CHARS], secrets, cut_head=False, cut_tail=True)
+    return TaskResult(False, f"HTTP {status}; body: {short}", detail)

@@ -22,10 +22,11 @@ The known limit: "drained" uses the watermark cached from the last fetch respons
 so a message produced to a higher tier less than one fetch round trip ago may let a
 lower tier be served once more; it is then served on the next poll.
 
-Offsets: auto-commit is off. `commit()` commits exactly what `poll_batch` returned
-(malformed messages included, so a poison message is not redelivered forever); what
-was returned but not committed is redelivered to the group: at-least-once. Not
-thread-safe: one thread polls and commits.
+Offsets: auto-commit is off. `commit()` commits exactly what `poll_batch` returned,
+malformed messages included: those are handed out by `take_rejected()` for the caller
+to put on the dead-letter topic before it commits, so a poison message is neither
+redelivered forever nor lost. What was returned but not committed is redelivered to the
+group: at-least-once. Not thread-safe: one thread polls and commits.
 """
 
 from __future__ import annotations
@@ -46,6 +47,18 @@ log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.05  # longest block on one tier while nothing is ready
 _QUERY_TIMEOUT_S = 5.0
 _Rebalance = Callable[[Consumer, list[TopicPartition]], None]
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A message on a run topic that is not a RunMessage this reader understands."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    reason: str
 
 
 @dataclass
@@ -72,6 +85,7 @@ class TieredConsumer:
     ) -> None:
         self.group_id = group_id
         self.malformed = 0  # messages skipped because they were not a RunMessage
+        self._rejected: list[Rejected] = []
         self._tiers: list[_Tier] = []
         for name in sorted(tiers, key=tier_rank):
             consumer = Consumer(
@@ -113,6 +127,12 @@ class TieredConsumer:
             tier.buffer.extend(
                 _ok(tier.consumer.consume(max_messages, min(remaining, _IDLE_WAIT_S)))
             )
+
+    def take_rejected(self) -> list[Rejected]:
+        """The malformed messages polled since the last call (their offsets are in the
+        next commit: forward them before committing)."""
+        out, self._rejected = self._rejected, []
+        return out
 
     def commit(self) -> None:
         """Commit everything returned so far; a failed commit only means redelivery."""
@@ -190,7 +210,10 @@ class TieredConsumer:
                 runs.append(RunMessage.from_bytes(msg.value()))
             except MessageError as exc:
                 self.malformed += 1
-                log.warning("skipping malformed message %s[%d]@%d: %s", tier.topic, p, offset, exc)
+                log.warning("rejecting malformed message %s[%d]@%d: %s", tier.topic, p, offset, exc)
+                self._rejected.append(
+                    Rejected(tier.topic, p, offset, msg.key(), msg.value(), str(exc))
+                )
         return runs
 
     def _hold(self, tier: _Tier) -> None:

@@ -9,6 +9,7 @@ refuses a version it does not know rather than guessing.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,12 @@ def topic_for(tier: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
     """The topic of a priority tier: one topic per tier, so a consumer can prefer one."""
     tier_rank(tier)  # FieldError for an unknown tier
     return f"{prefix}.{tier}"
+
+
+def dead_letter_topic(prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    """Where a worker puts a message it cannot use (with the reason in its headers), so
+    one bad message never stalls a partition and is kept for someone to look at."""
+    return f"{prefix}.dead-letter"
 
 
 class MessageError(FieldError):
@@ -79,11 +86,20 @@ class RunMessage:
 
 def _check(run_id: object, job_id: object, attempt: object, at_ms: object, tier: object) -> None:
     for name, value in (("run_id", run_id), ("job_id", job_id)):
-        if not isinstance(value, str) or not value:
-            raise MessageError(f"message.{name}", "must be a non-empty string")
+        if not isinstance(value, str) or not _is_uuid(value):
+            raise MessageError(f"message.{name}", "must be a UUID")
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
         raise MessageError("message.attempt", "must be an integer >= 1")
     if not isinstance(at_ms, int) or isinstance(at_ms, bool) or at_ms < 0:
         raise MessageError("message.scheduled_at_ms", "must be a non-negative integer")
     if tier not in PRIORITY_TIERS:
         raise MessageError("message.tier", f"must be one of {', '.join(PRIORITY_TIERS)}")
+
+
+def _is_uuid(value: str) -> bool:
+    """The canonical text of a UUID (lowercase, hyphenated), as the kit writes its ids:
+    other spellings Python accepts ('urn:uuid:...') PostgreSQL would refuse in a claim."""
+    try:
+        return str(uuid.UUID(value)) == value
+    except ValueError:
+        return False

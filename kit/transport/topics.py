@@ -1,7 +1,9 @@
-"""The kit creates its own run topics, one per priority tier, when they are missing.
+"""The kit creates its own run topics, one per priority tier, and the dead-letter topic
+for messages a worker cannot use, when they are missing.
 
-Replication factor is a parameter: 1 on the one-broker local stack, 3 in production
-(with min.insync.replicas=2, so acks=all means "on two brokers").
+Replication factor and min.insync.replicas are settings (CRONFLEET_RUN_TOPIC_REPLICATION,
+CRONFLEET_RUN_TOPIC_MIN_INSYNC): 3 and 2 by default, so acks=all means "on two brokers"
+and losing one broker loses no run message; the one-broker local stack writes 1 and 1.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kit.core.dispatch import PRIORITY_TIERS
-from kit.transport.message import DEFAULT_TOPIC_PREFIX, topic_for
+from kit.transport.message import DEFAULT_TOPIC_PREFIX, dead_letter_topic, topic_for
 
 
 class TopicError(RuntimeError):
@@ -25,6 +27,7 @@ def ensure_topics(
     partitions: int = 6,
     *,
     replication_factor: int = 1,
+    min_insync_replicas: int | None = None,
     prefix: str = DEFAULT_TOPIC_PREFIX,
     tiers: Sequence[str] = PRIORITY_TIERS,
     timeout_s: float = 30.0,
@@ -38,14 +41,19 @@ def ensure_topics(
     """
     if partitions < 1:
         raise ValueError("partitions: must be >= 1")
+    if min_insync_replicas is not None and not 1 <= min_insync_replicas <= replication_factor:
+        raise ValueError("min_insync_replicas: must be between 1 and the replication factor")
+    config = dict(config or {})
+    if min_insync_replicas is not None:
+        config.setdefault("min.insync.replicas", str(min_insync_replicas))
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    wanted = [topic_for(t, prefix) for t in tiers]
+    wanted = [topic_for(t, prefix) for t in tiers] + [dead_letter_topic(prefix)]
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     missing = [t for t in wanted if t not in existing]
     created: list[str] = []
     if missing:
         futures = admin.create_topics(
-            [NewTopic(t, partitions, replication_factor, config=config or {}) for t in missing],
+            [NewTopic(t, partitions, replication_factor, config=config) for t in missing],
             request_timeout=timeout_s,
         )
         for topic, future in futures.items():

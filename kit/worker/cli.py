@@ -13,9 +13,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("worker", help="consume the run queue and execute runs")
     parser.add_argument("--worker-id", help="this worker's name (default: host-pid)")
     parser.add_argument("--concurrency", type=int, help="runs executed at once (default: settings)")
+    parser.add_argument(
+        "--prefetch", type=int, help="runs claimed ahead of their second (default: settings)"
+    )
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0: off)")
     parser.add_argument("--drain-s", type=float, default=30.0, help="shutdown wait for runs")
-    parser.add_argument("--group-id", default="cronfleet-workers", help="Kafka consumer group")
+    parser.add_argument("--group-id", help="Kafka consumer group (default: settings)")
     parser.add_argument("--topic-prefix", default=None, help="run topic prefix (tests)")
     parser.set_defaults(func=_run)
 
@@ -32,6 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     from kit.cli import UsageError
     from kit.settings import load_settings
     from kit.store.db import engine_for
+    from kit.tasks.policy import policy_source
     from kit.transport import RunPublisher, TieredConsumer, ensure_topics
     from kit.transport.message import DEFAULT_TOPIC_PREFIX
     from kit.worker.worker import Worker, WorkerMetrics, task_executor
@@ -40,6 +44,9 @@ def _run(args: argparse.Namespace) -> int:
     concurrency = args.concurrency if args.concurrency is not None else settings.worker_concurrency
     if not 1 <= concurrency <= 1024:
         raise UsageError(f"concurrency: {concurrency} is not between 1 and 1024")
+    prefetch = args.prefetch if args.prefetch is not None else settings.worker_prefetch
+    if not 1 <= prefetch <= 1_000_000:
+        raise UsageError(f"prefetch: {prefetch} is not between 1 and 1000000")
     if not 0 <= args.metrics_port <= 65535:
         raise UsageError(f"metrics-port: {args.metrics_port} is not between 0 and 65535")
     if args.drain_s < 0:
@@ -50,9 +57,16 @@ def _run(args: argparse.Namespace) -> int:
     metrics = WorkerMetrics()
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=metrics.registry)
-    ensure_topics(settings.kafka_bootstrap, settings.run_topic_partitions, prefix=prefix)
+    ensure_topics(
+        settings.kafka_bootstrap,
+        settings.run_topic_partitions,
+        replication_factor=settings.run_topic_replication,
+        min_insync_replicas=settings.run_topic_min_insync,
+        prefix=prefix,
+    )
     engine = engine_for(settings.database_url, pool_size=min(concurrency + 2, 20))
-    consumer = TieredConsumer(settings.kafka_bootstrap, args.group_id, topic_prefix=prefix)
+    group = args.group_id or settings.worker_group
+    consumer = TieredConsumer(settings.kafka_bootstrap, group, topic_prefix=prefix)
     publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
     worker = Worker(
         engine,
@@ -62,8 +76,12 @@ def _run(args: argparse.Namespace) -> int:
         concurrency,
         settings.run_lease_ttl_ms,
         partitions=settings.partitions,
-        execute=task_executor(settings.http_allow_hosts),
+        execute=task_executor(
+            policy_source(settings.task_policy_file, settings.http_allow_hosts),
+            settings.secret_values(),
+        ),
         metrics=metrics,
+        prefetch=prefetch,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -1,16 +1,38 @@
-"""A worker: consume a batch, claim it in one statement, commit offsets, execute in a
-bounded pool, heartbeat every in-flight lease in one statement, finish under the token.
+"""A worker: consume a batch, claim it in one statement, commit offsets, hold each run
+until its second by the database's clock and start it then, heartbeat every lease in one
+statement, finish under the token, and stop any task whose lease it can no longer confirm.
+
+The scheduler publishes a run as soon as it is committed, up to its scan-ahead before its
+second; the worker claims it at once and keeps it in a timer wheel (kit.core.dispatch),
+so at a top-of-hour burst everything but the task and its finish happens before the
+second. `prefetch` bounds the runs claimed and not yet started; `concurrency` the tasks
+running at once.
 
 At-least-once: offsets are committed only after the claim committed, so a crash before
 that redelivers the batch; a crash after it leaves claimed runs whose leases expire and
 the reaper re-queues them. The run id is the task's idempotency key, so a second
 execution of the same run can be recognised by the task's target.
 
+A run executed twice while nothing crashed is the worker's fault, and three rules keep
+it from happening:
+- it fences itself: every lease has a monotonic `confirmed_until` (the start of the last
+  claim or heartbeat that extended it, plus the lease length); a task whose lease was not
+  confirmed until then, minus the time a kill takes, is stopped and given back, before the
+  database lets the reaper hand the run to anyone else; and a task is never started on a
+  lease that is not confirmed far enough ahead;
+- a run starts at its time by the database's clock (kit.worker.clock), not on arrival: a
+  scheduler node whose clock runs fast publishes early, and the worker holds the run;
+- a stop gives back only runs whose task has not finished: a success already made is
+  written, even with no drain time left.
+
 Throughput at a burst: successes are written by one finisher thread, many runs per
 transaction (each still conditional on its own lease token), and a run's slot is
 freed only once its outcome is written. Tasks with no effect and no wait (`noop`)
 execute on the consume thread instead of a pool hop. Failures and cancellations keep
 their one-transaction-per-run path (retry triggers, dead letters).
+
+A message that is not a run (or whose run id PostgreSQL cannot take) goes to the
+dead-letter topic with its reason before its offset is committed; the worker moves on.
 """
 
 from __future__ import annotations
@@ -20,59 +42,84 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy import Engine
+from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 
+from kit.core.dispatch import TimerWheel, catch_up_order
 from kit.core.partitions import PARTITION_COUNT
+from kit.core.timeutil import to_epoch_ms
 from kit.reaper.reaper import publish_pointers
 from kit.store.claims import (
     Claim,
     ClaimedRun,
     FinishResult,
     RunPointer,
+    db_clock,
     run_finish_cancelled,
     run_finish_failed,
     runs_claim,
     runs_finish_ok,
     runs_heartbeat,
-    runs_mark_dispatched,
+    runs_mark_published,
     runs_release,
 )
-from kit.transport import RunPublisher, TieredConsumer
+from kit.store.worker_link import WorkerLink
+from kit.tasks.command import KILL_GRACE_S
+from kit.transport import RunMessage, RunPublisher, TieredConsumer
+from kit.transport.consumer import Rejected
+from kit.transport.message import topic_for
+from kit.worker.clock import DbClock
+
+if TYPE_CHECKING:
+    from kit.tasks.policy import PolicySource
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-# (task spec, run id, attempt, timeout_s, cancel) -> (ok, error)
-Execute = Callable[[dict[str, Any], str, int, int, threading.Event], tuple[bool, str | None]]
+# (task spec, run id, attempt, timeout_s, cancel, tenant) -> (ok, error)
+Execute = Callable[[dict[str, Any], str, int, int, threading.Event, str], tuple[bool, str | None]]
 
 _RETRY_DB_S = 1.0
 _LAG_EVERY_S = 5.0
 _TIMEOUT_GRACE_S = 5.0  # the task kills itself at its timeout; this is the backstop
 FINISH_BATCH = 1000  # successes written per transaction, at most
+CLAIM_BATCH = 2000  # runs claimed per statement, at most
+DEFAULT_PREFETCH = 10_000
+# While the hold thread starts a second's runs, finishes wait (at most this long): the
+# starts are what the start lag measures, and both want the same two cores.
+_FINISH_YIELD_S = 1.0
 INLINE_TASKS = frozenset({"noop"})  # kit.tasks types run on the consume thread
+# A claim that fails for what it contains (not for a lost connection) is split to find
+# the message that poisons it.
+_POISON_ERRORS = (DataError, IntegrityError, ProgrammingError)
 
 
-def task_executor(allow_hosts: str = "") -> Execute:
-    """Run tasks of kit.tasks with the run id as their idempotency key."""
-    from kit.tasks import RunContext, execute
+def task_executor(
+    policy: PolicySource | None = None, worker_secrets: tuple[str, ...] = ()
+) -> Execute:
+    """Run tasks of kit.tasks with the run id as their idempotency key, each as the
+    operator's task policy allows its tenant now (no policy: no commands, public HTTP)."""
+    from kit.tasks import RunContext
+    from kit.tasks.policy import PolicySource, run_task
+
+    source = policy or PolicySource(None)
 
     def run(
-        spec: dict[str, Any], run_id: str, attempt: int, timeout_s: int, cancel: threading.Event
+        spec: dict[str, Any],
+        run_id: str,
+        attempt: int,
+        timeout_s: int,
+        cancel: threading.Event,
+        tenant: str,
     ) -> tuple[bool, str | None]:
-        ctx = RunContext(
-            run_id=run_id,
-            attempt=attempt,
-            timeout_s=timeout_s,
-            cancel=cancel,
-            allow_hosts=allow_hosts,
-        )
-        result = execute(spec, ctx)
+        ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant)
+        result = run_task(spec, ctx, source.current(), worker_secrets)
         return bool(result.ok), result.error
 
     run.inline_tasks = INLINE_TASKS  # type: ignore[attr-defined]
@@ -105,6 +152,16 @@ class WorkerMetrics:
         self.leases_lost = Counter(
             "cronfleet_worker_leases_lost", "Heartbeats that found the lease gone", registry=r
         )
+        self.fenced = Counter(
+            "cronfleet_worker_fenced",
+            "Runs stopped (or never started) because their lease could not be confirmed",
+            registry=r,
+        )
+        self.dead_lettered = Counter(
+            "cronfleet_worker_dead_lettered_messages",
+            "Messages that were not a usable run, put on the dead-letter topic",
+            registry=r,
+        )
         self.consumer_lag = Gauge(
             "cronfleet_worker_consumer_lag",
             "Messages not yet consumed, per tier",
@@ -112,6 +169,11 @@ class WorkerMetrics:
             registry=r,
         )
         self.in_flight = Gauge("cronfleet_worker_in_flight", "Runs executing now", registry=r)
+        self.held = Gauge(
+            "cronfleet_worker_held",
+            "Claimed runs not started yet (waiting for their second or a free slot)",
+            registry=r,
+        )
 
     def value(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, labels or None) or 0.0
@@ -120,8 +182,13 @@ class WorkerMetrics:
 @dataclass
 class _InFlight:
     run: ClaimedRun
+    confirmed_until: float  # monotonic: the lease is known to hold until then
     cancel: threading.Event = field(default_factory=threading.Event)
-    deadline: float = 0.0  # monotonic; the backstop for the task's own timeout
+    deadline: float = 0.0  # monotonic; the backstop for the task's own timeout (once started)
+    started: bool = False
+    started_ms: int | None = None  # when the task began, on the database's clock (estimate)
+    done: bool = False  # the task returned: its outcome is written, whatever happens next
+    fenced: bool = False  # lease not confirmed in time: stopped and given back
     releasing: bool = False  # shutdown gave up on it: release, do not finish
 
 
@@ -140,40 +207,62 @@ class Worker:
         execute: Execute | None = None,
         rng: random.Random | None = None,
         metrics: WorkerMetrics | None = None,
+        prefetch: int = DEFAULT_PREFETCH,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if prefetch < 1:
+            raise ValueError("prefetch must be at least 1")
         self.engine = engine
         self.consumer = consumer
         self.publisher = publisher
         self.worker_id = worker_id
         self.concurrency = concurrency
+        self.prefetch = prefetch
         self.lease_ttl_ms = lease_ttl_ms
+        self.lease_ttl_s = lease_ttl_ms / 1000
         self.heartbeat_s = (heartbeat_ms or max(200, lease_ttl_ms // 3)) / 1000
+        # Stop a task this long before its confirmed lease ends: a command's process
+        # group gets SIGTERM, then SIGKILL after KILL_GRACE_S, all before the lease ends.
+        self.fence_margin_s = min(KILL_GRACE_S + 1.0, self.lease_ttl_s / 4)
         self.partitions = partitions
         self.execute = execute or task_executor()
         # task types the executor runs without effect or wait: no pool hop for them
         self.inline_tasks: frozenset[str] = getattr(self.execute, "inline_tasks", frozenset())
         self.rng = rng or random.Random()
         self.metrics = metrics or WorkerMetrics()
+        self.clock = DbClock()
         self._rng_lock = threading.Lock()
         self._lock = threading.Lock()
         self._in_flight: dict[str, _InFlight] = {}
         self._slot = threading.Condition(self._lock)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="run")
+        self._wheel: TimerWheel[_InFlight] = TimerWheel()  # due: database-clock ms
+        self._waiting = 0  # claimed, not started (in the wheel or queued for a pool slot)
+        self._held_changed = threading.Condition(self._lock)
+        self._starting = threading.Event()  # the hold thread is starting a second's runs
         self._beating = threading.Event()
         self._succeeded: queue.Queue[_InFlight] = queue.Queue()
         self._finisher_stop = threading.Event()
+        # Cancellations reach the running task at once (and the fleet view sees us).
+        self.link = WorkerLink(engine, worker_id, concurrency, self.in_flight, self.stop_cancelled)
 
     # -- the consume loop -------------------------------------------------------------
 
     def run(self, stop: threading.Event, drain_s: float = 30.0) -> None:
         """Until `stop`: consume, claim, execute. Then stop consuming, let in-flight runs
-        finish for up to `drain_s`, cancel and release the rest."""
-        beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
-        beat.start()
+        finish for up to `drain_s`, cancel and give back the rest (never a run whose task
+        already finished: its outcome is written first)."""
+        self._sample_clock(stop)
+        threads = [
+            threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
+            threading.Thread(target=self._fence_loop, name="fence", daemon=True),
+            threading.Thread(target=self._hold_loop, name="hold", daemon=True),
+        ]
+        self.link.start()
         finisher = threading.Thread(target=self._finish_loop, name="finisher", daemon=True)
-        finisher.start()
+        for t in [*threads, finisher]:
+            t.start()
         last_lag = 0.0
         try:
             while not stop.is_set():
@@ -185,62 +274,193 @@ class Worker:
                     last_lag = time.monotonic()
                     for tier, lag in self.consumer.lag_by_tier().items():
                         self.metrics.consumer_lag.labels(tier).set(lag)
+                if not self._dead_letter(self.consumer.take_rejected(), stop):
+                    break  # stopping before they were safe: they are redelivered
                 if not messages:
+                    self.consumer.commit()  # the rejected ones, if any
                     continue
                 claimed = self._claim(messages, stop)
                 if claimed is None:
                     break  # stopping before the claim committed: the batch is redelivered
                 self.consumer.commit()
                 self.metrics.duplicates.inc(len(messages) - len(claimed))
-                for run in claimed:
-                    self._start(run)
+                self._hold(claimed)
         finally:
             self._drain(drain_s)
             self._finisher_stop.set()
-            finisher.join(timeout=30)
+            finisher.join(timeout=self.lease_ttl_s)
             self._beating.set()
-            beat.join(timeout=5)
+            with self._held_changed:
+                self._held_changed.notify_all()
+            for t in threads:
+                t.join(timeout=5)
+            self.link.stop()
 
     def _wait_for_slot(self, stop: threading.Event) -> int:
+        """How many more runs to consume: the prefetch left, and never so many that the
+        ones already due would wait on the pool beyond a few turns of it."""
         with self._slot:
-            free = self.concurrency - len(self._in_flight)
+            free = self._room()
             if free <= 0:
                 self._slot.wait(0.2)
-                free = self.concurrency - len(self._in_flight)
-            return max(0, free) if not stop.is_set() else 0
+                free = self._room()
+            return min(free, CLAIM_BATCH) if not stop.is_set() else 0
 
-    def _claim(self, messages: list[Any], stop: threading.Event) -> list[ClaimedRun] | None:
-        claims = [Claim(m.run_id, m.attempt) for m in messages]
+    def _room(self) -> int:
+        running = len(self._in_flight) - self._waiting
+        return min(self.prefetch - self._waiting, self.prefetch + self.concurrency - running)
+
+    def _sample_clock(self, stop: threading.Event | None = None) -> None:
+        """One sample of the database's clock (the first one is waited for)."""
         while True:
+            sent = time.monotonic()
             try:
-                return runs_claim(self.engine, claims, self.worker_id, self.lease_ttl_ms)
+                db = db_clock(self.engine)
+            except Exception:
+                if self.clock.known or stop is None:
+                    raise
+                log.exception("reading the database clock failed; retrying")
+                if stop.wait(_RETRY_DB_S):
+                    return
+                continue
+            self.clock.observe(sent, to_epoch_ms(db), time.monotonic())
+            return
+
+    # -- messages ---------------------------------------------------------------------
+
+    def _claim(self, messages: list[RunMessage], stop: threading.Event) -> list[_InFlight] | None:
+        """Claim the batch; a claim failing for what it contains is split until the
+        message that poisons it is found and dead-lettered."""
+        while True:
+            sent = time.monotonic()
+            try:
+                claimed = self._claim_isolating(messages)
             except Exception:
                 log.exception("claim failed; retrying")
                 if stop.wait(_RETRY_DB_S):
                     return None
+                continue
+            if claimed is None:  # a poison message could not be dead-lettered
+                if stop.wait(_RETRY_DB_S):
+                    return None
+                continue
+            until = sent + self.lease_ttl_s
+            return [_InFlight(run, confirmed_until=until) for run in claimed]
 
-    def _start(self, run: ClaimedRun) -> None:
-        if run.attempt == 1:
-            lag_s = (run.started_at - run.scheduled_at).total_seconds()
-            self.metrics.start_lag.observe(max(0.0, lag_s))
-        timeout_s = run.timeout_s or 3600
-        entry = _InFlight(run, deadline=time.monotonic() + timeout_s + _TIMEOUT_GRACE_S)
-        with self._lock:
-            self._in_flight[run.run_id] = entry
+    def _claim_isolating(self, messages: list[RunMessage]) -> list[ClaimedRun] | None:
+        claims = [Claim(m.run_id, m.attempt) for m in messages]
+        try:
+            return runs_claim(self.engine, claims, self.worker_id, self.lease_ttl_ms)
+        except _POISON_ERRORS as exc:
+            if len(messages) == 1:
+                m = messages[0]
+                reason = f"claim refused by the database: {type(exc.orig).__name__}: {exc.orig}"
+                rejected = Rejected(
+                    topic_for(m.tier), -1, -1, m.job_id.encode(), m.to_bytes(), reason
+                )
+                return [] if self._dead_letter([rejected], None) else None
+            half = len(messages) // 2
+            first = self._claim_isolating(messages[:half])
+            second = self._claim_isolating(messages[half:])
+            return None if first is None or second is None else first + second
+
+    def _dead_letter(self, rejected: list[Rejected], stop: threading.Event | None) -> bool:
+        """Put unusable messages on the dead-letter topic; False if that could not be done
+        (then nothing is committed and they come back)."""
+        if not rejected:
+            return True
+        while True:
+            try:
+                self.publisher.publish_rejected(rejected)
+            except Exception:
+                log.exception("dead-lettering %d messages failed; retrying", len(rejected))
+                if stop is None or stop.wait(_RETRY_DB_S):
+                    return False
+                continue
+            self.metrics.dead_lettered.inc(len(rejected))
+            for r in rejected:
+                log.warning("dead-lettered a message from %s: %s", r.topic, r.reason)
+            return True
+
+    # -- starting at the second ---------------------------------------------------------
+
+    def _hold(self, entries: list[_InFlight]) -> None:
+        """Claimed runs wait in the wheel for their due time (the scheduled second, or the
+        retry time) by the database's clock, highest tier first within a millisecond."""
+        with self._held_changed:
+            for entry in entries:
+                run = entry.run
+                self._in_flight[run.run_id] = entry
+                due = run.due_at or run.scheduled_at
+                self._wheel.add(to_epoch_ms(due), entry, run.priority)
+            self._waiting += len(entries)
             self.metrics.in_flight.set(len(self._in_flight))
-        spec = run.task_spec
+            self.metrics.held.set(self._waiting)
+            self._held_changed.notify_all()
+
+    def _hold_loop(self) -> None:
+        """Start held runs when the database's clock reaches their second."""
+        while not self._beating.is_set():
+            with self._held_changed:
+                now_ms = self.clock.db_ms(time.monotonic())
+                due = self._wheel.pop_due(int(now_ms))
+                if not due:
+                    nxt = self._wheel.next_due_ms()
+                    wait = 1.0 if nxt is None else (nxt - now_ms) / 1000
+                    self._held_changed.wait(max(0.0005, min(wait, 1.0)))
+                    continue
+            if len({to_epoch_ms(e.run.due_at or e.run.scheduled_at) // 1000 for e in due}) > 1:
+                # a backlog (runs of several seconds overdue): highest tier first, then age
+                due = catch_up_order(
+                    due,
+                    lambda e: e.run.priority,
+                    lambda e: to_epoch_ms(e.run.due_at or e.run.scheduled_at),
+                )
+            self._starting.set()
+            try:
+                for entry in due:
+                    self._start(entry)
+            finally:
+                self._starting.clear()
+
+    def _start(self, entry: _InFlight) -> None:
+        spec = entry.run.task_spec
         if spec is not None and spec.get("type") in self.inline_tasks:
             self._execute(entry)
         else:
             self._pool.submit(self._execute, entry)
 
+    def _began(self, entry: _InFlight) -> bool:
+        """The task's first instruction: the run leaves the waiting count, its lease must
+        still be confirmed far enough ahead, and the instant is its start."""
+        with self._lock:
+            self._waiting -= 1
+            self.metrics.held.set(self._waiting)
+        if entry.releasing or entry.fenced:
+            return False
+        if time.monotonic() > entry.confirmed_until - self.fence_margin_s:
+            self._fence(entry, "lease not confirmed far enough ahead to start")
+            self._give_back(entry)
+            return False
+        run = entry.run
+        entry.started = True
+        entry.started_ms = int(self.clock.db_ms(time.monotonic()))
+        if run.attempt == 1:
+            lag_s = entry.started_ms / 1000 - run.scheduled_at.timestamp()
+            self.metrics.start_lag.observe(max(0.0, lag_s))
+        entry.deadline = time.monotonic() + (run.timeout_s or 3600) + _TIMEOUT_GRACE_S
+        return True
+
     # -- one run ------------------------------------------------------------------------
 
     def _execute(self, entry: _InFlight) -> None:
+        if not self._began(entry):
+            return
         run = entry.run
         handed_off = False  # a success goes to the finisher, which frees the slot
         try:
             if run.task_spec is None:
+                entry.done = True
                 result = self._finish(
                     lambda: run_finish_cancelled(
                         self.engine, run.run_id, run.lease_token, "job deleted"
@@ -254,18 +474,22 @@ class Worker:
                         run.attempt,
                         run.timeout_s or 3600,
                         entry.cancel,
+                        run.tenant,
                     )
                 except Exception as exc:  # a task bug is a failed attempt, not a dead worker
                     log.exception("task of run %s raised", run.run_id)
                     ok, error = False, f"{type(exc).__name__}: {exc}"
-                if entry.releasing:
+                if entry.fenced:
+                    self._give_back(entry)
                     return
+                if entry.releasing:
+                    return  # the shutdown gives it back
+                entry.done = True
                 if ok:
                     self._succeeded.put(entry)
                     handed_off = True
                     return
-                else:
-                    result = self._finish(lambda: self._fail(run, error or "failed"))
+                result = self._finish(lambda: self._fail(entry, error or "failed"))
             if result is None:
                 return
             if not result.accepted:
@@ -298,6 +522,10 @@ class Worker:
                 if self._finisher_stop.is_set():
                     return
                 continue
+            if self._starting.is_set():  # let the second's starts have the CPU first
+                waited = time.monotonic() + _FINISH_YIELD_S
+                while self._starting.is_set() and time.monotonic() < waited:
+                    time.sleep(0.01)
             while len(batch) < FINISH_BATCH:
                 try:
                     batch.append(self._succeeded.get_nowait())
@@ -311,15 +539,13 @@ class Worker:
                 self._free(batch)
 
     def _finish_ok(self, batch: list[_InFlight]) -> None:
-        live = [e for e in batch if not e.releasing]
-        if not live:
-            return
-        leases = sorted((e.run.run_id, e.run.lease_token) for e in live)
-        outcome = self._finish(lambda: runs_finish_ok(self.engine, leases))
+        leases = sorted((e.run.run_id, e.run.lease_token) for e in batch)
+        started = {e.run.run_id: e.started_ms for e in batch if e.started_ms is not None}
+        outcome = self._finish(lambda: runs_finish_ok(self.engine, leases, started_ms=started))
         if outcome is None:
             return
         accepted, queued = outcome
-        stale = len(live) - len(accepted)
+        stale = len(batch) - len(accepted)
         self.metrics.runs.labels("succeeded").inc(len(accepted))
         if stale:
             self.metrics.stale_finishes.inc(stale)
@@ -328,17 +554,24 @@ class Worker:
         if queued:
             self._publish_queued(queued)
 
-    def _fail(self, run: ClaimedRun, error: str) -> FinishResult:
+    def _fail(self, entry: _InFlight, error: str) -> FinishResult:
         with self._rng_lock:
             rng = random.Random(self.rng.getrandbits(64))
+        run = entry.run
         return run_finish_failed(
-            self.engine, run.run_id, run.lease_token, error, rng, self.partitions
+            self.engine,
+            run.run_id,
+            run.lease_token,
+            error,
+            rng,
+            self.partitions,
+            started_ms=entry.started_ms,
         )
 
     def _finish(self, write: Callable[[], _T]) -> _T | None:
         """Write the outcome, retrying a database hiccup while the lease would still
         hold; after that the reaper takes over."""
-        deadline = time.monotonic() + self.lease_ttl_ms / 1000
+        deadline = time.monotonic() + self.lease_ttl_s
         while True:
             try:
                 return write()
@@ -351,32 +584,34 @@ class Worker:
     def _publish_queued(self, queued: list[RunPointer]) -> None:
         try:
             publish_pointers(self.publisher, queued)
-            runs_mark_dispatched(self.engine, [q.run_id for q in queued])
-        except Exception:  # the reaper publishes an undispatched run after its grace
+            runs_mark_published(self.engine, [q.run_id for q in queued])
+        except Exception:  # the reaper publishes a run nobody claimed
             log.exception("publishing queued runs %s failed", [q.run_id for q in queued])
 
     # -- leases -------------------------------------------------------------------------
 
     def heartbeat(self) -> set[str]:
-        """Extend every in-flight lease in one statement; stop the runs that lost it.
-        Returns the run ids told to stop."""
+        """Extend every lease held (runs waiting for their second too) in one statement;
+        stop the runs that lost it. Returns the run ids told to stop."""
         with self._lock:
-            entries = list(self._in_flight.values())
-        now = time.monotonic()
-        for entry in entries:
-            if now > entry.deadline and not entry.cancel.is_set():
-                log.warning("run %s overran its timeout; cancelling", entry.run.run_id)
-                entry.cancel.set()
+            entries = [e for e in self._in_flight.values() if not (e.fenced or e.releasing)]
         if not entries:
             return set()
+        sent = time.monotonic()
+        started = {e.run.run_id: e.started_ms for e in entries if e.started_ms is not None}
         _kept, lost = runs_heartbeat(
-            self.engine, [(e.run.run_id, e.run.lease_token) for e in entries], self.lease_ttl_ms
+            self.engine,
+            [(e.run.run_id, e.run.lease_token) for e in entries],
+            self.lease_ttl_ms,
+            started_ms=started,
         )
         stopped: set[str] = set()
         with self._lock:
             for entry in entries:
+                if entry.run.run_id not in lost:
+                    entry.confirmed_until = max(entry.confirmed_until, sent + self.lease_ttl_s)
                 # a run that finished meanwhile also shows as lost: only stop live ones
-                if entry.run.run_id in lost and entry.run.run_id in self._in_flight:
+                elif entry.run.run_id in self._in_flight and not entry.done:
                     entry.cancel.set()
                     stopped.add(entry.run.run_id)
         if stopped:
@@ -384,26 +619,94 @@ class Worker:
             log.warning("leases lost (reaped or cancelled), stopping: %s", sorted(stopped))
         return stopped
 
+    def stop_cancelled(self, run_ids: Iterable[str]) -> set[str]:
+        """Runs cancelled through the API (kit.store.run_cancel): stop their tasks now.
+        Nothing is written for them afterwards: the cancel already finished the run."""
+        stopped: set[str] = set()
+        held: list[_InFlight] = []
+        with self._lock:
+            for run_id in run_ids:
+                entry = self._in_flight.get(run_id)
+                if entry is not None and not entry.done:
+                    entry.releasing = True
+                    entry.cancel.set()
+                    stopped.add(run_id)
+                    if not entry.started:
+                        held.append(entry)  # waiting for its second: it never starts
+        if held:
+            self._free(held)
+        if stopped:
+            self.metrics.runs.labels("cancelled").inc(len(stopped))
+            log.info("runs cancelled through the API, stopping: %s", sorted(stopped))
+        return stopped
+
     def _heartbeat_loop(self) -> None:
         while not self._beating.wait(self.heartbeat_s):
             try:
                 self.heartbeat()
+                self._sample_clock()
             except Exception:
                 log.exception("heartbeat failed; retrying")
+
+    def _fence_loop(self) -> None:
+        """Stop what can no longer be confirmed, whatever the heartbeat is doing (a call
+        to a database behind a dead link hangs; this thread does not wait for it)."""
+        period = min(0.25, self.lease_ttl_s / 10)
+        while not self._beating.wait(period):
+            now = time.monotonic()
+            with self._lock:
+                entries = list(self._in_flight.values())
+            for entry in entries:
+                if entry.done or entry.fenced or entry.releasing:
+                    continue
+                if now > entry.confirmed_until - self.fence_margin_s:
+                    self._fence(entry, "lease not confirmed")
+                    if not entry.started:
+                        self._give_back(entry)
+                elif entry.started and now > entry.deadline and not entry.cancel.is_set():
+                    log.warning("run %s overran its timeout; cancelling", entry.run.run_id)
+                    entry.cancel.set()
+
+    def _fence(self, entry: _InFlight, why: str) -> None:
+        entry.fenced = True
+        entry.cancel.set()
+        self.metrics.fenced.inc()
+        log.warning("run %s stopped: %s (it goes back to the reaper)", entry.run.run_id, why)
+
+    def _give_back(self, entry: _InFlight) -> None:
+        """A fenced run: end its lease now if the database answers (the reaper re-queues
+        it at once), and free its slot; if it does not answer, the lease runs out."""
+        try:
+            runs_release(self.engine, [(entry.run.run_id, entry.run.lease_token)])
+        except Exception as exc:
+            log.info(
+                "could not give back run %s (%s); its lease will expire", entry.run.run_id, exc
+            )
+        self._free([entry])
 
     def _drain(self, drain_s: float) -> None:
         deadline = time.monotonic() + drain_s
         with self._slot:
-            while self._in_flight and time.monotonic() < deadline:
+            while any(not e.done for e in self._in_flight.values()) and time.monotonic() < deadline:
                 self._slot.wait(min(0.2, max(0.0, deadline - time.monotonic())))
-            left = list(self._in_flight.values())
+            # Only runs whose task has not returned are given up; a finished one's
+            # outcome is being written and must not be released (it would run again).
+            left = [e for e in self._in_flight.values() if not (e.done or e.fenced)]
             for entry in left:
                 entry.releasing = True
                 entry.cancel.set()
+            self._wheel = TimerWheel()  # what was held is in `left`: given back below
+            self._waiting = 0
+            self.metrics.held.set(0)
+        self._pool.shutdown(wait=True, cancel_futures=False)  # cancelled tasks end first
         if left:
-            released = runs_release(self.engine, [(e.run.run_id, e.run.lease_token) for e in left])
-            log.warning("shutdown: released %d unfinished runs to the reaper", released)
-        self._pool.shutdown(wait=True, cancel_futures=False)
+            leases = [(e.run.run_id, e.run.lease_token) for e in left]
+            try:
+                released = runs_release(self.engine, leases)
+                log.warning("shutdown: released %d unfinished runs to the reaper", released)
+            except Exception:
+                log.exception("shutdown: releasing %d runs failed; their leases expire", len(left))
+            self._free(left)
 
     def in_flight(self) -> int:
         with self._lock:

@@ -11,7 +11,10 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import uuid
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from fastapi.testclient import TestClient
@@ -24,6 +27,9 @@ from kit.store import migrate
 from kit.store.db import engine_for
 from kit.store.schema import metadata
 from kit.store.tokens import token_create
+
+if TYPE_CHECKING:
+    from kit.transport import RunPublisher
 
 STACK_DOWN = "the local stack is not up: run `cronfleet stack up` before the integration tests"
 _PREFIX = "cf_it_"
@@ -99,9 +105,21 @@ def engine(db_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
+# The operator's task policy of the tests' API: tenant acme may run /bin/echo and
+# /bin/sh (with a token that has the `command` scope); other tenants run no command.
+TEST_TASK_POLICY = '[tenants.acme]\ncommands = ["/bin/echo", "/bin/sh"]\n'
+
+
+@pytest.fixture(scope="session")
+def task_policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("policy") / "tasks.toml"
+    path.write_text(TEST_TASK_POLICY)
+    return path
+
+
 @pytest.fixture
-def settings(db_url: str) -> Settings:
-    return load_settings(database_url=db_url)
+def settings(db_url: str, task_policy_file: Path) -> Settings:
+    return load_settings(database_url=db_url, task_policy_file=str(task_policy_file))
 
 
 @pytest.fixture
@@ -142,6 +160,32 @@ def row_counts(engine: Engine) -> Callable[[], dict[str, int]]:
             }
 
     return counts
+
+
+@pytest.fixture
+def prefix(settings: Settings) -> Iterator[str]:
+    """Run topics of this test alone (1 partition per tier), deleted at its end."""
+    from confluent_kafka.admin import AdminClient
+
+    from kit.transport import ensure_topics
+
+    prefix = f"cf.wk.{uuid.uuid4().hex[:10]}"
+    ensure_topics(settings.kafka_bootstrap, 1, prefix=prefix)
+    yield prefix
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + ".")]
+    if topics:
+        for future in admin.delete_topics(topics).values():
+            future.result(timeout=10)
+
+
+@pytest.fixture
+def publisher(settings: Settings, prefix: str) -> Iterator[RunPublisher]:
+    from kit.transport import RunPublisher
+
+    pub = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
+    yield pub
+    pub.close()
 
 
 # Test topics all start with "cf." or "cf_" (the kit's own are "cronfleet.runs.<tier>").

@@ -75,7 +75,7 @@ def test_create_then_get(client: TestClient, auth: Headers, engine: Engine) -> N
 @pytest.mark.parametrize(
     ("schedule", "task"),
     [
-        ({"every_s": 300}, {"type": "command", "argv": ["echo", "hi"]}),
+        ({"every_s": 300}, {"type": "command", "argv": ["/bin/echo", "hi"]}),
         ({"at": "2099-01-01T00:00:00Z"}, {"type": "sleep", "seconds": 1.5}),
         ({"cron": "*/5 * * * *"}, {"type": "noop"}),
     ],
@@ -83,7 +83,8 @@ def test_create_then_get(client: TestClient, auth: Headers, engine: Engine) -> N
 def test_every_schedule_and_task_kind_is_accepted(
     client: TestClient, auth: Headers, schedule: dict, task: dict
 ) -> None:
-    response = client.post("/v1/jobs", json=job(schedule=schedule, task=task), headers=auth())
+    headers = auth(scopes=["read", "write", "command"])  # the policy allows acme /bin/echo
+    response = client.post("/v1/jobs", json=job(schedule=schedule, task=task), headers=headers)
     assert response.status_code == 201, response.text
     assert response.json()["next_fire_at"] is not None
 

@@ -3,12 +3,14 @@ a status filter, and manual runs that the dispatcher will publish."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine, func, select, update
 
 from kit.core.ids import run_id
 from kit.store.runs import run_now
@@ -136,3 +138,83 @@ def test_run_now_on_unknown_job_is_404_and_writes_nothing(
     response = client.post("/v1/jobs/00000000-0000-0000-0000-000000000000/runs", headers=headers)
     assert response.status_code == 404
     assert row_counts() == before
+
+
+def _wait_for_db_clock_past(engine: Engine, instant: datetime, timeout_s: float = 5.0) -> None:
+    """Until the database clock is past `instant` (run-now ids are per millisecond)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with engine.connect() as conn:
+            now = conn.execute(select(func.now())).scalar_one()
+        if now > instant + timedelta(milliseconds=2):
+            return
+        assert time.monotonic() < deadline, "the database clock did not move"
+
+
+def test_run_now_with_an_idempotency_key_returns_the_same_run(
+    client: TestClient,
+    auth: Headers,
+    engine: Engine,
+    row_counts: Callable[[], dict[str, int]],
+) -> None:
+    """A client that retries run-now after a timeout gets its first run back, not a
+    second run under another id (issue 7, item 8)."""
+    headers = auth()
+    job_id = make_job(client, headers)
+    keyed = {**headers, "Idempotency-Key": "run-now-1"}
+    first = client.post(f"/v1/jobs/{job_id}/runs", headers=keyed)
+    assert first.status_code == 202, first.text
+    _wait_for_db_clock_past(engine, datetime.fromisoformat(first.json()["scheduled_at"]))
+    again = client.post(f"/v1/jobs/{job_id}/runs", headers=keyed)
+    assert again.status_code == 200, again.text
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.json()["run_id"] == first.json()["run_id"]
+    runs_of_job = client.get(f"/v1/jobs/{job_id}/runs", headers=headers).json()["runs"]
+    assert [r["run_id"] for r in runs_of_job] == [first.json()["run_id"]]
+
+    # The same key for another request (another job, or a job create) is a 409 that
+    # writes nothing.
+    other_job = client.post("/v1/jobs", json={**JOB, "name": "other"}, headers=headers)
+    before = row_counts()
+    conflict = client.post(f"/v1/jobs/{other_job.json()['job_id']}/runs", headers=keyed)
+    assert conflict.status_code == 409, conflict.text
+    assert conflict.json()["error"]["code"] == "idempotency_key"
+    create = client.post("/v1/jobs", json={**JOB, "name": "third"}, headers=keyed)
+    assert create.status_code == 409, create.text
+    assert row_counts() == before
+
+    # Keys are per tenant: another tenant's identical key is its own.
+    rival = auth("rival")
+    rival_job = make_job(client, rival)
+    own = client.post(
+        f"/v1/jobs/{rival_job}/runs", headers={**rival, "Idempotency-Key": "run-now-1"}
+    )
+    assert own.status_code == 202, own.text
+
+    # Without a key, each call is a new manual run.
+    _wait_for_db_clock_past(engine, datetime.fromisoformat(first.json()["scheduled_at"]))
+    fresh = client.post(f"/v1/jobs/{job_id}/runs", headers=headers)
+    assert fresh.status_code == 202 and fresh.json()["run_id"] != first.json()["run_id"]
+
+
+def test_concurrent_run_now_with_one_key_makes_one_run(
+    client: TestClient, auth: Headers, engine: Engine
+) -> None:
+    headers = auth()
+    job_id = make_job(client, headers)
+    barrier = threading.Barrier(8)
+    made: list[str] = []
+
+    def call() -> None:
+        barrier.wait()
+        run, _ = run_now(engine, "acme", job_id, idempotency_key="same")
+        made.append(run.run_id)
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(made) == 8 and len(set(made)) == 1
+    listed = client.get(f"/v1/jobs/{job_id}/runs", headers=headers).json()["runs"]
+    assert [r["run_id"] for r in listed] == made[:1]

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from kit.store.claims import Claim, run_finish_failed, runs_claim
-from kit.store.reaping import runs_republish_undispatched
+from kit.store.reaping import runs_publish_unclaimed
 from tests.integration.worker_rows import make_job, make_run, run_row
 
 pytestmark = pytest.mark.integration
@@ -50,9 +50,9 @@ def test_list_inspect_replay_once(client: TestClient, auth: Headers, engine: Eng
     again = client.post(f"/v1/dead-letters/{dead[0]}:replay", headers=headers)
     assert again.status_code == 409 and again.json()["error"]["code"] == "already_replayed"
     assert run_row(engine, dead[0]).attempt == 2
-    # the reaper's undispatched path publishes the replayed run at once (old created_at)
+    # the reaper publishes the replayed run at once (no grace, whatever its age)
     published: list = []
-    runs_republish_undispatched(engine, 10_000, published.extend)
+    assert runs_publish_unclaimed(engine, 10_000, published.extend).first
     assert [(p.run_id, p.attempt) for p in published] == [(dead[0], 2)]
     # fresh budget: attempt 2 is the first of a new budget of 1, so failing it is dead
     [run] = runs_claim(engine, [Claim(dead[0], 2)], "w", 30_000)

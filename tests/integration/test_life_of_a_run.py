@@ -34,6 +34,7 @@ from kit.core.schedule import OneOffSchedule, parse_schedule
 from kit.runall import Fleet, Service
 from kit.settings import Settings
 from kit.store.jobs import JobCreate, JobSpec, job_create, jobs_create_batch
+from tests.integration.test_scheduler import messages
 
 pytestmark = pytest.mark.integration
 WAIT_S = 60.0
@@ -44,6 +45,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_port_run(n: int) -> int:
+    """The first of `n` consecutive free ports (run-all's metrics ports are P..P+n-1; a
+    busy machine had P+1 taken now and then)."""
+    for _ in range(200):
+        base = free_port()
+        if base + n > 65535:
+            continue
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base, base + n):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no run of {n} free ports")
 
 
 def wait_until(
@@ -90,9 +109,11 @@ def prefix(settings: Settings) -> Iterator[str]:
 
 @pytest.fixture
 def env(settings: Settings, db_url: str) -> dict[str, str]:
-    """The services' environment: this test's database, short periods."""
+    """The services' environment: this test's database, short periods, the tests' task
+    policy (tenant acme may run /bin/sh)."""
     return {
         **os.environ,
+        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
         "CRONFLEET_DATABASE_URL": db_url,
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_RUN_TOPIC_PARTITIONS": "1",
@@ -143,7 +164,7 @@ class RunAll:
 
     def __init__(self, env: dict[str, str], prefix: str, log: Path, *extra: str) -> None:
         self.api_port = free_port()
-        self.metrics_port = free_port()
+        self.metrics_port = free_port_run(8)  # scheduler, reaper, workers, maintenance
         self.log = log
         argv = [sys.executable, "-m", "kit.cli", "run-all", "--api-port", str(self.api_port)]
         argv += ["--metrics-base-port", str(self.metrics_port), "--topic-prefix", prefix]
@@ -199,9 +220,12 @@ def run_all(env: dict[str, str], prefix: str, tmp_path: Path) -> Iterator[Callab
         ra.close()
 
 
+COMMANDER = ("--scope", "read", "--scope", "write", "--scope", "command")
+
+
 def token_from_cli(env: dict[str, str]) -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "kit.cli", "tokens", "create", "--tenant", "acme"],
+        [sys.executable, "-m", "kit.cli", "tokens", "create", "--tenant", "acme", *COMMANDER],
         env=env,
         capture_output=True,
         text=True,
@@ -222,7 +246,7 @@ def gone(pid: int) -> bool:
 def ledger_task(ledger: Path, script: str = "") -> dict[str, Any]:
     """A command that appends its idempotency key to the ledger once `script` passed."""
     body = f'{script}\necho "$CRONFLEET_IDEMPOTENCY_KEY" >> "{ledger}"'
-    return {"type": "command", "argv": ["sh", "-c", body]}
+    return {"type": "command", "argv": ["/bin/sh", "-c", body]}
 
 
 def scrape(port: int) -> str:
@@ -256,16 +280,19 @@ def test_run_all_runs_a_job_made_through_the_api_and_stops_on_sigterm(
 
     run = wait_until("the run to succeed", succeeded)
     assert datetime.fromisoformat(run["scheduled_at"]) == at
-    assert run["dispatched_at"] and run["started_at"] <= run["finished_at"]
+    times = [datetime.fromisoformat(run[k]) for k in ("scheduled_at", "started_at", "finished_at")]
+    assert times == sorted(times)  # started at its second or after, never before
     assert ledger.read_text().split() == [run_id]
-    # every service serves its metrics on its own port: scheduler P, reaper P+1, worker P+2
+    # every service serves its metrics on its own port: scheduler P, reaper P+1, worker P+2,
+    # maintenance P+3
     assert "cronfleet_runs_published_total" in scrape(ra.metrics_port)
     assert "cronfleet_reaper_runs_total" in scrape(ra.metrics_port + 1)
     worker = scrape(ra.metrics_port + 2)
     assert 'cronfleet_worker_runs_total{outcome="succeeded"} 1.0' in worker
+    assert "cronfleet_maintenance_passes_total" in scrape(ra.metrics_port + 3)
 
     pids = ra.child_pids()
-    assert set(pids) == {"api", "scheduler", "reaper", "worker"}, ra.output()
+    assert set(pids) == {"api", "scheduler", "reaper", "worker", "maintenance"}, ra.output()
     ra.proc.send_signal(signal.SIGTERM)
     assert ra.proc.wait(timeout=60) == 0, ra.output()
     assert all(gone(pid) for pid in pids.values())
@@ -278,7 +305,7 @@ def test_run_all_runs_a_job_made_through_the_api_and_stops_on_sigterm(
 def test_run_all_stops_everything_when_a_service_dies(run_all: Callable[..., RunAll]) -> None:
     ra = run_all("--workers", "2")
     ra.wait_healthy()
-    pids = wait_until("five services", lambda: len(ra.child_pids()) == 5 and ra.child_pids())
+    pids = wait_until("six services", lambda: len(ra.child_pids()) == 6 and ra.child_pids())
     os.kill(pids["reaper"], signal.SIGKILL)
     assert ra.proc.wait(timeout=60) == 1, ra.output()
     assert all(gone(pid) for pid in pids.values())
@@ -378,7 +405,7 @@ def test_cron_and_one_off_fire_at_their_second_and_succeed(
     fleet.stop(timeout_s=30)
     got = rows(
         engine,
-        "SELECT job_id, scheduled_at, status, attempt, dispatched_at, started_at, finished_at "
+        "SELECT job_id, scheduled_at, status, attempt, started_at, finished_at "
         "FROM runs ORDER BY scheduled_at",
     )
     cron = [r for r in got if str(r.job_id) == tick]
@@ -392,28 +419,28 @@ def test_cron_and_one_off_fire_at_their_second_and_succeed(
     assert len(finished) >= 7
     for r in finished:
         assert r.attempt == 1
-        assert r.scheduled_at <= r.dispatched_at and r.scheduled_at <= r.started_at
-        assert r.started_at <= r.finished_at
-        assert (r.dispatched_at - r.scheduled_at).total_seconds() < LAG_BOUND_S
+        assert r.scheduled_at <= r.started_at <= r.finished_at  # never before its second
         assert (r.started_at - r.scheduled_at).total_seconds() < LAG_BOUND_S
     # runs still in flight when the fleet stopped were drained, not lost
-    assert {r.status for r in cron} <= {"succeeded", "pending", "dispatched"}
+    assert {r.status for r in cron} <= {"succeeded", "pending"}
 
 
 def test_critical_runs_start_before_a_low_backlog(
-    engine: Engine, fleet: Fleet, prefix: str
+    engine: Engine, fleet: Fleet, prefix: str, settings: Settings
 ) -> None:
-    """A low-tier backlog is dispatched first, then critical runs, while no worker
-    runs; one worker with concurrency 1 then starts every critical run first."""
+    """A low-tier backlog, then critical runs a second later, all published and overdue
+    while no worker runs; one worker with concurrency 1 then starts every critical run
+    first (a backlog goes by priority, then age)."""
     now = db_now(engine)
     low_at = (now + timedelta(seconds=3)).replace(microsecond=0)
     bulk_one_offs(engine, low_at, 20, "low", {"type": "noop"})
     bulk_one_offs(engine, low_at + timedelta(seconds=1), 5, "critical", {"type": "noop"})
     fleet.start(service("scheduler", prefix))
     wait_until(
-        "all 25 runs dispatched",
+        "all 25 runs published and overdue",
         lambda: (
-            rows(engine, "SELECT count(*) FROM runs WHERE dispatched_at IS NOT NULL")[0][0] == 25
+            len(messages(settings, prefix)) == 25
+            and db_now(engine) > low_at + timedelta(seconds=2)
         ),
         detail=lambda: statuses(engine) + "\n" + output(fleet),
     )
@@ -423,10 +450,9 @@ def test_critical_runs_start_before_a_low_backlog(
         lambda: rows(engine, "SELECT count(*) FROM runs WHERE status = 'succeeded'")[0][0] == 25,
         detail=lambda: statuses(engine) + "\n" + output(fleet),
     )
-    got = rows(engine, "SELECT priority, started_at, dispatched_at FROM runs")
+    got = rows(engine, "SELECT priority, started_at FROM runs")
     critical = [r for r in got if r.priority == "critical"]
     low = [r for r in got if r.priority == "low"]
     assert len(critical) == 5 and len(low) == 20
-    # published after every low run, started before any of them
-    assert min(r.dispatched_at for r in critical) >= max(r.dispatched_at for r in low)
+    # due a second after every low run, started before any of them
     assert max(r.started_at for r in critical) < min(r.started_at for r in low)

@@ -5,6 +5,7 @@ stack is down these tests fail (they never skip), saying so.
 
 from __future__ import annotations
 
+import stat
 import subprocess
 import sys
 import uuid
@@ -93,3 +94,27 @@ def test_kafka_from_the_stack_round_trips_a_message() -> None:
     finally:
         consumer.close()
         admin.delete_topics([topic])
+
+
+def test_the_stacks_secrets_are_private_and_not_well_known() -> None:
+    """stack.env and the role's password are their owner's alone (0600), the password is
+    drawn at random (a well-known one let any local process, a tenant's command among
+    them, log in), and `stack status` does not print it (issue 7, item 1)."""
+    from sqlalchemy.engine import make_url
+
+    from kit.settings import cronfleet_home, stack_env_file
+
+    for path in (stack_env_file(), cronfleet_home() / "postgres.password"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    url = make_url(load_settings().database_url)
+    assert url.password and len(url.password) >= 24
+    well_known = url.set(password="cronfleet").render_as_string(hide_password=False)
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        psycopg.connect(psycopg_dsn(well_known), connect_timeout=5)
+    done = subprocess.run(
+        [sys.executable, "-m", "kit.cli", "stack", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert url.password not in done.stdout + done.stderr

@@ -197,6 +197,63 @@ def test_an_edit_keeps_the_retry_a_failed_run_is_owed(engine: Engine) -> None:
     assert kinds == [("retry", 1), ("schedule", 2)]
 
 
+def _job_with_a_fire_owed(engine: Engine, name: str) -> tuple[str, datetime, datetime]:
+    """An hourly job with 50 minutes of jitter, edited after its 12:00 occurrence passed
+    but before its jittered fire: (job id, the old trigger's fire time, the edit's now).
+    Job ids are random; one whose jitter is under 2 s (1 in 1,500) is deleted and drawn
+    again, so there is always an instant between the occurrence and its fire."""
+    noon = datetime(2030, 1, 7, 12, tzinfo=UTC)
+    for attempt in range(5):
+        job = job_create(
+            engine,
+            JobCreate(
+                tenant="acme",
+                spec=spec(f"{name}-{attempt}", {"cron": "0 * * * *"}, jitter_s=3000),
+                now=datetime(2030, 1, 7, 11, 0, 1, tzinfo=UTC),
+            ),
+        ).job
+        fire_at = job.next_fire_at
+        assert fire_at is not None and noon <= fire_at < noon + timedelta(minutes=50)
+        if fire_at - noon >= timedelta(seconds=2):
+            return job.job_id, fire_at, noon + (fire_at - noon) / 2
+        job_delete(engine, "acme", job.job_id)
+    raise AssertionError("five job ids in a row drew under 2 s of jitter")
+
+
+def test_a_jitter_edit_keeps_the_fire_it_owed(engine: Engine) -> None:
+    """Regression (issue 7, item 13): a new jitter recomputed the trigger from now, so the
+    12:00 occurrence, whose jittered fire had not come yet, was silently dropped."""
+    job_id, _old, at = _job_with_a_fire_owed(engine, "jittered")
+    job_update(engine, JobUpdate(tenant="acme", job_id=job_id, changes={"jitter_s": 0}, now=at))
+    [trigger] = trigger_rows(engine, job_id)
+    assert trigger.fire_at == datetime(2030, 1, 7, 12, tzinfo=UTC)  # owed: fires (late) now
+
+
+def test_a_schedule_edit_records_the_fire_it_no_longer_owes(engine: Engine) -> None:
+    """The 12:00 occurrence of the old schedule is not one of the new one: it does not run,
+    and the run history says why instead of leaving a silent gap."""
+    job_id, old, at = _job_with_a_fire_owed(engine, "rescheduled")
+    new = parse_schedule({"cron": "30 * * * *"}, now=at)
+    job_update(engine, JobUpdate(tenant="acme", job_id=job_id, changes={"schedule": new}, now=at))
+    history = runs_list(engine, "acme", job_id).runs
+    assert [(r.run_id, r.status, r.skip_reason) for r in history] == [
+        (run_id(job_id, old), "skipped", "edited")
+    ]
+    [trigger] = trigger_rows(engine, job_id)
+    assert trigger.fire_at - datetime(2030, 1, 7, 12, 30, tzinfo=UTC) == timedelta(
+        milliseconds=jitter_offset_ms(job_id, 3_000_000)
+    )
+
+
+def test_a_schedule_edit_keeps_an_owed_fire_both_schedules_have(engine: Engine) -> None:
+    job_id, old, at = _job_with_a_fire_owed(engine, "widened")
+    new = parse_schedule({"cron": "0,30 * * * *"}, now=at)
+    job_update(engine, JobUpdate(tenant="acme", job_id=job_id, changes={"schedule": new}, now=at))
+    [trigger] = trigger_rows(engine, job_id)
+    assert trigger.fire_at == old  # the 12:00 occurrence still fires, at its own time
+    assert runs_list(engine, "acme", job_id).runs == []
+
+
 def test_other_tenants_job_is_not_found(engine: Engine) -> None:
     job = job_create(engine, JobCreate(tenant="acme", spec=spec(), now=NOW)).job
     for call in (

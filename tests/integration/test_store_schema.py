@@ -29,7 +29,7 @@ def test_migrated_schema_equals_models(engine: Engine) -> None:
 def test_trigger_index_is_the_primary_key_the_due_scan_needs(engine: Engine) -> None:
     inspector = inspect(engine)
     pk = inspector.get_pk_constraint("triggers")
-    assert pk["constrained_columns"] == ["partition_id", "fire_at", "job_id"]
+    assert pk["constrained_columns"] == ["partition_id", "fire_at", "job_id", "kind"]
     assert ["job_id"] in [ix["column_names"] for ix in inspector.get_indexes("triggers")]
 
 

@@ -55,6 +55,13 @@ def server() -> Iterator[Server]:
                 return
             if self.path == "/slow":
                 state.release.wait(30)
+            if self.path == "/echo":  # a target that echoes the request's credentials
+                echoed = f"denied for {self.headers.get('Authorization')}".encode()
+                self.send_response(401)
+                self.send_header("Content-Length", str(len(echoed)))
+                self.end_headers()
+                self.wfile.write(echoed)
+                return
             status = 500 if self.path == "/fail" else 200
             payload = b"B" * 100_000 + b"END" if self.path == "/big" else b"hello"
             self.send_response(status)
@@ -128,7 +135,7 @@ def test_redirects_are_not_followed(server: Server) -> None:
 
 def test_server_error_fails(server: Server) -> None:
     result = execute({"type": "http", "method": "DELETE", "url": server.url("/fail")}, ctx())
-    assert not result.ok and result.error == "HTTP 500"
+    assert not result.ok and result.error == "HTTP 500; body: hello"
 
 
 def test_timeout_fails(server: Server) -> None:
@@ -162,3 +169,38 @@ def test_connection_refused_is_a_failure() -> None:
     spec = {"type": "http", "method": "GET", "url": f"http://127.0.0.1:{port}/"}
     result = execute(spec, ctx())
     assert not result.ok and (result.error or "").startswith("request failed: ConnectError")
+
+
+def test_a_failed_response_echoing_the_authorization_header_is_scrubbed(server: Server) -> None:
+    """The error shows the start of the failed response's body, without the token the
+    target echoed back (issue 7, item 3): run_task scrubs with the job's secret values."""
+    from kit.core.redaction import MASK
+    from kit.core.task_policy import TaskPolicy
+    from kit.tasks.policy import run_task
+
+    spec = {
+        "type": "http",
+        "method": "GET",
+        "url": server.url("/echo"),
+        "headers": {"Authorization": "Bearer tok-very-secret-42"},
+    }
+    policy = TaskPolicy.parse({"tenants": {"acme": {"http_allow_hosts": ["127.0.0.1"]}}})
+    result = run_task(spec, RunContext("run-42", 1, 10.0, tenant="acme"), policy)
+    assert not result.ok
+    assert result.error == f"HTTP 401; body: denied for {MASK}"
+    assert "tok-very-secret-42" not in (result.detail or "")
+    assert server.seen[-1].headers["Authorization"] == "Bearer tok-very-secret-42"
+
+
+def test_the_egress_allow_list_is_per_tenant(server: Server) -> None:
+    from kit.core.task_policy import TaskPolicy
+    from kit.tasks.policy import run_task
+
+    spec = {"type": "http", "method": "GET", "url": server.url("/ok")}
+    policy = TaskPolicy.parse({"tenants": {"acme": {"http_allow_hosts": ["127.0.0.0/8"]}}})
+    assert run_task(spec, RunContext("r", 1, 10.0, tenant="acme"), policy).ok
+    rival = run_task(spec, RunContext("r", 1, 10.0, tenant="rival"), policy)
+    assert not rival.ok and "loopback" in (rival.error or "")
+    assert len(server.seen) == 1
+    everyone = TaskPolicy.parse({}, http_allow_hosts="127.0.0.1")  # CRONFLEET_HTTP_ALLOW_HOSTS
+    assert run_task(spec, RunContext("r", 1, 10.0, tenant="rival"), everyone).ok

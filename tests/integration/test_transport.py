@@ -51,9 +51,15 @@ def prefix(bootstrap: str) -> Iterator[str]:
         future.result()
 
 
+def _id(name: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, name))
+
+
 def runs(tier: str, n: int, tag: str = "") -> list[RunMessage]:
     return [
-        RunMessage(f"{tier}{tag}-{i}", f"job-{i % 17}", 1 + i % 3, 1_700_000_000_000 + i, tier)
+        RunMessage(
+            _id(f"{tier}{tag}-{i}"), _id(f"job-{i % 17}"), 1 + i % 3, 1_700_000_000_000 + i, tier
+        )
         for i in range(n)
     ]
 
@@ -72,10 +78,12 @@ def test_ensure_topics_creates_missing_topics_once(bootstrap: str) -> None:
     prefix = f"cf.it.{uuid.uuid4().hex[:10]}"
     created = ensure_topics(bootstrap, 2, prefix=prefix, tiers=("critical", "low"))
     try:
-        assert created == [f"{prefix}.critical", f"{prefix}.low"]
+        assert created == [f"{prefix}.critical", f"{prefix}.low", f"{prefix}.dead-letter"]
         assert ensure_topics(bootstrap, 2, prefix=prefix, tiers=("critical", "low")) == []
         meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
         assert len(meta[f"{prefix}.critical"].partitions) == 2
+        with pytest.raises(ValueError, match="min_insync_replicas"):
+            ensure_topics(bootstrap, 2, prefix=prefix, min_insync_replicas=2)
     finally:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         for f in admin.delete_topics(created, operation_timeout=30).values():

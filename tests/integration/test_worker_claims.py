@@ -18,8 +18,9 @@ from kit.store.claims import (
     runs_claim,
     runs_heartbeat,
 )
-from kit.store.reaping import runs_reap_expired, runs_republish_undispatched
+from kit.store.reaping import runs_publish_unclaimed, runs_reap_expired
 from kit.store.runs import run_now
+from kit.store.scheduling import runs_rearm
 from kit.store.schema import dead_letters, jobs, triggers
 from tests.integration.worker_rows import expire_lease, make_job, make_run, rearm_retry, run_row
 
@@ -30,11 +31,8 @@ TTL_MS = 30_000
 def test_batch_claim_takes_only_claimable_runs_at_their_attempt(engine: Engine) -> None:
     job = make_job(engine)
     pending = make_run(engine, job)
-    dispatched = make_run(
-        engine,
-        job,
-        status="dispatched",
-        scheduled_at=run_row(engine, pending).scheduled_at.replace(minute=1),
+    other = make_run(
+        engine, job, scheduled_at=run_row(engine, pending).scheduled_at.replace(minute=1)
     )
     done = make_run(
         engine,
@@ -42,12 +40,13 @@ def test_batch_claim_takes_only_claimable_runs_at_their_attempt(engine: Engine) 
         status="succeeded",
         scheduled_at=run_row(engine, pending).scheduled_at.replace(minute=2),
     )
-    claims = [Claim(pending, 1), Claim(dispatched, 2), Claim(done, 1), Claim(pending, 1)]
+    claims = [Claim(pending, 1), Claim(other, 2), Claim(done, 1), Claim(pending, 1)]
     claimed = runs_claim(engine, claims, "w1", TTL_MS)
     assert [c.run_id for c in claimed] == [pending]  # wrong attempt, finished, duplicate
     row = run_row(engine, pending)
     assert row.status == "running" and row.worker_id == "w1"
-    assert row.lease_token == claimed[0].lease_token and row.started_at is not None
+    assert row.lease_token == claimed[0].lease_token
+    assert row.started_at is None  # a claim is not a start: the worker records that
     assert claimed[0].task_spec == {"type": "noop"} and claimed[0].timeout_s == 60
     # a second delivery of the same message claims nothing
     assert runs_claim(engine, [Claim(pending, 1)], "w2", TTL_MS) == []
@@ -76,7 +75,8 @@ def test_an_expired_worker_cannot_finish_after_the_reaper_requeued(engine: Engin
     reaped = runs_reap_expired(engine, published.extend)
     assert [p.run_id for p in reaped.requeued] == [rid] and published == reaped.requeued
     row = run_row(engine, rid)
-    assert (row.status, row.attempt, row.lease_token) == ("dispatched", 2, None)
+    assert (row.status, row.attempt, row.lease_token) == ("pending", 2, None)
+    assert row.dispatched_at is not None  # when the reaper published it
     assert row.errors[0]["error"] == "lease expired (worker slow)"
     [second] = runs_claim(engine, [Claim(rid, 2)], "fast", TTL_MS)
     assert not run_finish_ok(engine, rid, first.lease_token).accepted  # stale
@@ -144,18 +144,24 @@ def test_expiry_on_the_last_attempt_dead_letters(engine: Engine) -> None:
     assert run_row(engine, rid).status == "dead"
 
 
-def test_undispatched_runs_are_published_once_and_queued_ones_wait(engine: Engine) -> None:
+def test_unclaimed_runs_are_published_after_the_grace_and_queued_ones_wait(
+    engine: Engine,
+) -> None:
+    """Without a view of the workers' progress, a run still unclaimed a grace after it
+    went out counts as lost (with it: tests/integration/test_reaper_lost.py)."""
     job = make_job(engine)
     plain = make_run(engine, job)
     base = run_row(engine, plain).scheduled_at
     queued = make_run(engine, job, scheduled_at=base.replace(minute=1), skip_reason="queued")
     published: list = []
-    assert runs_republish_undispatched(engine, 60_000, published.extend) == []  # in grace
-    out = runs_republish_undispatched(engine, 0, published.extend)
-    assert [p.run_id for p in out] == [plain] == [p.run_id for p in published]
-    assert run_row(engine, plain).status == "dispatched"
-    assert run_row(engine, queued).status == "pending"
-    assert runs_republish_undispatched(engine, 0, published.extend) == []
+    assert runs_publish_unclaimed(engine, 60_000, published.extend).all == []  # in grace
+    out = runs_publish_unclaimed(engine, 0, published.extend)
+    assert [p.run_id for p in out.lost] == [plain] == [p.run_id for p in published]
+    row = run_row(engine, plain)
+    assert (row.status, row.dispatched_at is not None) == ("pending", True)
+    assert run_row(engine, queued).dispatched_at is None
+    # published again only a whole grace after that publish
+    assert runs_publish_unclaimed(engine, 60_000, published.extend).all == []
 
 
 def test_a_queued_run_with_nothing_ahead_of_it_is_released_after_the_grace(
@@ -169,15 +175,16 @@ def test_a_queued_run_with_nothing_ahead_of_it_is_released_after_the_grace(
     later = base + timedelta(minutes=1)
     second = make_run(engine, job, scheduled_at=later, skip_reason="queued")
     published: list = []
-    assert runs_republish_undispatched(engine, 60_000, published.extend) == []  # in grace
-    out = runs_republish_undispatched(engine, 0, published.extend)
-    assert [p.run_id for p in out] == [first]  # the oldest only
-    assert run_row(engine, first).status == "dispatched"
+    assert runs_publish_unclaimed(engine, 60_000, published.extend).all == []  # in grace
+    out = runs_publish_unclaimed(engine, 0, published.extend)
+    assert [p.run_id for p in out.all] == [first]  # the oldest only
+    assert run_row(engine, first).skip_reason is None
     assert (run_row(engine, second).status, run_row(engine, second).skip_reason) == (
         "pending",
         "queued",
     )
-    assert runs_republish_undispatched(engine, 0, published.extend) == []  # first is ahead
+    out = runs_publish_unclaimed(engine, 60_000, published.extend)
+    assert out.all == []  # first is ahead of second, and just went out
 
 
 def test_a_manual_run_is_published_on_the_next_pass_without_waiting_for_grace(
@@ -186,9 +193,10 @@ def test_a_manual_run_is_published_on_the_next_pass_without_waiting_for_grace(
     job = make_job(engine)
     run, _ = run_now(engine, "acme", job)
     published: list = []
-    out = runs_republish_undispatched(engine, 60_000, published.extend)
-    assert [p.run_id for p in out] == [run.run_id] == [p.run_id for p in published]
-    assert run_row(engine, run.run_id).status == "dispatched"
+    out = runs_publish_unclaimed(engine, 60_000, published.extend)
+    assert [p.run_id for p in out.first] == [run.run_id] == [p.run_id for p in published]
+    assert run_row(engine, run.run_id).dispatched_at is not None
+    assert runs_publish_unclaimed(engine, 60_000, published.extend).all == []  # once
 
 
 def test_finishing_releases_the_oldest_queued_run(engine: Engine) -> None:
@@ -201,3 +209,78 @@ def test_finishing_releases_the_oldest_queued_run(engine: Engine) -> None:
     result = run_finish_ok(engine, rid, run.lease_token)
     assert result.queued_next is not None and result.queued_next.run_id == second
     assert run_row(engine, second).skip_reason is None
+
+
+def test_a_heartbeat_does_not_revive_an_expired_lease(engine: Engine) -> None:
+    """kit.core.leases.heartbeat_run refuses an expired lease (a reaper may already be
+    handing the run to another worker); the store agreed to extend it (issue 7, item 17)."""
+    job = make_job(engine)
+    rid = make_run(engine, job)
+    [run] = runs_claim(engine, [Claim(rid, 1)], "w1", TTL_MS)
+    expire_lease(engine, rid)
+    kept, lost = runs_heartbeat(engine, [(rid, run.lease_token)], TTL_MS)
+    assert (kept, lost) == (set(), {rid})
+    row = run_row(engine, rid)
+    assert row.lease_expires_at < run.claimed_at + timedelta(seconds=TTL_MS / 1000)
+
+
+def test_a_failure_whose_text_holds_a_nul_byte_is_recorded(engine: Engine) -> None:
+    """PostgreSQL text cannot hold U+0000: a command printing one on stderr made its failure
+    impossible to write, so the run waited out its lease and ran again without backoff
+    (issue 7, item 14)."""
+    job = make_job(engine)
+    rid = make_run(engine, job)
+    [run] = runs_claim(engine, [Claim(rid, 1)], "w1", TTL_MS)
+    result = run_finish_failed(
+        engine, rid, run.lease_token, "exit code 1; stderr: a\x00b", random.Random(1)
+    )
+    assert (result.accepted, result.status) == (True, "retry_scheduled")
+    row = run_row(engine, rid)
+    assert row.error == "exit code 1; stderr: a\\0b"
+    assert row.errors[-1]["error"] == "exit code 1; stderr: a\\0b"
+
+
+def test_the_reaper_holds_a_rearmed_retry_of_a_manual_run_until_its_retry_at(
+    engine: Engine,
+) -> None:
+    """The scan re-arms a retry up to its scan-ahead before retry_at and holds it until
+    then; the reaper published manual and replayed runs on sight, so their retries went
+    out up to 5 s early (issue 7, item 16)."""
+    job = make_job(engine)
+    with engine.begin() as conn:
+        now = conn.execute(text("SELECT now()")).scalar_one()
+    run, _ = run_now(engine, "acme", job, now=now - timedelta(seconds=2))
+    [claimed] = runs_claim(engine, [Claim(run.run_id, 1)], "w1", TTL_MS)
+    failed = run_finish_failed(engine, run.run_id, claimed.lease_token, "boom", random.Random(1))
+    assert failed.status == "retry_scheduled"
+    with engine.begin() as conn:  # the retry is 3 s away; the scan re-arms it now (5 s ahead)
+        conn.execute(
+            text("UPDATE runs SET retry_at = now() + interval '3 s' WHERE run_id = :r"),
+            {"r": run.run_id},
+        )
+    with engine.begin() as conn:  # what the scan does when the retry trigger enters its window
+        assert runs_rearm(conn, {run.run_id: 2}) == {run.run_id}
+    row = run_row(engine, run.run_id)
+    assert (row.status, row.attempt) == ("pending", 2)
+    published: list = []
+    assert runs_publish_unclaimed(engine, 10_000, published.extend).all == []
+    due = row.retry_at + timedelta(milliseconds=1)
+    again = runs_publish_unclaimed(engine, 10_000, published.extend, now=due).all
+    assert [p.run_id for p in again] == [run.run_id] == [p.run_id for p in published]
+
+
+def test_a_failure_that_will_retry_does_not_release_a_queued_run(engine: Engine) -> None:
+    """Overlap 'queue' (issue 7, item 12): the job is still busy while its run awaits a
+    retry, so the next run stays queued; only an end (success, dead, cancel) releases it."""
+    job = make_job(engine, overlap="queue")
+    first = make_run(engine, job)
+    later = run_row(engine, first).scheduled_at + timedelta(minutes=1)
+    queued = make_run(engine, job, scheduled_at=later, skip_reason="queued")
+    [run] = runs_claim(engine, [Claim(first, 1)], "w1", TTL_MS)
+    result = run_finish_failed(engine, first, run.lease_token, "boom", random.Random(1))
+    assert (result.status, result.queued_next) == ("retry_scheduled", None)
+    assert run_row(engine, queued).skip_reason == "queued"
+    rearm_retry(engine, first)
+    [again] = runs_claim(engine, [Claim(first, 2)], "w1", TTL_MS)
+    done = run_finish_ok(engine, first, again.lease_token)
+    assert done.queued_next is not None and done.queued_next.run_id == queued

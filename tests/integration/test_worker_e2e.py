@@ -15,10 +15,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 
@@ -26,32 +26,13 @@ from kit.core.timeutil import to_epoch_ms
 from kit.reaper.reaper import Reaper
 from kit.settings import Settings
 from kit.store.schema import jobs, triggers
-from kit.transport import RunMessage, RunPublisher, TieredConsumer, ensure_topics
+from kit.transport import RunMessage, RunPublisher, TieredConsumer
 from kit.worker.worker import Worker, WorkerMetrics, task_executor
-from tests.integration.worker_rows import make_job, make_run, rearm_retry, run_row
+from tests.integration.worker_rows import COMMANDS, make_job, make_run, rearm_retry, run_row
 
 pytestmark = pytest.mark.integration
 Headers = Callable[..., dict[str, str]]
 WAIT_S = 30.0
-
-
-@pytest.fixture
-def prefix(settings: Settings) -> Iterator[str]:
-    prefix = f"cf.wk.{uuid.uuid4().hex[:10]}"
-    ensure_topics(settings.kafka_bootstrap, 1, prefix=prefix)
-    yield prefix
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + ".")]
-    if topics:
-        for future in admin.delete_topics(topics).values():
-            future.result(timeout=10)
-
-
-@pytest.fixture
-def publisher(settings: Settings, prefix: str) -> Iterator[RunPublisher]:
-    pub = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
-    yield pub
-    pub.close()
 
 
 class Running:
@@ -84,7 +65,7 @@ def start_worker(
             concurrency=2,
             lease_ttl_ms=ttl_ms,
             heartbeat_ms=heartbeat_ms,
-            execute=task_executor(),
+            execute=task_executor(COMMANDS),
         )
         running = Running(worker, consumer)
         running.thread.start()
@@ -123,7 +104,7 @@ def wait_for(engine: Engine, run_id: str, *statuses: str) -> object:
 def ledger_task(ledger: Path, script: str = "") -> dict:
     """A command that appends its idempotency key to the ledger after `script` passes."""
     body = f'{script}\necho "$CRONFLEET_IDEMPOTENCY_KEY" >> "{ledger}"'
-    return {"type": "command", "argv": ["sh", "-c", body]}
+    return {"type": "command", "argv": ["/bin/sh", "-c", body]}
 
 
 def test_run_succeeds_once_and_a_duplicate_delivery_is_skipped(
@@ -137,7 +118,7 @@ def test_run_succeeds_once_and_a_duplicate_delivery_is_skipped(
     running = start_worker()
     row = wait_for(engine, rid, "succeeded")
     assert row.started_at is not None and row.finished_at >= row.started_at
-    assert row.dispatched_at is not None and row.worker_id == "w1"
+    assert row.worker_id == "w1"
     deadline = time.monotonic() + WAIT_S
     while running.metrics.value("cronfleet_worker_duplicate_deliveries_total") < 1:
         assert time.monotonic() < deadline
@@ -160,7 +141,9 @@ def test_failing_task_retries_with_backoff_then_succeeds(
     for attempt, backoff_s in ((1, 0.5), (2, 1.0)):
         publish(publisher, engine, rid)
         row = wait_for(engine, rid, "retry_scheduled")
-        assert row.attempt == attempt and "exit" in row.error
+        # retry_scheduled at the attempt it will retry with; the history names the failed one
+        assert row.attempt == attempt + 1 and "exit" in row.error
+        assert row.errors[-1]["attempt"] == attempt
         assert abs((row.retry_at - row.finished_at).total_seconds() - backoff_s) < 0.05
         with engine.begin() as conn:
             trig = conn.execute(select(triggers).where(triggers.c.kind == "retry")).one()
@@ -187,7 +170,7 @@ def test_always_failing_goes_dead_pauses_the_job_and_replays(
     job = make_job(engine, task=task, retry={"max_attempts": 1}, pause_after_dead=2)
     first = make_run(engine, job)
     second = make_run(
-        engine, job, scheduled_at=run_row(engine, first).scheduled_at.replace(year=2031)
+        engine, job, scheduled_at=run_row(engine, first).scheduled_at - timedelta(minutes=1)
     )
     start_worker()
     publish(publisher, engine, first)
@@ -213,22 +196,31 @@ def test_always_failing_goes_dead_pauses_the_job_and_replays(
     assert row.attempt == 2 and (tmp_path / "ledger").read_text().split() == [first]
 
 
-def test_expired_worker_cannot_finish(
+def test_a_worker_that_cannot_confirm_its_lease_stops_the_task_and_gives_it_back(
     engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Running], tmp_path: Path
 ) -> None:
-    job = make_job(engine, task={"type": "command", "argv": ["sleep", "2"]})
+    """It never heartbeats, so its lease runs out while the task sleeps: the worker stops
+    the task before the lease ends and gives the run back (it used to run on and find
+    its finish refused, after the reaper had handed the run to someone else)."""
+    ledger = tmp_path / "ledger"
+    job = make_job(engine, task=ledger_task(ledger, "sleep 2"))
     rid = make_run(engine, job)
-    # never heartbeats: its lease runs out while the task sleeps
     running = start_worker(ttl_ms=1000, heartbeat_ms=600_000)
     publish(publisher, engine, rid)
     wait_for(engine, rid, "running")
-    time.sleep(1.1)
-    reaper = Reaper(engine, publisher, 10_000)
-    assert reaper.tick().requeued == 1  # republished at attempt 2; the worker claims it
     deadline = time.monotonic() + WAIT_S
-    while running.metrics.value("cronfleet_worker_stale_finishes_total") < 1:
+    while running.metrics.value("cronfleet_worker_fenced_total") < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    reaper = Reaper(engine, publisher, 10_000)
+    while True:  # given back: the reaper sees the lease over and re-queues the run
+        counts = reaper.tick()
+        if counts.requeued + counts.dead:
+            break
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    assert running.metrics.value("cronfleet_worker_stale_finishes_total") == 0
+    assert not ledger.exists()  # the stopped task never reached its effect
     row = run_row(engine, rid)
     assert row.attempt >= 2 and row.errors[0]["error"].startswith("lease expired")
 
@@ -254,6 +246,7 @@ def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
         "CRONFLEET_DATABASE_URL": db_url,
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_RUN_LEASE_TTL_MS": "2000",
+        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
     }
     argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "doomed"]
     argv += ["--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
@@ -300,6 +293,7 @@ def test_sigterm_finishes_the_in_flight_run_and_exits(
         port = s.getsockname()[1]
     env = {**os.environ, "CRONFLEET_DATABASE_URL": db_url}
     env["CRONFLEET_KAFKA_BOOTSTRAP"] = settings.kafka_bootstrap
+    env["CRONFLEET_TASK_POLICY_FILE"] = settings.task_policy_file
     argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "polite", "--metrics-port"]
     argv += [str(port), "--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
     proc = subprocess.Popen(argv, env=env, start_new_session=True)

@@ -10,8 +10,14 @@ from sqlalchemy import Engine, select, text
 
 from kit.core.ids import run_id as make_run_id
 from kit.core.schedule import parse_schedule
+from kit.core.task_policy import TaskPolicy
 from kit.store.jobs import JobCreate, JobSpec, job_create
 from kit.store.schema import runs
+from kit.tasks.policy import PolicySource
+
+# The operator's task policy of the workers these tests start: tenant acme may run
+# /bin/sh (commands are the operator's decision; by default nobody runs any).
+COMMANDS = PolicySource.fixed(TaskPolicy.parse({"tenants": {"acme": {"commands": ["/bin/sh"]}}}))
 
 
 def make_job(

@@ -13,7 +13,6 @@ from kit.core.leases import (
     acquire_partition,
     cancel_run,
     claim_run,
-    dispatch_run,
     expire_run,
     fenced_write_allowed,
     finish_run,
@@ -93,7 +92,7 @@ run_ops = st.lists(
         st.tuples(st.just("claim"), st.sampled_from(WORKERS), st.integers(-1, 0)),
         st.tuples(st.just("heartbeat"), st.sampled_from(WORKERS)),
         st.tuples(st.just("finish"), st.sampled_from(WORKERS), st.booleans(), st.booleans()),
-        st.tuples(st.sampled_from(["dispatch", "expire", "retry_due", "cancel"])),
+        st.tuples(st.sampled_from(["expire", "retry_due", "cancel"])),
         st.tuples(st.just("tick"), st.integers(1, 1_500)),
     ),
     max_size=60,
@@ -124,8 +123,6 @@ def test_no_stale_token_wins_a_run(ops):
         elif kind == "finish":
             _, worker, ok, retry = op
             t = finish_run(run, tokens.get(worker, "none"), ok, now, now + 500 if retry else None)
-        elif kind == "dispatch":
-            t = dispatch_run(run)
         elif kind == "expire":
             t = expire_run(run, now, max_attempts=5)
         elif kind == "retry_due":

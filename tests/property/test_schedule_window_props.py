@@ -79,3 +79,10 @@ def test_interval_and_empty_windows():
     got = fires_in(s, after, after + timedelta(hours=3))
     assert got == [anchor + timedelta(hours=h) for h in (1, 2, 3)]
     assert fires_in(s, after, after) == []
+
+
+def test_a_day_that_never_comes_fires_nothing():
+    s = CronSchedule("0 0 30 2 *", "UTC")  # 30 February
+    after = datetime(2026, 1, 1, tzinfo=UTC)
+    until = after + timedelta(days=400)
+    assert fires_in(s, after, until) == _by_next_fire(s, after, until) == []

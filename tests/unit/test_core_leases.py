@@ -10,12 +10,12 @@ from kit.core.leases import (
     acquire_partition,
     cancel_run,
     claim_run,
-    dispatch_run,
     expire_run,
     fenced_write_allowed,
     finish_run,
     heartbeat_run,
     release_partition,
+    release_run,
     render_state_table,
     renew_partition,
     retry_due_run,
@@ -89,11 +89,9 @@ def running(token="t1", expires=1000, attempt=1):
     return RunLease("r1", attempt, RunStatus.running, token, "w1", expires)
 
 
-def test_claim_from_pending_and_dispatched_only():
+def test_claim_from_pending_only():
     t = claim_run(pending(), "w1", "t1", 1, 0, TTL)
     assert t.accepted and t.run == running()
-    t = claim_run(dispatch_run(pending()).run, "w1", "t1", 1, 0, TTL)
-    assert t.accepted
     dup = claim_run(running(), "w2", "t2", 1, 0, TTL)
     assert not dup.accepted and "not claimable" in dup.reason and dup.run == running()
 
@@ -152,9 +150,9 @@ def test_state_machine_doc_is_generated_from_the_table():
 
 
 def _every_operation(run):
-    yield dispatch_run(run)
     yield cancel_run(run)
     for tok in ("t1", "other"):
+        yield release_run(run, tok, 0)
         yield heartbeat_run(run, tok, 0, TTL)
         yield heartbeat_run(run, tok, 5000, TTL)
         for ok in (True, False):

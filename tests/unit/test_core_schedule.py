@@ -5,12 +5,17 @@ import pytest
 from kit.core.errors import FieldError
 from kit.core.ids import run_id
 from kit.core.schedule import (
+    MAX_CRON_CHARS,
+    MAX_TIMEZONE_CHARS,
     CronSchedule,
     IntervalSchedule,
     OneOffSchedule,
     next_fire,
     next_fires,
+    parse_cron,
+    parse_instant,
     parse_schedule,
+    parse_timezone,
     schedule_to_dict,
 )
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
@@ -89,3 +94,38 @@ def test_time_conversions_and_run_id():
     assert run_id("j", t) == run_id("j", to_epoch_ms(t)) != run_id("k", t)
     with pytest.raises(ValueError):
         to_epoch_ms(datetime(2025, 1, 1))
+
+
+# --- limits on what a tenant may hand the parser (issue 7, items 18, 19, 21) -------------
+
+
+@pytest.mark.parametrize("expr", ["0 0 31 2 *", "0 0 30 2 *", "0 0 31 4,6,9,11 *"])
+def test_a_cron_that_never_fires_is_refused(expr: str) -> None:
+    with pytest.raises(FieldError, match="never fires"):
+        parse_cron(expr)
+
+
+def test_a_cron_that_fires_only_on_29_february_is_accepted() -> None:
+    schedule = CronSchedule(parse_cron("0 0 29 2 *"))
+    fire = next_fire(schedule, datetime(2026, 3, 1, tzinfo=UTC))
+    assert fire == datetime(2028, 2, 29, tzinfo=UTC)
+
+
+def test_next_fire_of_a_stored_never_firing_cron_is_none_not_an_exception() -> None:
+    # a row written before the parser refused such expressions must not crash a scan
+    assert next_fire(CronSchedule("0 0 31 2 *"), datetime(2026, 1, 1, tzinfo=UTC)) is None
+
+
+def test_cron_and_time_zone_lengths_are_capped() -> None:
+    with pytest.raises(FieldError, match="characters"):
+        parse_cron(",".join(["1"] * (MAX_CRON_CHARS // 2 + 1)) + " * * * *")
+    with pytest.raises(FieldError, match="characters"):
+        parse_timezone("Europe/" + "x" * MAX_TIMEZONE_CHARS)
+
+
+@pytest.mark.parametrize(
+    "text", ["0001-01-01T00:00+01:00", "9999-12-31T23:30:00-01:00", "1969-12-31T23:59:59Z"]
+)
+def test_instants_outside_the_calendar_we_serve_are_refused(text: str) -> None:
+    with pytest.raises(FieldError, match="between"):
+        parse_instant(text, "at")

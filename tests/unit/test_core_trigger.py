@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kit.core.defaults import MISFIRE_GRACE_MS
 from kit.core.ids import run_id
 from kit.core.policies import MISFIRE_KINDS, MisfirePolicy, OverlapPolicy
 from kit.core.schedule import CronSchedule, IntervalSchedule, OneOffSchedule
@@ -114,7 +115,7 @@ def test_misfire_policies_after_an_outage():
     kinds = {}
     for kind in MISFIRE_KINDS:
         job = every(10, misfire=MisfirePolicy(kind, deadline_s=25))
-        d = decide_trigger(trig(start), job, now_ms=now, horizon_ms=hi)
+        d = decide_trigger(trig(start), job, now_ms=now, horizon_ms=hi, misfire_grace_ms=2000)
         kinds[kind] = [(r.scheduled_at_ms - T0) // 1000 for r in d.runs if r.fired]
         assert [(r.scheduled_at_ms - T0) // 1000 for r in d.runs] == [
             -60,
@@ -190,11 +191,48 @@ def test_successive_scans_account_for_every_fire_time_once(
         if not d.delete:
             break
         seen += [r.scheduled_at_ms for r in d.runs]
-        fired_late += sum(1 for r in d.runs if r.fired and r.scheduled_at_ms < now - 2000)
+        fired_late += sum(
+            1 for r in d.runs if r.fired and r.scheduled_at_ms < now - MISFIRE_GRACE_MS
+        )
         if kind == "run_all":
             assert all(r.fired for r in d.runs)
         at = d.next_fire_at_ms
     expected = list(range(T0, now + 5000 + 1, every_s * 1000))
     assert seen == expected
     if kind == "run_once":
-        assert fired_late == (1 if any(t < now - 2000 for t in expected) else 0)
+        assert fired_late == (1 if any(t < now - MISFIRE_GRACE_MS for t in expected) else 0)
+
+
+def test_a_fire_is_missed_only_when_later_than_a_failover():
+    """The default grace covers a dead node's partition moving and being scanned: a fire
+    that late is still on time; one a millisecond later goes through the policy."""
+    from kit.core import defaults
+
+    grace = defaults.misfire_grace_ms()
+    assert grace == MISFIRE_GRACE_MS > defaults.PARTITION_LEASE_TTL_MS + defaults.NODE_HEARTBEAT_MS
+    job = every(10, misfire=MisfirePolicy("skip_late", deadline_s=0))
+    for late_ms, fired in ((grace, True), (grace + 1, False)):
+        d = decide_trigger(trig(T0 - late_ms), job, now_ms=T0, horizon_ms=T0 - late_ms)
+        assert [r.fired for r in d.runs] == [fired]
+
+
+def test_an_edit_keeps_or_records_the_fire_it_owed():
+    from kit.core.schedule import parse_schedule
+    from kit.core.trigger import EditedTrigger, trigger_after_edit
+
+    t0 = datetime(2030, 1, 7, 11, tzinfo=UTC)
+    hourly = parse_schedule({"cron": "0 * * * *"}, now=t0)
+    half = parse_schedule({"cron": "30 * * * *"}, now=t0)
+    noon = to_epoch_ms(datetime(2030, 1, 7, 12, tzinfo=UTC))
+    old_fire = noon + 600_000  # jitter 10 min
+    # the occurrence came, its fire did not: the same schedule keeps it at the new jitter
+    assert trigger_after_edit(old_fire, 600_000, hourly, 5_000, noon + 1) == EditedTrigger(
+        noon + 5_000
+    )
+    # a schedule without that occurrence: from now, and the old fire is recorded
+    assert trigger_after_edit(old_fire, 600_000, half, 0, noon + 1) == EditedTrigger(
+        None, skipped_ms=old_fire
+    )
+    # nothing owed yet (before the occurrence), or no trigger at all: from now
+    assert trigger_after_edit(old_fire, 600_000, half, 0, noon - 1) == EditedTrigger(None)
+    assert trigger_after_edit(None, 0, hourly, 0, noon) == EditedTrigger(None)

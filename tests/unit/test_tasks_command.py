@@ -12,13 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from kit.core.task_policy import CommandPermit
 from kit.tasks import RunContext, execute
 from kit.tasks.command import group_alive, run_command
 
 PY = sys.executable
+# What these tests run (the operator's allow-list matches argv[0] exactly).
+PERMIT = CommandPermit(frozenset({PY, "sh", "echo"}))
 
 
 def ctx(timeout_s: float = 30.0, **kw: object) -> RunContext:
+    kw.setdefault("commands", PERMIT)
     return RunContext("run-abc", 3, timeout_s, **kw)  # type: ignore[arg-type]
 
 
@@ -74,7 +78,8 @@ def test_non_zero_exit_fails_with_a_bounded_stderr_excerpt() -> None:
 
 
 def test_missing_program_and_bad_argv_fail_cleanly(tmp_path: Path) -> None:
-    missing = execute({"type": "command", "argv": [str(tmp_path / "nope")]}, ctx())
+    nope = str(tmp_path / "nope")
+    missing = execute({"type": "command", "argv": [nope]}, ctx(commands=CommandPermit({nope})))
     assert not missing.ok and "cannot start" in (missing.error or "")
     assert not execute({"type": "command", "argv": []}, ctx()).ok
     assert not execute({"type": "command", "argv": "ls -l"}, ctx()).ok

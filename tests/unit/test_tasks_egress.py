@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 import pytest
 
@@ -48,7 +49,7 @@ def test_public_addresses_pass(address: str) -> None:
 
 
 def test_ip_literal_hosts_are_checked_without_dns() -> None:
-    with pytest.raises(EgressRefused, match=r"127\.0\.0\.1, a loopback address"):
+    with pytest.raises(EgressRefused, match=r"127\.0\.0\.1 is a loopback address"):
         checked_address("127.0.0.1", 80, AllowList())
     with pytest.raises(EgressRefused, match="link-local"):
         checked_address("[fe80::1]", 80, AllowList())
@@ -56,7 +57,7 @@ def test_ip_literal_hosts_are_checked_without_dns() -> None:
 
 
 def test_localhost_by_name_is_refused_unless_allow_listed() -> None:
-    with pytest.raises(EgressRefused, match="loopback"):
+    with pytest.raises(EgressRefused, match="does not resolve to a public address"):
         checked_address("localhost", 80, AllowList())
     assert checked_address("localhost", 80, AllowList.parse("LOCALHOST.")).is_loopback
 
@@ -83,7 +84,7 @@ def test_bad_allow_list_entry_names_the_setting() -> None:
 
 
 def test_unresolvable_host_is_refused() -> None:
-    with pytest.raises(EgressRefused, match="cannot resolve"):
+    with pytest.raises(EgressRefused, match="does not resolve to a public address"):
         checked_address("no-such-host.invalid", 80, AllowList())
 
 
@@ -101,4 +102,51 @@ def test_unresolvable_host_is_refused() -> None:
 def test_http_task_refuses_before_connecting(url: str) -> None:
     result = execute({"type": "http", "url": url, "method": "GET"}, RunContext("r1", 1, 5.0))
     assert not result.ok
-    assert "allow-list it in http_allow_hosts" in (result.error or "")
+    assert "egress allow-list (http_allow_hosts)" in (result.error or "")
+
+
+# --- a refusal names no resolved address (issue 7, item 2) -------------------------------
+
+
+@pytest.fixture
+def internal_dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resolver that knows internal names, as a split-horizon DNS would."""
+    table = {"db.internal": ["10.20.30.40"], "meta.internal": ["169.254.169.254"]}
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: str, port: int, *args: object, **kwargs: object) -> list:
+        if host in table:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in table[host]]
+        if host.endswith(".internal"):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr("kit.tasks.egress.socket.getaddrinfo", getaddrinfo)
+
+
+@pytest.mark.usefixtures("internal_dns")
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [("db.internal", "10.20.30.40"), ("meta.internal", "169.254.169.254"), ("localhost", "127.")],
+)
+def test_a_refused_host_name_does_not_say_what_it_resolves_to(host: str, address: str) -> None:
+    with pytest.raises(EgressRefused) as refused:
+        checked_address(host, 80, AllowList())
+    message = str(refused.value)
+    assert address not in message and "::1" not in message
+    assert host in message
+    result = execute(
+        {"type": "http", "url": f"http://{host}/", "method": "GET"}, RunContext("r1", 1, 5.0)
+    )
+    assert not result.ok and address not in (result.error or "")
+
+
+@pytest.mark.usefixtures("internal_dns")
+def test_an_internal_name_and_a_missing_one_are_refused_alike() -> None:
+    """No oracle: a tenant cannot tell which internal names exist."""
+    messages = []
+    for host in ("db.internal", "nothing-here.internal"):
+        with pytest.raises(EgressRefused) as refused:
+            checked_address(host, 80, AllowList())
+        messages.append(str(refused.value).replace(host, "HOST"))
+    assert messages[0] == messages[1]

@@ -11,7 +11,9 @@ config = context.config
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(config.get_main_option("sqlalchemy.url"), poolclass=pool.NullPool)
+    engine = create_engine(
+        config.get_main_option("sqlalchemy.url"), poolclass=pool.NullPool, hide_parameters=True
+    )
     with engine.connect() as connection:
         context.configure(
             connection=connection,

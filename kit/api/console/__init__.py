@@ -1,0 +1,34 @@
+"""The web console: server-rendered pages on the API's port, behind the same tokens.
+
+Plain HTML from Jinja2 templates, one small script (static/console.js: a schedule
+preview as you type, confirmations, refreshing a job's runs) and no build step. See
+docs/console.md.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from fastapi.staticfiles import StaticFiles
+
+from kit.api.console.pages import router
+from kit.api.console.web import HERE, PREFIX, ConsoleError, LoginRequired, redirect, render
+
+
+def install(app: FastAPI) -> None:
+    app.include_router(router)
+    app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="console-static")
+
+    async def on_login_required(request: Request, exc: LoginRequired) -> Response:
+        if request.method == "GET":
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return redirect(f"{PREFIX}/login?{urlencode({'next': target})}")
+        return redirect(f"{PREFIX}/login", "your session ended: sign in again")
+
+    async def on_console_error(request: Request, exc: ConsoleError) -> Response:
+        return render(request, "error.html", status_code=exc.status, message=exc.message)
+
+    app.add_exception_handler(LoginRequired, on_login_required)
+    app.add_exception_handler(ConsoleError, on_console_error)

@@ -1,0 +1,436 @@
+"""The console's pages: jobs (search, pause, resume, run now, edit), a job's runs with a
+timeline, the explain view, dead letters with replay, the fleet.
+
+Every page reads and writes through the same store calls as the /v1 API, scoped to
+the session's tenant: another tenant's id is a 404 page, as it is a 404 over HTTP.
+State changes are POST forms with the session's CSRF token, answered with a redirect
+(so a reload does not repeat them) carrying a one-line message.
+"""
+
+from __future__ import annotations
+
+import hmac
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from kit.api import routes as api_routes
+from kit.api.console.edit import form_values, patch_from_form, validated
+from kit.api.console.timeline import timeline
+from kit.api.console.web import (
+    LOGIN_CSRF_COOKIE,
+    PREFIX,
+    SESSION_COOKIE,
+    ConsoleError,
+    checked_form,
+    current_session,
+    new_login_csrf,
+    read_form,
+    redirect,
+    render,
+    require_session,
+    require_write,
+    safe_next,
+    secure_cookie,
+    set_session_cookie,
+)
+from kit.api.fleet import fleet_now
+from kit.api.job_history import explain_out
+from kit.api.models import JobOut, JobPatch, RunOut
+from kit.api.schedule_preview import preview
+from kit.api.state import engine_of, settings_of
+from kit.core.errors import FieldError
+from kit.core.leases import BUSY
+from kit.core.owed import check_instant
+from kit.core.schedule import parse_instant
+from kit.store import audit as audit_store
+from kit.store import dead_letters as dead_letter_store
+from kit.store import explain as explain_store
+from kit.store import jobs as job_store
+from kit.store import jobs_list as list_store
+from kit.store import run_cancel as cancel_store
+from kit.store import runs as run_store
+from kit.store.console_sessions import ConsoleSession, session_close, session_open
+from kit.store.errors import JobNotFound, NameTaken, RunNotFound
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+Session = Annotated[ConsoleSession, Depends(require_session)]
+NOT_FOUND = ConsoleError(404, "no such object for this tenant")
+UNFINISHED = tuple(sorted(s.value for s in BUSY))  # kit.core.leases: not finished yet
+EXPLAIN_PAGE = 300
+
+
+async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """A store call, off the event loop; not-found becomes the console's 404 page."""
+    try:
+        return await run_in_threadpool(lambda: fn(*args, **kwargs))
+    except (JobNotFound, RunNotFound) as exc:
+        raise NOT_FOUND from exc
+
+
+# -- login --------------------------------------------------------------------------------
+
+
+@router.get("")
+async def console_home(request: Request) -> Response:
+    session = await current_session(request)
+    return redirect(f"{PREFIX}/jobs" if session else f"{PREFIX}/login")
+
+
+@router.get("/login")
+def login_form(request: Request, next: str | None = None) -> Response:
+    csrf = new_login_csrf()
+    response = render(request, "login.html", csrf=csrf, next=safe_next(next), error=None)
+    response.set_cookie(
+        LOGIN_CSRF_COOKIE,
+        csrf,
+        max_age=600,
+        path=f"{PREFIX}/login",
+        httponly=True,
+        secure=secure_cookie(request),
+        samesite="strict",
+    )
+    return response
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    form = await read_form(request)
+    cookie = request.cookies.get(LOGIN_CSRF_COOKIE, "")
+    sent = form.get("csrf", "")
+    next_page = safe_next(form.get("next"))
+    if not cookie or not _equal(cookie, sent):
+        return render(
+            request,
+            "login.html",
+            status_code=403,
+            csrf=cookie or new_login_csrf(),
+            next=next_page,
+            error="the login form expired: try again",
+        )
+    ttl_s = settings_of(request).console_session_ttl_s
+    opened = await run_in_threadpool(
+        session_open, engine_of(request), form.get("token", "").strip(), ttl_s
+    )
+    if opened is None:
+        return render(
+            request,
+            "login.html",
+            status_code=401,
+            csrf=cookie,
+            next=next_page,
+            error="unknown or revoked token",
+        )
+    secret, _session = opened
+    response = redirect(next_page)
+    set_session_cookie(response, request, secret, ttl_s)
+    response.delete_cookie(LOGIN_CSRF_COOKIE, path=f"{PREFIX}/login")
+    return response
+
+
+def _equal(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+@router.post("/logout")
+async def logout(request: Request, session: Session) -> Response:
+    await checked_form(request, session)
+    await run_in_threadpool(session_close, engine_of(request), request.cookies[SESSION_COOKIE])
+    response = redirect(f"{PREFIX}/login", "signed out")
+    response.delete_cookie(SESSION_COOKIE, path=PREFIX)
+    return response
+
+
+# -- jobs ---------------------------------------------------------------------------------
+
+
+@router.get("/jobs")
+async def jobs_page(
+    request: Request,
+    session: Session,
+    name_prefix: str = "",
+    paused: str = "",
+    task_type: str = "",
+    priority: str = "",
+    last_status: str = "",
+    cursor: str | None = None,
+) -> HTMLResponse:
+    filters = list_store.JobFilter(
+        name_prefix=name_prefix or None,
+        paused={"true": True, "false": False}.get(paused),
+        task_type=task_type or None,
+        priority=priority or None,
+        last_status=last_status or None,
+    )
+    try:
+        page = await _call(
+            list_store.jobs_list, engine_of(request), session.token.tenant, filters, cursor, 50
+        )
+        error = None
+    except FieldError as exc:
+        page, error = list_store.JobListPage([], None, 0, True), f"{exc.field}: {exc.reason}"
+    query = {
+        "name_prefix": name_prefix,
+        "paused": paused,
+        "task_type": task_type,
+        "priority": priority,
+        "last_status": last_status,
+    }
+    return render(
+        request,
+        "jobs.html",
+        session=session,
+        jobs=[(JobOut.of(job), last) for job, last in page.jobs],
+        page_info=page,
+        query=query,
+        error=error,
+        statuses=(*run_store.RUN_STATUSES, list_store.NO_RUN),
+        here=_here(request),
+    )
+
+
+def _here(request: Request) -> str:
+    """This page's path and query without the one-line message (the `next` of forms)."""
+    query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "flash"])
+    return request.url.path + (f"?{query}" if query else "")
+
+
+async def _set_paused(request: Request, session: ConsoleSession, job_id: str, paused: bool) -> str:
+    """Through the API's own PATCH route, so the console edits exactly as the API does."""
+    require_write(session)
+    patch = JobPatch.model_validate({"paused": paused})
+    job = await _call(api_routes.update_job, job_id, patch, request, session.token)
+    return f"{job.name} {'paused' if paused else 'resumed'}"
+
+
+@router.post("/jobs/{job_id}/pause")
+async def pause_job(job_id: str, request: Request, session: Session) -> Response:
+    form = await checked_form(request, session)
+    message = await _set_paused(request, session, job_id, True)
+    return redirect(safe_next(form.get("next"), f"{PREFIX}/jobs/{job_id}"), message)
+
+
+@router.post("/jobs/{job_id}/resume")
+async def resume_job(job_id: str, request: Request, session: Session) -> Response:
+    form = await checked_form(request, session)
+    message = await _set_paused(request, session, job_id, False)
+    return redirect(safe_next(form.get("next"), f"{PREFIX}/jobs/{job_id}"), message)
+
+
+@router.post("/jobs/{job_id}/run-now")
+async def run_now(job_id: str, request: Request, session: Session) -> Response:
+    form = await checked_form(request, session)
+    require_write(session)
+    run = await _call(api_routes.run_job_now, job_id, request, session.token)
+    message = f"run {run.run_id[:8]} queued; the reaper publishes it on its next pass"
+    return redirect(safe_next(form.get("next"), f"{PREFIX}/jobs/{job_id}"), message)
+
+
+async def _job_page(
+    request: Request,
+    session: ConsoleSession,
+    job_id: str,
+    *,
+    edit: dict[str, str] | None = None,
+    problems: list[tuple[str, str]] | None = None,
+    status_code: int = 200,
+) -> HTMLResponse:
+    tenant = session.token.tenant
+    engine = engine_of(request)
+    job = JobOut.of(await _call(job_store.job_get, engine, tenant, job_id))
+    runs = await _call(run_store.runs_list, engine, tenant, job_id, None, None, 50)
+    audit = await _call(audit_store.audit_list, engine, tenant, job_id, None, 20)
+    now = datetime.now(UTC)
+    original = form_values(job)
+    return render(
+        request,
+        "job.html",
+        status_code=status_code,
+        session=session,
+        job=job,
+        runs=[RunOut.of(r) for r in runs.runs],
+        unfinished=UNFINISHED,
+        timeline=timeline(runs.runs, now),
+        audit=audit.entries,
+        form={**original, **(edit or {})},
+        original=original,
+        problems=problems or [],
+    )
+
+
+@router.get("/jobs/{job_id}")
+async def job_page(job_id: str, request: Request, session: Session) -> HTMLResponse:
+    return await _job_page(request, session, job_id)
+
+
+@router.post("/jobs/{job_id}/edit")
+async def edit_job(job_id: str, request: Request, session: Session) -> Response:
+    form = await checked_form(request, session)
+    require_write(session)
+    patch, problems = patch_from_form(form)
+    if not patch and not problems:
+        return redirect(f"{PREFIX}/jobs/{job_id}", "nothing changed")
+    model, more = validated(patch) if not problems else (None, [])
+    problems += more
+    if model is not None:
+        try:
+            job = await _call(api_routes.update_job, job_id, model, request, session.token)
+            return redirect(f"{PREFIX}/jobs/{job_id}", f"saved {job.name} (v{job.version})")
+        except FieldError as exc:
+            problems.append((exc.field, exc.reason))
+        except NameTaken:
+            problems.append(("name", "is already used by another job"))
+    edited = {k: v for k, v in form.items() if not k.startswith(("orig_", "csrf"))}
+    return await _job_page(
+        request, session, job_id, edit=edited, problems=problems, status_code=422
+    )
+
+
+@router.get("/jobs/{job_id}/explain")
+async def explain_page(
+    job_id: str,
+    request: Request,
+    session: Session,
+    start: Annotated[str, Query(alias="from")] = "",
+    end: Annotated[str, Query(alias="to")] = "",
+) -> HTMLResponse:
+    tenant = session.token.tenant
+    engine = engine_of(request)
+    job = JobOut.of(await _call(job_store.job_get, engine, tenant, job_id))
+    now = datetime.now(UTC)
+    error = None
+    explained = None
+    try:  # by default the last hour and the next few minutes, a page of fires at a time
+        end_at = parse_instant(end, "to") if end else now + timedelta(minutes=5)
+        start_at = parse_instant(start, "from") if start else end_at - timedelta(minutes=65)
+        check_instant(start_at, "from")
+        check_instant(end_at, "to")
+        done = await _call(
+            explain_store.job_explain,
+            engine,
+            tenant,
+            job_id,
+            start_at,
+            end_at,
+            limit=EXPLAIN_PAGE,
+            written_ahead_ms=settings_of(request).scan_ahead_ms,
+        )
+        explained = explain_out(done)
+    except FieldError as exc:
+        error = f"{exc.field}: {exc.reason}"
+    return render(
+        request,
+        "explain.html",
+        session=session,
+        job=job,
+        explained=explained,
+        error=error,
+        start=start or (explained.start.isoformat() if explained else ""),
+        end=end or (explained.end.isoformat() if explained else ""),
+    )
+
+
+@router.post("/runs/{run_id}/cancel")
+async def cancel_run(run_id: str, request: Request, session: Session) -> Response:
+    form = await checked_form(request, session)
+    require_write(session)
+    try:
+        done = await _call(
+            cancel_store.run_cancel,
+            engine_of(request),
+            session.token.tenant,
+            run_id,
+            session.token.token_id,
+        )
+        message = f"run {run_id[:8]} cancelled (was {done.was})"
+        back = f"{PREFIX}/jobs/{done.run.job_id}"
+    except cancel_store.RunFinished as exc:
+        message, back = str(exc), f"{PREFIX}/jobs"
+    return redirect(safe_next(form.get("next"), back), message)
+
+
+# -- dead letters --------------------------------------------------------------------------
+
+
+@router.get("/dead-letters")
+async def dead_letters_page(
+    request: Request, session: Session, cursor: str | None = None
+) -> HTMLResponse:
+    tenant = session.token.tenant
+    engine = engine_of(request)
+    try:
+        page = await _call(dead_letter_store.dead_letters_list, engine, tenant, None, cursor, 50)
+    except FieldError as exc:
+        raise ConsoleError(422, f"{exc.field}: {exc.reason}") from exc
+    names = await _call(
+        list_store.job_names, engine, tenant, [d.job_id for d in page.dead_letters]
+    )
+    return render(
+        request,
+        "dead_letters.html",
+        session=session,
+        page_info=page,
+        names=names,
+    )
+
+
+@router.post("/dead-letters/{run_id}/replay")
+async def replay_dead_letter(run_id: str, request: Request, session: Session) -> Response:
+    form = await checked_form(request, session)
+    require_write(session)
+    try:
+        await _call(
+            dead_letter_store.dead_letter_replay, engine_of(request), session.token.tenant, run_id
+        )
+        message = f"run {run_id[:8]} replayed: the reaper publishes it on its next pass"
+    except dead_letter_store.ReplayConflict as exc:
+        message = str(exc)
+    return redirect(safe_next(form.get("next"), f"{PREFIX}/dead-letters"), message)
+
+
+# -- fleet, preview ------------------------------------------------------------------------
+
+
+@router.get("/fleet")
+async def fleet_page(request: Request, session: Session) -> HTMLResponse:
+    if not session.token.allows("admin"):
+        raise ConsoleError(403, "the fleet view needs a token with the 'admin' scope")
+    view, tiers, error = await fleet_now(request)
+    return render(
+        request,
+        "fleet.html",
+        session=session,
+        view=view,
+        tiers=tiers,
+        kafka_error=error,
+        live_nodes=sum(1 for n in view.nodes if n.live),
+        live_workers=sum(1 for w in view.workers if w.live),
+    )
+
+
+@router.get("/preview")
+async def preview_fragment(
+    request: Request,
+    session: Session,
+    cron: str = "",
+    timezone: str = "",
+    every_s: str = "",
+    at: str = "",
+) -> HTMLResponse:
+    """The next fires of what the edit form holds (fetched by console.js as you type)."""
+    data: dict[str, Any] = {}
+    if cron.strip():
+        data = {"cron": cron.strip(), "timezone": timezone.strip() or "UTC"}
+    elif every_s.strip():
+        data = {"every_s": int(every_s) if every_s.strip().isdigit() else every_s}
+    elif at.strip():
+        data = {"at": at.strip()}
+    try:
+        result, error = preview(data, datetime.now(UTC), 5), None
+    except FieldError as exc:
+        result, error = None, f"{exc.field}: {exc.reason}"
+    return render(request, "preview.html", session=session, result=result, error=error)

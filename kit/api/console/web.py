@@ -1,0 +1,200 @@
+"""The console's plumbing: templates, the session cookie, CSRF, forms, security headers.
+
+- Login takes an API token and opens a session (kit.store.console_sessions); the
+  cookie `cf_session` is HttpOnly, SameSite=Strict, limited to /console, and Secure
+  when the request came over HTTPS (or CRONFLEET_CONSOLE_SECURE_COOKIE is set, for a
+  TLS-terminating proxy).
+- Every form that changes something carries the session's CSRF token, compared in
+  constant time; a request whose Origin header names another site is refused too.
+  The login form has its own double-submit token (cookie + field).
+- Pages are sent with a Content-Security-Policy allowing only this origin's own
+  scripts and styles (no inline script), and may not be framed.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
+
+from kit.api.state import engine_of, settings_of
+from kit.store.console_sessions import ConsoleSession, session_resolve
+
+HERE = Path(__file__).parent
+SESSION_COOKIE = "cf_session"
+LOGIN_CSRF_COOKIE = "cf_login_csrf"
+PREFIX = "/console"
+MAX_FORM_FIELDS = 100
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
+        "object-src 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+templates = Environment(
+    loader=FileSystemLoader(HERE / "templates"),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def _shown(value: Any) -> str:
+    """An audit value as a person reads it: JSON-ish, absent as a dash."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+templates.filters["shown"] = _shown
+
+
+class LoginRequired(Exception):
+    """A page needs a session: the handler redirects to the login form."""
+
+
+class ConsoleError(Exception):
+    """Rendered as an error page with this status (404 for another tenant's ids)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Page:
+    """What every page template gets besides its own data."""
+
+    session: ConsoleSession | None
+    flash: str | None
+
+    @property
+    def can_write(self) -> bool:
+        return self.session is not None and self.session.token.allows("write")
+
+    @property
+    def is_admin(self) -> bool:
+        return self.session is not None and self.session.token.allows("admin")
+
+
+def secure_cookie(request: Request) -> bool:
+    return request.url.scheme == "https" or settings_of(request).console_secure_cookie
+
+
+def render(
+    request: Request,
+    template: str,
+    status_code: int = 200,
+    session: ConsoleSession | None = None,
+    **context: Any,
+) -> HTMLResponse:
+    page = Page(session, request.query_params.get("flash"))
+    html = templates.get_template(template).render(page=page, request=request, **context)
+    return HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
+
+
+def redirect(location: str, flash: str | None = None) -> RedirectResponse:
+    if flash:
+        sep = "&" if "?" in location else "?"
+        location = f"{location}{sep}{urlencode({'flash': flash})}"
+    return RedirectResponse(location, status_code=303, headers=SECURITY_HEADERS)
+
+
+def safe_next(value: str | None, default: str = f"{PREFIX}/jobs") -> str:
+    """Only a path of this console: never another site (an open redirect)."""
+    if not value:
+        return default
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc or not parts.path.startswith(PREFIX + "/"):
+        return default
+    if value.startswith("//") or "\\" in value:
+        return default
+    return value
+
+
+async def current_session(request: Request) -> ConsoleSession | None:
+    secret = request.cookies.get(SESSION_COOKIE)
+    if not secret:
+        return None
+    return await run_in_threadpool(session_resolve, engine_of(request), secret)
+
+
+async def require_session(request: Request) -> ConsoleSession:
+    session = await current_session(request)
+    if session is None:
+        raise LoginRequired()
+    return session
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """An application/x-www-form-urlencoded body (the body limit already applies)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise ConsoleError(415, "forms are sent as application/x-www-form-urlencoded")
+    body = (await request.body()).decode("utf-8", "replace")
+    try:
+        parsed = parse_qs(body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError as exc:
+        raise ConsoleError(400, "too many form fields") from exc
+    return {k: v[-1] for k, v in parsed.items()}
+
+
+def _same_origin(request: Request) -> bool:
+    """The Origin a browser sends with a form names this host (the scheme may differ
+    behind a TLS-terminating proxy); no Origin at all leaves it to the CSRF token."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and parts.netloc == request.headers.get("host")
+
+
+async def checked_form(request: Request, session: ConsoleSession) -> dict[str, str]:
+    """The form of a state-changing request, after its CSRF token and Origin passed."""
+    form = await read_form(request)
+    sent = form.get("csrf", "")
+    if not _same_origin(request) or not hmac.compare_digest(sent, session.csrf_token):
+        raise ConsoleError(403, "the form is stale or did not come from this console: reload it")
+    return form
+
+
+def require_write(session: ConsoleSession) -> None:
+    if not session.token.allows("write"):
+        raise ConsoleError(403, "this token lacks the 'write' scope")
+
+
+def new_login_csrf() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def set_session_cookie(response: Response, request: Request, secret: str, ttl_s: int) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        secret,
+        max_age=ttl_s,
+        path=PREFIX,
+        httponly=True,
+        secure=secure_cookie(request),
+        samesite="strict",
+    )

@@ -1,0 +1,1 @@
+"""The maintenance service: expires what the kit no longer needs (kit.store.maintenance)."""

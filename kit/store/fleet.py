@@ -1,0 +1,91 @@
+"""The fleet as PostgreSQL knows it (operators' view): scheduler nodes and the
+partitions each owns, workers and what they are running. Database clock throughout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Engine, text
+
+
+@dataclass(frozen=True)
+class NodeView:
+    node_id: str
+    heartbeat_at: datetime
+    started_at: datetime
+    live: bool
+    partitions: int  # partitions whose unexpired lease it holds
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    worker_id: str
+    heartbeat_at: datetime | None
+    started_at: datetime | None
+    live: bool
+    concurrency: int | None
+    in_flight: int  # runs it holds a lease on now (the database's count)
+
+
+@dataclass(frozen=True)
+class FleetView:
+    now: datetime
+    nodes: list[NodeView]
+    partitions_total: int  # CRONFLEET_PARTITIONS
+    partitions_unowned: int  # no live owner: nothing scans them until a node takes them
+    workers: list[WorkerView]
+
+
+_NODES = """
+SELECT n.node_id, n.heartbeat_at, n.started_at,
+       n.heartbeat_at > now() - make_interval(secs => :node_ttl_s) AS live,
+       count(l.partition_id) AS partitions
+FROM scheduler_nodes n
+LEFT JOIN partition_leases l ON l.owner = n.node_id AND l.expires_at > now()
+GROUP BY n.node_id, n.heartbeat_at, n.started_at
+ORDER BY n.node_id
+"""
+_OWNED = """
+SELECT count(*) FROM partition_leases
+WHERE owner IS NOT NULL AND expires_at > now() AND partition_id < :partitions
+"""
+# Workers: presence rows, plus any worker id holding a live lease without one (a worker
+# of an older version, or one whose link is reconnecting). Running runs are found by
+# the (status, lease_expires_at) index.
+_WORKERS = """
+WITH running AS (
+    SELECT worker_id, count(*) AS n FROM runs
+    WHERE status = 'running' AND lease_expires_at > now() AND worker_id IS NOT NULL
+    GROUP BY worker_id
+)
+SELECT coalesce(w.worker_id, r.worker_id) AS worker_id, w.heartbeat_at, w.started_at,
+       coalesce(w.heartbeat_at > now() - make_interval(secs => :worker_ttl_s), r.n > 0) AS live,
+       w.concurrency, coalesce(r.n, 0) AS in_flight
+FROM workers w FULL JOIN running r ON r.worker_id = w.worker_id
+ORDER BY 1
+"""
+
+
+def fleet_read(
+    engine: Engine, partitions: int, node_ttl_ms: int, worker_ttl_s: float = 15.0
+) -> FleetView:
+    with engine.begin() as conn:
+        now = conn.execute(text("SELECT now()")).scalar_one()
+        nodes = [
+            NodeView(r.node_id, r.heartbeat_at, r.started_at, bool(r.live), int(r.partitions))
+            for r in conn.execute(text(_NODES), {"node_ttl_s": node_ttl_ms / 1000})
+        ]
+        owned = conn.execute(text(_OWNED), {"partitions": partitions}).scalar_one()
+        workers = [
+            WorkerView(
+                r.worker_id,
+                r.heartbeat_at,
+                r.started_at,
+                bool(r.live),
+                r.concurrency,
+                int(r.in_flight),
+            )
+            for r in conn.execute(text(_WORKERS), {"worker_ttl_s": worker_ttl_s})
+        ]
+    return FleetView(now, nodes, partitions, partitions - int(owned), workers)

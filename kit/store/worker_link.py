@@ -1,0 +1,113 @@
+"""A worker's own line to PostgreSQL, outside the run path: it hears cancellations the
+moment they commit, and keeps the worker's presence row for the fleet view.
+
+Cancel: the API's cancel transaction sends `NOTIFY cronfleet_run_cancel, '<run id>'`
+(kit.store.run_cancel); every worker LISTENs on one dedicated connection and hands the
+run ids to a callback, which stops the tasks it is running. A notification is
+delivered at commit and the wait returns at once, so the task is told within
+milliseconds (measured: benchmarks/cancel_latency.py). Notifications sent while the
+connection is down are lost; the heartbeat's lease check is the fallback (the cancel
+cleared the run's lease token).
+
+Presence: every PRESENCE_S the worker upserts its row in `workers` (id, concurrency,
+runs in flight); the fleet view counts a worker live while its row is fresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+import psycopg
+from sqlalchemy import Engine
+
+from kit.store.run_cancel import CANCEL_CHANNEL
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5  # how long one wait for notifications lasts (bounds how fast stop is seen)
+PRESENCE_S = 5.0
+RECONNECT_S = 1.0
+
+_PRESENCE = """
+INSERT INTO workers (worker_id, heartbeat_at, started_at, concurrency, in_flight)
+VALUES (%(id)s, now(), now(), %(concurrency)s, %(in_flight)s)
+ON CONFLICT (worker_id) DO UPDATE
+SET heartbeat_at = now(), concurrency = EXCLUDED.concurrency, in_flight = EXCLUDED.in_flight
+"""
+
+
+def psycopg_url(engine: Engine) -> str:
+    """The engine's database as a libpq URL (SQLAlchemy's carries its driver name)."""
+    url = engine.url.set(drivername="postgresql")
+    return url.render_as_string(hide_password=False)
+
+
+class WorkerLink:
+    def __init__(
+        self,
+        engine: Engine,
+        worker_id: str,
+        concurrency: int,
+        in_flight: Callable[[], int],
+        on_cancel: Callable[[Iterable[str]], object],
+        *,
+        presence_s: float = PRESENCE_S,
+    ) -> None:
+        self.url = psycopg_url(engine)
+        self.worker_id = worker_id
+        self.concurrency = concurrency
+        self.in_flight = in_flight
+        self.on_cancel = on_cancel
+        self.presence_s = presence_s
+        self.listening = threading.Event()  # set while LISTEN is in force (tests wait on it)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="worker-link", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout=timeout_s)
+        self._leave()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._session()
+            except Exception:  # the connection dropped: reconnect; the heartbeat covers the gap
+                log.exception("worker link lost; reconnecting")
+            finally:
+                self.listening.clear()
+            self._stop.wait(RECONNECT_S)
+
+    def _session(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+            self.listening.set()
+            next_presence = 0.0
+            while not self._stop.is_set():
+                if time.monotonic() >= next_presence:
+                    conn.execute(
+                        _PRESENCE,
+                        {
+                            "id": self.worker_id,
+                            "concurrency": self.concurrency,
+                            "in_flight": self.in_flight(),
+                        },
+                    )
+                    next_presence = time.monotonic() + self.presence_s
+                # Returns at the first notification (or after POLL_S without one).
+                for notice in conn.notifies(timeout=POLL_S, stop_after=1):
+                    self.on_cancel([notice.payload])
+
+    def _leave(self) -> None:
+        """A stopping worker removes its presence row (a killed one's goes stale)."""
+        try:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute("DELETE FROM workers WHERE worker_id = %s", (self.worker_id,))
+        except Exception:
+            log.warning("could not remove worker %s from the fleet view", self.worker_id)

@@ -1,0 +1,147 @@
+"""The operator's task policy as it is now, read from the file the settings name, and one
+run executed under it.
+
+The file (`CRONFLEET_TASK_POLICY_FILE`, TOML) is read at start, where a mistake stops
+the service with one line naming the entry, and again whenever it changes, so the API
+and every worker follow an edit without a restart: a permission withdrawn holds for
+runs already queued. If an edited file cannot be read or is invalid, the policy fails
+closed (no command for anyone, HTTP to public addresses and the global allow-list only)
+until it is fixed, and says so in the log.
+
+    # /etc/cronfleet/tasks.toml
+    [tenants.acme]
+    commands = ["/usr/local/bin/backup", "/usr/bin/rsync"]
+    run_as = "cronfleet-acme"
+    http_allow_hosts = ["10.1.0.0/16", "reports.internal"]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kit.core.errors import FieldError
+from kit.core.redaction import scrub, secret_values
+from kit.core.task_policy import DENY_ALL, TaskPolicy
+from kit.tasks.context import RunContext, TaskResult
+from kit.tasks.egress import AllowList
+
+log = logging.getLogger(__name__)
+SETTING = "task_policy_file"
+RECHECK_S = 1.0  # how often the file's mtime is looked at: an edit holds within this
+
+
+def read_policy(path: Path, http_allow_hosts: str = "") -> TaskPolicy:
+    """Parse the operator's file; FieldError naming the file and the entry."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise FieldError(SETTING, f"cannot read {path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise FieldError(SETTING, f"{path} is not valid TOML: {exc}") from None
+    try:
+        policy = TaskPolicy.parse(data, http_allow_hosts)
+        AllowList.parse(http_allow_hosts)
+        for tenant in policy.tenants.values():
+            AllowList.parse(tenant.http_allow_hosts)
+    except FieldError as exc:
+        raise FieldError(SETTING, f"{path}: {exc.field}: {exc.reason}") from None
+    return policy
+
+
+class PolicySource:
+    """The current policy: a fixed one, or the operator's file re-read when it changes."""
+
+    def __init__(self, path: str | os.PathLike[str] | None, http_allow_hosts: str = "") -> None:
+        self._path = Path(path) if path else None
+        self._allow = http_allow_hosts
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._checked_at = time.monotonic()
+        self._policy = TaskPolicy(http_allow_hosts=http_allow_hosts)
+        if self._path is not None:
+            self._policy = read_policy(self._path, http_allow_hosts)  # fail at start
+            self._stamp = self._stat()
+
+    @classmethod
+    def fixed(cls, policy: TaskPolicy) -> PolicySource:
+        source = cls(None, policy.http_allow_hosts)
+        source._policy = policy
+        return source
+
+    def _stat(self) -> tuple[int, int] | None:
+        try:
+            st = self._path.stat()  # type: ignore[union-attr]
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def current(self) -> TaskPolicy:
+        if self._path is None or time.monotonic() - self._checked_at < RECHECK_S:
+            return self._policy
+        stamp = self._stat()
+        with self._lock:
+            self._checked_at = time.monotonic()
+            if stamp != self._stamp:
+                self._stamp = stamp
+                try:
+                    self._policy = read_policy(self._path, self._allow)
+                    log.info("task policy reloaded from %s", self._path)
+                except FieldError as exc:
+                    self._policy = TaskPolicy(http_allow_hosts=self._allow)
+                    log.error("task policy: %s; no command runs until it is fixed", exc.reason)
+            return self._policy
+
+
+def policy_source(path: str, http_allow_hosts: str) -> PolicySource:
+    """From the settings (`task_policy_file`, `http_allow_hosts`), checked now."""
+    return PolicySource(path or None, http_allow_hosts)
+
+
+_root_warned: set[str] = set()
+
+
+def run_task(
+    spec: Mapping[str, Any],
+    ctx: RunContext,
+    policy: TaskPolicy = DENY_ALL,
+    worker_secrets: tuple[str, ...] = (),
+) -> TaskResult:
+    """Execute one run as the operator's policy allows it for `ctx.tenant`: its commands,
+    its run-as user, its egress; the result scrubbed of the job's secret values and of
+    the worker's own (`worker_secrets`: the database URL and its password)."""
+    from kit.tasks import execute
+
+    tenant = policy.for_tenant(ctx.tenant)
+    secrets = (*secret_values(spec), *worker_secrets)
+    if (
+        spec.get("type") == "command"
+        and tenant.commands is not None
+        and tenant.commands.run_as is None
+        and os.geteuid() == 0
+        and ctx.tenant not in _root_warned
+    ):
+        _root_warned.add(ctx.tenant)
+        log.warning(
+            "tenant %r runs commands as root: set run_as for it in the task policy", ctx.tenant
+        )
+    ctx = RunContext(
+        run_id=ctx.run_id,
+        attempt=ctx.attempt,
+        timeout_s=ctx.timeout_s,
+        cancel=ctx.cancel,
+        allow_hosts=tenant.http_allow_hosts,
+        tenant=ctx.tenant,
+        commands=tenant.commands,
+        secrets=secrets,
+    )
+    result = execute(spec, ctx)
+    if result.error is None:
+        return result
+    return TaskResult(result.ok, scrub(result.error, secrets), result.detail)

@@ -1,0 +1,171 @@
+"""The run lease, side by side: every step goes to kit.core.leases (the table the docs are
+generated from) and to the PostgreSQL store (the statements workers and reapers run),
+with the same explicit time, and the two must agree after every step.
+
+A disagreement is a bug in one of them: the store once renewed a lease that had already
+expired (and that a reaper may be handing to another worker), which the core refuses.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from sqlalchemy import Engine
+
+from kit.core import leases as core
+from kit.core.defaults import SCAN_AHEAD_MS
+from kit.core.leases import RunLease, RunStatus
+from kit.core.outcome import expiry_exhausts
+from kit.core.retry import RetryPolicy
+from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+from kit.store.claims import (
+    Claim,
+    run_finish_failed,
+    run_finish_ok,
+    runs_claim,
+    runs_heartbeat,
+    runs_release,
+)
+from kit.store.reaping import runs_reap_expired
+from kit.store.scheduling import runs_rearm
+from tests.integration.worker_rows import make_job, make_run, run_row
+
+pytestmark = pytest.mark.integration
+
+TTL_MS = 10_000
+RETRY = {"max_attempts": 3, "base_s": 1.0, "cap_s": 10.0, "jitter": "none"}
+WORKERS = ("w1", "w2")
+_base = iter(range(10**6))
+
+
+def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
+    class RunLeaseContract(RuleBasedStateMachine):
+        @initialize()
+        def a_pending_run(self) -> None:
+            # each example: its own job and run, its own stretch of (explicit) time
+            n = next(_base)
+            self.now_ms = to_epoch_ms(datetime(2031, 1, 1, tzinfo=UTC)) + n * 86_400_000
+            self.job = make_job(engine, retry=RETRY, name=f"contract-{n}")
+            at = from_epoch_ms(self.now_ms) - timedelta(seconds=1)
+            self.run_id = make_run(engine, self.job, scheduled_at=at)
+            self.core = RunLease(self.run_id, 1, RunStatus.pending)
+            self.tokens: list[str] = ["not-a-token"]
+            self.policy = RetryPolicy.parse(RETRY)
+
+        @property
+        def now(self) -> datetime:
+            return from_epoch_ms(self.now_ms)
+
+        def _token(self, pick: int) -> str:
+            return self.tokens[pick % len(self.tokens)]
+
+        @rule(ms=st.integers(0, 2 * TTL_MS))
+        def time_passes(self, ms: int) -> None:
+            self.now_ms += ms
+
+        @rule(worker=st.sampled_from(WORKERS), skew=st.sampled_from([0, 0, 0, -1, 1]))
+        def claim(self, worker: str, skew: int) -> None:
+            attempt = max(1, self.core.attempt + skew)
+            got = runs_claim(engine, [Claim(self.run_id, attempt)], worker, TTL_MS, self.now)
+            token = got[0].lease_token if got else "never-issued"
+            t = core.claim_run(self.core, worker, token, attempt, self.now_ms, TTL_MS)
+            assert bool(got) == t.accepted, (got, t.reason)
+            if got:
+                self.tokens.append(token)
+            self.core = t.run
+
+        @rule(pick=st.integers(0, 50))
+        def heartbeat(self, pick: int) -> None:
+            token = self._token(pick)
+            kept, _lost = runs_heartbeat(engine, [(self.run_id, token)], TTL_MS, self.now)
+            t = core.heartbeat_run(self.core, token, self.now_ms, TTL_MS)
+            assert (self.run_id in kept) == t.accepted, t.reason
+            self.core = t.run
+
+        @rule(pick=st.integers(0, 50), ok=st.booleans())
+        def finish(self, pick: int, ok: bool) -> None:
+            token = self._token(pick)
+            if ok:
+                result = run_finish_ok(engine, self.run_id, token, self.now)
+                t = core.finish_run(self.core, token, True, self.now_ms, None)
+            else:
+                rng = random.Random(0)
+                result = run_finish_failed(
+                    engine, self.run_id, token, "boom", rng, now=self.now
+                )
+                retry_at = to_epoch_ms(result.retry_at) if result.retry_at else None
+                t = core.finish_run(self.core, token, False, self.now_ms, retry_at)
+            assert result.accepted == t.accepted, t.reason
+            self.core = t.run
+
+        @rule(pick=st.integers(0, 50))
+        def release(self, pick: int) -> None:
+            token = self._token(pick)
+            released = runs_release(engine, [(self.run_id, token)], self.now)
+            t = core.release_run(self.core, token, self.now_ms)
+            assert (released == 1) == t.accepted, t.reason
+            self.core = t.run
+
+        @rule()
+        def reap(self) -> None:
+            published: list = []
+            reaped = runs_reap_expired(engine, published.extend, now=self.now)
+            mine = [p for p in reaped.requeued if p.run_id == self.run_id]
+            dead = self.run_id in reaped.dead
+            max_attempts = (
+                self.core.attempt
+                if self.core.status is RunStatus.running
+                and expiry_exhausts(self.policy, self.core.attempt, 0)
+                else None
+            )
+            t = core.expire_run(self.core, self.now_ms, max_attempts)
+            assert (bool(mine) or dead) == t.accepted, t.reason
+            self.core = t.run
+
+        @rule()
+        def retry_trigger_fires(self) -> None:
+            # The scan re-arms a retry when its trigger enters the scan-ahead window and
+            # holds the run until its time: the core is asked at the window's end.
+            c = self.core
+            if c.status is not RunStatus.retry_scheduled or c.retry_at_ms is None:
+                return
+            if self.now_ms + SCAN_AHEAD_MS < c.retry_at_ms:
+                return
+            with engine.begin() as conn:
+                rearmed = runs_rearm(conn, {self.run_id: c.attempt})
+            t = core.retry_due_run(c, self.now_ms + SCAN_AHEAD_MS)
+            assert (self.run_id in rearmed) == t.accepted, t.reason
+            self.core = t.run
+
+        @invariant()
+        def store_equals_core(self) -> None:
+            if not hasattr(self, "core"):
+                return
+            row = run_row(engine, self.run_id)
+            c = self.core
+            assert (row.status, row.attempt) == (c.status.value, c.attempt)
+            assert row.lease_token == c.token
+            expires = to_epoch_ms(row.lease_expires_at) if row.lease_expires_at else None
+            assert expires == c.expires_at_ms
+            if c.status is RunStatus.running:
+                assert row.worker_id == c.worker
+            if c.status is RunStatus.retry_scheduled:
+                assert to_epoch_ms(row.retry_at) == c.retry_at_ms
+
+    return RunLeaseContract
+
+
+def test_run_lease_store_equals_core(engine: Engine) -> None:
+    machine = run_lease_machine(engine)
+    machine.TestCase.settings = settings(
+        max_examples=60,
+        stateful_step_count=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    machine.TestCase().runTest()

@@ -1,0 +1,179 @@
+"""The fires a schedule owed, what became of each, and the backfill plan (kit.core.owed)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from kit.core.errors import FieldError
+from kit.core.ids import run_id
+from kit.core.owed import (
+    Outcome,
+    RunView,
+    ScheduleEra,
+    dst_note,
+    explain_fires,
+    owed_fires,
+    plan_backfill,
+)
+from kit.core.schedule import CronSchedule, IntervalSchedule, OneOffSchedule
+
+JOB = "0b7a39a4-9a55-4a7e-8f6d-5d1c3c1f0001"
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def test_fires_of_a_cron_era_in_a_range_are_half_open_and_named_by_run_id() -> None:
+    era = ScheduleEra(CronSchedule("0 * * * *"), since=utc(2030, 1, 1))
+    fires = owed_fires(JOB, [era], utc(2030, 1, 2, 3), utc(2030, 1, 2, 6), 100)
+    assert [f.at for f in fires] == [utc(2030, 1, 2, 3), utc(2030, 1, 2, 4), utc(2030, 1, 2, 5)]
+    assert fires[0].run_id == run_id(JOB, utc(2030, 1, 2, 3))
+
+
+def test_nothing_is_owed_before_the_job_existed() -> None:
+    era = ScheduleEra(CronSchedule("0 * * * *"), since=utc(2030, 1, 2, 4, 30))
+    fires = owed_fires(JOB, [era], utc(2030, 1, 2, 0), utc(2030, 1, 2, 7), 100)
+    assert [f.at for f in fires] == [utc(2030, 1, 2, 5), utc(2030, 1, 2, 6)]
+
+
+def test_jitter_moves_the_trigger_time_and_the_run_id_follows() -> None:
+    era = ScheduleEra(CronSchedule("0 * * * *"), since=utc(2030, 1, 1), jitter_offset_ms=1500)
+    fires = owed_fires(JOB, [era], utc(2030, 1, 2, 3), utc(2030, 1, 2, 4), 10)
+    assert [f.at for f in fires] == [utc(2030, 1, 2, 3) + timedelta(milliseconds=1500)]
+    assert fires[0].nominal == utc(2030, 1, 2, 3)
+    assert fires[0].run_id == run_id(JOB, fires[0].at)
+
+
+def test_an_edit_ends_the_old_schedule_and_the_new_one_starts_after_it() -> None:
+    eras = [
+        ScheduleEra(CronSchedule("0 * * * *"), since=utc(2030, 1, 1)),
+        ScheduleEra(CronSchedule("30 * * * *"), since=utc(2030, 1, 2, 4, 10)),
+    ]
+    fires = owed_fires(JOB, eras, utc(2030, 1, 2, 3), utc(2030, 1, 2, 6), 100)
+    assert [(f.at, f.era) for f in fires] == [
+        (utc(2030, 1, 2, 3), 0),
+        (utc(2030, 1, 2, 4), 0),
+        (utc(2030, 1, 2, 4, 30), 1),
+        (utc(2030, 1, 2, 5, 30), 1),
+    ]
+
+
+def test_an_occurrence_held_back_by_jitter_is_carried_over_by_an_edit_that_keeps_it() -> None:
+    # 20:20 is due at 20:40 (20 min of jitter); the edit at 20:30 keeps the 20-minute
+    # cron and drops the jitter: 20:20 fires at once under the new schedule.
+    every20 = CronSchedule("*/20 * * * *")
+    eras = [
+        ScheduleEra(every20, since=utc(2030, 1, 1, 20), jitter_offset_ms=1_200_000),
+        ScheduleEra(every20, since=utc(2030, 1, 1, 20, 30)),
+    ]
+    fires = owed_fires(JOB, eras, utc(2030, 1, 1, 20), utc(2030, 1, 1, 21, 1), 10)
+    assert [(f.at, f.era) for f in fires] == [
+        (utc(2030, 1, 1, 20, 20), 1),
+        (utc(2030, 1, 1, 20, 40), 1),
+        (utc(2030, 1, 1, 21), 1),
+    ]
+
+
+def test_an_occurrence_held_back_by_jitter_that_the_edit_drops_is_owed_as_edited() -> None:
+    every20 = CronSchedule("*/20 * * * *")
+    eras = [
+        ScheduleEra(every20, since=utc(2030, 1, 1, 20), jitter_offset_ms=1_200_000),
+        ScheduleEra(CronSchedule("*/30 * * * *"), since=utc(2030, 1, 1, 20, 30, 1)),
+    ]
+    fires = owed_fires(JOB, eras, utc(2030, 1, 1, 20), utc(2030, 1, 1, 21, 1), 10)
+    assert [(f.at, f.era) for f in fires] == [
+        (utc(2030, 1, 1, 20, 40), 0),  # 20:20 + jitter: recorded as skipped 'edited'
+        (utc(2030, 1, 1, 21), 1),
+    ]
+    runs = {fires[0].run_id: RunView(fires[0].run_id, "skipped", skip_reason="edited")}
+    explained = explain_fires(fires[:1], runs, utc(2030, 1, 2))
+    assert explained[0].outcome is Outcome.skipped and "edit" in (explained[0].reason or "")
+
+
+def test_runs_written_ahead_of_an_edit_belong_to_the_old_schedule() -> None:
+    eras = [
+        ScheduleEra(CronSchedule("* * * * *"), since=utc(2030, 1, 1)),
+        ScheduleEra(CronSchedule("*/5 * * * *"), since=utc(2030, 1, 1, 0, 6, 57)),
+    ]
+    start, end = utc(2030, 1, 1, 0, 6), utc(2030, 1, 1, 0, 11)
+    plain = owed_fires(JOB, eras, start, end, 10)
+    ahead = owed_fires(JOB, eras, start, end, 10, written_ahead_ms=5000)
+    assert [f.at.minute for f in plain] == [6, 10]
+    assert [f.at.minute for f in ahead] == [6, 7, 10]  # 00:07 was written at 00:06:57
+
+
+def test_limit_bounds_the_answer() -> None:
+    era = ScheduleEra(IntervalSchedule(1, utc(2030, 1, 1)), since=utc(2030, 1, 1))
+    assert len(owed_fires(JOB, [era], utc(2030, 1, 1), utc(2031, 1, 1), 7)) == 7
+
+
+def test_a_one_off_owes_its_time_once() -> None:
+    era = ScheduleEra(OneOffSchedule(utc(2030, 1, 2, 3)), since=utc(2030, 1, 2))
+    assert [f.at for f in owed_fires(JOB, [era], utc(2030, 1, 1), utc(2030, 1, 3), 10)] == [
+        utc(2030, 1, 2, 3)
+    ]
+
+
+def test_dst_fall_back_a_fixed_time_job_is_owed_once_and_says_why() -> None:
+    # Europe/Paris falls back on 2030-10-27 at 03:00 -> 02:00: 02:30 happens twice.
+    schedule = CronSchedule("30 2 * * *", "Europe/Paris")
+    era = ScheduleEra(schedule, since=utc(2030, 10, 1))
+    fires = owed_fires(JOB, [era], utc(2030, 10, 26, 12), utc(2030, 10, 27, 12), 10)
+    assert [f.at for f in fires] == [utc(2030, 10, 27, 0, 30)]  # 02:30 CEST, first only
+    assert "first only" in (dst_note(schedule, fires[0].nominal) or "")
+
+
+def test_dst_spring_forward_the_missing_time_is_owed_shifted_by_the_gap() -> None:
+    # Europe/Paris springs forward on 2030-03-31 at 02:00 -> 03:00: 02:30 does not exist.
+    schedule = CronSchedule("30 2 * * *", "Europe/Paris")
+    era = ScheduleEra(schedule, since=utc(2030, 3, 1))
+    fires = owed_fires(JOB, [era], utc(2030, 3, 30, 12), utc(2030, 3, 31, 12), 10)
+    assert [f.at for f in fires] == [utc(2030, 3, 31, 1, 30)]  # 03:30 CEST
+    assert "sprang forward" in (dst_note(schedule, fires[0].nominal) or "")
+    ordinary = owed_fires(JOB, [era], utc(2030, 3, 10), utc(2030, 3, 11), 10)
+    assert dst_note(schedule, ordinary[0].nominal) is None
+
+
+def test_explain_tells_ran_skipped_not_yet_due_and_missing_apart() -> None:
+    era = ScheduleEra(CronSchedule("* * * * *"), since=utc(2030, 1, 1))
+    fires = owed_fires(JOB, [era], utc(2030, 1, 2, 0, 0), utc(2030, 1, 2, 0, 6), 10)
+    runs = {
+        fires[0].run_id: RunView(fires[0].run_id, "succeeded"),
+        fires[1].run_id: RunView(fires[1].run_id, "skipped", skip_reason="paused"),
+        fires[2].run_id: RunView(fires[2].run_id, "dead", error="exit code 1"),
+    }
+    now = utc(2030, 1, 2, 0, 4, 10)  # fire 3 (00:03) is 70 s old, fire 4 (00:04) 10 s
+    got = explain_fires(fires, runs, now, due_grace_ms=30_000)
+    assert [e.outcome for e in got] == [
+        Outcome.ran,
+        Outcome.skipped,
+        Outcome.ran,
+        Outcome.missing,
+        Outcome.not_yet_due,
+        Outcome.not_yet_due,
+    ]
+    assert got[0].run is not None and got[0].run.status == "succeeded"
+    assert got[1].reason == "the job was paused"
+    assert got[2].reason == "exit code 1"
+
+
+def test_backfill_refuses_a_future_end_a_reversed_range_and_too_many_fires() -> None:
+    era = ScheduleEra(CronSchedule("* * * * *"), since=utc(2030, 1, 1))
+    now = utc(2030, 1, 2)
+    with pytest.raises(FieldError, match="future"):
+        plan_backfill(JOB, [era], utc(2030, 1, 1), utc(2030, 1, 3), now, 100)
+    with pytest.raises(FieldError, match="after from"):
+        plan_backfill(JOB, [era], utc(2030, 1, 1, 2), utc(2030, 1, 1, 1), now, 100)
+    with pytest.raises(FieldError, match="more than 100") as info:
+        plan_backfill(JOB, [era], utc(2030, 1, 1), utc(2030, 1, 1, 2), now, 100)
+    assert info.value.field == "to"
+    assert len(plan_backfill(JOB, [era], utc(2030, 1, 1), utc(2030, 1, 1, 1), now, 100).fires) == 60
+
+
+def test_backfill_before_the_job_existed_uses_the_schedule_it_was_created_with() -> None:
+    era = ScheduleEra(CronSchedule("0 0 * * *"), since=utc(2030, 1, 20))
+    plan = plan_backfill(JOB, [era], utc(2030, 1, 1), utc(2030, 1, 8), utc(2030, 1, 25), 100)
+    assert [f.at.day for f in plan.fires] == [1, 2, 3, 4, 5, 6, 7]
