@@ -51,7 +51,7 @@ def test_a_dead_letter_not_replayed_stays_until_its_own_retention() -> None:
     assert dead_letter_expired(ago(86_400), None, "dead", NOW, R)
 
 
-@pytest.mark.parametrize("live", ["pending", "dispatched", "running", "retry_scheduled"])
+@pytest.mark.parametrize("live", ["pending", "running", "retry_scheduled"])
 def test_a_replayed_dead_letter_is_kept_while_its_run_is_live(live: str) -> None:
     assert not dead_letter_expired(ago(10**8), ago(10**7), live, NOW, R)
 
