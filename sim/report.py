@@ -336,8 +336,9 @@ def _markdown(m: Model, r: dict[str, Any], command: str, plots: list[tuple[str, 
         f"workers x {f['concurrency']} slots, {f['db_connections']} database connections. "
         f"Worker utilisation: mean {r['mean_worker_utilisation'] * 100:.0f}%, peak "
         f"{r['peak_worker_utilisation'] * 100:.0f}%; deepest queue {r['max_queue_depth']:,} "
-        f"runs; longest backlog {r['backlog_drain_s']} s; queue wait mean "
-        f"{r['queue_wait_s']['mean']} s, p99 {r['queue_wait_s']['p99']} s.",
+        f"runs (inside a second); longest backlog still waiting at second boundaries "
+        f"{r['backlog_drain_s']} s; queue wait mean {r['queue_wait_s']['mean']} s, p99 "
+        f"{r['queue_wait_s']['p99']} s.",
         "",
         "| fired | succeeded | retried | dead-lettered | skipped | dropped | duplicated |",
         "| --- | --- | --- | --- | --- | --- | --- |",
