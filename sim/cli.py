@@ -360,8 +360,12 @@ def size_main(args: argparse.Namespace) -> int:
         due = f", {win['due']:,} runs due" if win["due"] is not None else ""
         print(f"  {win['label']}{due}", file=sys.stderr)
     tried: list[tuple[int, int, int, str, float | None, int]] = []
+    known: dict[tuple[int, int, int, str], bool] = {}
 
     def meets_in(nodes: int, workers: int, parts: int, win: dict[str, Any]) -> bool:
+        key = (nodes, workers, parts, win["label"])
+        if key in known:  # the same seed gives the same result: not simulated twice
+            return known[key]
         sets = [
             *args.overrides,
             *win["sets"],
@@ -373,6 +377,7 @@ def size_main(args: argparse.Namespace) -> int:
         p99 = r["start_lag_s"]["p99"]
         good = candidate_meets(r, target)
         tried.append((nodes, workers, parts, win["label"], p99, int(good)))
+        known[key] = good
         shown = "   none" if p99 is None else f"{p99:8.3f}"
         print(
             f"  nodes={nodes:>3} workers={workers:>5} partitions={parts:>5}  {win['label']:<22}"
