@@ -576,7 +576,7 @@ class SchedulerNode:
         self.classes = LeaseClasses(model.plt)
         self.wheel: dispatch.TimerWheel = dispatch.TimerWheel()
         self.in_wheel: dict[int, np.ndarray] = {}  # what the wheel holds, by id(chunk)
-        self.producer_ms = 0.0
+        self.producer_ms = -math.inf  # when the node's producer is free (nothing sent yet)
         self.unmarked: list[np.ndarray] = []
         self.drop_next = 0
         self.next_lease_ms = model.now_ms() + model.renew_ms
@@ -910,7 +910,7 @@ class SchedulerNode:
 
     def restart(self) -> None:
         self.alive = True
-        self.producer_ms = 0.0
+        self.producer_ms = -math.inf  # a new process, a new producer
         self.next_lease_ms = self.m.now_ms()
 
     def heal(self) -> None:
