@@ -102,6 +102,10 @@ class Settings(BaseSettings):
         description="Kafka consumer group of the workers (the reaper reads its progress).",
     )
     worker_concurrency: int = Field(default=8, ge=1, description="Runs a worker executes at once.")
+    execution_journal_dir: str = Field(
+        default="",
+        description="Where each worker appends a line per task start (<worker id>.journal).",
+    )
     worker_prefetch: int = Field(
         default=10_000,
         ge=1,

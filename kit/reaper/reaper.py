@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from sqlalchemy import Engine
 
@@ -175,8 +176,14 @@ class Reaper:
         out = {}
         for tier in self.progress.tiers:
             samples = self._samples.setdefault(tier, deque(maxlen=_SAMPLES_KEPT))
-            samples.append(QueueSample(taken_at_ms, self.progress.high_watermarks(tier)))
-            passed = caught_up_at(samples, self.progress.committed(tier))
+            try:
+                high = self.progress.high_watermarks(tier)
+                committed = self.progress.committed(tier)
+            except KafkaException as exc:  # a leader being elected: no verdict this pass
+                log.info("reaper: progress of tier %s unknown this pass (%s)", tier, exc)
+                continue
+            samples.append(QueueSample(taken_at_ms, high))
+            passed = caught_up_at(samples, committed)
             if passed is not None:
                 out[tier] = from_epoch_ms(unclaimed_cutoff(passed, self.grace_ms))
                 while samples and samples[0].taken_at_ms < passed:

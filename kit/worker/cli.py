@@ -29,6 +29,7 @@ def _run(args: argparse.Namespace) -> int:
     import signal
     import socket
     import threading
+    from pathlib import Path
 
     from prometheus_client import start_http_server
 
@@ -38,6 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     from kit.tasks.policy import policy_source
     from kit.transport import RunPublisher, TieredConsumer, ensure_topics
     from kit.transport.message import DEFAULT_TOPIC_PREFIX
+    from kit.worker.journal import ExecutionJournal
     from kit.worker.worker import Worker, WorkerMetrics, task_executor
 
     settings = load_settings()
@@ -68,6 +70,10 @@ def _run(args: argparse.Namespace) -> int:
     group = args.group_id or settings.worker_group
     consumer = TieredConsumer(settings.kafka_bootstrap, group, topic_prefix=prefix)
     publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
+    journal = None
+    if settings.execution_journal_dir:
+        path = Path(settings.execution_journal_dir) / f"{worker_id}.journal"
+        journal = ExecutionJournal(path, worker_id)
     worker = Worker(
         engine,
         consumer,
@@ -82,6 +88,7 @@ def _run(args: argparse.Namespace) -> int:
         ),
         metrics=metrics,
         prefetch=prefetch,
+        journal=journal,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -133,7 +133,7 @@ def test_a_running_task_is_stopped_by_the_cancel_notification_not_the_heartbeat(
     the wait: the notification sent at the cancel's commit is."""
     token_id, headers = token(engine)
     pid_file = tmp_path / "pid"
-    task = {"type": "command", "argv": ["sh", "-c", f'echo $$ > "{pid_file}"; exec sleep 300']}
+    task = {"type": "command", "argv": ["/bin/sh", "-c", f'echo $$ > "{pid_file}"; exec sleep 300']}
     job = make_job(engine, task=task, timeout_s=600)
     rid = make_run(engine, job)
     running = start_worker(ttl_ms=180_000, heartbeat_ms=60_000)
@@ -181,7 +181,7 @@ def test_a_run_claimed_and_held_for_its_second_never_starts_once_cancelled(
     tmp_path: Path,
 ) -> None:
     ledger = tmp_path / "ledger"
-    task = {"type": "command", "argv": ["sh", "-c", f'echo ran >> "{ledger}"']}
+    task = {"type": "command", "argv": ["/bin/sh", "-c", f'echo ran >> "{ledger}"']}
     job = make_job(engine, task=task)
     with engine.connect() as conn:
         now = conn.execute(text("SELECT now()")).scalar_one()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from sqlalchemy import Engine, text
 
 from kit.core.dispatch import PRIORITY_TIERS
@@ -61,6 +61,20 @@ def make_node(engine: Engine, publisher: RunPublisher) -> Iterator:
         node.kill()
 
 
+def _high_watermark(consumer: Consumer, tp: TopicPartition) -> int:
+    """A topic just created may not have elected its leader yet: ask again, briefly."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=10)[1]
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def messages(settings: Settings, prefix: str) -> list[RunMessage]:
     """Every message on the test's tier topics (every partition), from the beginning; a
     topic not created yet holds none."""
@@ -80,7 +94,7 @@ def messages(settings: Settings, prefix: str) -> list[RunMessage]:
                 continue
             for p in sorted(topics[topic].partitions):
                 tp = TopicPartition(topic, p, 0)
-                _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+                high = _high_watermark(consumer, tp)
                 if high == 0:
                     continue
                 consumer.assign([tp])
@@ -155,9 +169,10 @@ def test_cron_and_one_off_fire_at_their_second(engine, make_node, settings, pref
     one_off = create(engine, "once", {"at": "2030-01-01T00:01:02Z"}, start)
     node = owned_node(make_node)
 
-    early = node.scan_once(now=start + timedelta(seconds=20))  # window ends 00:00:55
+    ahead = timedelta(milliseconds=node.config.scan_ahead_ms)
+    early = node.scan_once(now=datetime(2030, 1, 1, 0, 0, 55, tzinfo=UTC) - ahead)
     assert early.held == []
-    scan = node.scan_once(now=start + timedelta(seconds=28))  # window ends 00:01:03
+    scan = node.scan_once(now=datetime(2030, 1, 1, 0, 1, 3, tzinfo=UTC) - ahead)
     minute, at = datetime(2030, 1, 1, 0, 1, tzinfo=UTC), datetime(2030, 1, 1, 0, 1, 2, tzinfo=UTC)
     assert {(h.job_id, h.due_ms) for h in scan.held} == {
         (cron, to_epoch_ms(minute)),

@@ -32,13 +32,13 @@ def test_batch_claim_takes_only_claimable_runs_at_their_attempt(engine: Engine) 
     job = make_job(engine)
     pending = make_run(engine, job)
     other = make_run(
-        engine, job, scheduled_at=run_row(engine, pending).scheduled_at.replace(minute=1)
+        engine, job, scheduled_at=run_row(engine, pending).scheduled_at + timedelta(minutes=1)
     )
     done = make_run(
         engine,
         job,
         status="succeeded",
-        scheduled_at=run_row(engine, pending).scheduled_at.replace(minute=2),
+        scheduled_at=run_row(engine, pending).scheduled_at + timedelta(minutes=2),
     )
     claims = [Claim(pending, 1), Claim(other, 2), Claim(done, 1), Claim(pending, 1)]
     claimed = runs_claim(engine, claims, "w1", TTL_MS)
@@ -119,7 +119,7 @@ def test_success_resets_the_dead_streak(engine: Engine) -> None:
     job = make_job(engine, retry={"max_attempts": 1}, pause_after_dead=3)
     base = run_row(engine, make_run(engine, job)).scheduled_at
     ids = [
-        run_row(engine, make_run(engine, job, scheduled_at=base.replace(minute=m))).run_id
+        run_row(engine, make_run(engine, job, scheduled_at=base + timedelta(minutes=m))).run_id
         for m in (1, 2)
     ]
     for rid in ids:
@@ -127,7 +127,7 @@ def test_success_resets_the_dead_streak(engine: Engine) -> None:
         run_finish_failed(engine, rid, run.lease_token, "boom", random.Random(0))
     with engine.begin() as conn:
         assert conn.execute(select(jobs.c.dead_streak)).scalar_one() == 2
-    ok = make_run(engine, job, scheduled_at=base.replace(minute=3))
+    ok = make_run(engine, job, scheduled_at=base + timedelta(minutes=3))
     [run] = runs_claim(engine, [Claim(ok, 1)], "w", TTL_MS)
     run_finish_ok(engine, ok, run.lease_token)
     with engine.begin() as conn:
@@ -152,7 +152,7 @@ def test_unclaimed_runs_are_published_after_the_grace_and_queued_ones_wait(
     job = make_job(engine)
     plain = make_run(engine, job)
     base = run_row(engine, plain).scheduled_at
-    queued = make_run(engine, job, scheduled_at=base.replace(minute=1), skip_reason="queued")
+    queued = make_run(engine, job, scheduled_at=base + timedelta(minutes=1), skip_reason="queued")
     published: list = []
     assert runs_publish_unclaimed(engine, 60_000, published.extend).all == []  # in grace
     out = runs_publish_unclaimed(engine, 0, published.extend)
@@ -203,8 +203,8 @@ def test_finishing_releases_the_oldest_queued_run(engine: Engine) -> None:
     job = make_job(engine, overlap="queue")
     rid = make_run(engine, job)
     base = run_row(engine, rid).scheduled_at
-    second = make_run(engine, job, scheduled_at=base.replace(minute=2), skip_reason="queued")
-    make_run(engine, job, scheduled_at=base.replace(minute=3), skip_reason="queued")
+    second = make_run(engine, job, scheduled_at=base + timedelta(minutes=2), skip_reason="queued")
+    make_run(engine, job, scheduled_at=base + timedelta(minutes=3), skip_reason="queued")
     [run] = runs_claim(engine, [Claim(rid, 1)], "w", TTL_MS)
     result = run_finish_ok(engine, rid, run.lease_token)
     assert result.queued_next is not None and result.queued_next.run_id == second

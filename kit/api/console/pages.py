@@ -225,7 +225,9 @@ async def resume_job(job_id: str, request: Request, session: Session) -> Respons
 async def run_now(job_id: str, request: Request, session: Session) -> Response:
     form = await checked_form(request, session)
     require_write(session)
-    run = await _call(api_routes.run_job_now, job_id, request, session.token)
+    run = await _call(
+        api_routes.run_job_now, job_id, request, Response(), session.token, idempotency_key=None
+    )
     message = f"run {run.run_id[:8]} queued; the reaper publishes it on its next pass"
     return redirect(safe_next(form.get("next"), f"{PREFIX}/jobs/{job_id}"), message)
 
