@@ -32,20 +32,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=100_000,
         help="finished runs written to measure the bytes a run row takes",
     )
+    p.add_argument(
+        "--only-worker-starts",
+        action="store_true",
+        help="measure only the worker's hold and start path (no database or broker) and "
+        "update those keys of an existing profile",
+    )
+    p.add_argument("--starts", type=int, default=25_000, help="runs held and started at once")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     from kit.settings import load_settings
 
+    starts = measure_worker_starts(args.starts)
+    if args.only_worker_starts:
+        update_profile(Path(args.out), starts, args.starts)
+        for k, v in starts.items():
+            print(f"  {k:<28} {v * 1e6:10.2f} us")
+        print(f"updated {args.out}")
+        return 0
     settings = load_settings()
     url = settings.database_url.replace("postgresql+psycopg://", "postgresql://")
     print(f"database {url.split('@')[-1]}, kafka {settings.kafka_bootstrap}")
     db = measure_db(url, args.rows)
     kafka = measure_kafka(settings.kafka_bootstrap)
     history = measure_run_rows(url, args.history_rows)
-    write_profile(Path(args.out), {**db, **kafka}, args.rows, history, args.history_rows)
-    for k, v in {**db, **kafka}.items():
+    numbers = {**db, **kafka, **starts}
+    write_profile(Path(args.out), numbers, args.rows, history, args.history_rows)
+    for k, v in numbers.items():
         print(f"  {k:<28} {v * 1e6:10.1f} us")
     for k, v in history.items():
         print(f"  {k:<28} {v:10.0f} bytes")
@@ -309,6 +324,93 @@ def measure_kafka(bootstrap: str) -> dict[str, float]:
         "kafka_publish_latency_s": pub,
         "kafka_consume_latency_s": max(0.0, statistics.median(e2e) - pub) if e2e else pub,
     }
+
+
+def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
+    """CPU per run of the worker's own hold-and-start path (kit.worker.Worker), for runs
+    claimed ahead and due at the same second: into the hold wheel, popped from it at the
+    second, started inline (noop). Runs the kit's code in this process, no database, no
+    broker; the median of `repeats` rounds of n runs (one worker's share of a burst)."""
+    from sqlalchemy import create_engine
+
+    from kit.store.claims import ClaimedRun
+    from kit.worker.worker import Worker, _InFlight, task_executor
+
+    engine = create_engine("postgresql+psycopg://calibrate@127.0.0.1:9/none")  # never opened
+    due = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    add: list[float] = []
+    pop: list[float] = []
+    start: list[float] = []
+    for _ in range(repeats):
+        w = Worker(engine, None, None, "calibrate", 1024, 30_000, execute=task_executor())  # type: ignore[arg-type]
+        w._pool.shutdown(wait=False)
+        w.clock.observe(0.0, 0.0, 0.0)
+        confirmed = time.monotonic() + 3600
+        entries = [
+            _InFlight(
+                ClaimedRun(
+                    run_id=str(uuid.uuid4()),
+                    job_id=f"j{i}",
+                    tenant="t",
+                    attempt=1,
+                    lease_token="tok",
+                    priority="normal",
+                    scheduled_at=due,
+                    claimed_at=due,
+                    task_spec={"type": "noop"},
+                    timeout_s=None,
+                ),
+                confirmed_until=confirmed,
+            )
+            for i in range(n)
+        ]
+        t0 = time.perf_counter()
+        w._hold(entries)
+        t1 = time.perf_counter()
+        with w._held_changed:
+            popped = w._wheel.pop_due(int(due.timestamp() * 1000))
+        t2 = time.perf_counter()
+        w._execute_inline(popped)
+        t3 = time.perf_counter()
+        if len(popped) != n or len(w._succeeded) != n:
+            raise RuntimeError("the worker did not start every held run")
+        add.append((t1 - t0) / n)
+        pop.append((t2 - t1) / n)
+        start.append((t3 - t2) / n)
+    return {
+        "worker_hold_add_s": statistics.median(add),
+        "worker_wheel_pop_s": statistics.median(pop),
+        "worker_start_inline_s": statistics.median(start),
+    }
+
+
+def update_profile(path: Path, numbers: dict[str, float], starts: int) -> None:
+    """Set these service times in an existing profile, the others kept as they were
+    measured; the [measured] table (the last one) says where the new ones come from."""
+    if not path.exists():
+        raise SystemExit(f"--out: no such profile {path} (run a full calibration first)")
+    out: list[str] = []
+    section = ""
+    for line in path.read_text().splitlines():
+        if line.startswith("["):
+            section = line.strip()
+        key = line.split("=", 1)[0].strip()
+        if (section == "[service_times]" and key in numbers) or key == "worker_starts":
+            continue
+        out.append(line)
+        if line.strip() == "[service_times]":
+            out += [f"{k} = {v:.9f}" for k, v in sorted(numbers.items())]
+    if "[service_times]" not in out:
+        raise SystemExit(f"--out: {path} has no [service_times] table")
+    while out and not out[-1].strip():
+        out.pop()
+    stamp = f"{platform.node()} at {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
+    out.append(
+        f'worker_starts = "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: '
+        f"kit.worker.Worker's hold, wheel pop and inline start of {starts} noop runs due at "
+        f'the same second, median of 5 rounds, measured by cronfleet calibrate on {stamp}"'
+    )
+    path.write_text("\n".join(out) + "\n")
 
 
 def write_profile(

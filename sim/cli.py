@@ -184,6 +184,14 @@ def simulate(
 
 def run_main(args: argparse.Namespace) -> int:
     seed = _seed(args.seed)
+    from sim.scenario import ScenarioError, read_scenario_file
+
+    try:
+        raw = read_scenario_file(args.scenario)
+    except ScenarioError as exc:
+        raise _usage(str(exc)) from None
+    if raw.get("kind") == "storm":
+        return storm_main(args, raw, seed)
     print(f"seed {seed}", file=sys.stderr)
     progress = None if args.quiet else ("bar" if sys.stderr.isatty() else "lines")
     model, result = simulate(args.scenario, args.overrides, seed, args.profile, progress)
@@ -206,6 +214,43 @@ def run_main(args: argparse.Namespace) -> int:
 
         md = write_report(model, result, Path(args.out), command)
         print(f"wrote {md} (and its plots)")
+    return 0
+
+
+def storm_main(args: argparse.Namespace, raw: dict[str, Any], seed: int) -> int:
+    """A one-machine storm (sim.storm): the start lag of N runs due at the same second."""
+    from sim.scenario import ScenarioError, load_profile
+    from sim.storm import ScenarioShapeError, load_storm, simulate_storm
+
+    if args.out or args.emit_tfvars:
+        raise _usage("out: a storm scenario writes --json only (no report, no tfvars)")
+    try:
+        s = load_storm(raw, args.overrides)
+        prof = load_profile(args.profile, s["profile"])
+        r = simulate_storm(raw, args.overrides, seed, prof)
+    except (ScenarioError, ScenarioShapeError) as exc:
+        raise _usage(str(exc)) from None
+    command = "cronfleet sim " + " ".join(
+        [shlex.quote(args.scenario), *[f"--set {shlex.quote(o)}" for o in args.overrides]]
+        + [f"--seed {seed}"]
+        + ([f"--profile {args.profile}"] if args.profile else [])
+    )
+    r["command"] = command
+    r["profile_path"] = args.profile or "sim/profiles/default.toml"
+    p50, p99, mx = r["start_lag_s"]
+    print(f"{r['scenario']} (seed {seed}): {r['runs']:,} runs due at T on {r['cores']} cores, "
+          f"{r['workers']} workers, scan {r['scan_ahead_s']:g} s ahead")
+    print(f"  start lag p50 / p99 / max   {p50} / {p99} / {mx} s")
+    print(f"  all claimed at T{r['all_claimed_s']:+} s, all succeeded at T+{r['all_succeeded_s']} s"
+          if r["all_claimed_s"] is not None and r["all_succeeded_s"] is not None
+          else f"  claimed by T: incomplete; succeeded {r['succeeded']:,}")
+    print(f"  started {r['started']:,}, succeeded {r['succeeded']:,}, given back {r['given_back']}")
+    print("  CPU (s): " + ", ".join(f"{k} {v}" for k, v in r["cpu_s"].items()))
+    print(f"  command: {command}")
+    if args.json_path:
+        Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_path).write_text(json.dumps(r, indent=2, default=str))
+        print(f"wrote {args.json_path}")
     return 0
 
 
