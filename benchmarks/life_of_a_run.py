@@ -54,6 +54,7 @@ from confluent_kafka.admin import AdminClient
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
+from kit.core.defaults import SCAN_AHEAD_MS
 from kit.core.dispatch import PRIORITY_TIERS
 from kit.core.policies import MisfirePolicy
 from kit.core.retry import RetryPolicy
@@ -387,6 +388,14 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
             say(f"[{name}] WARNING: less than scan-ahead + 2 s left; raise --lead-s")
         cpu = CpuWindow()
         cpu.start(p.fleet, p.engine, p.database)
+        # CPU by phase (the model's calibration, sim/storm.py): idle until the scan can
+        # reach T, then scan-ahead up to T (scan, insert, publish, claim, hold), then after
+        # T (start, finish); each phase's wall seconds beside it
+        ahead_s = SCAN_AHEAD_MS / 1000 + 0.5
+        phases: dict[str, dict[str, float]] = {}
+        window = CpuWindow()
+        window.start(p.fleet, p.engine, p.database)
+        window_name, window_from = "idle", -margin
         profiler = Profiler(out_dir, profile_targets(p)) if args.profile else None
         progress: list[tuple[float, int, int, int]] = []  # s after T, claimed, started, ok
         deadline = time.monotonic() + margin + args.max_wait_s
@@ -403,11 +412,24 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
                 ).one()
             ok = row[2]
             progress.append(((row[3] - at).total_seconds(), row[0], row[1], ok))
+            since_t = progress[-1][0]
+            nxt = {"idle": ("ahead", -ahead_s), "ahead": ("after", 0.0)}.get(window_name)
+            if nxt is not None and since_t >= nxt[1]:
+                window.stop(p.fleet, p.engine, p.database)
+                phases[window_name] = {**cpu_dict(window), "wall_s": since_t - window_from}
+                window = CpuWindow()
+                window.start(p.fleet, p.engine, p.database)
+                window_name, window_from = nxt[0], since_t
             if ok >= args.jobs:
                 break
             time.sleep(0.25)
         profile = profiler.stop() if profiler else {}
         cpu.stop(p.fleet, p.engine, p.database)
+        window.stop(p.fleet, p.engine, p.database)
+        phases[window_name] = {
+            **cpu_dict(window),
+            "wall_s": (progress[-1][0] if progress else 0.0) - window_from,
+        }
         with p.engine.connect() as conn:
             got = conn.execute(
                 text(
@@ -442,6 +464,7 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
             "all_succeeded_s": max(finished) if ok >= args.jobs and finished else None,
             "cpu_s": cpu_dict(cpu),
             "cpu_ms_per_run": 1000 * cpu.services / max(1, ok),
+            "cpu_by_phase_s": phases,
             "profile": profile,
             "load": load_line(),
         }

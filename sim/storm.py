@@ -374,10 +374,14 @@ class StormModel:
             k = min(int(sc["publish_chunk"]), len(self.committed))
             chunk = [self.committed.popleft() for _ in range(k)]
             yield env.process(self.cpu.run("scheduler", k * c.sched / 2, self.sched_gil))
-            yield env.process(self.cpu.run("broker", k * c.broker))
-            self.published[chunk] = env.now
-            for i in range(w):  # keyed by job: an even share per worker's partitions
-                self.workers[i].deliver(chunk[i::w])
+            env.process(self._broker(chunk, w))  # the producer does not wait for the broker
+
+    def _broker(self, chunk: list[int], w: int):
+        """The broker appends the chunk and serves it to the consumers (its own threads)."""
+        yield self.env.process(self.cpu.run("broker", len(chunk) * self.costs.broker))
+        self.published[chunk] = self.env.now
+        for i in range(w):  # keyed by job: an even share per worker's partitions
+            self.workers[i].deliver(chunk[i::w])
 
     # -- running it ---------------------------------------------------------------------
 
