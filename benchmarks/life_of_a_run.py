@@ -126,10 +126,22 @@ class CpuWindow:
     postgres: float = 0.0
     kafka: float = 0.0
     by_service: dict[str, float] = field(default_factory=dict)
+    machine: float = 0.0  # every process's CPU (all of /proc/stat but idle, iowait, steal)
+    steal: float = 0.0
+    me: float = 0.0  # this benchmark's own process (its progress polls)
     _start: dict[str, dict[int, float]] = field(default_factory=dict)
+    _machine0: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    @staticmethod
+    def _machine_now() -> tuple[float, float, float]:
+        t = psutil.cpu_times()
+        busy = sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+        me = psutil.Process().cpu_times()
+        return busy, getattr(t, "steal", 0.0), me.user + me.system
 
     def start(self, fleet: Fleet, engine: Engine, database: str) -> None:
         k = kafka_pid()
+        self._machine0 = self._machine_now()
         self._start = {
             "svc": cpu_of(fleet.pids()),
             "pg": cpu_of(backend_pids(engine, database)),
@@ -137,6 +149,10 @@ class CpuWindow:
         }
 
     def stop(self, fleet: Fleet, engine: Engine, database: str) -> None:
+        busy, steal, me = self._machine_now()
+        self.machine = busy - self._machine0[0]
+        self.steal = steal - self._machine0[1]
+        self.me = me - self._machine0[2]
         end = cpu_of(fleet.pids())
         names = {c.proc.pid: c.service.name for c in fleet.children}
         for pid, t in end.items():
@@ -483,12 +499,17 @@ def profile_targets(p: Phase) -> dict[str, int]:
 
 
 def cpu_dict(cpu: CpuWindow) -> dict[str, float]:
-    return {
+    out = {
         **{k: round(v, 1) for k, v in sorted(cpu.by_service.items())},
         "services": round(cpu.services, 1),
         "postgres_backends": round(cpu.postgres, 1),
         "kafka_broker": round(cpu.kafka, 1),
     }
+    if cpu.machine:  # the whole machine's busy CPU and the hypervisor's steal, same window
+        out["machine_busy"] = round(cpu.machine, 2)
+        out["machine_steal"] = round(cpu.steal, 2)
+        out["this_benchmark"] = round(cpu.me, 2)
+    return out
 
 
 # -- sustained ---------------------------------------------------------------------------

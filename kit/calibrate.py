@@ -39,6 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "update those keys of an existing profile",
     )
     p.add_argument("--starts", type=int, default=25_000, help="runs held and started at once")
+    p.add_argument(
+        "--storm-cpu",
+        default=None,
+        metavar="JSON",
+        help="with --only-worker-starts: also set the storm's CPU per run by phase from a "
+        "`benchmarks/life_of_a_run.py --mode burst` result (its cpu_by_phase_s)",
+    )
     p.set_defaults(func=main)
 
 
@@ -47,7 +54,9 @@ def main(args: argparse.Namespace) -> int:
 
     starts = measure_worker_starts(args.starts)
     if args.only_worker_starts:
-        update_profile(Path(args.out), starts, args.starts)
+        storm = storm_cpu(Path(args.storm_cpu)) if args.storm_cpu else {}
+        update_profile(Path(args.out), starts, args.starts, storm, args.storm_cpu)
+        starts = {**starts, **storm}
         for k, v in starts.items():
             print(f"  {k:<28} {v * 1e6:10.2f} us")
         print(f"updated {args.out}")
@@ -384,18 +393,63 @@ def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
     }
 
 
-def update_profile(path: Path, numbers: dict[str, float], starts: int) -> None:
+STORM_PROCESSES = {
+    "scheduler": "scheduler",
+    "worker": "worker",
+    "postgres": "postgres_backends",
+    "broker": "kafka_broker",
+}
+
+
+def storm_cpu(path: Path) -> dict[str, float]:
+    """CPU seconds per run of each process in each phase of a measured storm: the phase's
+    CPU less the process's idle rate over the phase's wall time, divided by the runs; and
+    each process's idle rate (CPU seconds per second) as measured before the scan began."""
+    import json
+
+    r = json.loads(path.read_text())
+    phases = r.get("cpu_by_phase_s")
+    if not phases or not {"idle", "ahead", "after"} <= set(phases):
+        raise SystemExit(f"--storm-cpu: {path} has no cpu_by_phase_s with idle, ahead, after")
+    runs = int(r["succeeded"])
+    idle = phases["idle"]
+    out: dict[str, float] = {}
+    if "machine_busy" in idle:  # everything else on the machine (other stacks, agents)
+        ours = sum(float(idle.get(k, 0.0)) for k in ("services", "postgres_backends"))
+        ours += float(idle.get("kafka_broker", 0.0)) + float(idle.get("this_benchmark", 0.0))
+        other = float(idle["machine_busy"]) - ours
+        out["storm_idle_other_cpu_per_s"] = max(0.0, other) / float(idle["wall_s"])
+    for name, key in STORM_PROCESSES.items():
+        rate = max(0.0, float(idle.get(key, 0.0)) / float(idle["wall_s"]))
+        out[f"storm_idle_{name}_cpu_per_s"] = rate
+        for phase in ("ahead", "after"):
+            ph = phases[phase]
+            used = float(ph.get(key, 0.0)) - rate * float(ph["wall_s"])
+            out[f"storm_{phase}_{name}_cpu_per_run_s"] = max(0.0, used) / runs
+    return out
+
+
+def update_profile(
+    path: Path,
+    numbers: dict[str, float],
+    starts: int,
+    storm: dict[str, float] | None = None,
+    storm_source: str | None = None,
+) -> None:
     """Set these service times in an existing profile, the others kept as they were
     measured; the [measured] table (the last one) says where the new ones come from."""
     if not path.exists():
         raise SystemExit(f"--out: no such profile {path} (run a full calibration first)")
+    numbers = {**numbers, **(storm or {})}
     out: list[str] = []
     section = ""
     for line in path.read_text().splitlines():
         if line.startswith("["):
             section = line.strip()
         key = line.split("=", 1)[0].strip()
-        if (section == "[service_times]" and key in numbers) or key == "worker_starts":
+        drop = key == "worker_starts" or (storm is not None and key == "storm_cpu")
+        stale_storm = storm is not None and key.startswith("storm_") and key != "storm_cpu"
+        if (section == "[service_times]" and (key in numbers or stale_storm)) or drop:
             continue
         out.append(line)
         if line.strip() == "[service_times]":
@@ -410,6 +464,12 @@ def update_profile(path: Path, numbers: dict[str, float], starts: int) -> None:
         f"kit.worker.Worker's hold, wheel pop and inline start of {starts} noop runs due at "
         f'the same second, median of 5 rounds, measured by cronfleet calibrate on {stamp}"'
     )
+    if storm:
+        out.append(
+            f'storm_cpu = "storm_*: CPU per run of each process in the scan-ahead up to T and '
+            f"after T, less its idle rate (storm_idle_*), from the kit's CPU accounting of "
+            f'a 50,000-run storm: {storm_source}, set by cronfleet calibrate on {stamp}"'
+        )
     path.write_text("\n".join(out) + "\n")
 
 

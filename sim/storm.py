@@ -62,7 +62,8 @@ STORM_DEFAULTS: dict[str, Any] = {
         "run_ttl_s": defaults.RUN_LEASE_TTL_MS / 1000,
         "heartbeat_s": defaults.RUN_LEASE_TTL_MS / 3000,  # the worker's default
         "quantum_ms": 2.0,  # a slice of a core
-        "finish_share": -1.0,  # < 0: the profile's PostgreSQL finish / (insert+claim+finish)
+        "heartbeats": True,  # workers extend their held runs' leases every heartbeat_s
+        "background": True,  # each process's idle CPU rate, as measured before the storm
     },
     "profile": {},
 }
@@ -104,10 +105,12 @@ class Cpu:
 
 @dataclass
 class Costs:
-    """CPU seconds per run of each step (profile)."""
+    """CPU seconds per run of each step, and each process's idle CPU rate (profile)."""
 
-    sched: float  # node: scan, insert, publish (Python)
-    pg_before: float  # PostgreSQL: trigger advance, run insert, claim
+    sched_scan: float  # node: scan and insert (Python)
+    sched_publish: float  # node: publish (Python)
+    pg_scan: float  # PostgreSQL: trigger advance and run insert
+    pg_claim: float  # PostgreSQL: the claim
     pg_finish: float  # PostgreSQL: the success's update
     broker: float  # produce and fetch
     worker_claim: float  # worker: consume, claim statement, decode
@@ -115,48 +118,50 @@ class Costs:
     hold_add: float  # worker: into the wheel (measured on kit.worker)
     wheel_pop: float  # worker: out of the wheel at the second (measured)
     start: float  # worker: one inline start (measured)
-    heartbeat_pg: float  # PostgreSQL per lease extended
-    heartbeat_worker: float  # worker per lease extended
+    idle: dict[str, float]  # CPU seconds per second of each process kind when idle
 
     @classmethod
-    def from_profile(cls, p: dict[str, float], finish_share: float) -> Costs:
-        need = (
-            "storm_scheduler_cpu_per_run_s",
-            "storm_worker_cpu_per_run_s",
-            "storm_postgres_cpu_per_run_s",
-            "storm_broker_cpu_per_run_s",
+    def from_profile(cls, p: dict[str, float]) -> Costs:
+        kinds = ("scheduler", "worker", "postgres", "broker")
+        need = [
             "worker_hold_add_s",
             "worker_wheel_pop_s",
             "worker_start_inline_s",
-        )
+            *[f"storm_{ph}_{k}_cpu_per_run_s" for ph in ("ahead", "after") for k in kinds],
+            *[f"storm_idle_{k}_cpu_per_s" for k in kinds],
+        ]
         missing = [k for k in need if k not in p]
         if missing:
             raise ScenarioShapeError(
-                f"profile: missing {', '.join(missing)} (run `cronfleet calibrate`; the storm "
-                "CPU comes from a storm's CPU accounting, see docs/sim.md)"
+                f"profile: missing {', '.join(missing)} (cronfleet calibrate "
+                "--only-worker-starts --storm-cpu BURST.json; see docs/sim-storm.md)"
             )
-        if finish_share < 0:
-            before = (
-                p["db_run_insert_per_row_s"]
-                + p["db_scan_advance_per_row_s"]
-                + p["db_claim_demand_s"]
-            )
-            finish_share = p["db_finish_demand_s"] / (before + p["db_finish_demand_s"])
-        pg, wk = p["storm_postgres_cpu_per_run_s"], p["storm_worker_cpu_per_run_s"]
-        measured = p["worker_hold_add_s"] + p["worker_wheel_pop_s"] + p["worker_start_inline_s"]
-        wk_rest = max(0.0, wk - measured)  # the accounting includes the hold and start path
+        # PostgreSQL's scan-ahead work: the scan's insert and trigger advance, then the
+        # claim, in the proportion the calibration measured them statement by statement
+        insert = p["db_run_insert_per_row_s"] + p["db_scan_advance_per_row_s"]
+        scan_share = insert / (insert + p["db_claim_demand_s"])
+        pg_ahead = p["storm_ahead_postgres_cpu_per_run_s"]
+        after_worker = p["storm_after_worker_cpu_per_run_s"]
         return cls(
-            sched=p["storm_scheduler_cpu_per_run_s"],
-            pg_before=pg * (1 - finish_share),
-            pg_finish=pg * finish_share,
-            broker=p["storm_broker_cpu_per_run_s"],
-            worker_claim=wk_rest * (1 - finish_share),
-            worker_finish=wk_rest * finish_share,
+            sched_scan=p["storm_ahead_scheduler_cpu_per_run_s"] / 2,
+            sched_publish=p["storm_ahead_scheduler_cpu_per_run_s"] / 2,
+            pg_scan=pg_ahead * scan_share,
+            pg_claim=pg_ahead * (1 - scan_share),
+            pg_finish=p["storm_after_postgres_cpu_per_run_s"],
+            broker=p["storm_ahead_broker_cpu_per_run_s"] + p["storm_after_broker_cpu_per_run_s"],
+            worker_claim=max(0.0, p["storm_ahead_worker_cpu_per_run_s"] - p["worker_hold_add_s"]),
+            worker_finish=max(
+                0.0, after_worker - p["worker_wheel_pop_s"] - p["worker_start_inline_s"]
+            ),
             hold_add=p["worker_hold_add_s"],
             wheel_pop=p["worker_wheel_pop_s"],
             start=p["worker_start_inline_s"],
-            heartbeat_pg=pg * finish_share,  # an update of the run's row, like a finish
-            heartbeat_worker=wk_rest * finish_share,
+            # idle CPU of each process, and of the rest of the machine if it was measured
+            idle={
+                k: p[f"storm_idle_{k}_cpu_per_s"]
+                for k in (*kinds, "other")
+                if f"storm_idle_{k}_cpu_per_s" in p
+            },
         )
 
 
@@ -182,7 +187,8 @@ class StormWorker:
         env.process(self._consume())
         env.process(self._hold())
         env.process(self._finish())
-        env.process(self._heartbeat(heartbeat_phase_s))
+        if m.sc["heartbeats"]:
+            env.process(self._heartbeat(heartbeat_phase_s))
 
     def deliver(self, runs: list[int]) -> None:
         self.inbox.extend(runs)
@@ -201,7 +207,7 @@ class StormWorker:
             batch = [self.inbox.popleft() for _ in range(min(room, len(self.inbox)))]
             n = len(batch)
             yield env.process(m.cpu.run(self.name, n * c.worker_claim / 2, self.gil))
-            yield env.process(m.cpu.run("postgres", n * c.pg_before / 3))
+            yield env.process(m.cpu.run("postgres", n * c.pg_claim))
             yield env.process(m.cpu.run(self.name, n * c.worker_claim / 2, self.gil))
             m.claim_verdict()
             claimed_at = env.now
@@ -280,8 +286,9 @@ class StormWorker:
             n = self.in_flight
             if n:
                 sent = env.now
-                yield env.process(m.cpu.run(self.name, n * c.heartbeat_worker, self.gil))
-                yield env.process(m.cpu.run("postgres", n * c.heartbeat_pg))
+                # an update of each held run's lease: priced as a finish
+                yield env.process(m.cpu.run(self.name, n * c.worker_finish, self.gil))
+                yield env.process(m.cpu.run("postgres", n * c.pg_finish))
                 for r in list(self.confirmed_until):
                     self.confirmed_until[r] = sent + m.ttl_s
             yield env.timeout(m.sc["heartbeat_s"])
@@ -298,7 +305,7 @@ class StormModel:
             raise ScenarioShapeError("storm.runs, storm.workers, storm.cores: must be at least 1")
         self.n = n
         self.env = simpy.Environment(initial_time=-float(sc["lead_s"]))
-        self.costs = Costs.from_profile(profile, float(sc["finish_share"]))
+        self.costs = Costs.from_profile(profile)
         self.cpu = Cpu(self.env, int(sc["cores"]), float(sc["quantum_ms"]) / 1000)
         ahead = float(sc["scan_ahead_s"])
         self.ahead_ms = defaults.SCAN_AHEAD_MS if ahead < 0 else int(ahead * 1000)
@@ -320,6 +327,16 @@ class StormModel:
         self.scan_phase_s = rnd.uniform(0, float(sc["scan_period_s"]))
         self.env.process(self._scan())
         self.env.process(self._publish())
+        if sc["background"]:
+            for kind, rate in self.costs.idle.items():
+                if rate > 0:
+                    self.env.process(self._background(kind, rate))
+
+    def _background(self, kind: str, rate: float, period_s: float = 0.05):
+        """A process's CPU when there is no storm (timers, polls, the JVM, autovacuum)."""
+        while True:
+            yield self.env.timeout(period_s)
+            yield self.env.process(self.cpu.run(f"{kind} (idle)", rate * period_s))
 
     # -- kit.core's verdicts, once per class of runs (the core is pure) -------------------
 
@@ -355,8 +372,8 @@ class StormModel:
             _lo, hi = dispatch.scan_window(int(env.now * 1000), self.ahead_ms)
             while hi >= 0 and self.scanned < self.n:  # the burst's second is in the window
                 b = min(int(sc["scan_batch_rows"]), self.n - self.scanned)
-                yield env.process(self.cpu.run("scheduler", b * c.sched / 2, self.sched_gil))
-                yield env.process(self.cpu.run("postgres", b * c.pg_before * 2 / 3))
+                yield env.process(self.cpu.run("scheduler", b * c.sched_scan, self.sched_gil))
+                yield env.process(self.cpu.run("postgres", b * c.pg_scan))
                 self.committed.extend(range(self.scanned, self.scanned + b))
                 self.scanned += b
                 if not self.committed_ev.triggered:
@@ -373,7 +390,7 @@ class StormModel:
                 continue
             k = min(int(sc["publish_chunk"]), len(self.committed))
             chunk = [self.committed.popleft() for _ in range(k)]
-            yield env.process(self.cpu.run("scheduler", k * c.sched / 2, self.sched_gil))
+            yield env.process(self.cpu.run("scheduler", k * c.sched_publish, self.sched_gil))
             env.process(self._broker(chunk, w))  # the producer does not wait for the broker
 
     def _broker(self, chunk: list[int], w: int):
