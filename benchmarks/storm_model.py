@@ -1,7 +1,7 @@
 """The model's prediction of the one-machine storm (`cronfleet sim storm-2core`) against
 measured runs of the kit (`benchmarks/life_of_a_run.py --mode burst`, their JSON).
 
-    python benchmarks/storm_model.py [--seeds 5] [--measured FILE ...] [--profile PATH]
+    python benchmarks/storm_model.py [--seeds 10] [--measured FILE ...] [--profile PATH]
         [--json PATH] [--plot PATH]
 
 --measured defaults to docs/benchmarks/storm_2core/measured-run*.json.
@@ -32,7 +32,7 @@ DEFAULT_MEASURED = "docs/benchmarks/storm_2core/measured-run*.json"
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--measured", nargs="*", default=None, help="life_of_a_run burst JSON files")
     ap.add_argument("--profile", default=None)
     ap.add_argument("--json", default=None)
