@@ -402,30 +402,31 @@ STORM_PROCESSES = {
 
 
 def storm_cpu(path: Path) -> dict[str, float]:
-    """CPU seconds per run of each process in each phase of a measured storm: the phase's
-    CPU less the process's idle rate over the phase's wall time, divided by the runs; and
-    each process's idle rate (CPU seconds per second) as measured before the scan began."""
+    """CPU seconds per run of each process in each phase of a measured storm (the
+    scan-ahead up to T, after T), and the CPU per second the rest of the machine took
+    meanwhile (other stacks and agents, PostgreSQL's own background processes)."""
     import json
 
     r = json.loads(path.read_text())
     phases = r.get("cpu_by_phase_s")
-    if not phases or not {"idle", "ahead", "after"} <= set(phases):
-        raise SystemExit(f"--storm-cpu: {path} has no cpu_by_phase_s with idle, ahead, after")
+    if not phases or not {"ahead", "after"} <= set(phases):
+        raise SystemExit(f"--storm-cpu: {path} has no cpu_by_phase_s with ahead and after")
+    if not all("machine_busy" in phases[ph] for ph in ("ahead", "after")):
+        raise SystemExit(f"--storm-cpu: {path} has no machine_busy (an older benchmark)")
     runs = int(r["succeeded"])
-    idle = phases["idle"]
     out: dict[str, float] = {}
-    if "machine_busy" in idle:  # everything else on the machine (other stacks, agents)
-        ours = sum(float(idle.get(k, 0.0)) for k in ("services", "postgres_backends"))
-        ours += float(idle.get("kafka_broker", 0.0)) + float(idle.get("this_benchmark", 0.0))
-        other = float(idle["machine_busy"]) - ours
-        out["storm_idle_other_cpu_per_s"] = max(0.0, other) / float(idle["wall_s"])
-    for name, key in STORM_PROCESSES.items():
-        rate = max(0.0, float(idle.get(key, 0.0)) / float(idle["wall_s"]))
-        out[f"storm_idle_{name}_cpu_per_s"] = rate
-        for phase in ("ahead", "after"):
-            ph = phases[phase]
-            used = float(ph.get(key, 0.0)) - rate * float(ph["wall_s"])
-            out[f"storm_{phase}_{name}_cpu_per_run_s"] = max(0.0, used) / runs
+    other = wall = 0.0
+    for phase in ("ahead", "after"):
+        ph = phases[phase]
+        ours = float(ph["this_benchmark"])
+        for name, key in STORM_PROCESSES.items():
+            used = float(ph.get(key, 0.0))
+            ours += used
+            out[f"storm_{phase}_{name}_cpu_per_run_s"] = used / runs
+        ours += float(ph.get("reaper", 0.0))
+        other += max(0.0, float(ph["machine_busy"]) - ours)
+        wall += float(ph["wall_s"])
+    out["storm_other_cpu_per_s"] = other / wall
     return out
 
 
@@ -467,7 +468,7 @@ def update_profile(
     if storm:
         out.append(
             f'storm_cpu = "storm_*: CPU per run of each process in the scan-ahead up to T and '
-            f"after T, less its idle rate (storm_idle_*), from the kit's CPU accounting of "
+            f"after T, and the rest of the machine's CPU per second, from the kit's CPU of "
             f'a 50,000-run storm: {storm_source}, set by cronfleet calibrate on {stamp}"'
         )
     path.write_text("\n".join(out) + "\n")

@@ -32,6 +32,7 @@ batching, page cache and I/O.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -63,7 +64,7 @@ STORM_DEFAULTS: dict[str, Any] = {
         "heartbeat_s": defaults.RUN_LEASE_TTL_MS / 3000,  # the worker's default
         "quantum_ms": 2.0,  # a slice of a core
         "heartbeats": True,  # workers extend their held runs' leases every heartbeat_s
-        "background": True,  # each process's idle CPU rate, as measured before the storm
+        "background": True,  # the rest of the machine's CPU, as measured in a storm
     },
     "profile": {},
 }
@@ -118,7 +119,7 @@ class Costs:
     hold_add: float  # worker: into the wheel (measured on kit.worker)
     wheel_pop: float  # worker: out of the wheel at the second (measured)
     start: float  # worker: one inline start (measured)
-    idle: dict[str, float]  # CPU seconds per second of each process kind when idle
+    other: float  # CPU seconds per second the rest of the machine takes
 
     @classmethod
     def from_profile(cls, p: dict[str, float]) -> Costs:
@@ -127,8 +128,8 @@ class Costs:
             "worker_hold_add_s",
             "worker_wheel_pop_s",
             "worker_start_inline_s",
+            "storm_other_cpu_per_s",
             *[f"storm_{ph}_{k}_cpu_per_run_s" for ph in ("ahead", "after") for k in kinds],
-            *[f"storm_idle_{k}_cpu_per_s" for k in kinds],
         ]
         missing = [k for k in need if k not in p]
         if missing:
@@ -156,12 +157,7 @@ class Costs:
             hold_add=p["worker_hold_add_s"],
             wheel_pop=p["worker_wheel_pop_s"],
             start=p["worker_start_inline_s"],
-            # idle CPU of each process, and of the rest of the machine if it was measured
-            idle={
-                k: p[f"storm_idle_{k}_cpu_per_s"]
-                for k in (*kinds, "other")
-                if f"storm_idle_{k}_cpu_per_s" in p
-            },
+            other=p["storm_other_cpu_per_s"],
         )
 
 
@@ -327,16 +323,17 @@ class StormModel:
         self.scan_phase_s = rnd.uniform(0, float(sc["scan_period_s"]))
         self.env.process(self._scan())
         self.env.process(self._publish())
-        if sc["background"]:
-            for kind, rate in self.costs.idle.items():
-                if rate > 0:
-                    self.env.process(self._background(kind, rate))
+        if sc["background"] and self.costs.other > 0:
+            for _ in range(math.ceil(self.costs.other)):  # one thread per core it needs
+                share = self.costs.other / math.ceil(self.costs.other)
+                self.env.process(self._background(share))
 
-    def _background(self, kind: str, rate: float, period_s: float = 0.05):
-        """A process's CPU when there is no storm (timers, polls, the JVM, autovacuum)."""
+    def _background(self, rate: float, period_s: float = 0.05):
+        """The rest of the machine (other stacks and agents, PostgreSQL's checkpointer and
+        autovacuum): its measured CPU per second, taken in slices."""
         while True:
-            yield self.env.timeout(period_s)
-            yield self.env.process(self.cpu.run(f"{kind} (idle)", rate * period_s))
+            yield self.env.timeout(period_s * (1 - rate))
+            yield self.env.process(self.cpu.run("rest of the machine", rate * period_s))
 
     # -- kit.core's verdicts, once per class of runs (the core is pure) -------------------
 
