@@ -297,8 +297,14 @@ class StormModel:
         self.seed = seed
         rnd = random.Random(seed)
         n, w = int(sc["runs"]), int(sc["workers"])
-        if n < 1 or w < 1 or int(sc["cores"]) < 1:
-            raise ScenarioShapeError("storm.runs, storm.workers, storm.cores: must be at least 1")
+        for key in ("runs", "workers", "cores", "claim_batch", "finish_batch", "scan_batch_rows"):
+            if int(sc[key]) < 1:
+                raise ScenarioShapeError(f"storm.{key}: must be at least 1")
+        for key in ("quantum_ms", "scan_period_s", "heartbeat_s", "run_ttl_s"):
+            if float(sc[key]) <= 0:
+                raise ScenarioShapeError(f"storm.{key}: must be positive")
+        if int(sc["prefetch"]) < 0:
+            raise ScenarioShapeError("storm.prefetch: must not be negative (0: the burst's share)")
         self.n = n
         self.env = simpy.Environment(initial_time=-float(sc["lead_s"]))
         self.costs = Costs.from_profile(profile)
