@@ -205,8 +205,8 @@ def measure_db(url: str, rows: int) -> dict[str, float]:
 def measure_run_rows(url: str, rows: int) -> dict[str, float]:
     """Bytes one finished run takes in the run history: the kit's own `runs` table (its
     columns and indexes, from kit.store.schema) in a scratch schema, `rows` runs written
-    through their life as the kit writes them (insert pending, dispatched mark, claim,
-    finish), then vacuumed; table + indexes + TOAST divided by the rows. The space the
+    through their life as the kit writes them (insert pending, claim, finish: a published
+    run stays pending, there is no dispatched mark), then vacuumed; table + indexes + TOAST divided by the rows. The space the
     updates' dead versions leave is kept (a retained table reuses it, it does not give it
     back), so this is the steady-state size, not the compacted one."""
     import psycopg
@@ -241,10 +241,6 @@ def measure_run_rows(url: str, rows: int) -> dict[str, float]:
                         "schedule",
                     )
                 )
-        conn.execute(
-            f"UPDATE {table} SET status = 'dispatched', dispatched_at = scheduled_at "
-            "+ interval '3 ms'"
-        )
         conn.execute(
             f"UPDATE {table} SET status = 'running', lease_token = md5(run_id::text), "
             "worker_id = 'worker-' || (abs(hashtext(run_id::text)) % 400), "
@@ -504,7 +500,7 @@ def write_profile(
     if history:
         lines.append(
             f'history = "{history_rows} finished runs in the kit\'s runs table (kit.store.schema: '
-            "columns and indexes), written pending -> dispatched -> running -> succeeded, "
+            "columns and indexes), written pending -> running -> succeeded, "
             "vacuumed; run_row_bytes = table + indexes + TOAST per row (the updates' free "
             'space kept); run_row_compact_bytes after VACUUM FULL"'
         )
