@@ -206,9 +206,10 @@ def measure_run_rows(url: str, rows: int) -> dict[str, float]:
     """Bytes one finished run takes in the run history: the kit's own `runs` table (its
     columns and indexes, from kit.store.schema) in a scratch schema, `rows` runs written
     through their life as the kit writes them (insert pending, claim, finish: a published
-    run stays pending, there is no dispatched mark), then vacuumed; table + indexes + TOAST divided by the rows. The space the
-    updates' dead versions leave is kept (a retained table reuses it, it does not give it
-    back), so this is the steady-state size, not the compacted one."""
+    run stays pending, there is no dispatched mark), then vacuumed; table + indexes +
+    TOAST divided by the rows. The space the updates' dead versions leave is kept (a
+    retained table reuses it, it does not give it back), so this is the steady-state
+    size, not the compacted one."""
     import psycopg
     from sqlalchemy import MetaData, create_engine
 
