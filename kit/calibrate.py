@@ -215,7 +215,9 @@ def measure_run_rows(url: str, rows: int) -> dict[str, float]:
 
     from kit.store.schema import runs
 
-    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    engine = create_engine(
+        url.replace("postgresql://", "postgresql+psycopg://"), hide_parameters=True
+    )
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
         conn.execute(f"CREATE SCHEMA {SCHEMA}")
@@ -342,7 +344,8 @@ def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
     from kit.store.claims import ClaimedRun
     from kit.worker.worker import Worker, _InFlight, task_executor
 
-    engine = create_engine("postgresql+psycopg://calibrate@127.0.0.1:9/none")  # never opened
+    # never opened: the worker only needs one to exist
+    engine = create_engine("postgresql+psycopg://calibrate@127.0.0.1:9/none", hide_parameters=True)
     due = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
     add: list[float] = []
     pop: list[float] = []
