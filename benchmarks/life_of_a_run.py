@@ -54,6 +54,7 @@ from confluent_kafka.admin import AdminClient
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
+from kit.core.defaults import SCAN_AHEAD_MS
 from kit.core.dispatch import PRIORITY_TIERS
 from kit.core.policies import MisfirePolicy
 from kit.core.retry import RetryPolicy
@@ -125,10 +126,22 @@ class CpuWindow:
     postgres: float = 0.0
     kafka: float = 0.0
     by_service: dict[str, float] = field(default_factory=dict)
+    machine: float = 0.0  # every process's CPU (all of /proc/stat but idle, iowait, steal)
+    steal: float = 0.0
+    me: float = 0.0  # this benchmark's own process (its progress polls)
     _start: dict[str, dict[int, float]] = field(default_factory=dict)
+    _machine0: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    @staticmethod
+    def _machine_now() -> tuple[float, float, float]:
+        t = psutil.cpu_times()
+        busy = sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+        me = psutil.Process().cpu_times()
+        return busy, getattr(t, "steal", 0.0), me.user + me.system
 
     def start(self, fleet: Fleet, engine: Engine, database: str) -> None:
         k = kafka_pid()
+        self._machine0 = self._machine_now()
         self._start = {
             "svc": cpu_of(fleet.pids()),
             "pg": cpu_of(backend_pids(engine, database)),
@@ -136,6 +149,10 @@ class CpuWindow:
         }
 
     def stop(self, fleet: Fleet, engine: Engine, database: str) -> None:
+        busy, steal, me = self._machine_now()
+        self.machine = busy - self._machine0[0]
+        self.steal = steal - self._machine0[1]
+        self.me = me - self._machine0[2]
         end = cpu_of(fleet.pids())
         names = {c.proc.pid: c.service.name for c in fleet.children}
         for pid, t in end.items():
@@ -387,6 +404,14 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
             say(f"[{name}] WARNING: less than scan-ahead + 2 s left; raise --lead-s")
         cpu = CpuWindow()
         cpu.start(p.fleet, p.engine, p.database)
+        # CPU by phase (the model's calibration, sim/storm.py): idle until the scan can
+        # reach T, then scan-ahead up to T (scan, insert, publish, claim, hold), then after
+        # T (start, finish); each phase's wall seconds beside it
+        ahead_s = SCAN_AHEAD_MS / 1000 + 0.5
+        phases: dict[str, dict[str, float]] = {}
+        window = CpuWindow()
+        window.start(p.fleet, p.engine, p.database)
+        window_name, window_from = "idle", -margin
         profiler = Profiler(out_dir, profile_targets(p)) if args.profile else None
         progress: list[tuple[float, int, int, int]] = []  # s after T, claimed, started, ok
         deadline = time.monotonic() + margin + args.max_wait_s
@@ -403,11 +428,24 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
                 ).one()
             ok = row[2]
             progress.append(((row[3] - at).total_seconds(), row[0], row[1], ok))
+            since_t = progress[-1][0]
+            nxt = {"idle": ("ahead", -ahead_s), "ahead": ("after", 0.0)}.get(window_name)
+            if nxt is not None and since_t >= nxt[1]:
+                window.stop(p.fleet, p.engine, p.database)
+                phases[window_name] = {**cpu_dict(window), "wall_s": since_t - window_from}
+                window = CpuWindow()
+                window.start(p.fleet, p.engine, p.database)
+                window_name, window_from = nxt[0], since_t
             if ok >= args.jobs:
                 break
             time.sleep(0.25)
         profile = profiler.stop() if profiler else {}
         cpu.stop(p.fleet, p.engine, p.database)
+        window.stop(p.fleet, p.engine, p.database)
+        phases[window_name] = {
+            **cpu_dict(window),
+            "wall_s": (progress[-1][0] if progress else 0.0) - window_from,
+        }
         with p.engine.connect() as conn:
             got = conn.execute(
                 text(
@@ -442,6 +480,7 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
             "all_succeeded_s": max(finished) if ok >= args.jobs and finished else None,
             "cpu_s": cpu_dict(cpu),
             "cpu_ms_per_run": 1000 * cpu.services / max(1, ok),
+            "cpu_by_phase_s": phases,
             "profile": profile,
             "load": load_line(),
         }
@@ -460,12 +499,17 @@ def profile_targets(p: Phase) -> dict[str, int]:
 
 
 def cpu_dict(cpu: CpuWindow) -> dict[str, float]:
-    return {
+    out = {
         **{k: round(v, 1) for k, v in sorted(cpu.by_service.items())},
         "services": round(cpu.services, 1),
         "postgres_backends": round(cpu.postgres, 1),
         "kafka_broker": round(cpu.kafka, 1),
     }
+    if cpu.machine:  # the whole machine's busy CPU and the hypervisor's steal, same window
+        out["machine_busy"] = round(cpu.machine, 2)
+        out["machine_steal"] = round(cpu.steal, 2)
+        out["this_benchmark"] = round(cpu.me, 2)
+    return out
 
 
 # -- sustained ---------------------------------------------------------------------------

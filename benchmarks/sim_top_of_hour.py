@@ -49,7 +49,7 @@ def main() -> int:
         f"simulated:      {mdl['simulated_s']} s ({s['duration_s']} s of workload + drain), "
         f"{mdl['runs']:,} runs, {s['fleet']['partitions']} partitions"
     )
-    print(f"wall time:      {t_run:.1f} s (workload build {t_build:.1f} s)")
+    print(f"wall time:      {t_run:.1f} s (set-up {t_build:.1f} s; workload generated as it runs)")
     print(
         f"events:         {events:,} ({mdl['simpy_events']:,} SimPy + "
         f"{mdl['model_events']:,} per-run)"

@@ -28,20 +28,53 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="measure service times for the capacity model")
     p.add_argument("--out", default="sim/profiles/measured.toml", help="profile to write")
     p.add_argument("--rows", type=int, default=100_000, help="triggers in the scratch table")
+    p.add_argument(
+        "--history-rows",
+        type=int,
+        default=100_000,
+        help="finished runs written to measure the bytes a run row takes",
+    )
+    p.add_argument(
+        "--only-worker-starts",
+        action="store_true",
+        help="measure only the worker's hold and start path (no database or broker) and "
+        "update those keys of an existing profile",
+    )
+    p.add_argument("--starts", type=int, default=25_000, help="runs held and started at once")
+    p.add_argument(
+        "--storm-cpu",
+        default=None,
+        metavar="JSON",
+        help="with --only-worker-starts: also set the storm's CPU per run by phase from a "
+        "`benchmarks/life_of_a_run.py --mode burst` result (its cpu_by_phase_s)",
+    )
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     from kit.settings import load_settings
 
+    starts = measure_worker_starts(args.starts)
+    if args.only_worker_starts:
+        storm = storm_cpu(Path(args.storm_cpu)) if args.storm_cpu else {}
+        update_profile(Path(args.out), starts, args.starts, storm, args.storm_cpu)
+        starts = {**starts, **storm}
+        for k, v in starts.items():
+            print(f"  {k:<28} {v * 1e6:10.2f} us")
+        print(f"updated {args.out}")
+        return 0
     settings = load_settings()
     url = settings.database_url.replace("postgresql+psycopg://", "postgresql://")
     print(f"database {url.split('@')[-1]}, kafka {settings.kafka_bootstrap}")
     db = measure_db(url, args.rows)
     kafka = measure_kafka(settings.kafka_bootstrap)
-    write_profile(Path(args.out), {**db, **kafka}, args.rows)
-    for k, v in {**db, **kafka}.items():
+    history = measure_run_rows(url, args.history_rows)
+    numbers = {**db, **kafka, **starts}
+    write_profile(Path(args.out), numbers, args.rows, history, args.history_rows)
+    for k, v in numbers.items():
         print(f"  {k:<28} {v * 1e6:10.1f} us")
+    for k, v in history.items():
+        print(f"  {k:<28} {v:10.0f} bytes")
     print(f"wrote {args.out}")
     return 0
 
@@ -171,6 +204,71 @@ def measure_db(url: str, rows: int) -> dict[str, float]:
     return out
 
 
+def measure_run_rows(url: str, rows: int) -> dict[str, float]:
+    """Bytes one finished run takes in the run history: the kit's own `runs` table (its
+    columns and indexes, from kit.store.schema) in a scratch schema, `rows` runs written
+    through their life as the kit writes them (insert pending, claim, finish: a published
+    run stays pending, there is no dispatched mark), then vacuumed; table + indexes +
+    TOAST divided by the rows. The space the updates' dead versions leave is kept (a
+    retained table reuses it, it does not give it back), so this is the steady-state
+    size, not the compacted one."""
+    import psycopg
+    from sqlalchemy import MetaData, create_engine
+
+    from kit.store.schema import runs
+
+    engine = create_engine(
+        url.replace("postgresql://", "postgresql+psycopg://"), hide_parameters=True
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        conn.execute(f"CREATE SCHEMA {SCHEMA}")
+    scratch = MetaData(schema=SCHEMA)
+    runs.to_metadata(scratch, schema=SCHEMA)
+    scratch.create_all(engine)
+    engine.dispose()
+    table = f"{SCHEMA}.runs"
+    base = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    with psycopg.connect(url, autocommit=True) as conn:
+        with conn.cursor() as cur, cur.copy(
+            f"COPY {table} (run_id, job_id, tenant, job_version, priority, scheduled_at, "
+            "trigger_kind) FROM STDIN"
+        ) as copy:
+            for i in range(rows):
+                copy.write_row(
+                    (
+                        uuid.uuid4(),
+                        uuid.uuid4(),
+                        f"tenant-{i % 1000}",
+                        1,
+                        "normal",
+                        base + dt.timedelta(milliseconds=i * 10),
+                        "schedule",
+                    )
+                )
+        conn.execute(
+            f"UPDATE {table} SET status = 'running', lease_token = md5(run_id::text), "
+            "worker_id = 'worker-' || (abs(hashtext(run_id::text)) % 400), "
+            "lease_expires_at = scheduled_at + interval '30 s', "
+            "started_at = scheduled_at + interval '5 ms'"
+        )
+        conn.execute(
+            f"UPDATE {table} SET status = 'succeeded', lease_token = NULL, "
+            "lease_expires_at = NULL, finished_at = started_at + interval '300 ms'"
+        )
+        conn.execute(f"VACUUM ANALYZE {table}")
+        total = conn.execute(f"SELECT pg_total_relation_size('{table}')").fetchone()[0]
+        heap = conn.execute(f"SELECT pg_relation_size('{table}')").fetchone()[0]
+        conn.execute(f"VACUUM FULL {table}")
+        compact = conn.execute(f"SELECT pg_total_relation_size('{table}')").fetchone()[0]
+        conn.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
+    return {
+        "run_row_bytes": total / rows,
+        "run_row_heap_bytes": heap / rows,
+        "run_row_compact_bytes": compact / rows,
+    }
+
+
 def measure_kafka(bootstrap: str) -> dict[str, float]:
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -238,14 +336,164 @@ def measure_kafka(bootstrap: str) -> dict[str, float]:
     }
 
 
-def write_profile(path: Path, numbers: dict[str, float], rows: int) -> None:
+def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
+    """CPU per run of the worker's own hold-and-start path (kit.worker.Worker), for runs
+    claimed ahead and due at the same second: into the hold wheel, popped from it at the
+    second, started inline (noop). Runs the kit's code in this process, no database, no
+    broker; the median of `repeats` rounds of n runs (one worker's share of a burst)."""
+    from sqlalchemy import create_engine
+
+    from kit.store.claims import ClaimedRun
+    from kit.worker.worker import Worker, _InFlight, task_executor
+
+    # never opened: the worker only needs one to exist
+    engine = create_engine("postgresql+psycopg://calibrate@127.0.0.1:9/none", hide_parameters=True)
+    due = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    add: list[float] = []
+    pop: list[float] = []
+    start: list[float] = []
+    for _ in range(repeats):
+        w = Worker(engine, None, None, "calibrate", 1024, 30_000, execute=task_executor())  # type: ignore[arg-type]
+        w._pool.shutdown(wait=False)
+        w.clock.observe(0.0, 0.0, 0.0)
+        confirmed = time.monotonic() + 3600
+        entries = [
+            _InFlight(
+                ClaimedRun(
+                    run_id=str(uuid.uuid4()),
+                    job_id=f"j{i}",
+                    tenant="t",
+                    attempt=1,
+                    lease_token="tok",
+                    priority="normal",
+                    scheduled_at=due,
+                    claimed_at=due,
+                    task_spec={"type": "noop"},
+                    timeout_s=None,
+                ),
+                confirmed_until=confirmed,
+            )
+            for i in range(n)
+        ]
+        t0 = time.perf_counter()
+        w._hold(entries)
+        t1 = time.perf_counter()
+        with w._held_changed:
+            popped = w._wheel.pop_due(int(due.timestamp() * 1000))
+        t2 = time.perf_counter()
+        w._execute_inline(popped)
+        t3 = time.perf_counter()
+        if len(popped) != n or len(w._succeeded) != n:
+            raise RuntimeError("the worker did not start every held run")
+        add.append((t1 - t0) / n)
+        pop.append((t2 - t1) / n)
+        start.append((t3 - t2) / n)
+    return {
+        "worker_hold_add_s": statistics.median(add),
+        "worker_wheel_pop_s": statistics.median(pop),
+        "worker_start_inline_s": statistics.median(start),
+    }
+
+
+STORM_PROCESSES = {
+    "scheduler": "scheduler",
+    "worker": "worker",
+    "postgres": "postgres_backends",
+    "broker": "kafka_broker",
+}
+
+
+def storm_cpu(path: Path) -> dict[str, float]:
+    """CPU seconds per run of each process in each phase of a measured storm (the
+    scan-ahead up to T, after T), and the CPU per second the rest of the machine took
+    meanwhile (other stacks and agents, PostgreSQL's own background processes)."""
+    import json
+
+    r = json.loads(path.read_text())
+    phases = r.get("cpu_by_phase_s")
+    if not phases or not {"ahead", "after"} <= set(phases):
+        raise SystemExit(f"--storm-cpu: {path} has no cpu_by_phase_s with ahead and after")
+    if not all("machine_busy" in phases[ph] for ph in ("ahead", "after")):
+        raise SystemExit(f"--storm-cpu: {path} has no machine_busy (an older benchmark)")
+    runs = int(r["succeeded"])
+    out: dict[str, float] = {}
+    other = wall = 0.0
+    for phase in ("ahead", "after"):
+        ph = phases[phase]
+        ours = float(ph["this_benchmark"])
+        for name, key in STORM_PROCESSES.items():
+            used = float(ph.get(key, 0.0))
+            ours += used
+            out[f"storm_{phase}_{name}_cpu_per_run_s"] = used / runs
+        ours += float(ph.get("reaper", 0.0))
+        other += max(0.0, float(ph["machine_busy"]) - ours)
+        wall += float(ph["wall_s"])
+    out["storm_other_cpu_per_s"] = other / wall
+    return out
+
+
+def update_profile(
+    path: Path,
+    numbers: dict[str, float],
+    starts: int,
+    storm: dict[str, float] | None = None,
+    storm_source: str | None = None,
+) -> None:
+    """Set these service times in an existing profile, the others kept as they were
+    measured; the [measured] table (the last one) says where the new ones come from."""
+    if not path.exists():
+        raise SystemExit(f"--out: no such profile {path} (run a full calibration first)")
+    numbers = {**numbers, **(storm or {})}
+    out: list[str] = []
+    section = ""
+    for line in path.read_text().splitlines():
+        if line.startswith("["):
+            section = line.strip()
+        key = line.split("=", 1)[0].strip()
+        drop = key == "worker_starts" or (storm is not None and key == "storm_cpu")
+        stale_storm = storm is not None and key.startswith("storm_") and key != "storm_cpu"
+        if (section == "[service_times]" and (key in numbers or stale_storm)) or drop:
+            continue
+        out.append(line)
+        if line.strip() == "[service_times]":
+            out += [f"{k} = {v:.9f}" for k, v in sorted(numbers.items())]
+    if "[service_times]" not in out:
+        raise SystemExit(f"--out: {path} has no [service_times] table")
+    while out and not out[-1].strip():
+        out.pop()
+    stamp = f"{platform.node()} at {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
+    out.append(
+        f'worker_starts = "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: '
+        f"kit.worker.Worker's hold, wheel pop and inline start of {starts} noop runs due at "
+        f'the same second, median of 5 rounds, measured by cronfleet calibrate on {stamp}"'
+    )
+    if storm:
+        out.append(
+            f'storm_cpu = "storm_*: CPU per run of each process in the scan-ahead up to T and '
+            f"after T, and the rest of the machine's CPU per second, from the kit's CPU of "
+            f'a 50,000-run storm: {storm_source}, set by cronfleet calibrate on {stamp}"'
+        )
+    path.write_text("\n".join(out) + "\n")
+
+
+def write_profile(
+    path: Path,
+    numbers: dict[str, float],
+    rows: int,
+    history: dict[str, float] | None = None,
+    history_rows: int = 0,
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         "# Calibration profile: service times (seconds) the model charges for each",
-        "# statement, row and message. Written by `cronfleet calibrate`.",
+        "# statement, row and message, and the bytes a run row takes in the run history.",
+        "# Written by `cronfleet calibrate`.",
         "[service_times]",
     ]
     lines += [f"{k} = {v:.9f}" for k, v in sorted(numbers.items())]
+    if history:
+        lines += ["", "[history]"]
+        lines += [f"{k} = {v:.1f}" for k, v in sorted(history.items())]
     lines += [
         "",
         "[measured]",
@@ -254,6 +502,13 @@ def write_profile(path: Path, numbers: dict[str, float], rows: int) -> None:
         f'method = "scratch tables of {rows} triggers; per-row costs fitted over batch sizes; '
         "claim/finish latency = median single statement; demand = pipelined per statement; "
         'kafka: 50,000 x 300 B produce, 200 single-message acks and round trips"',
-        "",
     ]
+    if history:
+        lines.append(
+            f'history = "{history_rows} finished runs in the kit\'s runs table (kit.store.schema: '
+            "columns and indexes), written pending -> running -> succeeded, "
+            "vacuumed; run_row_bytes = table + indexes + TOAST per row (the updates' free "
+            'space kept); run_row_compact_bytes after VACUUM FULL"'
+        )
+    lines.append("")
     path.write_text("\n".join(lines))

@@ -1,18 +1,29 @@
 """The model: SimPy processes for scheduler nodes, the reaper, faults and the worker
-pool tick, over the cohort workload. Every decision is a `kit.core` call: partition
-hashing and assignment, partition leases and fencing, the scan window, the timer
-wheel, misfire and overlap policies, jitter, retry backoff and run-lease transitions.
+pool tick, over a workload generated a minute at a time. Every decision is a `kit.core`
+call: partition hashing and assignment, partition leases and fencing, the scan window
+and misfire grace, the timer wheel, misfire and overlap policies, jitter, retry backoff
+and run-lease transitions.
 
-Where one core call per run would not fit the time budget (claims and finishes of
-runs on the normal path), the core is asked once per tick for the verdict of that
-equivalence class (same status, event and attempt) and the verdict is applied to the
-whole class; runs off the normal path (failures, redeliveries, crashes, expiries)
-get one core call each.
+A run's life in the model, one function per step of the kit's life of a run:
+`SchedulerNode.scan` (due triggers read, fenced, inserted, misfire/overlap applied,
+held in the timer wheel), `SchedulerNode.dispatch_due` (published at the second),
+`Model.claim` (a worker's claim of a delivery), `WorkerPool` (execution in a slot),
+`Model.record_finish` (finish, retry or dead letter), `Reaper` (recovery).
+
+Where one core call per run or per partition would not fit the time budget, the core
+is asked once per equivalence class and its verdict applied to the class: claims and
+finishes on the normal path (same status, event and attempt), partition lease renewals
+and fencing (same owner, epoch, expiry and believed epoch; see sim.partition_table).
+Runs off the normal path (failures, redeliveries, crashes, expiries) get one call each.
+
+Memory: runs live in `sim.runs.RunTable` only between their generation and their
+retirement (`Model.retire`), when their statistics are folded into `sim.stats`.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 from collections.abc import Callable
@@ -21,13 +32,27 @@ from typing import Any
 import numpy as np
 import simpy
 
-from kit.core import dispatch, leases, partitions, policies, retry
-from sim.cohorts import Workload, build_workload, task_durations_ms
+from kit.core import dispatch, leases, partitions, policies, retry, trigger
 from sim.faults import Fault, Windows, parse_faults
-from sim.resources import Database, WorkerPool
+from sim.partition_table import LeaseClasses, PartitionTable
+from sim.resources import ATTEMPT, END, REAPED, RUN, START, Database, WorkerPool
+from sim.runs import (
+    ACTIVE,
+    DEAD,
+    DISPATCHED,
+    LOST,
+    NONE,
+    PENDING,
+    RETRY,
+    RUNNING,
+    SKIPPED,
+    SUCCEEDED,
+    TERMINAL,
+    RunTable,
+)
+from sim.stats import RunStats
+from sim.workload import WINDOW_MS, TaskDurations, WorkloadStream
 
-# run status codes in the model's runs table (names are kit.core.leases.RunStatus)
-NONE, PENDING, DISPATCHED, RUNNING, SUCCEEDED, RETRY, DEAD, SKIPPED = range(8)
 CORE_STATUS = {
     PENDING: leases.RunStatus.pending,
     DISPATCHED: leases.RunStatus.pending,  # published, not claimed: the kit calls it pending
@@ -36,32 +61,43 @@ CORE_STATUS = {
     RETRY: leases.RunStatus.retry_scheduled,
     DEAD: leases.RunStatus.dead,
     SKIPPED: leases.RunStatus.skipped,
+    LOST: leases.RunStatus.pending,
 }
-ACTIVE = (PENDING, DISPATCHED, RUNNING, RETRY)
+IS_TERMINAL = np.zeros(16, bool)
+IS_TERMINAL[list(TERMINAL)] = True
+IS_ACTIVE = np.zeros(16, bool)
+IS_ACTIVE[list(ACTIVE)] = True
 TICK_MS = 1000
+RETIRE_EVERY_S = 60.0
+
+# random streams of a seed (the workload's are in sim.workload)
+STREAM_SERVICE, STREAM_FAULTS = 1, 2
 
 
 class Model:
-    def __init__(self, scenario: dict[str, Any], profile: dict[str, float], seed: int) -> None:
+    def __init__(
+        self,
+        scenario: dict[str, Any],
+        profile: dict[str, float],
+        seed: int,
+        keep_samples: bool = False,
+    ) -> None:
         self.s = scenario
         self.p = profile
         self.seed = seed
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng([seed, STREAM_SERVICE])  # durations, failures
+        self.rng_faults = np.random.default_rng([seed, STREAM_FAULTS])
         self.rand = random.Random(seed)  # for kit.core.retry's jitter
-        self.env = simpy.Environment()
+        # the fleet runs a lead-in before time 0 (the scenario's start), so the first
+        # minute meets scans already ahead; runs due in the lead-in are audited, not timed
+        self.lead_ms = int(float(scenario["lead_in_s"]) * 1000)
+        self.env = simpy.Environment(initial_time=-self.lead_ms / 1000)
         self.faults: list[Fault] = parse_faults(scenario["faults"])
-        self.wl: Workload = build_workload(scenario, self.rng)
-        n = self.wl.n
-        self.status = np.zeros(n, np.int8)
-        self.dispatch_ms = np.full(n, np.nan)
-        self.visible_ms = np.full(n, np.nan)
-        self.start_ms = np.full(n, np.nan)
-        self.wait_ms = np.full(n, np.nan, np.float32)
-        self.attempt = np.ones(n, np.int16)
-        self.effects = np.zeros(n, np.int8)  # successful executions (task effects)
-        self.executions = np.zeros(n, np.int16)
-        self.inserts = np.zeros(n, np.int8)
-        self.poison = np.zeros(n, bool)
+        poison = [(f.at_ms, f.share) for f in self.faults if f.kind == "poison_jobs"]
+        self.stream = WorkloadStream(scenario, seed, poison)
+        self.duration_ms = self.stream.duration_ms
+        self.runs = RunTable(1 << 22)
+        self.stats = RunStats(self.duration_ms, keep_samples)
         self.counters: dict[str, int] = {
             "fenced_writes_refused": 0,
             "lease_renewals_refused": 0,
@@ -78,7 +114,11 @@ class Model:
             "db_statements": 0,
         }
         self.lease_events: list[tuple[int, int, str | None]] = []
+        self._verdicts: set[tuple[str, leases.RunStatus]] = set()
+        self._fail_verdicts: dict[tuple[int, bool], leases.RunLease] = {}
         self.events = 0  # model events: SimPy steps plus per-run dispatch/take/finish
+        self.end_s = 0.0
+        self.simpy_events = 0
         self._build_policies()
         self._build_infra()
 
@@ -91,10 +131,18 @@ class Model:
             kind=w["misfire"], deadline_s=int(w["misfire_deadline_s"])
         )
         self.overlap = policies.OverlapPolicy.parse(w["overlap"])
-        names = self.wl.class_names
+        # the model judges overlap from the job's last run only (running count 0 or 1):
+        # when the core fires on both, no per-run bookkeeping is needed
+        self.overlap_matters = any(
+            policies.decide_overlap(self.overlap, c) is not policies.OverlapAction.fire
+            for c in (0, 1)
+        )
+        self.last_run_of_job = np.full(
+            max(self.stream.jobs, 1) if self.overlap_matters else 1, -1, np.int64
+        )
+        names = self.stream.class_names
         self.fail_p = np.array([float(w["classes"][c].get("fail_p", 0.0)) for c in names])
-        keyed = self.wl.hourly_jobs + self.wl.frequent_jobs
-        self.last_run_of_job = np.full(max(keyed, 1), -1, np.int64)
+        self.durations = TaskDurations(self.s, names)
         ls = self.s["leases"]
         self.partition_ttl_ms = int(float(ls["partition_ttl_s"]) * 1000)
         self.renew_ms = int(float(ls["renew_s"]) * 1000)
@@ -118,26 +166,27 @@ class Model:
         active_workers = min(int(f["workers"]), int(f["kafka_partitions"]))
         self.pool = WorkerPool(self, active_workers, int(f["concurrency"]))
         self.n_parts = int(f["partitions"])
-        self.leases: list[leases.PartitionLease | None] = [None] * self.n_parts
+        names = [f"n{i}" for i in range(int(f["nodes"]))]
+        self.plt = PartitionTable(self.n_parts, names)
         self.members: dict[str, leases.PartitionLease] = {}
-        self.advanced_to = np.full(self.n_parts, -1, np.int64)
-        self.nodes = [SchedulerNode(self, i) for i in range(int(f["nodes"]))]
+        self.advanced_to = np.full(self.n_parts, -self.lead_ms - 1, np.int64)
+        self.nodes = [SchedulerNode(self, i) for i in range(len(names))]
         self.reaper = Reaper(self)
         self._assignment_key: tuple[str, ...] = ()
         self._assignment: dict[int, str] = {}
+        self.assignment_version = 0
+        self._want = np.full(self.n_parts, -1, np.int16)
         # the fleet has been running: members registered, partitions assigned and held
-        now = 0
+        now = -self.lead_ms
         for node in self.nodes:
             self.members[node.name] = leases.acquire_partition(
                 None, node.member_id, node.name, now, self.partition_ttl_ms
             ).lease
-        for p, owner in self.assignment(now).items():
-            self.nodes[int(owner[1:])].take(p, now)
+        self.assignment(now)
+        for p in range(self.n_parts):
+            self.nodes[int(self._want[p])].take(p, now)
         for fault in self.faults:
-            if fault.kind == "poison_jobs":
-                hit = (self.wl.fire_ms >= fault.at_ms) & (self.rng.random(self.wl.n) < fault.share)
-                self.poison |= hit
-            else:
+            if fault.kind != "poison_jobs":
                 self.env.process(self._inject(fault))
         self.env.process(self._pool_ticks())
 
@@ -146,19 +195,20 @@ class Model:
     def now_ms(self) -> float:
         return self.env.now * 1000.0
 
-    def assignment(self, now_ms: float) -> dict[int, str]:
-        """kit.core.partitions.assign_partitions over the live members (cached while the
-        membership is unchanged: the function is deterministic)."""
+    def assignment(self, now_ms: float) -> np.ndarray:
+        """Owner (node index) each partition should have: kit.core.partitions.
+        assign_partitions over the live members (cached while the membership is
+        unchanged: the function is deterministic)."""
         live = tuple(n.name for n in self.nodes if self.members[n.name].live(int(now_ms)))
         if live != self._assignment_key:
-            current = {
-                p: lease.owner
-                for p, lease in enumerate(self.leases)
-                if lease is not None and lease.owner in live and lease.live(int(now_ms))
-            }
+            current = self.plt.owners(int(now_ms), live)
             self._assignment = partitions.assign_partitions(self.n_parts, list(live), current)
             self._assignment_key = live
-        return self._assignment
+            self.assignment_version += 1
+            self._want[:] = -1
+            for p, owner in self._assignment.items():
+                self._want[p] = int(owner[1:])
+        return self._want
 
     def log_lease(self, lease: leases.PartitionLease) -> None:
         self.lease_events.append((lease.partition_id, lease.epoch, lease.owner))
@@ -169,14 +219,25 @@ class Model:
         v = publish_done_ms + lat
         return self.broker.after_array(v) if self.broker else v
 
-    # -- the worker side ----------------------------------------------------------------
+    def generate_through(self, t_ms: float) -> None:
+        """Generate workload windows until every run due up to t_ms exists."""
+        st = self.stream
+        while st.generated_to <= t_ms and st.generated_to < self.duration_ms:
+            a = st.generated_to
+            self.runs.append(st.generate(a, a + WINDOW_MS))
+            st.generated_to = a + WINDOW_MS
+
+    # -- the worker side: claim, execute, finish --------------------------------------
 
     def service(self, run: np.ndarray, vis: np.ndarray):
         """Per-run claim latency, slot hold time and outcome for the runs being served."""
+        t = self.runs
+        ix = run - t.origin
+        cls = t.cls[ix]
         claim = self.p["claim_s"] * 1000 + self.db.claim_delay_ms
         claim_ms = np.full(run.size, claim)
-        dur = task_durations_ms(self.s, self.wl.cls[run], self.wl.class_names, self.rng)
-        ok = (self.rng.random(run.size) >= self.fail_p[self.wl.cls[run]]) & ~self.poison[run]
+        dur = self.durations.draw(cls, self.rng)
+        ok = (self.rng.random(run.size) >= self.fail_p[cls]) & ~t.poison[ix]
         svc = claim_ms + dur + self.p["finish_s"] * 1000
         if self.db.stalls:  # a claim attempted in a stall waits for its end
             stall_wait = self.db.stalls.after_array(vis) - vis
@@ -186,78 +247,114 @@ class Model:
         self.db.charge_workers(offered, TICK_MS / 1000)
         return claim_ms, svc, ok
 
-    def accept_deliveries(self, run, att, redel, vis) -> np.ndarray:
-        """Claims of deliveries off the normal path, one kit.core.claim_run each."""
+    def claim(self, run, att, redel, vis) -> np.ndarray:
+        """A worker's claim of each delivery (kit.core.leases.claim_run): the normal path
+        by one verdict for the class, deliveries off it one call each."""
         keep = np.ones(run.size, bool)
         normal = redel == 0
         if normal.any():
             self._class_verdict("claim", leases.RunStatus.pending)
+        if normal.all():
+            return keep
+        t = self.runs
         for i in np.flatnonzero(~normal):
             r, a, kind = int(run[i]), int(att[i]), int(redel[i])
             if kind == 2:  # inject_duplicate: the bug skips the claim
                 continue
-            st = int(self.status[r])
+            st = int(t.status[r - t.origin])
             if st == DISPATCHED:  # the first delivery is still queued: it wins the claim
                 keep[i] = False
                 self.counters["redeliveries_deduplicated"] += 1
                 continue
-            lease = leases.RunLease(str(r), int(self.attempt[r]), CORE_STATUS.get(st, "pending"))
-            t = leases.claim_run(lease, "w", f"t{r}.{a}", a, int(vis[i]), self.run_ttl_ms)
-            if not t.accepted:
+            lease = leases.RunLease(
+                str(r), int(t.attempt[r - t.origin]), CORE_STATUS.get(st, "pending")
+            )
+            tr = leases.claim_run(lease, "w", f"t{r}.{a}", a, int(vis[i]), self.run_ttl_ms)
+            if not tr.accepted:
                 keep[i] = False
                 self.counters["claims_refused"] += 1
         return keep
 
     def _class_verdict(self, event: str, status: leases.RunStatus) -> None:
-        """The core's verdict for a whole equivalence class of normal-path runs."""
+        """The core's verdict for a whole equivalence class of normal-path runs (asked
+        once per model: the core is pure and the class's inputs do not change)."""
+        if (event, status) in self._verdicts:
+            return
+        self._verdicts.add((event, status))
         run = leases.RunLease("class", 1, status, token="t", worker="w", expires_at_ms=1)
         if event == "claim":
-            t = leases.claim_run(run, "w", "t", 1, 0, self.run_ttl_ms)
+            tr = leases.claim_run(run, "w", "t", 1, 0, self.run_ttl_ms)
         else:
-            t = leases.finish_run(run, "t", event == "finish_ok", 0, None)
-        if not t.accepted:
-            raise RuntimeError(f"kit.core refused a normal-path {event}: {t.reason}")
+            tr = leases.finish_run(run, "t", event == "finish_ok", 0, None)
+        if not tr.accepted:
+            raise RuntimeError(f"kit.core refused a normal-path {event}: {tr.reason}")
 
     def mark_queued(self, run: np.ndarray) -> None:
         self.events += run.size
 
     def record_start(self, run, att, vis, take, start) -> None:
-        self.status[run] = RUNNING
-        self.executions[run] += 1
-        first = np.isnan(self.start_ms[run])
-        r = run[first]
-        self.start_ms[r] = start[first]
-        self.wait_ms[r] = (take - vis)[first]
-        self.attempt[run] = np.maximum(self.attempt[run], att)
+        t = self.runs
+        ix = run - t.origin
+        t.status[ix] = RUNNING
+        again = bool((t.executions[ix] > 0).any())  # a re-run or a duplicate among them
+        if not again and int(att.max()) == 1:  # the usual batch: first starts only
+            t.executions[ix] = 1
+            t.start[ix] = start
+            t.wait[ix] = take - vis
+            return
+        _add_one(t.executions, ix, again)
+        first = np.isnan(t.start[ix])
+        f = ix[first]
+        t.start[f] = start[first]
+        t.wait[f] = (take - vis)[first]
+        t.attempt[ix] = np.maximum(t.attempt[ix], att)
 
     def record_finish(self, fin: dict[str, np.ndarray]) -> None:
+        t = self.runs
         run, ok, reaped = fin["run"], fin["ok"], fin["reaped"]
+        ix = run - t.origin
         self.events += run.size
-        np.add.at(self.effects, run[ok], 1)
+        _add_one(t.effects, ix[ok], bool((t.executions[ix] > 1).any()))
         normal_ok = ok & ~reaped
         if normal_ok.any():
             self._class_verdict("finish_ok", leases.RunStatus.running)
-            self.status[run[normal_ok]] = SUCCEEDED
+            t.status[ix[normal_ok]] = SUCCEEDED
         for i in np.flatnonzero(reaped):  # the reaper re-queued it: this token is stale
             r = int(run[i])
-            status = CORE_STATUS.get(int(self.status[r]), leases.RunStatus.pending)
-            lease = leases.RunLease(str(r), int(self.attempt[r]), status, token="current")
-            t = leases.finish_run(
+            status = CORE_STATUS.get(int(t.status[r - t.origin]), leases.RunStatus.pending)
+            lease = leases.RunLease(str(r), int(t.attempt[r - t.origin]), status, token="current")
+            tr = leases.finish_run(
                 lease, f"t{r}.{int(fin['attempt'][i])}", bool(ok[i]), int(fin["end"][i]), None
             )
-            if not t.accepted:
+            if not tr.accepted:
                 self.counters["finishes_refused"] += 1
-        for i in np.flatnonzero(~ok & ~reaped):
-            r, a, end = int(run[i]), int(fin["attempt"][i]), int(fin["end"][i])
-            retry_at = retry.next_retry_at_ms(end, self.retry_policy, a, self.rand)
-            token = f"t{r}.{a}"
-            lease = leases.RunLease(str(r), a, leases.RunStatus.running, token=token, worker="w")
-            t = leases.finish_run(lease, token, False, end, retry_at)
-            if t.run.status is leases.RunStatus.dead:
-                self.status[r] = DEAD
+        failed = np.flatnonzero(~ok & ~reaped)
+        if failed.size:
+            self._failures(run[failed], fin["attempt"][failed], fin["end"][failed])
+
+    def _failures(self, run: np.ndarray, att: np.ndarray, end: np.ndarray) -> None:
+        """Failed attempts: each run's retry time from kit.core.retry (its own jitter
+        draw), the finish transition from kit.core.leases once per class (attempt, and
+        whether a retry time was given: nothing else of the run enters the rule)."""
+        t = self.runs
+        policy, rand = self.retry_policy, self.rand
+        retry_at = [
+            retry.next_retry_at_ms(int(e), policy, int(a), rand)
+            for e, a in zip(end.tolist(), att.tolist(), strict=True)
+        ]
+        verdicts = self._fail_verdicts  # pure core, same class inputs: kept per model
+        retries = self.reaper.retries
+        for r, a, at in zip(run.tolist(), att.tolist(), retry_at, strict=True):
+            key = (a, at is not None)
+            if key not in verdicts:
+                lease = leases.RunLease("class", a, leases.RunStatus.running, token="t")
+                verdicts[key] = leases.finish_run(lease, "t", False, 0, at).run
+            after = verdicts[key]
+            if after.status is leases.RunStatus.dead:
+                t.status[r - t.origin] = DEAD
             else:
-                self.status[r] = RETRY
-                heapq.heappush(self.reaper.retries, (t.run.retry_at_ms, r, t.run.attempt))
+                t.status[r - t.origin] = RETRY
+                heapq.heappush(retries, (at, r, after.attempt))
 
     def _pool_ticks(self):
         while True:
@@ -269,7 +366,7 @@ class Model:
 
     def _inject(self, f: Fault):
         env = self.env
-        yield env.timeout(f.at_ms / 1000)
+        yield env.timeout(max(0.0, f.at_ms / 1000 - env.now))
         nodes = self.nodes if f.node < 0 else [self.nodes[f.node % len(self.nodes)]]
         if f.kind == "scheduler_crash":
             for n in nodes:
@@ -298,13 +395,18 @@ class Model:
         elif f.kind == "inject_drop":
             nodes[0].drop_next = f.count
         elif f.kind == "inject_duplicate":
-            done = np.flatnonzero(self.status == SUCCEEDED)
-            pick = self.rng.choice(done, min(f.count, done.size), replace=False)
-            self.pool.deliver(np.full(pick.size, self.now_ms()), pick, self.attempt[pick], 2)
+            t = self.runs
+            done = np.flatnonzero(t.status[t.rows(t.lo, t.hi)] == SUCCEEDED) + t.lo
+            pick = self.rng_faults.choice(done, min(f.count, done.size), replace=False)
+            self.pool.deliver(
+                np.full(pick.size, self.now_ms()), pick, t.attempt[pick - t.origin], 2
+            )
 
     def _crash_workers(self, f: Fault) -> None:
         t = self.now_ms()
-        ids = self.rng.choice(self.pool.workers, min(f.workers, self.pool.workers), replace=False)
+        ids = self.rng_faults.choice(
+            self.pool.workers, min(f.workers, self.pool.workers), replace=False
+        )
         victims = self.pool.crash_workers(t, np.sort(ids), t + f.duration_ms)
         start = victims["start"]
         beats = np.floor(np.maximum(t - start, 0) / self.heartbeat_ms) * self.heartbeat_ms
@@ -318,44 +420,50 @@ class Model:
         """Heartbeats could not reach the database during the stall: leases that ran out
         meanwhile are refused at the first heartbeat and re-queued by the reaper, while
         the task itself keeps running (at-least-once: its effect may happen twice)."""
-        rc = self.pool.run_cols
         a, b = f.at_ms, f.end_ms
-        start = rc["start"]
-        beats = np.floor(np.maximum(a - start, 0) / self.heartbeat_ms) * self.heartbeat_ms
-        expiry = start + beats + self.run_ttl_ms
-        hit = (start < a) & (expiry < b) & (rc["end"] > b) & ~rc["reaped"]
-        for i in np.flatnonzero(hit):
-            r, att = int(rc["run"][i]), int(rc["attempt"][i])
-            token = f"t{r}.{att}"
-            lease = leases.RunLease(
-                str(r),
-                att,
-                leases.RunStatus.running,
-                token=token,
-                worker="w",
-                expires_at_ms=int(expiry[i]),
-            )
-            if not leases.heartbeat_run(lease, token, b, self.run_ttl_ms).accepted:
-                self.counters["heartbeats_refused"] += 1
-                rc["reaped"][i] = True
-                heapq.heappush(self.reaper.expiring, (float(expiry[i]), r, att))
+        for blk in self.pool.running_blocks():
+            start, end, reaped = blk[:, START], blk[:, END], blk[:, REAPED]
+            beats = np.floor(np.maximum(a - start, 0) / self.heartbeat_ms) * self.heartbeat_ms
+            expiry = start + beats + self.run_ttl_ms
+            hit = (start < a) & (expiry < b) & (end > b) & (reaped == 0)
+            for i in np.flatnonzero(hit):
+                r, att = int(blk[i, RUN]), int(blk[i, ATTEMPT])
+                token = f"t{r}.{att}"
+                lease = leases.RunLease(
+                    str(r),
+                    att,
+                    leases.RunStatus.running,
+                    token=token,
+                    worker="w",
+                    expires_at_ms=int(expiry[i]),
+                )
+                if not leases.heartbeat_run(lease, token, b, self.run_ttl_ms).accepted:
+                    self.counters["heartbeats_refused"] += 1
+                    blk[i, REAPED] = 1.0
+                    heapq.heappush(self.reaper.expiring, (float(expiry[i]), r, att))
 
     # -- running ---------------------------------------------------------------------------
 
     def run(self, progress: Callable[[float, float], None] | None = None) -> None:
-        """Safety phase (workload and faults), then liveness phase until drained."""
+        """Safety phase (workload and faults), then liveness phase until drained; runs
+        are retired into the statistics every simulated minute, and all at the end."""
         end_s = float(self.s["duration_s"])
         limit_s = end_s + float(self.s["drain_s"])
         step = 10.0
-        t = 0.0
+        t = self.env.now
+        next_retire = t + RETIRE_EVERY_S
         while t < limit_s:
             t = min(t + step, limit_s)
             self.env.run(until=t)
+            if t >= next_retire:
+                self.retire()
+                next_retire += RETIRE_EVERY_S
             if progress:
                 progress(t, limit_s)
             if t >= end_s and not self._work_left():
                 break
         self.end_s = self.env.now
+        self.retire(final=True)
         self.simpy_events = next(self.env._eid)  # events SimPy scheduled (a private counter)
 
     def _work_left(self) -> bool:
@@ -363,19 +471,87 @@ class Model:
             return True
         if any(len(n.wheel) for n in self.nodes):
             return True
-        last = int(self.wl.fire_ms[-1]) if self.wl.n else -1
+        if self.stream.generated_to < self.duration_ms:
+            return True
+        t = self.runs
+        if t.live == 0:
+            return False
+        last = int(t.fire[t.hi - 1 - t.origin])
         return bool(np.any(self.advanced_to < last))
 
-    def in_system(self) -> np.ndarray:
-        """Runs still somewhere (trigger not advanced, wheel, queue, running, reaper)."""
-        parts = [np.flatnonzero(self.wl.fire_ms > self.advanced_to[self.wl.part])]
+    def held_ids(self) -> np.ndarray:
+        """Ids of the runs some part of the system holds (a wheel, the queue, a worker
+        slot, the reaper), sorted; read without disturbing any of them."""
+        parts: list[np.ndarray] = []
         for n in self.nodes:
-            parts += n.wheel.pop_due(2**62)  # the run is over: emptying the wheel is fine
-        parts += [c[1] for c in self.pool.inbox]
-        parts += [np.array([it[1] for q in self.pool.waiting for it in q], np.int64)]
-        parts.append(self.pool.run_cols["run"])
+            parts += list(n.in_wheel.values())
+        parts += self.pool.held()
         parts += self.reaper.pending_runs()
+        if not parts:
+            return np.empty(0, np.int64)
         return np.unique(np.concatenate([np.asarray(p, np.int64) for p in parts]))
+
+    def retire(self, final: bool = False) -> None:
+        """Fold into the statistics every run that can no longer change: terminal and
+        held nowhere, in whole minutes of fire time from the oldest. A run found
+        nowhere that is not terminal will never run: it is marked LOST (the auditor's
+        'dropped'). At the end everything is folded; runs still held are in flight."""
+        t = self.runs
+        a = t.lo
+        if t.live == 0:
+            return
+        b = t.hi if final else t.first_after(int(self.advanced_to.min()))
+        if b <= a:
+            return
+        sl = t.rows(a, b)
+        st = t.status[sl]
+        nt = np.flatnonzero(~IS_TERMINAL[st])
+        held = self.held_ids()
+        cut = b
+        in_flight = None
+        if nt.size:
+            ids = nt + a
+            ix = ids - t.origin
+            untriggered = (t.status[ix] == NONE) & (t.fire[ix] > self.advanced_to[t.part[ix]])
+            pos = np.searchsorted(held, ids)
+            in_held = (pos < held.size) & (held[np.minimum(pos, held.size - 1)] == ids)
+            stays = untriggered | in_held
+            t.status[ix[~stays]] = LOST
+            if final:
+                in_flight = np.zeros(b - a, bool)
+                in_flight[nt[stays]] = True
+            elif stays.any():
+                cut = int(ids[stays][0])
+        if not final:
+            h = held[np.searchsorted(held, a) :]
+            if h.size:
+                cut = min(cut, int(h[0]))
+            if cut < t.hi:  # back to the start of the minute it falls in
+                minute = int(t.fire[cut - t.origin]) // 60_000 * 60_000
+                cut = t.first_at_or_after(minute)
+            if cut <= a:
+                return
+        ids = np.arange(a, cut, dtype=np.int64)
+        cols = t.take(a, cut)
+        self.stats.fold(
+            ids, cols, in_flight[: cut - a] if in_flight is not None else None, self.now_ms()
+        )
+        t.lo = cut
+
+
+_NO_ROWS = np.empty(0, np.int64)
+
+
+def _add_one(col: np.ndarray, ix: np.ndarray, maybe_twice: bool) -> None:
+    """col[ix] += 1, counting an index as often as it appears. np.add.at is slow, and a
+    batch can hold a run twice only when the run executes more than once (a duplicate
+    delivery, a re-run after an expired lease): the caller says when that may be."""
+    if maybe_twice and ix.size > 1:
+        s = np.sort(ix)
+        if (s[1:] == s[:-1]).any():
+            np.add.at(col, ix, 1)
+            return
+    col[ix] += 1
 
 
 class SchedulerNode:
@@ -390,30 +566,58 @@ class SchedulerNode:
         self.cut = False
         self.skew_ms = 0
         self.epoch = np.zeros(model.n_parts, np.int64)  # believed epoch per partition
-        self.epoch_l = [0] * model.n_parts  # the same as a list (fast scalar reads)
         self.owned = np.zeros(model.n_parts, bool)
         self.draining: dict[int, float] = {}
+        self._scan_mask: np.ndarray | None = None  # owned and not draining (cached)
+        self._scan_parts = np.empty(0, np.int64)
+        self._owned_parts: np.ndarray | None = None
+        self._owned_version = 0
+        self._settled: tuple[int, int] = (-1, -1)
+        self.classes = LeaseClasses(model.plt)
         self.wheel: dispatch.TimerWheel = dispatch.TimerWheel()
-        self.producer_ms = 0.0
+        self.in_wheel: dict[int, np.ndarray] = {}  # what the wheel holds, by id(chunk)
+        self.producer_ms = -math.inf  # when the node's producer is free (nothing sent yet)
         self.unmarked: list[np.ndarray] = []
         self.drop_next = 0
-        self.next_lease_ms = float(model.renew_ms)
+        self.next_lease_ms = model.now_ms() + model.renew_ms
         model.env.process(self._scanner())
         model.env.process(self._dispatcher())
 
     # -- leases -----------------------------------------------------------------------
 
+    def _changed(self) -> None:
+        """`owned` or `draining` changed: drop what was derived from them."""
+        self._scan_mask = None
+        self._owned_parts = None
+        self._owned_version += 1
+
+    def scanning(self) -> tuple[np.ndarray, np.ndarray]:
+        """The partitions this node scans: owned and not being handed over."""
+        if self._scan_mask is None:
+            mask = self.owned.copy()
+            for p in self.draining:
+                mask[p] = False
+            self._scan_mask = mask
+            self._scan_parts = np.flatnonzero(mask)
+        return self._scan_mask, self._scan_parts
+
     def take(self, p: int, now_ms: float) -> bool:
         m = self.m
-        d = leases.acquire_partition(m.leases[p], p, self.name, int(now_ms), m.partition_ttl_ms)
+        d = leases.acquire_partition(m.plt.get(p), p, self.name, int(now_ms), m.partition_ttl_ms)
         if d.granted:
             if not self.owned[p] or d.lease.epoch != self.epoch[p]:
                 m.log_lease(d.lease)
-            m.leases[p] = d.lease
+            m.plt.put(p, d.lease)
             self.owned[p] = True
             self.epoch[p] = d.lease.epoch
-            self.epoch_l[p] = d.lease.epoch
+            self._changed()
         return d.granted
+
+    def _owned_classes(self) -> np.ndarray:
+        if self._owned_parts is None:
+            self._owned_parts = np.flatnonzero(self.owned)
+        self.classes.ensure(self._owned_parts, self.epoch)
+        return self._owned_parts
 
     def lease_pass(self) -> None:
         m = self.m
@@ -423,31 +627,35 @@ class SchedulerNode:
         ).lease
         m.counters["db_statements"] += 1
         want = m.assignment(now)
-        held, epochs, renew, ttl = (
-            m.leases,
-            self.epoch_l,
-            leases.renew_partition,
-            m.partition_ttl_ms,
+        self._owned_classes()
+        name, ttl = self.name, m.partition_ttl_ms
+        _, refused = self.classes.apply(
+            lambda lease, believed: leases.renew_partition(lease, name, believed, now, ttl),
+            self.epoch,
         )
-        for p in np.flatnonzero(self.owned).tolist():
-            d = renew(held[p], self.name, epochs[p], now, ttl)
-            if not d.granted:
-                m.counters["lease_renewals_refused"] += 1
-                self.owned[p] = False
+        if refused.size:
+            m.counters["lease_renewals_refused"] += int(refused.size)
+            self.owned[refused] = False
+            for p in refused.tolist():
                 self.draining.pop(p, None)
-                continue
-            m.leases[p] = d.lease
-            if want.get(p) != self.name:
-                since = self.draining.setdefault(p, now)
-                if now - since > m.window_ms + TICK_MS:  # the wheel holds nothing of p now
-                    r = leases.release_partition(d.lease, self.name, int(self.epoch[p]))
-                    if r.granted:
-                        m.leases[p] = r.lease
-                        self.owned[p] = False
-                        del self.draining[p]
-        for p, owner in want.items():
-            if owner == self.name and not self.owned[p]:
-                self.take(p, now)
+            self._changed()
+        if (m.assignment_version, self._owned_version) == self._settled:
+            return  # same assignment, same partitions: nothing to hand over or take
+        moving = np.flatnonzero(self.owned & (want != self.index))
+        for p in moving.tolist():
+            since = self.draining.setdefault(p, now)
+            if now - since > m.window_ms + TICK_MS:  # the wheel holds nothing of p now
+                r = leases.release_partition(m.plt.get(p), self.name, int(self.epoch[p]))
+                if r.granted:
+                    m.plt.put(p, r.lease)
+                    self.owned[p] = False
+                    del self.draining[p]
+        if moving.size:
+            self._changed()
+        for p in np.flatnonzero((want == self.index) & ~self.owned).tolist():
+            self.take(p, now)
+        if not self.draining and not ((want == self.index) & ~self.owned).any():
+            self._settled = (m.assignment_version, self._owned_version)  # nothing pending
 
     # -- scan -----------------------------------------------------------------------------
 
@@ -474,24 +682,30 @@ class SchedulerNode:
             self.dispatch_due()
 
     def scan(self):
-        m, wl = self.m, self.m.wl
+        """Step 2 of the life of a run: read the due triggers of the node's partitions up
+        to the scan horizon, then in one fenced transaction insert their runs, advance
+        the triggers, apply misfire and overlap, and hold the runs in the timer wheel."""
+        m = self.m
         local = m.now_ms() + self.skew_ms
         lo, hi = dispatch.scan_window(int(local), **m._ahead())
-        scanning = self.owned.copy()
-        for p in self.draining:
-            scanning[p] = False
-        if not scanning.any():
+        scanning, parts = self.scanning()
+        if parts.size == 0:
             return
-        start = int(m.advanced_to[scanning].min())
-        i0 = int(np.searchsorted(wl.fire_ms, start, "right"))
-        i1 = int(np.searchsorted(wl.fire_ms, hi, "right"))
-        idx = np.arange(i0, i1)
-        pp = wl.part[i0:i1]
-        rows = idx[scanning[pp] & (wl.fire_ms[i0:i1] > m.advanced_to[pp])]
+        m.generate_through(hi)
+        t = m.runs
+        adv = m.advanced_to
+        a = t.first_after(int(adv[parts].min()))
+        b = t.first_after(hi)
+        if b > a:
+            sl = t.rows(a, b)
+            pp = t.part[sl]
+            rows = np.flatnonzero(scanning[pp] & (t.fire[sl] > adv[pp])) + a  # run ids
+        else:
+            rows = _NO_ROWS
         if rows.size > m.scan_batch_rows:  # a bounded batch, oldest first
-            hi = int(wl.fire_ms[rows[m.scan_batch_rows - 1]])
-            rows = rows[wl.fire_ms[rows] <= hi]
-        n_parts = int(scanning.sum())
+            hi = int(t.fire[rows[m.scan_batch_rows - 1] - t.origin])
+            rows = rows[t.fire[rows - t.origin] <= hi]
+        n_parts = parts.size
         p = m.p
         service = (
             3 * p["db_statement_s"]
@@ -502,43 +716,66 @@ class SchedulerNode:
         m.counters["db_statements"] += 3
         if not self.alive or self.cut:
             return  # the transaction never committed
-        # commit: every partition's write is fenced by its epoch (kit.core.leases)
+        self._commit(scanning, parts, rows, lo, hi)
+
+    def _commit(
+        self, scanning: np.ndarray, parts: np.ndarray, rows: np.ndarray, lo: int, hi: int
+    ) -> None:
+        m = self.m
+        t = m.runs  # ids stay valid across the transaction; physical rows may have moved
         now = int(m.now_ms())
-        allowed = scanning.copy()
-        held, epochs, fenced = m.leases, self.epoch_l, leases.fenced_write_allowed
+        # every partition's write is fenced by its epoch (kit.core.leases)
+        self._owned_classes()
         name = self.name
-        for q in np.flatnonzero(scanning).tolist():
-            if not fenced(held[q], name, epochs[q], now):
-                allowed[q] = False
-                self.owned[q] = False
-                m.counters["fenced_writes_refused"] += 1
-        rows = rows[allowed[wl.part[rows]]]
-        m.advanced_to[allowed] = np.maximum(m.advanced_to[allowed], hi)
-        fresh = m.status[rows] == NONE
-        m.counters["insert_conflicts"] += int(rows.size - fresh.sum())
-        rows = rows[fresh]
-        m.inserts[rows] += 1
-        m.status[rows] = PENDING
+        ok = self.classes.verdicts(
+            lambda lease, believed: leases.fenced_write_allowed(lease, name, believed, now),
+            self.epoch,
+        )
+        ix = rows - t.origin
+        if ok is not None:  # some partitions were taken over: their writes are refused
+            allowed = scanning & ok
+            refused = scanning & ~ok
+            if refused.any():
+                m.counters["fenced_writes_refused"] += int(refused.sum())
+                self.owned[refused] = False
+                self._changed()
+            keep = allowed[t.part[ix]]
+            rows, ix = rows[keep], ix[keep]
+            parts = np.flatnonzero(allowed)
+        adv = m.advanced_to
+        adv[parts] = np.maximum(adv[parts], hi)
+        if rows.size == 0:
+            return
+        fresh = t.status[ix] == NONE
+        if not fresh.all():
+            m.counters["insert_conflicts"] += int(rows.size - fresh.sum())
+            rows, ix = rows[fresh], ix[fresh]
+        t.inserts[ix] += 1
+        t.status[ix] = PENDING
         rows = self._misfire(rows, lo)
         rows = self._overlap(rows)
         self._hold(rows)
 
     def _misfire(self, rows: np.ndarray, now_ms: int) -> np.ndarray:
-        """Runs already late at the scan go through kit.core.policies.plan_misfire, per
-        job (a sparse job has a single fire in the window, so it is its own group)."""
-        m, wl = self.m, self.m.wl
-        late = wl.fire_ms[rows] < now_ms
+        """Runs later than kit.core.trigger.MISFIRE_GRACE_MS at the scan go through
+        kit.core.policies.plan_misfire, per job (a job without identity has a single
+        fire in the window, so it is its own group)."""
+        m = self.m
+        t = m.runs
+        ix = rows - t.origin
+        fire_all = t.fire[ix]
+        late = fire_all < now_ms - trigger.MISFIRE_GRACE_MS
         if not late.any():
             return rows
-        lr = rows[late]
-        keys = wl.job_key[lr]
+        lr = ix[late]
+        keys = t.job[lr]
         skip = np.zeros(lr.size, bool)
         order = np.argsort(keys, kind="stable")
         ks = keys[order]
         bounds = np.flatnonzero(np.diff(ks)) + 1
         starts = np.concatenate(([0], bounds))
         ends = np.concatenate((bounds, [ks.size]))
-        fire = wl.fire_ms[lr]
+        fire = t.fire[lr]
         for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
             grp = order[a:b]
             if ks[a] < 0:  # sparse: every run is its own job
@@ -548,10 +785,9 @@ class SchedulerNode:
             else:
                 plan = policies.plan_misfire(fire[grp].tolist(), now_ms, m.misfire)
                 fired = set(plan.fire_ms)
-                skip[grp] = [int(t) not in fired for t in fire[grp].tolist()]
-        skipped = lr[skip]
-        m.status[skipped] = SKIPPED
-        m.counters["misfire_skipped"] += int(skipped.size)
+                skip[grp] = [int(x) not in fired for x in fire[grp].tolist()]
+        t.status[lr[skip]] = SKIPPED
+        m.counters["misfire_skipped"] += int(skip.sum())
         keep = np.ones(rows.size, bool)
         keep[np.flatnonzero(late)[skip]] = False
         return rows[keep]
@@ -559,38 +795,46 @@ class SchedulerNode:
     def _overlap(self, rows: np.ndarray) -> np.ndarray:
         """kit.core.policies.decide_overlap for runs of recurring jobs, asked once per
         distinct running count (its only input besides the policy)."""
-        m, wl = self.m, self.m.wl
-        keyed = rows[wl.job_key[rows] >= 0]
+        m = self.m
+        if not m.overlap_matters:
+            return rows
+        t = m.runs
+        jobs = t.job[rows - t.origin]
+        keyed = rows[jobs >= 0]
         if keyed.size == 0:
             return rows
-        prev = m.last_run_of_job[wl.job_key[keyed]]
-        running = (prev >= 0) & np.isin(m.status[np.maximum(prev, 0)], ACTIVE)
+        kj = t.job[keyed - t.origin]
+        prev = m.last_run_of_job[kj]
+        live = prev >= t.lo
+        running = np.zeros(keyed.size, bool)
+        running[live] = IS_ACTIVE[t.status[prev[live] - t.origin]]
         drop = np.zeros(keyed.size, bool)
         for count in np.unique(running.astype(int)).tolist():
             action = policies.decide_overlap(m.overlap, count)
             if action is policies.OverlapAction.skip:
                 drop |= running.astype(int) == count
         # queue / replace are treated as fire (see the report's approximations)
-        m.last_run_of_job[wl.job_key[keyed[~drop]]] = keyed[~drop]
+        m.last_run_of_job[kj[~drop]] = keyed[~drop]
         if drop.any():
-            m.status[keyed[drop]] = SKIPPED
+            t.status[keyed[drop] - t.origin] = SKIPPED
             m.counters["overlap_skipped"] += int(drop.sum())
             return np.setdiff1d(rows, keyed[drop], assume_unique=True)
         return rows
 
     def _hold(self, rows: np.ndarray) -> None:
-        """Into the timer wheel, one item per (second, tier) cohort."""
+        """Into the timer wheel, one item per second of fire time, ranked by its most
+        urgent tier (`dispatch_due` publishes a second's runs by tier, then age)."""
         if rows.size == 0:
             return
-        wl = self.m.wl
-        key = (wl.fire_ms[rows] // 1000) * 4 + wl.tier[rows]
-        order = np.argsort(key, kind="stable")
-        rows, key = rows[order], key[order]
-        cuts = np.flatnonzero(np.diff(key)) + 1
-        for chunk, k in zip(
-            np.split(rows, cuts), key[np.concatenate(([0], cuts))].tolist(), strict=True
-        ):
-            self.wheel.add(int(k // 4) * 1000, chunk, int(k % 4))
+        t = self.m.runs
+        ix = rows - t.origin  # ids ascend with fire time
+        sec = t.fire[ix] // 1000
+        tier = t.tier[ix]
+        bounds = [0, *(np.flatnonzero(sec[1:] != sec[:-1]) + 1).tolist(), rows.size]
+        for a, b in itertools.pairwise(bounds):
+            chunk = rows[a:b]
+            self.wheel.add(int(sec[a]) * 1000, chunk, int(tier[a:b].min()))
+            self.in_wheel[id(chunk)] = chunk
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -602,17 +846,26 @@ class SchedulerNode:
                 self.dispatch_due()
 
     def dispatch_due(self) -> None:
-        m, wl = self.m, self.m.wl
+        """Step 3: publish every held run whose second has come, one producer per node."""
+        m = self.m
         items = self.wheel.pop_due(int(m.now_ms() + self.skew_ms))
         if not items:
             return
+        for chunk in items:
+            del self.in_wheel[id(chunk)]
         rows = np.concatenate(items)
         if self.drop_next:  # inject_drop: a bug loses runs without a trace
             k = min(self.drop_next, rows.size)
             rows, self.drop_next = rows[k:], self.drop_next - k
-        rows = rows[np.lexsort((rows, wl.tier[rows], wl.fire_ms[rows]))]
+            if rows.size == 0:
+                return
+        t = m.runs
+        ix = rows - t.origin
+        fire = t.fire[ix]
+        order = np.lexsort((rows, t.tier[ix], fire))
+        rows, ix, fire = rows[order], ix[order], fire[order]
         now = m.now_ms()
-        a = np.maximum(wl.fire_ms[rows] - self.skew_ms, now).astype(np.float64)
+        a = np.maximum(fire - self.skew_ms, now).astype(np.float64)
         if m.broker:
             a = m.broker.after_array(a)
         # one producer per node: d_i = max(a_i, d_{i-1}) + per-message time (exact, vectorised)
@@ -620,12 +873,10 @@ class SchedulerNode:
         j = np.arange(rows.size)
         d = np.maximum(np.maximum.accumulate(a - j * s), self.producer_ms) + (j + 1) * s
         self.producer_ms = float(d[-1])
-        first = np.isnan(m.dispatch_ms[rows])
-        m.dispatch_ms[rows[first]] = d[first]
-        m.status[rows] = DISPATCHED
-        vis = m.publish_visible(d)
-        m.visible_ms[rows] = vis
-        m.pool.deliver(vis, rows, 1)
+        first = np.isnan(t.dispatch[ix])
+        t.dispatch[ix[first]] = d[first]
+        t.status[ix] = DISPATCHED
+        m.pool.deliver(m.publish_visible(d), rows, 1)
         m.events += rows.size
         self._mark_dispatched(rows)
 
@@ -638,7 +889,7 @@ class SchedulerNode:
             m.reaper.undispatched.append((rows, True))
             return
         service = m.p["db_statement_s"] + rows.size * m.p["db_dispatch_mark_per_row_s"]
-        m.env.process(m.db.transaction(service))
+        m.db.book(service)  # nobody waits for the mark
         m.counters["db_statements"] += 1
 
     # -- faults -----------------------------------------------------------------------------
@@ -649,15 +900,17 @@ class SchedulerNode:
         m = self.m
         self.alive = False
         held = self.wheel.pop_due(2**62)
+        self.in_wheel.clear()
         if held:
             m.reaper.undispatched.append((np.concatenate(held), False))
         self.wheel = dispatch.TimerWheel()
         self.owned[:] = False
         self.draining.clear()
+        self._changed()
 
     def restart(self) -> None:
         self.alive = True
-        self.producer_ms = 0.0
+        self.producer_ms = -math.inf  # a new process, a new producer
         self.next_lease_ms = self.m.now_ms()
 
     def heal(self) -> None:
@@ -666,9 +919,13 @@ class SchedulerNode:
         m = self.m
         self.cut = False
         now = int(m.now_ms())
+        t = m.runs
         for rows in self.unmarked:
-            for q in np.unique(m.wl.part[rows]).tolist():
-                if not leases.fenced_write_allowed(m.leases[q], self.name, self.epoch_l[q], now):
+            for q in np.unique(t.part[rows - t.origin]).tolist():
+                lease = m.plt.get(q)
+                if lease is None or not leases.fenced_write_allowed(
+                    lease, self.name, int(self.epoch[q]), now
+                ):
                     m.counters["fenced_writes_refused"] += 1
         self.unmarked = []
         self.next_lease_ms = m.now_ms()
@@ -706,46 +963,59 @@ class Reaper:
             self._pass(m.now_ms())
 
     def _pass(self, now: float) -> None:
-        m, wl = self.m, self.m.wl
+        m = self.m
+        t = m.runs
         keep: list[tuple[np.ndarray, bool]] = []
         for rows, published in self.undispatched:
-            due = wl.fire_ms[rows] + m.grace_ms <= now
+            due = t.fire[rows - t.origin] + m.grace_ms <= now
             again = rows[due]
             if again.size:
                 if not published:
-                    again = again[m.status[again] == PENDING]
-                    m.dispatch_ms[again] = np.fmin(m.dispatch_ms[again], now)
-                    m.status[again] = DISPATCHED
+                    again = again[t.status[again - t.origin] == PENDING]
+                    gx = again - t.origin
+                    t.dispatch[gx] = np.fmin(t.dispatch[gx], now)
+                    t.status[gx] = DISPATCHED
                 m.counters["reaper_republished"] += int(again.size)
                 vis = m.publish_visible(np.full(again.size, now))
-                if not published:
-                    m.visible_ms[again] = vis
-                m.pool.deliver(vis, again, m.attempt[again], 1 if published else 0)
+                m.pool.deliver(vis, again, t.attempt[again - t.origin], 0 if not published else 1)
             if (~due).any():
                 keep.append((rows[~due], published))
         self.undispatched = keep
 
+        out_run: list[int] = []
+        out_att: list[int] = []
         while self.expiring and self.expiring[0][0] <= now:
             e, r, a = heapq.heappop(self.expiring)
             lease = leases.RunLease(
                 str(r), a, leases.RunStatus.running, token="x", worker="w", expires_at_ms=int(e)
             )
-            t = leases.expire_run(lease, int(now), m.retry_policy.max_attempts)
-            if not t.accepted:
+            tr = leases.expire_run(lease, int(now), m.retry_policy.max_attempts)
+            if not tr.accepted:
                 continue
             m.counters["leases_expired"] += 1
-            if t.run.status is leases.RunStatus.dead:
-                m.status[r] = DEAD
+            if tr.run.status is leases.RunStatus.dead:
+                t.status[r - t.origin] = DEAD
             else:
-                m.status[r] = DISPATCHED
-                m.attempt[r] = t.run.attempt
-                m.pool.deliver(m.publish_visible(np.array([now])), [r], t.run.attempt)
+                t.status[r - t.origin] = DISPATCHED
+                t.attempt[r - t.origin] = tr.run.attempt
+                out_run.append(r)
+                out_att.append(tr.run.attempt)
+        # retries that came due: kit.core.leases.retry_due_run once per attempt (every
+        # popped retry is due, so the class is the attempt)
+        due_verdict: dict[int, bool] = {}
         while self.retries and self.retries[0][0] <= now:
             at, r, a = heapq.heappop(self.retries)
-            lease = leases.RunLease(str(r), a, leases.RunStatus.retry_scheduled, retry_at_ms=at)
-            t = leases.retry_due_run(lease, int(now))
-            if t.accepted:
-                m.status[r] = DISPATCHED
-                m.attempt[r] = a
+            if a not in due_verdict:
+                lease = leases.RunLease(
+                    "class", a, leases.RunStatus.retry_scheduled, retry_at_ms=at
+                )
+                due_verdict[a] = leases.retry_due_run(lease, int(now)).accepted
+            if due_verdict[a]:
+                t.status[r - t.origin] = DISPATCHED
+                t.attempt[r - t.origin] = a
                 m.counters["retries_published"] += 1
-                m.pool.deliver(m.publish_visible(np.array([now])), [r], a)
+                out_run.append(r)
+                out_att.append(a)
+        if out_run:
+            vis = m.publish_visible(np.full(len(out_run), float(now)))
+            m.pool.deliver(vis, np.array(out_run, np.int64), np.array(out_att, np.int16))

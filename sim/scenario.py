@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import tomllib
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,18 @@ class ScenarioError(ValueError):
 DEFAULTS: dict[str, Any] = {
     "name": "custom",
     "description": "",
+    "start": "2026-03-02T00:00:00Z",  # the instant simulated time 0 stands for (UTC)
+    "lead_in_s": 0,  # simulated before the start (warm fleet), runs audited, not timed
     "duration_s": 3600,  # simulated time with workload arriving
     "peak_at_s": 60,  # where the top of the hour falls inside the simulated window
     "drain_s": 900,  # liveness phase: faults healed, no new work, until drained
     "workload": {
-        "arrivals": "cohort",  # "cohort" (cron population) or "poisson" (M/M/c checks)
+        # "cron" (cron classes over time zones), "cohort" (the top of the hour: hourly,
+        # every-minute and sparse jobs) or "poisson" (M/M/c checks)
+        "arrivals": "cohort",
         "schedules": 10_000_000,
+        "cron": [],  # cron only: [{name, cron, share, jitter_s}], shares of the schedules
+        "zones": {},  # cron only: {IANA zone: share of the schedules}
         "runs_per_s": 2000.0,  # average over an hour, peak included
         "peak_runs_per_s": 50000.0,  # total rate in the top-of-hour window
         "peak_spread_s": 10,  # jitter window of the hourly jobs (kit.core.jitter)
@@ -74,6 +81,7 @@ DEFAULTS: dict[str, Any] = {
         "scan_batch_rows": 50_000,  # most due rows one scan transaction takes
     },
     "reaper": {"period_s": defaults.REAPER_PERIOD_MS / 1000},
+    "history": {"retention_days": 30},  # run history kept (for the size it takes)
     "profile": {},  # overrides of the calibration profile's numbers
     "faults": [],
 }
@@ -239,21 +247,70 @@ def validate(s: Mapping[str, Any]) -> None:
         raise ScenarioError("fleet.nodes: more nodes than partitions leaves nodes idle")
     if s["duration_s"] <= 0:
         raise ScenarioError("duration_s: must be positive")
+    if not 0 <= s["lead_in_s"] <= 3600:
+        raise ScenarioError("lead_in_s: must be between 0 and 3600")
     shares = sum(float(c["share"]) for c in s["workload"]["classes"].values())
     if abs(shares - 1.0) > 1e-6:
         raise ScenarioError(f"workload.classes: shares must add up to 1 (they add to {shares})")
     tiers = s["workload"]["tiers"]
     if abs(sum(tiers.values()) - 1.0) > 1e-6:
         raise ScenarioError("workload.tiers: shares must add up to 1")
+    if s["workload"]["arrivals"] not in ("cron", "cohort", "poisson"):
+        raise ScenarioError("workload.arrivals: must be cron, cohort or poisson")
+    if s["workload"]["arrivals"] == "cron":
+        _validate_cron(s["workload"])
+    try:
+        start = datetime.fromisoformat(str(s["start"]).replace("Z", "+00:00"))
+    except ValueError:
+        raise ScenarioError(f"start: {s['start']!r} is not an ISO 8601 time") from None
+    if start.tzinfo is None:
+        raise ScenarioError("start: needs a UTC offset or 'Z'")
+
+
+def _validate_cron(w: Mapping[str, Any]) -> None:
+    """The cron population: valid expressions and zones (kit.core's own parsers),
+    shares that add up, jitter within the kit's limit."""
+    from kit.core.errors import FieldError
+    from kit.core.schedule import parse_cron, parse_timezone
+
+    classes = w["cron"]
+    if not classes:
+        raise ScenarioError("workload.cron: a cron population needs at least one class")
+    for i, c in enumerate(classes):
+        for key in ("name", "cron", "share", "jitter_s"):
+            if key not in c:
+                raise ScenarioError(f"workload.cron.{i}.{key}: missing")
+        try:
+            parse_cron(c["cron"], f"workload.cron.{i}.cron")
+        except FieldError as exc:
+            raise ScenarioError(f"{exc.field}: {exc.reason}") from None
+        if not 0 <= float(c["jitter_s"]) <= 3600:
+            raise ScenarioError(f"workload.cron.{i}.jitter_s: must be between 0 and 3600")
+    total = sum(float(c["share"]) for c in classes)
+    if abs(total - 1.0) > 1e-6:
+        raise ScenarioError(f"workload.cron: shares must add up to 1 (they add to {total})")
+    zones = w["zones"]
+    if not zones:
+        raise ScenarioError("workload.zones: a cron population needs at least one zone")
+    for zone in zones:
+        try:
+            parse_timezone(zone, f"workload.zones.{zone}")
+        except FieldError as exc:
+            raise ScenarioError(f"{exc.field}: {exc.reason}") from None
+    if abs(sum(float(v) for v in zones.values()) - 1.0) > 1e-6:
+        raise ScenarioError("workload.zones: shares must add up to 1")
 
 
 def load_profile(path: str | Path | None, overrides: Mapping[str, Any]) -> dict[str, float]:
-    """The calibration profile (service times in seconds), with the scenario's overrides."""
+    """The calibration profile (service times in seconds, run row bytes), with the
+    scenario's overrides."""
     p = Path(path) if path else DEFAULT_PROFILE
     if not p.exists():
         raise ScenarioError(f"profile: no such file {p}")
     data = tomllib.loads(p.read_text())
     numbers = {k: float(v) for k, v in data.get("service_times", {}).items()}
+    # bytes a run row takes in the run history (absent from older profiles)
+    numbers.update({k: float(v) for k, v in data.get("history", {}).items()})
     for key, value in overrides.items():
         if key not in numbers:
             raise ScenarioError(f"profile.{key}: unknown service time")

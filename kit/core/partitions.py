@@ -6,7 +6,7 @@ blake2b of the job id, reduced modulo the partition count.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from hashlib import blake2b
 
 PARTITION_COUNT = 1024
@@ -15,8 +15,18 @@ PARTITION_COUNT = 1024
 def partition_of(job_id: str, partitions: int = PARTITION_COUNT) -> int:
     if partitions < 1:
         raise ValueError("partitions must be at least 1")
-    digest = blake2b(job_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % partitions
+    return _hash(job_id) % partitions
+
+
+def _hash(job_id: str) -> int:
+    return int.from_bytes(blake2b(job_id.encode(), digest_size=8).digest(), "big")
+
+
+def partitions_of(job_ids: Iterable[str], partitions: int = PARTITION_COUNT) -> list[int]:
+    """`partition_of` for many ids at once (the model places millions of jobs)."""
+    if partitions < 1:
+        raise ValueError("partitions must be at least 1")
+    return [_hash(j) % partitions for j in job_ids]
 
 
 def assign_partitions(

@@ -10,9 +10,11 @@ from sim.model import Model
 from sim.scenario import load_profile, load_scenario
 
 
-def simulate(name: str, *overrides: str, seed: int = 1) -> tuple[Model, dict[str, Any]]:
+def simulate(
+    name: str, *overrides: str, seed: int = 1, keep_samples: bool = False
+) -> tuple[Model, dict[str, Any]]:
     s = load_scenario(name, list(overrides))
-    m = Model(s, load_profile(None, s["profile"]), seed)
+    m = Model(s, load_profile(None, s["profile"]), seed, keep_samples=keep_samples)
     t0 = time.perf_counter()
     m.run()
     return m, summarise(m, time.perf_counter() - t0)

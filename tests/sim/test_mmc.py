@@ -31,10 +31,12 @@ def test_mean_wait_matches_erlang_c(lam, mean_s, c, duration_s):
         f"workers={c}",
         f"duration_s={duration_s}",
         seed=7,
+        keep_samples=True,
     )
-    waits = m.wait_ms.astype(float) / 1000
+    samples = m.stats.sample_arrays()
+    waits = samples["wait"] / 1000
     # batch means over 20 consecutive batches of arrivals (after a short warm-up)
-    keep = m.wl.fire_ms >= 60_000
+    keep = samples["fire"] >= 60_000
     batches = np.array_split(waits[keep], 20)
     means = np.array([b.mean() for b in batches])
     half = T_995_19 * means.std(ddof=1) / math.sqrt(means.size)

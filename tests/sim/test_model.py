@@ -109,3 +109,16 @@ def test_unknown_override_keys_fail(bad):
 
     with pytest.raises(ScenarioError):
         load_scenario("node-loss", [bad])
+
+
+def test_cli_shows_progress_and_the_peak_window_first(capsys):
+    from kit.cli import main
+
+    assert main(["sim", "top-of-hour", "--set", "duration_s=80", "--set", "peak_at_s=20"]) == 0
+    out = capsys.readouterr()
+    assert "UTC" in out.err and "RSS" in out.err  # a progress line (stderr is no terminal)
+    lines = out.out.splitlines()
+    first = next(i for i, line in enumerate(lines) if "peak window" in line)
+    whole = next(i for i, line in enumerate(lines) if "whole period" in line)
+    assert first < whole
+    assert "in flight at the end" in out.out

@@ -1,0 +1,131 @@
+"""The one-machine storm model (sim.storm): the kit's current design, claims ahead and
+starts at the second on shared cores."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.scenario import ScenarioError, load_profile, read_scenario_file
+from sim.storm import STORM_DEFAULTS, ScenarioShapeError, simulate_storm
+
+RAW = read_scenario_file("storm-2core")
+SMALL = ["storm.runs=5000"]
+
+
+def storm(*sets: str, seed: int = 1, **profile: float) -> dict:
+    prof = load_profile(None, {})
+    prof.update(profile)
+    return simulate_storm(RAW, [*SMALL, *sets], seed, prof)
+
+
+def test_every_run_starts_once_at_or_after_its_second_and_succeeds():
+    r = storm()
+    assert r["started"] == r["succeeded"] == 5000
+    assert r["given_back"] == 0
+    p50, p99, mx = r["start_lag_s"]
+    assert 0 <= p50 <= p99 <= mx
+    assert r["all_claimed_s"] < 0  # the scan ahead left room to claim before the second
+
+
+def test_a_short_scan_ahead_claims_after_the_second_and_starts_late():
+    ahead = storm()
+    late = storm("storm.scan_ahead_s=0.5", "storm.runs=50000")
+    assert late["all_claimed_s"] > 0
+    assert late["start_lag_s"][1] > 5 * ahead["start_lag_s"][1]
+
+
+def test_the_start_lag_follows_the_measured_cost_of_a_start():
+    cheap = storm(worker_start_inline_s=1e-6)
+    dear = storm(worker_start_inline_s=20e-6)
+    # 2,500 starts per worker: 19 us more each is about 47 ms more for the last ones
+    assert dear["start_lag_s"][2] - cheap["start_lag_s"][2] == pytest.approx(0.0475, rel=0.2)
+
+
+def test_more_cores_than_threads_do_not_change_a_lone_start_batch():
+    two = storm()
+    four = storm("storm.cores=4")
+    assert four["start_lag_s"][1] <= two["start_lag_s"][1] + 1e-9
+
+
+def test_same_seed_same_result():
+    assert storm(seed=3) == storm(seed=3)
+
+
+def test_bad_input_names_the_field():
+    with pytest.raises(ScenarioShapeError, match=r"storm\.runs"):
+        storm("storm.runs=0")
+    with pytest.raises(ScenarioError, match=r"storm\.nope"):
+        simulate_storm({**RAW, "storm": {**RAW["storm"], "nope": 1}}, [], 1, load_profile(None, {}))
+    prof = load_profile(None, {})
+    del prof["worker_start_inline_s"]
+    with pytest.raises(ScenarioShapeError, match="worker_start_inline_s"):
+        simulate_storm(RAW, SMALL, 1, prof)
+
+
+def test_the_cli_runs_the_storm_scenario(tmp_path: Path):
+    out = tmp_path / "storm.json"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kit.cli",
+            "sim",
+            "storm-2core",
+            "--set",
+            "storm.runs=2000",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "start lag p50 / p99 / max" in p.stdout
+    r = json.loads(out.read_text())
+    assert r["succeeded"] == 2000
+    bad = subprocess.run(
+        [sys.executable, "-m", "kit.cli", "sim", "storm-2core", "--set", "storm.cores=x"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert "storm.cores" in bad.stderr
+
+
+def test_the_comparison_reads_the_measured_runs(tmp_path: Path):
+    """benchmarks/storm_model.py sets the model's p99 against each measured run's."""
+    measured = tmp_path / "m.json"
+    measured.write_text(json.dumps({"jobs": 2000, "workers": 2, "start_lag_s": [0.1, 0.2, 0.3]}))
+    p = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/storm_model.py",
+            "--seeds",
+            "2",
+            "--measured",
+            str(measured),
+            "--json",
+            str(tmp_path / "c.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    c = json.loads((tmp_path / "c.json").read_text())
+    assert len(c["predicted"]) == 2
+    (row,) = c["compared"]
+    assert row["measured_p99_s"] == 0.2
+    assert row["error"] == pytest.approx(c["predicted_p99_s"] / 0.2 - 1, abs=1e-3)
+    assert row["within_15pct"] == (abs(row["error"]) <= 0.15)
+
+
+def test_defaults_cover_every_key_of_the_scenario():
+    assert set(RAW["storm"]) <= set(STORM_DEFAULTS["storm"])
