@@ -10,7 +10,8 @@ the measure (run now does start a noop run). `--rate` spreads that many calls pe
 over the users (0: as fast as they go). Exit code 1 on any error, or when a target given
 (`--target-p99-ms`, `--target-rps`) is missed.
 
-    python -m loadtest api --host http://127.0.0.1:8080 --rate 300 --run-time 60s --out out/loadtest/api
+    python -m loadtest api --host http://127.0.0.1:8080 --rate 300 --run-time 60s \\
+        --out out/loadtest/api
 """
 
 from __future__ import annotations
@@ -24,14 +25,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from locust import FastHttpUser, constant, constant_throughput, events, task  # noqa: E402
+from locust import FastHttpUser, constant, constant_throughput, events, task
 
-from loadtest import common  # noqa: E402
+from loadtest import common
 
 TITLE = "api: the jobs API under a mix of calls"
 MIXES = {
-    "ops": {"create": 3, "get": 6, "list": 2, "edit": 1, "pause_resume": 2, "run_now": 1,
-            "runs": 2},
+    "ops": {
+        "create": 3,
+        "get": 6,
+        "list": 2,
+        "edit": 1,
+        "pause_resume": 2,
+        "run_now": 1,
+        "runs": 2,
+    },
     "jobs": {"create": 3, "get": 6, "runs": 3, "pause_resume": 2, "delete": 1},
 }
 STATE: dict[str, Any] = {}
@@ -135,7 +143,9 @@ class JobsUser(FastHttpUser):
     def edit(self) -> None:
         if job := self._some_job():
             body = {"timeout_s": self.rng.randint(60, 3600)}
-            self._expect(self._call("PATCH", f"/v1/jobs/{job}", "PATCH /v1/jobs/{job_id}", body), 200)
+            self._expect(
+                self._call("PATCH", f"/v1/jobs/{job}", "PATCH /v1/jobs/{job_id}", body), 200
+            )
 
     def pause_resume(self) -> None:
         if job := self._some_job():

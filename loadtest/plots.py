@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def rate_plot(
@@ -35,8 +35,11 @@ def rate_plot(
 
 
 def lag_plots(
-    path: Path, lags_s: Mapping[str, Sequence[float]], offsets_s: Mapping[str, Sequence[float]],
-    target_s: float, title: str,
+    path: Path,
+    lags_s: Mapping[str, Sequence[float]],
+    offsets_s: Mapping[str, Sequence[float]],
+    target_s: float,
+    title: str,
 ) -> None:
     """Left: how many runs began (or were published) per 100 ms around the due second T.
     Right: the cumulative distribution of each lag, with the p99 target."""

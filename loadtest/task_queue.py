@@ -24,10 +24,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gevent  # noqa: E402
-from locust import FastHttpUser, constant, events, task  # noqa: E402
+import gevent
+from locust import FastHttpUser, constant, events, task
 
-from loadtest import common, plots  # noqa: E402
+from loadtest import common, plots
 
 TITLE = "queue: enqueue, lease, ack through the task-queue API"
 
@@ -173,7 +173,9 @@ class Producer(_Client):
             self.seq += 1
             tasks.append({"payload": {"by": id(self), "seq": self.seq}})
         data = self._post(
-            f"/v1/queues/{queue}/tasks:batch", {"tasks": tasks}, "POST /v1/queues/{queue}/tasks:batch"
+            f"/v1/queues/{queue}/tasks:batch",
+            {"tasks": tasks},
+            "POST /v1/queues/{queue}/tasks:batch",
         )
         if data:
             LEDGER.enqueue([t["task_id"] for t in data["tasks"]])
@@ -230,7 +232,11 @@ class Consumer(_Client):
             chunk = to_ack[start : start + options.ack_batch]
             answer = self._post(
                 "/v1/tasks:ack",
-                {"acks": [{"task_id": i["task_id"], "lease_token": i["lease_token"]} for i in chunk]},
+                {
+                    "acks": [
+                        {"task_id": i["task_id"], "lease_token": i["lease_token"]} for i in chunk
+                    ]
+                },
                 "POST /v1/tasks:ack",
             )
             for result in (answer or {}).get("results", []):
@@ -316,11 +322,13 @@ def _report(environment: Any, **_: Any) -> None:
     environment.process_exit_code = 0 if passed else 1
     directory = common.summary_dir(options)
     cpu_text, cpu_data = common.cpu_section(meter, requests)
-    mode = (
-        f"enqueue {'one task per call' if options.enqueue_batch <= 1 else f'{options.enqueue_batch} per batch call'}, "
-        f"lease up to {options.lease_max}, "
-        f"ack {'one per call' if options.ack_batch <= 1 else f'up to {options.ack_batch} per batch call'}"
+    enqueue = (
+        "one task per call"
+        if options.enqueue_batch <= 1
+        else f"{options.enqueue_batch} per batch call"
     )
+    acks = "one per call" if options.ack_batch <= 1 else f"up to {options.ack_batch} per call"
+    mode = f"enqueue {enqueue}, lease up to {options.lease_max}, ack {acks}"
     verdict = [
         f"**{'PASS' if passed else 'FAIL'}**" + (f": {'; '.join(misses)}" if misses else ""),
         f"calls: {mode}; {options.producers} producers, {options.consumers} pull workers, "
