@@ -76,7 +76,7 @@ def _init(environment: Any, **_: Any) -> None:
 @events.test_start.add_listener
 def _start(environment: Any, **_: Any) -> None:
     STATE["token"] = common.bearer_token(environment.parsed_options)
-    STATE["cpu"] = common.CpuMeter()
+    STATE["cpu"] = common.CpuMeter(environment.host)
     STATE["cpu"].start()
     STATE["run"] = uuid.uuid4().hex[:8]
 

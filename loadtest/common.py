@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -115,13 +114,45 @@ def quit_soon(environment: Any) -> None:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _proc_cpu() -> dict[str, float]:
-    """CPU seconds by group: api, postgres, kafka, kit (other services), locust (this
-    process and its children), from every process visible in /proc."""
-    out: dict[str, float] = {"api": 0.0, "postgres": 0.0, "kafka": 0.0, "kit": 0.0}
-    me = os.getpid()
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    return inodes
+
+
+def listening_pids(port: int) -> set[int]:
+    """Processes holding a socket that listens on this TCP port (the service's own)."""
+    wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    pids: set[int] = set()
+    if not wanted:
+        return pids
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
+        if not entry.isdigit():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                if os.readlink(f"/proc/{entry}/fd/{fd}") in wanted:
+                    pids.add(int(entry))
+                    break
+        except OSError:
+            continue
+    return pids
+
+
+def _processes() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, cmdline, CPU seconds of it and its children already reaped:
+    PostgreSQL's closed backends, uvicorn's ended workers still count)."""
+    out: dict[int, tuple[int, str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
@@ -130,23 +161,62 @@ def _proc_cpu() -> dict[str, float]:
                 cmd = f.read().replace(b"\0", b" ").decode("latin-1")
         except OSError:
             continue
-        comm = stat[stat.find("(") + 1 : stat.rfind(")")]
         fields = stat[stat.rfind(")") + 2 :].split()
-        # own time plus that of its children already reaped (PostgreSQL's backends that
-        # closed, uvicorn's workers), so a process that ends inside the window still counts
-        cpu = sum(int(x) for x in fields[11:15]) / _TICK
-        if comm == "postgres" or cmd.startswith("postgres"):
-            out["postgres"] += cpu
-        elif "kafka" in cmd and "java" in comm:
-            out["kafka"] += cpu
-        elif "kit.cli api" in cmd or "cronfleet api" in cmd:
-            out["api"] += cpu
-        elif "kit.cli" in cmd or "bin/cronfleet" in cmd:
-            out["kit"] += cpu
-        elif "locust" in cmd:
-            out["locust"] = out.get("locust", 0.0) + cpu
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    out["locust"] = out.get("locust", 0.0) + usage.ru_utime + usage.ru_stime
+        out[int(entry)] = (int(fields[1]), cmd, sum(int(x) for x in fields[11:15]) / _TICK)
+    return out
+
+
+def _subtree(procs: dict[int, tuple[int, str, float]], roots: set[int]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    seen: set[int] = set()
+    stack = [r for r in roots if r in procs]
+    while stack:
+        pid = stack.pop()
+        if pid not in seen:
+            seen.add(pid)
+            stack.extend(children.get(pid, []))
+    return seen
+
+
+def service_roots(api_url: str) -> dict[str, set[int]]:
+    """The processes of the kit under test, found by the ports they listen on: the API
+    (from the target URL), PostgreSQL and Kafka (from the kit's settings); `kit` is the
+    other services when the API runs under `cronfleet run-all` (its siblings)."""
+    from urllib.parse import urlsplit
+
+    from sqlalchemy.engine import make_url
+
+    from kit.settings import load_settings
+
+    settings = load_settings()
+    api_port = urlsplit(api_url).port or 80
+    db_port = make_url(settings.database_url).port or 5432
+    kafka_port = int(settings.kafka_bootstrap.split(",")[0].rsplit(":", 1)[1])
+    roots = {
+        "api": listening_pids(api_port),
+        "postgres": listening_pids(db_port),
+        "kafka": listening_pids(kafka_port),
+    }
+    procs = _processes()
+    api_top = {p for p in roots["api"] if procs.get(p, (0,))[0] not in roots["api"]}
+    parents = {procs[p][0] for p in api_top if p in procs}
+    run_all = {p for p in parents if p in procs and "run-all" in procs[p][1]}
+    roots["kit"] = {
+        pid for pid, (ppid, _, _) in procs.items() if ppid in run_all and pid not in api_top
+    }
+    return roots
+
+
+def _proc_cpu(roots: dict[str, set[int]]) -> dict[str, float]:
+    """CPU seconds by group (each root and its descendants) and of this Locust process."""
+    procs = _processes()
+    out = {}
+    for group, pids in roots.items():
+        out[group] = sum(procs[p][2] for p in _subtree(procs, pids))
+    times = os.times()
+    out["locust"] = times.user + times.system + times.children_user + times.children_system
     return out
 
 
@@ -154,17 +224,20 @@ def _proc_cpu() -> dict[str, float]:
 class CpuMeter:
     """CPU seconds spent by each group between start() and stop()."""
 
+    api_url: str = "http://127.0.0.1:8080"
     started: dict[str, float] = field(default_factory=dict)
     spent: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
     _t0: float = 0.0
+    _roots: dict[str, set[int]] = field(default_factory=dict)
 
     def start(self) -> None:
-        self.started = _proc_cpu()
+        self._roots = service_roots(self.api_url)
+        self.started = _proc_cpu(self._roots)
         self._t0 = time.monotonic()
 
     def stop(self) -> dict[str, float]:
-        end = _proc_cpu()
+        end = _proc_cpu(self._roots)
         self.wall_s = time.monotonic() - self._t0
         self.spent = {k: round(end.get(k, 0.0) - self.started.get(k, 0.0), 2) for k in end}
         return self.spent
@@ -260,7 +333,8 @@ def cpu_section(meter: CpuMeter, requests: int) -> tuple[str, dict[str, Any]]:
         )
     text = (
         f"Over {meter.wall_s:.1f} s wall on {os.cpu_count()} cores, {requests:,} requests "
-        "(share: 1.0 = every core all the time; `locust` is the load generator):\n\n"
+        "(share: 1.0 = every core all the time; `locust` is the load generator; processes "
+        "found by the ports they listen on, `kit` = the other services under run-all):\n\n"
         + markdown_table(rows)
     )
     return text, {"wall_s": meter.wall_s, "cpu_s": meter.spent, "shares": shares}

@@ -87,7 +87,7 @@ def _start(environment: Any, **_: Any) -> None:
     STATE["token"] = common.bearer_token(options)
     STATE["produce_until"] = time.monotonic() + options.duration
     STATE["producing"] = True
-    STATE["cpu"] = common.CpuMeter()
+    STATE["cpu"] = common.CpuMeter(environment.host)
     STATE["cpu"].start()
     STATE["t0"] = time.time()
 
