@@ -157,6 +157,19 @@ def _check_json_size(field: str, value: Any, max_bytes: int) -> None:
         raise FieldError(field, f"is {size} bytes of JSON; the limit is {max_bytes}")
 
 
+def _check_json_sizes(field: str, values: list[Any], settings: Any) -> None:
+    """Every value of a batch within the payload limit, or one 422 naming each that is
+    not (`field` formatted with the item's index)."""
+    problems: list[tuple[str, str]] = []
+    for index, value in enumerate(values):
+        try:
+            _check_json_size(field.format(index), value, settings.max_queue_payload_bytes)
+        except FieldError as exc:
+            problems.append((exc.field, exc.reason))
+    if problems:
+        raise ApiError(422, f"{problems[0][0]}: {problems[0][1]}", problems)
+
+
 def _refused(exc: queue_store.LeaseRefused) -> ApiError:
     return ApiError(409, exc.reason, [("lease_token", exc.reason)], code="lease_refused")
 
@@ -215,15 +228,9 @@ def enqueue_tasks_batch(
     """Up to 1,000 tasks per call, written in one transaction: any invalid task refuses
     the whole batch with a 422 naming it (`tasks[17].payload`). A batch carries no
     Idempotency-Key: sending it again enqueues the tasks again."""
-    limit = request.app.state.settings.max_queue_payload_bytes
-    problems: list[tuple[str, str]] = []
-    for index, item in enumerate(body.tasks):
-        try:
-            _check_json_size(f"tasks[{index}].payload", item.payload, limit)
-        except FieldError as exc:
-            problems.append((exc.field, exc.reason))
-    if problems:
-        raise ApiError(422, f"{problems[0][0]}: {problems[0][1]}", problems)
+    _check_json_sizes(
+        "tasks[{}].payload", [t.payload for t in body.tasks], request.app.state.settings
+    )
     params = [
         queue_store.TaskEnqueue(
             tenant=caller.tenant,
@@ -290,15 +297,9 @@ def ack_batch(body: AckBatchIn, request: Request, caller: Caller) -> AckBatchOut
     """Up to 1,000 acks per call, in one transaction; each is decided on its own, as the
     one-task ack would decide it, and a refused one (unknown task, stale or expired
     lease) does not refuse the others: its `error` says why."""
-    limit = request.app.state.settings.max_queue_payload_bytes
-    problems: list[tuple[str, str]] = []
-    for index, item in enumerate(body.acks):
-        try:
-            _check_json_size(f"acks[{index}].result", item.result, limit)
-        except FieldError as exc:
-            problems.append((exc.field, exc.reason))
-    if problems:
-        raise ApiError(422, f"{problems[0][0]}: {problems[0][1]}", problems)
+    _check_json_sizes(
+        "acks[{}].result", [a.result for a in body.acks], request.app.state.settings
+    )
     outcomes = queue_store.task_ack_many(
         request.app.state.engine,
         caller.tenant,

@@ -405,21 +405,10 @@ class AckOutcome:
     reason: str | None = None
 
 
-_ack_apply = (
-    update(queue_tasks)
-    .where(queue_tasks.c.task_id == bindparam("b_task_id"))
-    .values(
-        status=bindparam("status"),
-        attempt=bindparam("attempt"),
-        visible_at=bindparam("visible_at"),
-        lease_token=bindparam("lease_token"),
-        lease_expires_at=bindparam("lease_expires_at"),
-        deadline_at=bindparam("deadline_at"),
-        worker_id=bindparam("worker_id"),
-        dead_reason=bindparam("dead_reason"),
-        result=bindparam("result", type_=queue_tasks.c.result.type),
-        finished_at=bindparam("finished_at"),
-    )
+# An ack writes what the core's decision changed, the result and the finish time.
+_ack_apply = _apply.values(
+    result=bindparam("result", type_=queue_tasks.c.result.type),
+    finished_at=bindparam("finished_at"),
 )
 
 
