@@ -13,13 +13,15 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import gevent
+from locust import FastHttpUser, constant, task
 
 from loadtest import common, plots
 
@@ -303,6 +305,47 @@ def wait_for_runs(
                 f"CRONFLEET_EXECUTION_JOURNAL_DIR={journal.directory}"
             )
         gevent.sleep(0.5)
+
+
+class RunTestUser(FastHttpUser):
+    """The one user of a run test (storm, steady): drives it once, then stops Locust.
+    A SetupError is the exit code 2; the report sets 0 or 1."""
+
+    abstract = True
+    fixed_count = 1
+    wait_time = constant(1)
+    network_timeout = 300.0
+    connection_timeout = 60.0
+    state: dict[str, Any]  # the suite's module state
+
+    def drive(self) -> None:
+        raise NotImplementedError
+
+    @task
+    def run_once(self) -> None:
+        if self.state.get("started"):
+            return
+        self.state["started"] = True
+        try:
+            self.drive()
+        except SetupError as exc:
+            self.state["setup_error"] = str(exc)
+            print(f"{type(self).__name__}: {exc}", file=sys.stderr)
+        finally:
+            common.quit_soon(self.environment)
+
+
+def exit_code_on_quit(state: dict[str, Any]) -> Callable[..., None]:
+    """The quitting listener of a run test: the ledger endpoint stopped, and exit code 2
+    when the test never reached its report."""
+
+    def on_quit(environment: Any, **_: Any) -> None:
+        if state.get("endpoint") is not None:
+            state["endpoint"].stop()
+        if "setup_error" in state or "passed" not in state:
+            environment.process_exit_code = 2
+
+    return on_quit
 
 
 def journal_dir(options: Any) -> Path:

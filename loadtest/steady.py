@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gevent
 import gevent.pool
-from locust import FastHttpUser, constant, events, task
+from locust import events
 
 from loadtest import common, runs
 
@@ -43,25 +43,9 @@ def _options(parser: Any) -> None:
     g.add_argument("--settle-s", type=float, default=6, help="jobs exist this long before T")
 
 
-class SteadyUser(FastHttpUser):
-    fixed_count = 1
-    wait_time = constant(1)
-    network_timeout = 300.0
-    connection_timeout = 60.0
+class SteadyUser(runs.RunTestUser):
+    state = STATE
     concurrency = 16
-
-    @task
-    def steady(self) -> None:
-        if STATE.get("started"):
-            return
-        STATE["started"] = True
-        try:
-            self._steady()
-        except runs.SetupError as exc:
-            STATE["setup_error"] = str(exc)
-            print(f"steady: {exc}", file=sys.stderr)
-        finally:
-            common.quit_soon(self.environment)
 
     def _delete(self, job_ids: list[str]) -> None:
         """Stop the jobs after the window: deleted, 16 calls at a time."""
@@ -82,7 +66,7 @@ class SteadyUser(FastHttpUser):
             pool.spawn(delete, job_id)
         pool.join()
 
-    def _steady(self) -> None:
+    def drive(self) -> None:
         from kit.core.ids import run_id
         from kit.settings import load_settings
 
@@ -172,9 +156,4 @@ class SteadyUser(FastHttpUser):
         )
 
 
-@events.quitting.add_listener
-def _exit_code(environment: Any, **_: Any) -> None:
-    if STATE.get("endpoint") is not None:
-        STATE["endpoint"].stop()
-    if "setup_error" in STATE or "passed" not in STATE:
-        environment.process_exit_code = 2
+events.quitting.add_listener(runs.exit_code_on_quit(STATE))

@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gevent
-from locust import FastHttpUser, constant, events, task
+from locust import events
 
 from loadtest import common, runs
 
@@ -53,26 +53,11 @@ def _options(parser: Any) -> None:
     )
 
 
-class StormUser(FastHttpUser):
-    fixed_count = 1
-    wait_time = constant(1)
-    network_timeout = 300.0
-    connection_timeout = 60.0
+class StormUser(runs.RunTestUser):
+    state = STATE
+    concurrency = 16
 
-    @task
-    def storm(self) -> None:
-        if STATE.get("started"):
-            return
-        STATE["started"] = True
-        try:
-            self._storm()
-        except runs.SetupError as exc:
-            STATE["setup_error"] = str(exc)
-            print(f"storm: {exc}", file=sys.stderr)
-        finally:
-            common.quit_soon(self.environment)
-
-    def _storm(self) -> None:
+    def drive(self) -> None:
         from kit.core.ids import run_id
         from kit.settings import load_settings
 
@@ -149,10 +134,4 @@ class StormUser(FastHttpUser):
         )
 
 
-@events.quitting.add_listener
-def _exit_code(environment: Any, **_: Any) -> None:
-    """The verdict was set by the report; a storm that never reported is a set-up error."""
-    if STATE.get("endpoint") is not None:
-        STATE["endpoint"].stop()
-    if "setup_error" in STATE or "passed" not in STATE:
-        environment.process_exit_code = 2
+events.quitting.add_listener(runs.exit_code_on_quit(STATE))
