@@ -262,10 +262,13 @@ def phase(name: str, args: argparse.Namespace, nodes: int, out_dir: Path) -> Ite
         common = ("--topic-prefix", prefix)
         for i in range(nodes):
             fleet.start(Service(f"scheduler-{i + 1}", ("scheduler", *common)))
-        fleet.start(Service("reaper", ("reaper", *common)))
+        fleet.start(Service("reaper", ("reaper", *common, "--group-id", f"g-{prefix}")))
+        # each worker may claim its share of a burst ahead of its second
+        prefetch = args.prefetch or max(10_000, args.jobs // max(1, args.workers) + 1_000)
         for i in range(args.workers):
             worker = ("worker", *common, "--concurrency", str(args.concurrency))
             worker += ("--group-id", f"g-{prefix}", "--drain-s", "10")
+            worker += ("--prefetch", str(prefetch))
             fleet.start(Service(f"worker-{i + 1}", worker))
         p = Phase(
             name, url, database, prefix, engine, fleet, log, settings.kafka_bootstrap, partitions
@@ -724,6 +727,9 @@ def main() -> int:
         help="worker processes (one consumer group)",
     )
     ap.add_argument("--concurrency", type=int, default=32, help="runs per worker at once")
+    ap.add_argument(
+        "--prefetch", type=int, default=0, help="runs a worker claims ahead (0: its burst share)"
+    )
     ap.add_argument("--topic-partitions", type=int, default=6)
     ap.add_argument("--rate", type=int, default=2000, help="sustained runs/s (jobs every 1 s)")
     ap.add_argument("--sustain-s", type=int, default=180)

@@ -3,14 +3,20 @@ the model simulates the fleet as it ships. Change one here and both follow."""
 
 from __future__ import annotations
 
-SCAN_AHEAD_MS = 5_000  # how far ahead a scheduler node reads due triggers
+# How far ahead a scheduler node reads due triggers. A run is committed, published and
+# claimed this far ahead of its second and started then: 10 s is room for a 50,000-run
+# top-of-hour burst on 2 cores (5 s left half of it still being scanned at the second).
+SCAN_AHEAD_MS = 10_000
 PARTITION_LEASE_TTL_MS = 10_000  # a dead node's partitions move after at most this
 PARTITION_LEASE_RENEW_MS = 4_000  # renew well within the TTL (survives one missed beat)
 NODE_HEARTBEAT_MS = 2_000  # scheduler membership beat
 RUN_LEASE_TTL_MS = 30_000  # a dead worker's run is recovered after at most this
 RUN_HEARTBEAT_MS = 10_000  # workers extend run leases this often
 REAPER_PERIOD_MS = 5_000  # how often the reaper looks for expired and unpublished runs
-UNDISPATCHED_GRACE_MS = 10_000  # age after which a committed, unpublished run is re-published
+# The reaper counts a run nobody claimed as lost only if it went out (commit, re-arm, or
+# its own publish) this long before the instant the workers provably read past: room for
+# a node's publish after its commit. Above the scan-ahead (checked at start).
+UNDISPATCHED_GRACE_MS = 15_000
 SCAN_PERIOD_MS = 1_000  # a scheduler node scans its partitions once a second
 
 

@@ -157,6 +157,9 @@ TRANSITIONS: tuple[TransitionRule, ...] = (
     TransitionRule(
         _S.running, "release", _S.running, "token matches; lease ends now (worker stopping)"
     ),
+    TransitionRule(
+        _S.running, "return", _S.pending, "token matches; its task never started"
+    ),
     TransitionRule(_S.running, "finish_ok", _S.succeeded, "token matches"),
     TransitionRule(
         _S.running, "finish_retry", _S.retry_scheduled, "token matches; failed; retry_at given"
@@ -225,6 +228,19 @@ def release_run(run: RunLease, token: str, now_ms: int) -> Transition:
     if token != run.token:
         return _no(run, "stale token")
     return _move(run, "release", expires_at_ms=now_ms - 1)
+
+
+def return_run(run: RunLease, token: str, started: bool) -> Transition:
+    """A worker gives back a run it claimed ahead of its second and never started (it is
+    stopping, or could not confirm the lease in time): pending again at the same attempt,
+    since no attempt was made, to be published again."""
+    if run.status is not RunStatus.running:
+        return _no(run, f"not running: status is {run.status.value}")
+    if token != run.token:
+        return _no(run, "stale token")
+    if started:
+        return _no(run, "its task started: release it instead (the attempt counts)")
+    return _move(run, "return", token=None, worker=None, expires_at_ms=None)
 
 
 def finish_run(

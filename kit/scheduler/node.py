@@ -27,7 +27,7 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
-from kit.core.defaults import SCAN_PERIOD_MS, misfire_grace_ms
+from kit.core.defaults import SCAN_AHEAD_MS, SCAN_PERIOD_MS, misfire_grace_ms
 from kit.core.dispatch import catch_up_order
 from kit.scheduler import metrics as m
 from kit.scheduler.leases import LeasePass, PartitionLeases
@@ -49,7 +49,7 @@ class Publisher(Protocol):
 @dataclass(frozen=True)
 class NodeConfig:
     partitions: int = 1024
-    scan_ahead_ms: int = 5000
+    scan_ahead_ms: int = SCAN_AHEAD_MS
     lease_ttl_ms: int = 10_000
     heartbeat_ms: int = 2000
     scan_batch: int = DEFAULT_BATCH

@@ -551,6 +551,32 @@ def runs_mark_published_in(
     )
 
 
+def runs_return(
+    engine: Engine, leases: Sequence[tuple[str, str]], now: datetime | None = None
+) -> list[RunPointer]:
+    """Give back runs claimed ahead of their second whose task never started
+    (kit.core.leases.return_run): pending again at the same attempt, no error recorded,
+    marked published (the caller publishes them again after this commits; should it
+    not, the reaper does once the workers have read past). Returns what was given back."""
+    if not leases:
+        return []
+    with engine.begin() as conn:
+        rows = conn.execute(
+            text(
+                f"""
+                UPDATE runs r SET status = 'pending', lease_token = NULL,
+                    lease_expires_at = NULL, worker_id = NULL, dispatched_at = {NOW}
+                FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
+                WHERE r.run_id = h.run_id AND r.lease_token = h.token AND r.status = 'running'
+                  AND r.started_at IS NULL
+                RETURNING r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority
+                """
+            ),
+            {"run_ids": [r for r, _ in leases], "tokens": [t for _, t in leases], "now": now},
+        ).all()
+    return [pointer_of(row) for row in rows]
+
+
 def runs_release(
     engine: Engine, leases: Sequence[tuple[str, str]], now: datetime | None = None
 ) -> int:

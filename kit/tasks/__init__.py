@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kit.tasks.basic import run_noop, run_sleep
+from kit.tasks.basic import NOOP_OK, run_noop, run_sleep
 from kit.tasks.command import run_command
 from kit.tasks.context import RunContext, TaskResult
 from kit.tasks.egress import AllowList, EgressRefused
 from kit.tasks.http import run_http
 
 Runner = Callable[[Mapping[str, Any], RunContext], TaskResult]
+# Task types with no effect and no wait: they need no run context, no policy and no
+# thread, so a worker runs them where it starts runs, many at a time.
+INLINE: dict[str, Callable[[Mapping[str, Any]], TaskResult]] = {"noop": lambda spec: NOOP_OK}
 RUNNERS: dict[str, Runner] = {
     "http": run_http,
     "command": run_command,
@@ -37,4 +40,12 @@ def execute(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
     return runner(spec, ctx)
 
 
-__all__ = ["RUNNERS", "AllowList", "EgressRefused", "RunContext", "TaskResult", "execute"]
+__all__ = [
+    "INLINE",
+    "RUNNERS",
+    "AllowList",
+    "EgressRefused",
+    "RunContext",
+    "TaskResult",
+    "execute",
+]

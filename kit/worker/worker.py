@@ -38,10 +38,10 @@ dead-letter topic with its reason before its offset is committed; the worker mov
 from __future__ import annotations
 
 import logging
-import queue
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -68,6 +68,7 @@ from kit.store.claims import (
     runs_heartbeat,
     runs_mark_published,
     runs_release,
+    runs_return,
 )
 from kit.store.worker_link import WorkerLink
 from kit.tasks.command import KILL_GRACE_S
@@ -87,6 +88,7 @@ _T = TypeVar("_T")
 Execute = Callable[[dict[str, Any], str, int, int, threading.Event, str], tuple[bool, str | None]]
 
 _RETRY_DB_S = 1.0
+_CLOCK_SAMPLE_S = 1.0
 _LAG_EVERY_S = 5.0
 _TIMEOUT_GRACE_S = 5.0  # the task kills itself at its timeout; this is the backstop
 FINISH_BATCH = 1000  # successes written per transaction, at most
@@ -95,7 +97,6 @@ DEFAULT_PREFETCH = 10_000
 # While the hold thread starts a second's runs, finishes wait (at most this long): the
 # starts are what the start lag measures, and both want the same two cores.
 _FINISH_YIELD_S = 1.0
-INLINE_TASKS = frozenset({"noop"})  # kit.tasks types run on the consume thread
 # A claim that fails for what it contains (not for a lost connection) is split to find
 # the message that poisons it.
 _POISON_ERRORS = (DataError, IntegrityError, ProgrammingError)
@@ -106,7 +107,7 @@ def task_executor(
 ) -> Execute:
     """Run tasks of kit.tasks with the run id as their idempotency key, each as the
     operator's task policy allows its tenant now (no policy: no commands, public HTTP)."""
-    from kit.tasks import RunContext
+    from kit.tasks import INLINE, RunContext
     from kit.tasks.policy import PolicySource, run_task
 
     source = policy or PolicySource(None)
@@ -123,7 +124,12 @@ def task_executor(
         result = run_task(spec, ctx, source.current(), worker_secrets)
         return bool(result.ok), result.error
 
-    run.inline_tasks = INLINE_TASKS  # type: ignore[attr-defined]
+    def run_inline(spec: dict[str, Any]) -> tuple[bool, str | None]:
+        result = INLINE[spec["type"]](spec)
+        return bool(result.ok), result.error
+
+    run.inline_tasks = frozenset(INLINE)  # type: ignore[attr-defined]
+    run.run_inline = run_inline  # type: ignore[attr-defined]
     return run
 
 
@@ -230,8 +236,13 @@ class Worker:
         self.fence_margin_s = min(KILL_GRACE_S + 1.0, self.lease_ttl_s / 4)
         self.partitions = partitions
         self.execute = execute or task_executor()
-        # task types the executor runs without effect or wait: no pool hop for them
+        # task types the executor runs without effect or wait: started in batches on the
+        # hold thread, no pool hop, no run context
         self.inline_tasks: frozenset[str] = getattr(self.execute, "inline_tasks", frozenset())
+        self._run_inline: Callable[[dict[str, Any]], tuple[bool, str | None]] | None = getattr(
+            self.execute, "run_inline", None
+        )
+        self._lags: deque[float] = deque()  # start lags, observed off the starting path
         self.rng = rng or random.Random()
         self.metrics = metrics or WorkerMetrics()
         self.clock = DbClock()
@@ -245,7 +256,8 @@ class Worker:
         self._held_changed = threading.Condition(self._lock)
         self._starting = threading.Event()  # the hold thread is starting a second's runs
         self._beating = threading.Event()
-        self._succeeded: queue.Queue[_InFlight] = queue.Queue()
+        self._succeeded: deque[_InFlight] = deque()  # append/popleft are atomic
+        self._success_ready = threading.Event()
         self._finisher_stop = threading.Event()
         # Cancellations reach the running task at once (and the fleet view sees us).
         self.link = WorkerLink(engine, worker_id, concurrency, self.in_flight, self.stop_cancelled)
@@ -261,6 +273,7 @@ class Worker:
             threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
             threading.Thread(target=self._fence_loop, name="fence", daemon=True),
             threading.Thread(target=self._hold_loop, name="hold", daemon=True),
+            threading.Thread(target=self._clock_loop, name="clock", daemon=True),
         ]
         self.link.start()
         finisher = threading.Thread(target=self._finish_loop, name="finisher", daemon=True)
@@ -414,7 +427,11 @@ class Worker:
                     wait = 1.0 if nxt is None else (nxt - now_ms) / 1000
                     self._held_changed.wait(max(0.0005, min(wait, 1.0)))
                     continue
-            if len({to_epoch_ms(e.run.due_at or e.run.scheduled_at) // 1000 for e in due}) > 1:
+            first, last = due[0].run, due[-1].run  # popped in due order
+            if (
+                to_epoch_ms(first.due_at or first.scheduled_at) // 1000
+                != to_epoch_ms(last.due_at or last.scheduled_at) // 1000
+            ):
                 # a backlog (runs of several seconds overdue): highest tier first, then age
                 due = catch_up_order(
                     due,
@@ -423,17 +440,59 @@ class Worker:
                 )
             self._starting.set()
             try:
-                for entry in due:
-                    self._start(entry)
+                self._start(due)
             finally:
                 self._starting.clear()
 
-    def _start(self, entry: _InFlight) -> None:
-        spec = entry.run.task_spec
-        if spec is not None and spec.get("type") in self.inline_tasks:
-            self._execute(entry)
-        else:
-            self._pool.submit(self._execute, entry)
+    def _start(self, due: list[_InFlight]) -> None:
+        """Start runs whose second has come: pool tasks go to the pool (in this order),
+        inline ones run here, in one batch."""
+        inline: list[_InFlight] = []
+        for entry in due:
+            spec = entry.run.task_spec
+            if spec is not None and spec.get("type") in self.inline_tasks:
+                inline.append(entry)
+            else:
+                self._pool.submit(self._execute, entry)
+        if inline:
+            self._execute_inline(inline)
+
+    def _execute_inline(self, entries: list[_InFlight]) -> None:
+        """Tasks with no effect and no wait, started and run on the hold thread, with the
+        bookkeeping done once for the batch: at a top-of-hour burst this loop is what
+        stands between the second and the last start."""
+        with self._lock:
+            self._waiting -= len(entries)
+            self.metrics.held.set(self._waiting)
+        run_inline = self._run_inline
+        assert run_inline is not None
+        clock_ms, monotonic, margin = self.clock.db_ms, time.monotonic, self.fence_margin_s
+        journal, lags, succeeded = self.journal, self._lags, self._succeeded
+        failed: list[tuple[_InFlight, str]] = []
+        for entry in entries:
+            if entry.releasing or entry.fenced:
+                continue
+            now = monotonic()
+            if now > entry.confirmed_until - margin:
+                self._fence(entry, "lease not confirmed far enough ahead to start")
+                self._give_back(entry)
+                continue
+            run = entry.run
+            entry.started = True
+            entry.started_ms = started_ms = int(clock_ms(now))
+            if journal is not None:
+                journal.started(run.run_id, run.attempt, started_ms)
+            if run.attempt == 1:
+                lags.append(started_ms / 1000 - run.scheduled_at.timestamp())
+            ok, error = run_inline(run.task_spec)  # type: ignore[arg-type]
+            entry.done = True
+            if ok:
+                succeeded.append(entry)
+            else:
+                failed.append((entry, error or "failed"))
+        self._success_ready.set()
+        for entry, error in failed:
+            self._pool.submit(self._finish_failed, entry, error)
 
     def _began(self, entry: _InFlight) -> bool:
         """The task's first instruction: the run leaves the waiting count, its lease must
@@ -452,9 +511,10 @@ class Worker:
         entry.started_ms = int(self.clock.db_ms(time.monotonic()))
         if self.journal is not None:
             self.journal.started(run.run_id, run.attempt, entry.started_ms)
-        if run.attempt == 1:
-            lag_s = entry.started_ms / 1000 - run.scheduled_at.timestamp()
-            self.metrics.start_lag.observe(max(0.0, lag_s))
+        if run.attempt == 1:  # a spawned task costs far more than this; observed at once
+            self.metrics.start_lag.observe(
+                max(0.0, entry.started_ms / 1000 - run.scheduled_at.timestamp())
+            )
         entry.deadline = time.monotonic() + (run.timeout_s or 3600) + _TIMEOUT_GRACE_S
         return True
 
@@ -493,25 +553,37 @@ class Worker:
                     return  # the shutdown gives it back
                 entry.done = True
                 if ok:
-                    self._succeeded.put(entry)
+                    self._succeeded.append(entry)
+                    self._success_ready.set()
                     handed_off = True
                     return
                 result = self._finish(lambda: self._fail(entry, error or "failed"))
-            if result is None:
-                return
-            if not result.accepted:
-                self.metrics.stale_finishes.inc()
-                self.metrics.runs.labels("stale").inc()
-                log.info("stale finish of run %s rejected (lease lost)", run.run_id)
-                return
-            self.metrics.runs.labels(result.status or "unknown").inc()
-            if result.job_paused:
-                log.warning("job %s auto-paused after repeated dead letters", run.job_id)
-            if result.queued_next is not None:
-                self._publish_queued([result.queued_next])
+            self._outcome(entry, result)
         finally:
             if not handed_off:
                 self._free([entry])
+
+    def _finish_failed(self, entry: _InFlight, error: str) -> None:
+        """A failed inline task: its failure written like any other (on a pool thread)."""
+        try:
+            self._outcome(entry, self._finish(lambda: self._fail(entry, error)))
+        finally:
+            self._free([entry])
+
+    def _outcome(self, entry: _InFlight, result: FinishResult | None) -> None:
+        if result is None:
+            return
+        run = entry.run
+        if not result.accepted:
+            self.metrics.stale_finishes.inc()
+            self.metrics.runs.labels("stale").inc()
+            log.info("stale finish of run %s rejected (lease lost)", run.run_id)
+            return
+        self.metrics.runs.labels(result.status or "unknown").inc()
+        if result.job_paused:
+            log.warning("job %s auto-paused after repeated dead letters", run.job_id)
+        if result.queued_next is not None:
+            self._publish_queued([result.queued_next])
 
     def _free(self, entries: list[_InFlight]) -> None:
         with self._slot:
@@ -522,28 +594,33 @@ class Worker:
 
     def _finish_loop(self) -> None:
         """Write successes in batches until stopped and nothing is left to write."""
+        succeeded = self._succeeded
         while True:
-            try:
-                batch = [self._succeeded.get(timeout=0.1)]
-            except queue.Empty:
+            self._observe_lags()
+            if not succeeded:
                 if self._finisher_stop.is_set():
                     return
+                self._success_ready.wait(0.1)
+                self._success_ready.clear()
                 continue
             if self._starting.is_set():  # let the second's starts have the CPU first
                 waited = time.monotonic() + _FINISH_YIELD_S
                 while self._starting.is_set() and time.monotonic() < waited:
                     time.sleep(0.01)
-            while len(batch) < FINISH_BATCH:
-                try:
-                    batch.append(self._succeeded.get_nowait())
-                except queue.Empty:
-                    break
+            pop = succeeded.popleft
+            batch = [pop() for _ in range(min(len(succeeded), FINISH_BATCH))]
             try:
                 self._finish_ok(batch)
             except Exception:  # never lose the slots: the reaper takes the runs over
                 log.exception("finishing %d runs failed", len(batch))
             finally:
                 self._free(batch)
+
+    def _observe_lags(self) -> None:
+        """Start lags into the histogram, here rather than where runs start."""
+        lags, observe = self._lags, self.metrics.start_lag.observe
+        for _ in range(len(lags)):
+            observe(max(0.0, lags.popleft()))
 
     def _finish_ok(self, batch: list[_InFlight]) -> None:
         leases = sorted((e.run.run_id, e.run.lease_token) for e in batch)
@@ -651,9 +728,17 @@ class Worker:
         while not self._beating.wait(self.heartbeat_s):
             try:
                 self.heartbeat()
-                self._sample_clock()
             except Exception:
                 log.exception("heartbeat failed; retrying")
+
+    def _clock_loop(self) -> None:
+        """A sample of the database's clock every second: the more samples, the tighter
+        the lower bound of the offset, and the closer to its second a run starts."""
+        while not self._beating.wait(_CLOCK_SAMPLE_S):
+            try:
+                self._sample_clock()
+            except Exception as exc:
+                log.debug("sampling the database clock failed: %s", exc)
 
     def _fence_loop(self) -> None:
         """Stop what can no longer be confirmed, whatever the heartbeat is doing (a call
@@ -681,15 +766,31 @@ class Worker:
         log.warning("run %s stopped: %s (it goes back to the reaper)", entry.run.run_id, why)
 
     def _give_back(self, entry: _InFlight) -> None:
-        """A fenced run: end its lease now if the database answers (the reaper re-queues
-        it at once), and free its slot; if it does not answer, the lease runs out."""
+        """A fenced run, if the database answers: one that never started goes back to
+        pending at the same attempt and is published again (no attempt was made); one
+        that started has its lease ended now (the reaper re-queues it, attempt + 1). If
+        the database does not answer, the lease runs out. The slot is freed either way."""
         try:
-            runs_release(self.engine, [(entry.run.run_id, entry.run.lease_token)])
+            self._hand_back([entry])
         except Exception as exc:
             log.info(
                 "could not give back run %s (%s); its lease will expire", entry.run.run_id, exc
             )
         self._free([entry])
+
+    def _hand_back(self, entries: list[_InFlight]) -> tuple[int, int]:
+        """Return the unstarted runs (and publish them), release the started ones;
+        (returned, released)."""
+        unstarted = [(e.run.run_id, e.run.lease_token) for e in entries if not e.started]
+        started = [(e.run.run_id, e.run.lease_token) for e in entries if e.started]
+        returned = runs_return(self.engine, unstarted) if unstarted else []
+        if returned:
+            try:
+                publish_pointers(self.publisher, returned)
+            except Exception:  # pending and marked: the reaper publishes them again
+                log.exception("publishing %d returned runs failed", len(returned))
+        released = runs_release(self.engine, started) if started else 0
+        return len(returned), released
 
     def _drain(self, drain_s: float) -> None:
         deadline = time.monotonic() + drain_s
@@ -707,12 +808,18 @@ class Worker:
             self.metrics.held.set(0)
         self._pool.shutdown(wait=True, cancel_futures=False)  # cancelled tasks end first
         if left:
-            leases = [(e.run.run_id, e.run.lease_token) for e in left]
             try:
-                released = runs_release(self.engine, leases)
-                log.warning("shutdown: released %d unfinished runs to the reaper", released)
+                returned, released = self._hand_back(left)
+                log.warning(
+                    "shutdown: %d runs not started given back and published again, %d started "
+                    "and unfinished released to the reaper",
+                    returned,
+                    released,
+                )
             except Exception:
-                log.exception("shutdown: releasing %d runs failed; their leases expire", len(left))
+                log.exception(
+                    "shutdown: giving back %d runs failed; their leases expire", len(left)
+                )
             self._free(left)
 
     def in_flight(self) -> int:

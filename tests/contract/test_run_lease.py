@@ -30,6 +30,7 @@ from kit.store.claims import (
     runs_claim,
     runs_heartbeat,
     runs_release,
+    runs_return,
 )
 from kit.store.reaping import runs_reap_expired
 from kit.store.scheduling import runs_rearm
@@ -109,6 +110,14 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             released = runs_release(engine, [(self.run_id, token)], self.now)
             t = core.release_run(self.core, token, self.now_ms)
             assert (released == 1) == t.accepted, t.reason
+            self.core = t.run
+
+        @rule(pick=st.integers(0, 50))
+        def give_back_unstarted(self, pick: int) -> None:
+            token = self._token(pick)
+            returned = runs_return(engine, [(self.run_id, token)], self.now)
+            t = core.return_run(self.core, token, started=False)
+            assert bool(returned) == t.accepted, t.reason
             self.core = t.run
 
         @rule()

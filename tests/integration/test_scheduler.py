@@ -169,9 +169,10 @@ def test_cron_and_one_off_fire_at_their_second(engine, make_node, settings, pref
     one_off = create(engine, "once", {"at": "2030-01-01T00:01:02Z"}, start)
     node = owned_node(make_node)
 
-    early = node.scan_once(now=start + timedelta(seconds=20))  # window ends 00:00:55
+    ahead = timedelta(milliseconds=node.config.scan_ahead_ms)
+    early = node.scan_once(now=datetime(2030, 1, 1, 0, 0, 55, tzinfo=UTC) - ahead)
     assert early.held == []
-    scan = node.scan_once(now=start + timedelta(seconds=28))  # window ends 00:01:03
+    scan = node.scan_once(now=datetime(2030, 1, 1, 0, 1, 3, tzinfo=UTC) - ahead)
     minute, at = datetime(2030, 1, 1, 0, 1, tzinfo=UTC), datetime(2030, 1, 1, 0, 1, 2, tzinfo=UTC)
     assert {(h.job_id, h.due_ms) for h in scan.held} == {
         (cron, to_epoch_ms(minute)),

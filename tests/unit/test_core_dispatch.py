@@ -1,5 +1,6 @@
 import pytest
 
+from kit.core.defaults import SCAN_AHEAD_MS
 from kit.core.dispatch import (
     PRIORITY_TIERS,
     TimerWheel,
@@ -11,7 +12,7 @@ from kit.core.errors import FieldError
 
 
 def test_scan_window():
-    assert scan_window(10_000) == (10_000, 15_000)
+    assert scan_window(10_000) == (10_000, 10_000 + SCAN_AHEAD_MS)
     assert scan_window(10_000, 2_000) == (10_000, 12_000)
     with pytest.raises(FieldError):
         scan_window(0, -1)

@@ -19,6 +19,7 @@ from kit.core.leases import (
     render_state_table,
     renew_partition,
     retry_due_run,
+    return_run,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,6 +154,8 @@ def _every_operation(run):
     yield cancel_run(run)
     for tok in ("t1", "other"):
         yield release_run(run, tok, 0)
+        for started in (False, True):
+            yield return_run(run, tok, started)
         yield heartbeat_run(run, tok, 0, TTL)
         yield heartbeat_run(run, tok, 5000, TTL)
         for ok in (True, False):
