@@ -40,7 +40,9 @@ def _options(parser: Any) -> None:
     g = runs.add_run_arguments(parser, target_p99_s=0.25)
     g.add_argument("--rate", type=int, default=500, help="runs per second (jobs every 1 s)")
     g.add_argument("--duration", type=int, default=60, help="seconds of runs")
-    g.add_argument("--settle-s", type=float, default=6, help="jobs exist this long before T")
+    g.add_argument(
+        "--settle-s", type=float, default=12, help="jobs exist this long before T (scan-ahead + 2 s)"
+    )
 
 
 class SteadyUser(runs.RunTestUser):

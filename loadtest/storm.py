@@ -47,9 +47,9 @@ def _options(parser: Any) -> None:
     g.add_argument(
         "--settle-s",
         type=float,
-        default=6,
+        default=12,
         help="the jobs must all exist this long before T "
-        "(more than the scheduler's scan-ahead, 5 s)",
+        "(more than the scheduler's scan-ahead, 10 s, so all of a run's work before T is done)",
     )
 
 

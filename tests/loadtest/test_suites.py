@@ -46,7 +46,7 @@ def test_storm_noop_and_http_pass_with_every_run_started_once(kit: Kit) -> None:
         "--topic-prefix",
         kit.prefix,
         "--lead-s",
-        "12",
+        "15",
         "--target-p99",
         "5",
     )
@@ -74,7 +74,7 @@ def test_storm_noop_and_http_pass_with_every_run_started_once(kit: Kit) -> None:
         "--topic-prefix",
         kit.prefix,
         "--lead-s",
-        "12",
+        "15",
         "--target-p99",
         "10",
     )
@@ -136,7 +136,7 @@ def test_steady_counts_every_second_of_every_job(kit: Kit) -> None:
         "--topic-prefix",
         kit.prefix,
         "--lead-s",
-        "12",
+        "15",
         "--target-p99",
         "5",
     )
