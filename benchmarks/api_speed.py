@@ -219,11 +219,12 @@ def series(args: argparse.Namespace) -> None:
 def report(args: argparse.Namespace) -> None:
     results = json.loads(Path(args.json).read_text())
     print(
-        "| mix | code | processes | series | calls/s | tasks/s | p50 / p99 ms | errors | "
+        "| mix | code | processes | series | offered/s | calls/s | tasks/s | p50 / p99 ms | "
+        "errors | "
         "ledger (acked once / lost / twice, stats) | API / PG CPU ms per call | "
         "CPU share: Locust / API / PG |"
     )
-    print("| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- | --- | --- |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- | --- | --- |")
     order = {m: i for i, m in enumerate(MIXES)}
     for r in sorted(
         results,
@@ -238,6 +239,7 @@ def report(args: argparse.Namespace) -> None:
         tasks = f"{r['tasks_per_s']:,.0f}" if "tasks_per_s" in r else "-"
         print(
             f"| {r['mix']} | {r['code']} | {r['processes']} | {r['series']} | "
+            f"{r.get('offered_per_s', 1000 if r['mix'] == BATCHED else offered(r['mix'])):,} | "
             f"{r['calls_per_s']:,.0f} | {tasks} | {r['p50_ms']:.0f} / {r['p99_ms']:.0f} | "
             f"{r['errors']} | {ledger} | {r['api_cpu_ms_per_call']:.2f} / "
             f"{r['pg_cpu_ms_per_call']:.2f} | {r['locust_share']:.2f} / {r['api_share']:.2f} "
