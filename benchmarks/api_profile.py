@@ -57,6 +57,52 @@ def summarize(raw: Path) -> str:
     return "\n".join(lines)
 
 
+def commit_latency(commits: int = 300) -> str:
+    """One-row update transactions, one after the other: what a commit waits for (the WAL
+    flush) with synchronous_commit on, and with it off for the same session."""
+    import statistics
+    import time
+
+    import sqlalchemy as sa
+
+    from kit.settings import load_settings
+
+    engine = sa.create_engine(load_settings().database_url)
+    lines = [
+        "",
+        "| one-row update + commit, sequential | p50 ms | p99 ms |",
+        "| --- | ---: | ---: |",
+    ]
+    try:
+        with engine.connect() as conn:
+            conn.execute(
+                sa.text("CREATE TABLE IF NOT EXISTS cf_commit_probe (id int primary key, n int)")
+            )
+            conn.execute(
+                sa.text("INSERT INTO cf_commit_probe VALUES (1, 0) ON CONFLICT DO NOTHING")
+            )
+            conn.commit()
+            for mode in ("on", "off"):
+                conn.execute(sa.text(f"SET synchronous_commit = {mode}"))
+                conn.commit()
+                times = []
+                for _ in range(commits):
+                    t = time.perf_counter()
+                    conn.execute(sa.text("UPDATE cf_commit_probe SET n = n + 1 WHERE id = 1"))
+                    conn.commit()
+                    times.append(1000 * (time.perf_counter() - t))
+                times.sort()
+                p99 = times[int(0.99 * (len(times) - 1))]
+                lines.append(
+                    f"| synchronous_commit = {mode} | {statistics.median(times):.2f} | {p99:.2f} |"
+                )
+            conn.execute(sa.text("DROP TABLE cf_commit_probe"))
+            conn.commit()
+    finally:
+        engine.dispose()
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--duration", type=int, default=15)
@@ -98,7 +144,7 @@ def main() -> None:
             load.join()
         finally:
             api_speed.stop(proc)
-        text = summarize(raw)
+        text = summarize(raw) + "\n" + commit_latency()
     print(text)
     if args.out:
         Path(args.out).write_text(
