@@ -41,7 +41,7 @@ def _options(parser: Any) -> None:
     g.add_argument("--rate", type=int, default=500, help="runs per second (jobs every 1 s)")
     g.add_argument("--duration", type=int, default=60, help="seconds of runs")
     g.add_argument(
-        "--settle-s", type=float, default=12, help="jobs exist this long before T (scan-ahead + 2 s)"
+        "--settle-s", type=float, default=12, help="jobs exist this long before T (scan-ahead, +2)"
     )
 
 
