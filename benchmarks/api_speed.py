@@ -275,6 +275,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
         target = 500 if mix == "jobs mix" else 1000
         ax.axhline(target, color="red", linestyle="--", label=f"target {target}/s")
         ax.set_title(mix)
+        ax.set_ylim(bottom=0)
         ax.set_ylabel("tasks/s end to end" if mix.startswith("queue") else "requests/s")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
