@@ -1,8 +1,10 @@
 """A planted slow worker: `python tests/loadtest/slow_worker.py SECONDS worker [flags]`.
 
 Every noop task sleeps SECONDS before it returns, then the real `cronfleet` CLI runs with
-the rest of the arguments. No kit source is changed: the task table is patched in this
-process only. A storm against it must fail its p99 target (the load test's exit code).
+the rest of the arguments. No kit source is changed: the task tables are patched in this
+process only (noop leaves the inline table, which starts a batch of runs at once on the
+consume thread, so it takes a slot like any task and the slow slots delay the starts).
+A storm against it must fail its p99 target (the load test's exit code).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def main() -> int:
         return real_noop(spec, ctx)
 
     kit.tasks.RUNNERS["noop"] = slow_noop
+    kit.tasks.INLINE.pop("noop", None)
     return cli_main(sys.argv[2:])
 
 
