@@ -18,7 +18,9 @@ def main() -> None:
     if not name.replace("_", "").isalnum():
         raise SystemExit(f"name: {name!r} is not letters, digits and underscores")
     base = make_url(load_settings().database_url)
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    # dropping from the script's exit trap, the settings name the database being dropped
+    server = base if base.database != name else base.set(database="postgres")
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         if action == "create":
