@@ -60,6 +60,26 @@ class Settings(BaseSettings):
     )
     api_host: str = Field(default="127.0.0.1", description="Address the HTTP API binds to.")
     api_port: int = Field(default=8080, ge=1, le=65535, description="Port of the HTTP API.")
+    api_workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Processes `cronfleet api` serves with (each its own pool and event loop).",
+    )
+    api_token_cache_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=300,
+        description="How long an API process trusts a verified token without asking the "
+        "database again: a revoked token stops working at most this long after the revoke "
+        "commits. 0: every request asks.",
+    )
+    api_db_pool_size: int = Field(
+        default=16,
+        ge=1,
+        le=200,
+        description="Database connections per API process (also its handler threads).",
+    )
     partitions: int = Field(
         default=1024, ge=1, le=32768, description="Logical partitions of the trigger index."
     )

@@ -34,6 +34,9 @@ if [ ! -x "$CHECKOV_VENV/bin/checkov" ]; then
 fi
 export CRONFLEET_CHECKOV="$CHECKOV_VENV/bin/checkov"
 
+echo "==> building the load tests' ledger endpoint (Go, loadtest/ledger)"
+bash scripts/build_ledger.sh
+
 echo "==> starting the local stack (PostgreSQL, Kafka)"
 python3 -m kit.cli stack up
 

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
@@ -13,7 +14,7 @@ from sqlalchemy import Engine, text
 from starlette.concurrency import run_in_threadpool
 
 from kit.api import errors
-from kit.api.auth import BearerAuth
+from kit.api.auth import BearerAuth, TokenCache
 from kit.api.backfill import router as backfill_router
 from kit.api.console import install as install_console
 from kit.api.dead_letters import router as dead_letters_router
@@ -50,10 +51,13 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     settings = settings or load_settings()
     task_policy = policy_source(settings.task_policy_file, settings.http_allow_hosts)
     owned_engine = engine is None
-    engine = engine or engine_for(settings.database_url)
+    engine = engine or engine_for(settings.database_url, pool_size=settings.api_db_pool_size)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # as many handler threads as database connections: more threads would only
+        # queue on the pool while contending for the GIL
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_db_pool_size
         yield
         if owned_engine:
             engine.dispose()
@@ -88,7 +92,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     install_console(app)  # /console: server-rendered pages behind the same tokens
     # Outermost first: authenticate, then bound the body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
-    app.add_middleware(BearerAuth, engine=lambda: app.state.engine)
+    app.state.token_cache = TokenCache(settings.api_token_cache_s)
+    app.add_middleware(BearerAuth, engine=lambda: app.state.engine, cache=app.state.token_cache)
     app.add_middleware(RequestMetrics)  # outermost: counts refused requests too
     app.add_route("/metrics", metrics_endpoint, include_in_schema=False)
 

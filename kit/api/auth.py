@@ -7,6 +7,8 @@ forget it and an unauthenticated caller learns nothing from body validation.
 
 from __future__ import annotations
 
+import hashlib
+import time
 from collections.abc import Callable
 from typing import Annotated
 
@@ -27,10 +29,52 @@ def required_scope(method: str) -> str:
     return "read" if method in ("GET", "HEAD", "OPTIONS") else "write"
 
 
+class TokenCache:
+    """Tokens this process verified recently, so most requests skip the database.
+
+    An entry lives `ttl_s` from the moment its database read began, so a token revoked
+    (or deleted) at any instant stops working in this process at most `ttl_s` after the
+    revoke commits. Only live tokens are kept: an unknown, malformed or revoked token asks
+    the database every time. Keyed by a hash of the whole token, so a wrong secret with a
+    known id never matches. `clock` is monotonic seconds (a test passes its own).
+    """
+
+    def __init__(
+        self, ttl_s: float, clock: Callable[[], float] = time.monotonic, max_entries: int = 10_000
+    ) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.max_entries = max_entries
+        self._entries: dict[bytes, tuple[float, TokenInfo]] = {}
+
+    @staticmethod
+    def key(token: str) -> bytes:
+        return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+    def get(self, key: bytes) -> TokenInfo | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if self.clock() >= entry[0]:
+            self._entries.pop(key, None)
+            return None
+        return entry[1]
+
+    def put(self, key: bytes, info: TokenInfo, read_began: float) -> None:
+        if self.ttl_s <= 0:
+            return
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()  # rare (10,000 live tokens in 5 s): start over
+        self._entries[key] = (read_began + self.ttl_s, info)
+
+
 class BearerAuth:
-    def __init__(self, app: ASGIApp, engine: Callable[[], Engine]) -> None:
+    def __init__(
+        self, app: ASGIApp, engine: Callable[[], Engine], cache: TokenCache | None = None
+    ) -> None:
         self.app = app
         self.engine = engine
+        self.cache = cache or TokenCache(0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -59,10 +103,17 @@ class BearerAuth:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return ApiError(401, "malformed Authorization header", headers=_CHALLENGE), None
-        try:
-            info = await run_in_threadpool(token_verify, self.engine(), token.strip())
-        except OperationalError:
-            return database_unavailable(), None
+        token = token.strip()
+        key = TokenCache.key(token)
+        info = self.cache.get(key)
+        if info is None:
+            read_began = self.cache.clock()
+            try:
+                info = await run_in_threadpool(token_verify, self.engine(), token)
+            except OperationalError:
+                return database_unavailable(), None
+            if info is not None:
+                self.cache.put(key, info, read_began)
         if info is None:
             return ApiError(401, "unknown or revoked token", headers=_CHALLENGE), None
         scope_needed = required_scope(scope["method"])
@@ -71,8 +122,9 @@ class BearerAuth:
         return None, info
 
 
-def principal(request: Request) -> TokenInfo:
-    """The caller, as authenticated by BearerAuth (a route dependency)."""
+async def principal(request: Request) -> TokenInfo:
+    """The caller, as authenticated by BearerAuth (a route dependency). Async: it only
+    reads the scope, and a sync dependency would cost every request a thread hop."""
     info = request.scope.get("state", {}).get("principal")
     if info is None:  # a /v1 route reached without the middleware: refuse, never allow
         raise ApiError(401, "missing bearer token", headers=_CHALLENGE)

@@ -56,6 +56,14 @@ class TaskCreatedOut(BaseModel):
     status: str
 
 
+class TaskBatchIn(_Strict):
+    tasks: list[TaskIn] = Field(min_length=1, max_length=queue_store.MAX_BATCH_TASKS)
+
+
+class TaskBatchOut(BaseModel):
+    tasks: list[TaskCreatedOut] = Field(description="One per task sent, in the same order.")
+
+
 class LeaseIn(_Strict):
     worker_id: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
     max_tasks: int = Field(default=1, ge=1, le=queue_store.MAX_LEASE_TASKS)
@@ -82,6 +90,33 @@ class AckIn(_Strict):
 class AckOut(BaseModel):
     task_id: str
     status: Literal["done"]
+
+
+class AckItemIn(_Strict):
+    task_id: str = Field(min_length=1, max_length=64)
+    lease_token: LeaseToken
+    result: Any = None
+
+
+class AckBatchIn(_Strict):
+    acks: list[AckItemIn] = Field(min_length=1, max_length=queue_store.MAX_BATCH_TASKS)
+
+
+class AckRefusalOut(BaseModel):
+    code: Literal["not_found", "lease_refused"]
+    message: str
+
+
+class AckResultOut(BaseModel):
+    task_id: str
+    status: Literal["done"] | None = Field(description="done, or None when refused")
+    error: AckRefusalOut | None = Field(
+        description="Why this ack was refused (what the one-task ack answers as 404 or 409)."
+    )
+
+
+class AckBatchOut(BaseModel):
+    results: list[AckResultOut] = Field(description="One per ack sent, in the same order.")
 
 
 class NackIn(_Strict):
@@ -120,6 +155,19 @@ def _check_json_size(field: str, value: Any, max_bytes: int) -> None:
     size = len(json.dumps(value, separators=(",", ":")).encode())
     if size > max_bytes:
         raise FieldError(field, f"is {size} bytes of JSON; the limit is {max_bytes}")
+
+
+def _check_json_sizes(field: str, values: list[Any], settings: Any) -> None:
+    """Every value of a batch within the payload limit, or one 422 naming each that is
+    not (`field` formatted with the item's index)."""
+    problems: list[tuple[str, str]] = []
+    for index, value in enumerate(values):
+        try:
+            _check_json_size(field.format(index), value, settings.max_queue_payload_bytes)
+        except FieldError as exc:
+            problems.append((exc.field, exc.reason))
+    if problems:
+        raise ApiError(422, f"{problems[0][0]}: {problems[0][1]}", problems)
 
 
 def _refused(exc: queue_store.LeaseRefused) -> ApiError:
@@ -169,6 +217,36 @@ def enqueue_task(
 
 
 @router.post(
+    "/queues/{queue}/tasks:batch",
+    status_code=201,
+    response_model=TaskBatchOut,
+    summary="Enqueue many tasks at once, all or nothing",
+)
+def enqueue_tasks_batch(
+    queue: QueueName, body: TaskBatchIn, request: Request, caller: Caller
+) -> TaskBatchOut:
+    """Up to 1,000 tasks per call, written in one transaction: any invalid task refuses
+    the whole batch with a 422 naming it (`tasks[17].payload`). A batch carries no
+    Idempotency-Key: sending it again enqueues the tasks again."""
+    _check_json_sizes(
+        "tasks[{}].payload", [t.payload for t in body.tasks], request.app.state.settings
+    )
+    params = [
+        queue_store.TaskEnqueue(
+            tenant=caller.tenant,
+            queue=queue,
+            payload=item.payload,
+            delay_s=item.delay_sec,
+            max_attempts=item.max_attempts,
+            timeout_s=item.timeout_sec,
+        )
+        for item in body.tasks
+    ]
+    created = queue_store.task_enqueue_many(request.app.state.engine, caller.tenant, queue, params)
+    return TaskBatchOut(tasks=[TaskCreatedOut(task_id=c.task_id, status=c.status) for c in created])
+
+
+@router.post(
     "/queues/{queue}/lease",
     response_model=LeaseOut,
     summary="Lease up to max_tasks visible tasks, oldest first",
@@ -212,6 +290,33 @@ def ack(task_id: str, body: AckIn, request: Request, caller: Caller) -> AckOut:
     except queue_store.LeaseRefused as exc:
         raise _refused(exc) from exc
     return AckOut(task_id=task_id, status="done")
+
+
+@router.post("/tasks:ack", response_model=AckBatchOut, summary="Finish many tasks, each on its own")
+def ack_batch(body: AckBatchIn, request: Request, caller: Caller) -> AckBatchOut:
+    """Up to 1,000 acks per call, in one transaction; each is decided on its own, as the
+    one-task ack would decide it, and a refused one (unknown task, stale or expired
+    lease) does not refuse the others: its `error` says why."""
+    _check_json_sizes(
+        "acks[{}].result", [a.result for a in body.acks], request.app.state.settings
+    )
+    outcomes = queue_store.task_ack_many(
+        request.app.state.engine,
+        caller.tenant,
+        [queue_store.AckItem(a.task_id, a.lease_token, a.result) for a in body.acks],
+    )
+    return AckBatchOut(
+        results=[
+            AckResultOut(
+                task_id=o.task_id,
+                status="done" if o.status == "done" else None,
+                error=None
+                if o.refusal is None
+                else AckRefusalOut(code=o.refusal, message=o.reason or ""),  # type: ignore[arg-type]
+            )
+            for o in outcomes
+        ]
+    )
 
 
 @router.post("/tasks/{task_id}/nack", response_model=NackOut, summary="Fail an attempt")

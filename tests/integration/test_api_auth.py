@@ -9,6 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
+from kit.api.app import create_app
+from kit.settings import Settings
 from kit.store.tokens import token_create, token_revoke
 
 pytestmark = pytest.mark.integration
@@ -59,15 +61,53 @@ def test_malformed_or_unknown_tokens_are_401(client: TestClient, header: str) ->
     )
 
 
+class FakeClock:
+    """The token cache's monotonic clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_wrong_secret_and_revoked_tokens_are_401(client: TestClient, engine: Engine) -> None:
+    """A revoked token stops working at most CRONFLEET_API_TOKEN_CACHE_S (5 s) after the
+    revoke: the API process trusts a token it verified that long, never longer."""
+    clock = FakeClock()
+    cache = client.app.state.token_cache
+    cache.clock = clock
+    assert cache.ttl_s == 5
     issued = token_create(engine, "acme", ["read", "write"])
     good = {"Authorization": f"Bearer {issued.token}"}
     assert client.post("/v1/jobs", json=JOB, headers=good).status_code == 201
+    # the same id with another secret is not the cached token: refused
     tampered = issued.token[:-2] + ("zz" if not issued.token.endswith("zz") else "yy")
     bad = {"Authorization": f"Bearer {tampered}"}
     assert_error(client.get(f"/v1/jobs/{NIL}", headers=bad), 401, "unauthorized")
     assert token_revoke(engine, issued.token_id)
+    clock.now += cache.ttl_s - 0.001  # verified before the revoke: still trusted...
+    assert client.get(f"/v1/jobs/{NIL}", headers=good).status_code == 404
+    clock.now += 0.001  # ...until the bound, then asked again and refused
     assert_error(client.get(f"/v1/jobs/{NIL}", headers=good), 401, "unauthorized")
+    clock.now += 3600  # and a refusal is never cached: still refused
+    assert_error(client.get(f"/v1/jobs/{NIL}", headers=good), 401, "unauthorized")
+
+
+def test_without_the_token_cache_a_revoke_is_immediate(settings: Settings, engine: Engine) -> None:
+    with TestClient(create_app(settings.model_copy(update={"api_token_cache_s": 0}), engine)) as c:
+        issued = token_create(engine, "acme", ["read"])
+        good = {"Authorization": f"Bearer {issued.token}"}
+        assert c.get(f"/v1/jobs/{NIL}", headers=good).status_code == 404
+        assert token_revoke(engine, issued.token_id)
+        assert_error(c.get(f"/v1/jobs/{NIL}", headers=good), 401, "unauthorized")
+
+
+def test_a_token_is_cached_for_its_own_scopes_only(client: TestClient, engine: Engine) -> None:
+    """A cached read token is still refused a write: the cache keeps the token's scopes."""
+    reader = {"Authorization": f"Bearer {token_create(engine, 'acme', ['read']).token}"}
+    assert client.get(f"/v1/jobs/{NIL}", headers=reader).status_code == 404
+    assert_error(client.post("/v1/jobs", json=JOB, headers=reader), 403, "forbidden")
 
 
 def test_scopes_read_write_admin(

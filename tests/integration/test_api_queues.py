@@ -577,3 +577,85 @@ def test_queue_routes_are_in_the_openapi_with_bearer_security(client: TestClient
     ):
         for operation in paths[path].values():
             assert operation["security"] == [{"bearer": []}]
+
+
+# ---------------------------------------------------------------------------
+# Batches (issue 16): enqueue many, ack many
+
+
+def test_batch_enqueue_writes_all_in_order_or_nothing(
+    client: TestClient, auth: Headers, row_counts: Counts, engine: Engine
+) -> None:
+    headers = auth()
+    body = {"tasks": [{"payload": {"n": i}, "max_attempts": 2} for i in range(3)]}
+    response = client.post("/v1/queues/bulk/tasks:batch", json=body, headers=headers)
+    assert response.status_code == 201, response.text
+    created = response.json()["tasks"]
+    assert [t["status"] for t in created] == ["queued"] * 3
+    assert [row(engine, t["task_id"]).payload for t in created] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert stats(client, headers, "bulk")["queued"] == 3
+    leased = lease(client, headers, "bulk")
+    assert sorted(t["payload"]["n"] for t in leased) == [0, 1, 2]
+
+    before = row_counts()
+    too_big = "x" * (client.app.state.settings.max_queue_payload_bytes + 1)
+    bad = {"tasks": [{"payload": 1}, {"payload": too_big}, {"payload": 2, "delay_sec": -1}]}
+    response = client.post("/v1/queues/bulk/tasks:batch", json=bad, headers=headers)
+    assert response.status_code == 422
+    fields = {f["field"] for f in response.json()["error"]["fields"]}
+    assert "tasks[2].delay_sec" in fields
+    bad = {"tasks": [{"payload": 1}, {"payload": too_big}]}
+    response = client.post("/v1/queues/bulk/tasks:batch", json=bad, headers=headers)
+    assert response.status_code == 422
+    assert [f["field"] for f in response.json()["error"]["fields"]] == ["tasks[1].payload"]
+    empty = client.post("/v1/queues/bulk/tasks:batch", json={"tasks": []}, headers=headers)
+    assert empty.status_code == 422
+    over = {"tasks": [{"payload": 1}] * (qs.MAX_BATCH_TASKS + 1)}
+    assert client.post("/v1/queues/bulk/tasks:batch", json=over, headers=headers).status_code == 422
+    assert row_counts() == before
+
+
+def test_batch_ack_decides_each_ack_on_its_own(
+    client: TestClient, auth: Headers, engine: Engine
+) -> None:
+    headers, other = auth("acme"), auth("globex")
+    for _ in range(3):
+        enqueue(client, headers, "jobs")
+    first, second, third = lease(client, headers, "jobs")
+    foreign = enqueue(client, other, "jobs")
+    (foreign_lease,) = lease(client, other, "jobs")
+    acks = [
+        {"task_id": first["task_id"], "lease_token": first["lease_token"], "result": {"ok": 1}},
+        {"task_id": second["task_id"], "lease_token": "not-the-token"},
+        {"task_id": foreign, "lease_token": foreign_lease["lease_token"]},
+        {"task_id": "not-a-uuid", "lease_token": "t"},
+        {"task_id": first["task_id"], "lease_token": first["lease_token"], "result": {"ok": 1}},
+        {"task_id": third["task_id"].upper(), "lease_token": third["lease_token"]},
+    ]
+    response = client.post("/v1/tasks:ack", json={"acks": acks}, headers=headers)
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [r["task_id"] for r in results] == [a["task_id"] for a in acks]
+    assert [r["status"] for r in results] == ["done", None, None, None, "done", "done"]
+    codes = [r["error"] and r["error"]["code"] for r in results]
+    assert codes == [None, "lease_refused", "not_found", "not_found", None, None]
+    assert row(engine, first["task_id"]).result == {"ok": 1}
+    assert row(engine, second["task_id"]).status == "leased"  # the refused ack changed nothing
+    assert row(engine, third["task_id"]).status == "done"
+    assert row(engine, foreign).status == "leased"  # another tenant's task: not found, untouched
+    # the one-task ack agrees with the batch: a repeat with the finishing token is fine
+    again = client.post(
+        f"/v1/tasks/{first['task_id']}/ack",
+        json={"lease_token": first["lease_token"]},
+        headers=headers,
+    )
+    assert again.status_code == 200
+    assert stats(client, headers, "jobs") == {
+        "queue": "jobs",
+        "queued": 0,
+        "leased": 1,
+        "dlq": 0,
+        "oldest_age_sec": 0.0,
+    }
+    empty = client.post("/v1/tasks:ack", json={"acks": []}, headers=headers)
+    assert empty.status_code == 422

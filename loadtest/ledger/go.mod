@@ -1,0 +1,3 @@
+module cronfleet.local/loadtest/ledger
+
+go 1.22
