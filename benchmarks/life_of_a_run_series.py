@@ -22,23 +22,34 @@ LABELS = {"base": "baseline", "new": "candidate"}
 
 
 def load(directory: Path, phase: str, kind: str) -> list[dict]:
-    runs = sorted(directory.glob(f"{phase}-{kind}-*.json"), key=lambda p: p.stem)
+    runs = sorted(directory.glob(f"{phase}-{kind}-[0-9]*.json"), key=lambda p: p.stem)
     return [json.loads(p.read_text()) for p in runs]
+
+
+def start_lags(r: dict) -> tuple[float, float, float]:
+    """(p50, p99, max) from a burst's or a sustained run's JSON."""
+    if "start_lag_s" in r:
+        return tuple(r["start_lag_s"])  # type: ignore[return-value]
+    return r["start_lag_p50_s"], r["start_lag_p99_s"], r["start_lag_max_s"]
 
 
 def table(series: dict[str, list[dict]]) -> str:
     lines = [
-        "| code | run | start lag p50 / p99 / max s | dispatch lag p99 s | "
-        "succeeded | dropped | executed twice | published twice |",
-        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| code | run | start lag p50 / p99 / max s | succeeded | dropped | executed twice | "
+        "CPU ms per run: services / PostgreSQL |",
+        "| --- | ---: | --- | ---: | ---: | ---: | --- |",
     ]
     for kind, runs in series.items():
         for i, r in enumerate(runs, 1):
-            p50, p99, mx = r["start_lag_s"]
+            p50, p99, mx = start_lags(r)
+            expected = r.get("expected_runs", r.get("jobs", 0))
+            pg = r.get("pg_cpu_ms_per_run")
+            if pg is None:
+                pg = r["cpu_s"]["postgres_backends"] * 1000 / max(1, expected)
             lines.append(
-                f"| {LABELS[kind]} | {i} | {p50:.2f} / **{p99:.2f}** / {mx:.2f} | "
-                f"{r['dispatch_lag_s'][1]:.2f} | {r['succeeded']:,} | {r['dropped']} | "
-                f"{r['executed_twice']} | {r['published_twice']} |"
+                f"| {LABELS[kind]} | {i} | {p50:.3f} / **{p99:.3f}** / {mx:.3f} | "
+                f"{r['succeeded']:,} | {expected - r['succeeded']} | {r['executed_twice']} | "
+                f"{r['cpu_ms_per_run']:.3f} / {pg:.3f} |"
             )
     return "\n".join(lines)
 
@@ -49,7 +60,7 @@ def plot(series: dict[str, list[dict]], phase: str, out: Path) -> None:
     ticks, names = [], []
     for kind, runs in series.items():
         for i, r in enumerate(runs, 1):
-            p50, p99, mx = r["start_lag_s"]
+            p50, p99, mx = start_lags(r)
             ax.bar(x - 0.25, p50, 0.25, color="#9ecae1", label="p50" if x == 0 else None)
             ax.bar(x, p99, 0.25, color="#3182bd", label="p99" if x == 0 else None)
             ax.bar(x + 0.25, mx, 0.25, color="#08519c", label="max" if x == 0 else None)
