@@ -63,7 +63,9 @@ STORM_DEFAULTS: dict[str, Any] = {
         "run_ttl_s": defaults.RUN_LEASE_TTL_MS / 1000,
         "heartbeat_s": defaults.RUN_LEASE_TTL_MS / 3000,  # the worker's default
         "quantum_ms": 2.0,  # a slice of a core
-        "heartbeats": True,  # workers extend their held runs' leases every heartbeat_s
+        # the kit's workers beat only leases a beat lengthens: a run claimed ahead is leased
+        # a ttl past its second (kit.core.leases.claim_run), so held runs get no beats
+        "heartbeats": False,
         "background": True,  # the rest of the machine's CPU, as measured in a storm
     },
     "profile": {},
