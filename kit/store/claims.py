@@ -83,23 +83,26 @@ class FinishResult:
     queued_next: RunPointer | None = None  # overlap 'queue': the run to publish now
 
 
-# Each wanted run is looked up by primary key (OFFSET 0 keeps the lookup per row): with
-# statistics taken while the table was quiet, the planner otherwise reads every
-# pending run by status to join them, ~25 ms per batch during a 50,000-run burst.
+# Each wanted run is found by its key alone (OFFSET 0 keeps the lookup per row) and its
+# status checked once locked, above that fence. With statistics taken while no run was
+# pending, the planner otherwise joins through the pending runs by status: first it
+# read them all per batch (~25 ms in a 50,000-run burst); with the status beside the
+# key, it read a partial index of them whole per run claimed (15 ms a run at 50k
+# pending: issue 8's failing storms; tests/integration/test_plans_stale_stats.py).
 # The wanted ids come sorted, so rows are locked in run id order.
 _CLAIM = f"""
 WITH locked AS (
     SELECT c.run_id, c.task_spec, c.timeout_s, c.due_at
     FROM unnest(CAST(:run_ids AS uuid[]), CAST(:attempts AS int[])) AS w(run_id, attempt)
     CROSS JOIN LATERAL (
-        SELECT r.run_id, j.task_spec, j.timeout_s,
+        SELECT r.run_id, r.status, j.task_spec, j.timeout_s,
             greatest(r.scheduled_at, r.retry_at) AS due_at
         FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
         WHERE r.run_id = w.run_id AND r.attempt = w.attempt
-          AND r.status = 'pending'
         FOR UPDATE OF r
         OFFSET 0
     ) AS c
+    WHERE c.status = 'pending'
 )
 UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
     lease_expires_at = greatest({NOW}, l.due_at) + {_TTL}, worker_id = :worker_id,
@@ -161,9 +164,7 @@ def db_clock(engine: Engine) -> datetime:
 def started_array(run_ids: Iterable[str], started_ms: Mapping[str, int] | None) -> str:
     """The start instants (epoch ms, NULL when not started) of `run_ids`, as an array."""
     started = started_ms or {}
-    return pg_text_array(
-        None if (ms := started.get(r)) is None else str(ms) for r in run_ids
-    )
+    return pg_text_array(None if (ms := started.get(r)) is None else str(ms) for r in run_ids)
 
 
 # A run's start is the moment its task began on the worker (measured there, on its
@@ -197,7 +198,7 @@ def runs_heartbeat(
         JOIN unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]),
                     CAST(:started AS bigint[])) AS h(run_id, token, started_ms)
           ON r.run_id = h.run_id AND r.lease_token = h.token
-        WHERE r.status = 'running' AND r.lease_expires_at > {NOW}
+        WHERE r.lease_expires_at > {NOW}
         ORDER BY r.run_id
         FOR UPDATE OF r
     ) AS l
@@ -258,7 +259,7 @@ def run_finish_ok(
                 UPDATE runs r SET status = 'succeeded', finished_at = {NOW}, error = NULL,
                     lease_token = NULL, lease_expires_at = NULL,
                     started_at = {_STARTED.format(ms="CAST(:started_ms AS bigint)")}
-                WHERE run_id = :run_id AND lease_token = :token AND status = 'running'
+                WHERE run_id = :run_id AND lease_token = :token
                 RETURNING job_id
                 """
             ),
@@ -281,7 +282,6 @@ WITH done AS (
 ), locked AS (
     SELECT r.run_id, d.started_ms
     FROM runs r JOIN done d ON d.run_id = r.run_id AND d.token = r.lease_token
-    WHERE r.status = 'running'
     ORDER BY r.run_id
     FOR UPDATE OF r
 )
@@ -362,7 +362,7 @@ def run_finish_cancelled(engine: Engine, run_id: str, token: str, reason: str) -
                 """
                 UPDATE runs SET status = 'cancelled', finished_at = now(), error = :reason,
                     lease_token = NULL, lease_expires_at = NULL
-                WHERE run_id = :run_id AND lease_token = :token AND status = 'running'
+                WHERE run_id = :run_id AND lease_token = :token
                 RETURNING job_id
                 """
             ),
@@ -401,7 +401,7 @@ def run_finish_failed(
                     (extract(epoch FROM {NOW}) * 1000)::bigint AS now_ms,
                     j.retry_policy, j.version, {ATTEMPT_BASE_SQL} AS attempt_base
                 FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
-                WHERE r.run_id = :run_id AND r.lease_token = :token AND r.status = 'running'
+                WHERE r.run_id = :run_id AND r.lease_token = :token
                 FOR UPDATE OF r
                 """
             ),
@@ -542,11 +542,16 @@ def runs_mark_published_in(
 ) -> None:
     """`dispatched_at`: when the run was last published by the reaper or a worker (the
     scheduler's publish of a new run writes nothing). The reaper counts a lost message
-    from it, so it is not published again before the workers read past it."""
+    from it, so it is not published again before the workers read past it. Runs are
+    found by key and their status checked above the fence (see _CLAIM)."""
     conn.execute(
         text(
-            f"UPDATE runs SET dispatched_at = {NOW} "
-            "WHERE run_id = ANY(CAST(:run_ids AS uuid[])) AND status = 'pending'"
+            f"""
+            UPDATE runs r SET dispatched_at = {NOW}
+            FROM (SELECT run_id, status FROM runs WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
+                  ORDER BY run_id FOR UPDATE OFFSET 0) AS k
+            WHERE r.run_id = k.run_id AND k.status = 'pending'
+            """
         ),
         {"run_ids": list(run_ids), "now": now},
     )
@@ -568,7 +573,7 @@ def runs_return(
                 UPDATE runs r SET status = 'pending', lease_token = NULL,
                     lease_expires_at = NULL, worker_id = NULL, dispatched_at = {NOW}
                 FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
-                WHERE r.run_id = h.run_id AND r.lease_token = h.token AND r.status = 'running'
+                WHERE r.run_id = h.run_id AND r.lease_token = h.token
                   AND r.started_at IS NULL
                 RETURNING r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority
                 """
@@ -591,7 +596,7 @@ def runs_release(
                 f"""
                 UPDATE runs r SET lease_expires_at = {NOW} - interval '1 millisecond'
                 FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
-                WHERE r.run_id = h.run_id AND r.lease_token = h.token AND r.status = 'running'
+                WHERE r.run_id = h.run_id AND r.lease_token = h.token
                 RETURNING r.run_id
                 """
             ),

@@ -219,21 +219,32 @@ _INSERT_RUNS = text(
     RETURNING run_id::text
     """
 )
+# Retrying runs by key, their status checked above the fence (OFFSET 0): beside the key,
+# `status = 'retry_scheduled'` lets stale statistics send the planner through the whole
+# partial index of busy runs per batch (kit.store.claims._CLAIM says more).
+_RETRYING = """
+    SELECT r.run_id, r.status, u.arg
+    FROM unnest(CAST(:ids AS uuid[]), CAST(:args AS {arg}[])) AS u(id, arg)
+    JOIN runs r ON r.run_id = u.id
+    ORDER BY r.run_id
+    FOR UPDATE OF r
+    OFFSET 0
+"""
 _REARM = text(
-    """
-    UPDATE runs SET status = 'pending', attempt = u.a, dispatched_at = NULL,
+    f"""
+    UPDATE runs SET status = 'pending', attempt = k.arg, dispatched_at = NULL,
         skip_reason = NULL
-    FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS int[])) AS u(id, a)
-    WHERE runs.run_id = u.id AND runs.status = 'retry_scheduled'
+    FROM ({_RETRYING.format(arg="int")}) AS k
+    WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled'
     RETURNING runs.run_id::text
     """
 )
 _CANCEL_RETRIES = text(
-    """
+    f"""
     UPDATE runs SET status = 'cancelled', retry_at = NULL, finished_at = now(),
-        error = 'retry not run: ' || u.why
-    FROM unnest(CAST(:ids AS uuid[]), CAST(:whys AS text[])) AS u(id, why)
-    WHERE runs.run_id = u.id AND runs.status = 'retry_scheduled'
+        error = 'retry not run: ' || k.arg
+    FROM ({_RETRYING.format(arg="text")}) AS k
+    WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled'
     """
 )
 # By row address: the scan locked these rows (FOR UPDATE), so their ctids are stable
@@ -352,7 +363,7 @@ def runs_rearm(conn: Connection, attempts: Mapping[str, int]) -> set[str]:
     if not attempts:
         return set()
     ids = sorted(attempts)
-    params = {"ids": ids, "attempts": [attempts[i] for i in ids]}
+    params = {"ids": ids, "args": [attempts[i] for i in ids]}
     return set(conn.execute(_REARM, params).scalars())
 
 
@@ -360,7 +371,7 @@ def runs_cancel_retries(conn: Connection, why_by_run: Mapping[str, str]) -> None
     if not why_by_run:
         return
     ids = sorted(why_by_run)
-    conn.execute(_CANCEL_RETRIES, {"ids": ids, "whys": [why_by_run[i] for i in ids]})
+    conn.execute(_CANCEL_RETRIES, {"ids": ids, "args": [why_by_run[i] for i in ids]})
 
 
 def triggers_delete(conn: Connection, ctids: Sequence[str]) -> int:

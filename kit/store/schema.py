@@ -175,6 +175,9 @@ runs = Table(
     CheckConstraint(_in("status", RUN_STATUSES), name="status"),
     CheckConstraint(_in("trigger_kind", RUN_TRIGGER_KINDS), name="trigger_kind"),
     CheckConstraint("attempt >= 1", name="attempt"),
+    # A token is the lease: held exactly while running (migration 0010), so matching it
+    # proves the run is running and no statement repeats the status.
+    CheckConstraint("(status = 'running') = (lease_token IS NOT NULL)", name="lease_token"),
     # Run history of a job, newest first, keyset-paginated on (scheduled_at, run_id).
     Index("ix_runs_job_id_scheduled_at", "job_id", text("scheduled_at DESC"), text("run_id DESC")),
     # The reaper: expired leases (running runs only: a run's insert and finish skip it).

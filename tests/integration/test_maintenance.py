@@ -96,7 +96,8 @@ def test_every_table_expires_exactly_what_the_core_rules_say(engine: Engine) -> 
         execute(
             engine,
             "INSERT INTO runs (run_id, job_id, tenant, job_version, scheduled_at, status,"
-            " trigger_kind) VALUES (:r, :j, 'acme', 1, :at, :s, 'schedule')",
+            " trigger_kind, lease_token) VALUES (:r, :j, 'acme', 1, :at, :s, 'schedule',"
+            " CASE WHEN :s = 'running' THEN 'tok' END)",
             r=rid,
             j=job,
             at=at,

@@ -426,7 +426,8 @@ def _insert_run(engine: Engine, job: str, at: datetime, status: str) -> str:
         conn.execute(
             text(
                 "INSERT INTO runs (run_id, job_id, tenant, job_version, scheduled_at, status, "
-                "trigger_kind, lease_token) VALUES (:r, :j, 'acme', 1, :at, :s, 'schedule', 't')"
+                "trigger_kind, lease_token) VALUES (:r, :j, 'acme', 1, :at, :s, 'schedule', "
+                "CASE WHEN :s = 'running' THEN 't' END)"
             ),
             {"r": rid, "j": job, "at": at, "s": status},
         )

@@ -79,7 +79,10 @@ def test_heartbeat_extends_held_leases_and_reports_lost_ones(engine: Engine) -> 
     assert kept == {a} and lost == set()
     assert run_row(engine, a).lease_expires_at > before
     with engine.begin() as conn:  # overlap 'replace' cancels it
-        conn.execute(text("UPDATE runs SET status = 'cancelled' WHERE run_id = :r"), {"r": a})
+        conn.execute(
+            text("UPDATE runs SET status = 'cancelled', lease_token = NULL WHERE run_id = :r"),
+            {"r": a},
+        )
     assert runs_heartbeat(engine, [(a, run.lease_token)], TTL_MS) == (set(), {a})
 
 
