@@ -4,10 +4,13 @@ explicitly: by default the SSRF guard refuses loopback)."""
 from __future__ import annotations
 
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -204,3 +207,30 @@ def test_the_egress_allow_list_is_per_tenant(server: Server) -> None:
     assert len(server.seen) == 1
     everyone = TaskPolicy.parse({}, http_allow_hosts="127.0.0.1")  # CRONFLEET_HTTP_ALLOW_HOSTS
     assert run_task(spec, RunContext("r", 1, 10.0, tenant="rival"), everyone).ok
+
+
+def test_tls_is_verified_with_the_shared_context(tmp_path: Path) -> None:
+    """The TLS context is built once per process (kit.tasks.http._tls) and still
+    verifies: a self-signed server is refused, on the first request and on later ones."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    args = f"req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout {key}"
+    subprocess.run(
+        ["openssl", *args.split(), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"https://127.0.0.1:{httpd.server_address[1]}/"
+        for _ in range(2):
+            result = execute({"type": "http", "method": "GET", "url": url}, ctx())
+            assert not result.ok
+            assert "CERTIFICATE_VERIFY_FAILED" in (result.error or ""), result.error
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
