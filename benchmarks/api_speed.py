@@ -301,6 +301,13 @@ def main() -> None:
     if args.report:
         report(args)
         return
+    # The stack's own database, at this code's schema (as `bash scripts/main.sh` leaves
+    # it): the suites mint their token there, and a fresh stack is not migrated.
+    sys.path.insert(0, str(REPO))
+    from kit.settings import load_settings
+    from kit.store import migrate
+
+    migrate.upgrade(load_settings().database_url)
     for _ in range(args.series):
         series(args)
 

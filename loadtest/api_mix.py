@@ -73,12 +73,14 @@ def _init(environment: Any, **_: Any) -> None:
         JobsUser.wait_time = constant(0)
 
 
-@events.test_start.add_listener
-def _start(environment: Any, **_: Any) -> None:
+def _start(environment: Any) -> None:
     STATE["token"] = common.bearer_token(environment.parsed_options)
     STATE["cpu"] = common.CpuMeter(environment.host)
     STATE["cpu"].start()
     STATE["run"] = uuid.uuid4().hex[:8]
+
+
+events.test_start.add_listener(common.set_up_or_quit(_start))
 
 
 def _job(name: str) -> dict[str, Any]:

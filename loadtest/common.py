@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,23 @@ def fire(
 def quit_soon(environment: Any) -> None:
     """Stop the whole test from inside a user (in its own greenlet, not the caller's)."""
     gevent.spawn_later(0.1, environment.runner.quit)
+
+
+def set_up_or_quit(setup: Callable[[Any], None]) -> Callable[..., None]:
+    """A test_start listener that, should its set-up fail (no token: the database not
+    migrated, the kit not reachable), says why, exits 2 and stops the test at once.
+    Without it the users found no state and looped on the error with nothing to stop
+    them: a queue run against an unmigrated database spun a core for minutes."""
+
+    def on_start(environment: Any, **_: Any) -> None:
+        try:
+            setup(environment)
+        except Exception as exc:
+            print(f"could not set up: {type(exc).__name__}: {exc}", file=sys.stderr)
+            environment.process_exit_code = 2
+            quit_soon(environment)
+
+    return on_start
 
 
 # ---------------------------------------------------------------------------

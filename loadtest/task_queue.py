@@ -80,8 +80,7 @@ LEDGER = Ledger()
 STATE: dict[str, Any] = {}
 
 
-@events.test_start.add_listener
-def _start(environment: Any, **_: Any) -> None:
+def _start(environment: Any) -> None:
     options = environment.parsed_options
     STATE["queue"] = options.queue_name or f"lt-{uuid.uuid4().hex[:10]}"
     STATE["token"] = common.bearer_token(options)
@@ -90,6 +89,9 @@ def _start(environment: Any, **_: Any) -> None:
     STATE["cpu"] = common.CpuMeter(environment.host)
     STATE["cpu"].start()
     STATE["t0"] = time.time()
+
+
+events.test_start.add_listener(common.set_up_or_quit(_start))
 
 
 @events.init.add_listener

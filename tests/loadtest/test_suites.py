@@ -212,3 +212,20 @@ def test_queue_fails_when_a_target_is_missed(kit: Kit) -> None:
     )
     assert result.returncode == 1
     assert "FAIL" in Path(kit.out / "queue" / "summary.md").read_text()
+
+
+def test_a_suite_that_cannot_set_up_says_why_and_exits_2(kit: Kit) -> None:
+    """No database to mint the token in (here: one that does not exist; in the field: one
+    not migrated). Before, the queue suite's users looped on the missing state with
+    nothing to stop them; the subprocess timeout bounds the wait either way."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(kit.env["CRONFLEET_DATABASE_URL"]).set(database="cf_lt_absent")
+    kit.env = {**kit.env, "CRONFLEET_DATABASE_URL": url.render_as_string(hide_password=False)}
+    for suite, args in (
+        ("queue", ("--duration", "600")),
+        ("api", ("--api-users", "2", "--rate", "10", "--run-time", "600s")),
+    ):
+        result = kit.suite(suite, *args, timeout_s=90)
+        assert result.returncode == 2, (suite, result.stderr[-2000:])
+        assert "could not set up" in result.stderr, (suite, result.stderr[-2000:])
