@@ -293,3 +293,17 @@ def test_kit_layers(package: str):
 )
 def test_layer_rule(package: str, source: str, bad: bool):
     assert bool(layer_violations(package, source)) is bad
+
+
+def test_architecture_doc_names_every_core_module_and_layer():
+    """docs/architecture.md stays true: one row per kit/core module (no more, no less)
+    and every package of LAYERS placed in its layer table."""
+    import re
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    core_section = doc.split("## kit/core", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `(\w+)` \|", core_section, re.MULTILINE))
+    modules = {p.stem for p in CORE_MODULES if p.stem != "__init__"}
+    assert rows == modules
+    layers_section = doc.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    assert {p for p in LAYERS if f"`kit/{p}`" not in layers_section} == set()
