@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from kit.core.errors import FieldError
+from kit.core.errors import FieldError, UsageError
 
 # subcommand name -> module that defines `register(subparsers)`; each registered
 # parser sets `func`, a callable taking the parsed args and returning an exit code.
@@ -30,10 +30,6 @@ SUBCOMMANDS: dict[str, str] = {
     "calibrate": "kit.calibrate",
     "chaos": "chaos.cli",
 }
-
-
-class UsageError(Exception):
-    """Bad input on the command line: printed as one line, exit code 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,8 +85,8 @@ def _settings_problem(exc: Exception) -> str | None:
 
 
 if __name__ == "__main__":
-    # `python -m kit.cli`: this file runs as `__main__`, a second copy of the module whose
-    # UsageError the subcommands (which import `kit.cli`) never raise; run the real one.
+    # `python -m kit.cli`: run the module the `cronfleet` script runs, not this
+    # `__main__` copy of it.
     from kit.cli import main as kit_main
 
     sys.exit(kit_main())

@@ -12,8 +12,7 @@ import argparse
 import json
 from datetime import UTC, datetime
 
-from kit.cli import UsageError
-from kit.core.errors import FieldError
+from kit.core.errors import FieldError, UsageError
 from kit.core.schedule import CronSchedule, next_fires, parse_cron, parse_instant, parse_timezone
 
 MAX_COUNT = 1000

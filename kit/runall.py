@@ -214,7 +214,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    from kit.cli import UsageError
+    from kit.core.errors import UsageError
 
     if not 0 <= args.workers <= 64:
         raise UsageError(f"workers: {args.workers} is not between 0 and 64")

@@ -43,5 +43,8 @@ python3 -m kit.cli stack up
 echo "==> ruff"
 python3 -m ruff check .
 
+echo "==> mypy (strict on kit/core and sim/, pyproject.toml [tool.mypy])"
+python3 -m mypy
+
 echo "==> pytest"
 python3 -m pytest "$@"

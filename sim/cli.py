@@ -19,7 +19,7 @@ from typing import Any
 from kit.core.errors import FieldError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "sim",
         help="run the capacity model (cronfleet sim top-of-hour | day | size ...)",
@@ -142,6 +142,7 @@ def simulate(
         )
 
     if progress == "bar":
+        from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         with Progress(
@@ -150,7 +151,7 @@ def simulate(
             TextColumn("{task.fields[status]}"),
             TimeElapsedColumn(),
             transient=True,
-            stderr=True,
+            console=Console(stderr=True),
         ) as bar:
             task = bar.add_task(s["name"], total=float(s["duration_s"]), status="")
 

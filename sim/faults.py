@@ -8,7 +8,10 @@ kind's own fields. Which runs or workers a fault hits is drawn from the run's se
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from sim.scenario import ScenarioError
 
@@ -82,7 +85,7 @@ class Windows:
                 t_ms = b
         return t_ms
 
-    def after_array(self, t_ms):  # numpy array in, numpy array out
+    def after_array(self, t_ms: np.ndarray) -> np.ndarray:
         import numpy as np
 
         out = t_ms

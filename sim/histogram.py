@@ -63,11 +63,17 @@ def bucket_of(values_ms: np.ndarray) -> np.ndarray:
     return k
 
 
-def _rank(n: np.ndarray | int, q: float) -> np.ndarray:
+def _rank(n: np.ndarray | int | np.int64, q: float) -> np.ndarray:
     return np.floor(q / 100.0 * (np.asarray(n) - 1)).astype(np.int64)
 
 
-def _value(cum: np.ndarray, n, q: float, lo, hi) -> np.ndarray:
+def _value(
+    cum: np.ndarray,
+    n: np.ndarray | int | np.int64,
+    q: float,
+    lo: np.ndarray | float,
+    hi: np.ndarray | float,
+) -> np.ndarray:
     """The order statistic of rank floor(q/100 (n-1)) along the last axis: the midpoint
     of its bucket, clamped to [lo, hi]; the extreme ranks are the exact lo and hi."""
     rank = _rank(n, q)

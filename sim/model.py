@@ -26,13 +26,13 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
 import simpy
 
-from kit.core import dispatch, leases, partitions, policies, retry, trigger
+from kit.core import defaults, dispatch, leases, partitions, policies, retry
 from sim.faults import Fault, Windows, parse_faults
 from sim.partition_table import LeaseClasses, PartitionTable
 from sim.resources import ATTEMPT, END, REAPED, RUN, START, Database, WorkerPool
@@ -52,6 +52,9 @@ from sim.runs import (
 )
 from sim.stats import RunStats
 from sim.workload import WINDOW_MS, TaskDurations, WorkloadStream
+
+# A SimPy process: a generator of the events it waits on.
+Process = Generator[simpy.Event, Any, None]
 
 CORE_STATUS = {
     PENDING: leases.RunStatus.pending,
@@ -160,7 +163,10 @@ class Model:
 
     def _build_infra(self) -> None:
         f = self.s["fleet"]
-        by_kind = lambda k: [x for x in self.faults if x.kind == k]  # noqa: E731
+
+        def by_kind(kind: str) -> list[Fault]:
+            return [x for x in self.faults if x.kind == kind]
+
         self.db = Database(self.env, int(f["db_connections"]), Windows(by_kind("db_stall")))
         self.broker = Windows(by_kind("broker_outage"))
         active_workers = min(int(f["workers"]), int(f["kafka_partitions"]))
@@ -229,7 +235,9 @@ class Model:
 
     # -- the worker side: claim, execute, finish --------------------------------------
 
-    def service(self, run: np.ndarray, vis: np.ndarray):
+    def service(
+        self, run: np.ndarray, vis: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per-run claim latency, slot hold time and outcome for the runs being served."""
         t = self.runs
         ix = run - t.origin
@@ -247,7 +255,9 @@ class Model:
         self.db.charge_workers(offered, TICK_MS / 1000)
         return claim_ms, svc, ok
 
-    def claim(self, run, att, redel, vis) -> np.ndarray:
+    def claim(
+        self, run: np.ndarray, att: np.ndarray, redel: np.ndarray, vis: np.ndarray
+    ) -> np.ndarray:
         """A worker's claim of each delivery (kit.core.leases.claim_run): the normal path
         by one verdict for the class, deliveries off it one call each."""
         keep = np.ones(run.size, bool)
@@ -267,7 +277,7 @@ class Model:
                 self.counters["redeliveries_deduplicated"] += 1
                 continue
             lease = leases.RunLease(
-                str(r), int(t.attempt[r - t.origin]), CORE_STATUS.get(st, "pending")
+                str(r), int(t.attempt[r - t.origin]), CORE_STATUS.get(st, leases.RunStatus.pending)
             )
             tr = leases.claim_run(lease, "w", f"t{r}.{a}", a, int(vis[i]), self.run_ttl_ms)
             if not tr.accepted:
@@ -292,7 +302,9 @@ class Model:
     def mark_queued(self, run: np.ndarray) -> None:
         self.events += run.size
 
-    def record_start(self, run, att, vis, take, start) -> None:
+    def record_start(
+        self, run: np.ndarray, att: np.ndarray, vis: np.ndarray, take: np.ndarray, start: np.ndarray
+    ) -> None:
         t = self.runs
         ix = run - t.origin
         t.status[ix] = RUNNING
@@ -354,9 +366,10 @@ class Model:
                 t.status[r - t.origin] = DEAD
             else:
                 t.status[r - t.origin] = RETRY
+                assert at is not None  # the core schedules a retry only when given its time
                 heapq.heappush(retries, (at, r, after.attempt))
 
-    def _pool_ticks(self):
+    def _pool_ticks(self) -> Process:
         while True:
             yield self.env.timeout(TICK_MS / 1000)
             self.events += 1
@@ -364,7 +377,7 @@ class Model:
 
     # -- faults ---------------------------------------------------------------------------
 
-    def _inject(self, f: Fault):
+    def _inject(self, f: Fault) -> Process:
         env = self.env
         yield env.timeout(max(0.0, f.at_ms / 1000 - env.now))
         nodes = self.nodes if f.node < 0 else [self.nodes[f.node % len(self.nodes)]]
@@ -574,7 +587,7 @@ class SchedulerNode:
         self._owned_version = 0
         self._settled: tuple[int, int] = (-1, -1)
         self.classes = LeaseClasses(model.plt)
-        self.wheel: dispatch.TimerWheel = dispatch.TimerWheel()
+        self.wheel: dispatch.TimerWheel[np.ndarray] = dispatch.TimerWheel()
         self.in_wheel: dict[int, np.ndarray] = {}  # what the wheel holds, by id(chunk)
         self.producer_ms = -math.inf  # when the node's producer is free (nothing sent yet)
         self.unmarked: list[np.ndarray] = []
@@ -645,7 +658,10 @@ class SchedulerNode:
         for p in moving.tolist():
             since = self.draining.setdefault(p, now)
             if now - since > m.window_ms + TICK_MS:  # the wheel holds nothing of p now
-                r = leases.release_partition(m.plt.get(p), self.name, int(self.epoch[p]))
+                held = m.plt.get(p)
+                if held is None:  # never taken: nothing to release
+                    continue
+                r = leases.release_partition(held, self.name, int(self.epoch[p]))
                 if r.granted:
                     m.plt.put(p, r.lease)
                     self.owned[p] = False
@@ -659,13 +675,13 @@ class SchedulerNode:
 
     # -- scan -----------------------------------------------------------------------------
 
-    def _wait_local_second(self):
+    def _wait_local_second(self) -> simpy.Event:
         env = self.m.env
         local = env.now * 1000 + self.skew_ms
         nxt = (math.floor(local / 1000 + 1e-9) + 1) * 1000
         return env.timeout(max(0.0, (nxt - self.skew_ms) / 1000 - env.now))
 
-    def _scanner(self):
+    def _scanner(self) -> Process:
         m = self.m
         first = True
         while True:
@@ -681,7 +697,7 @@ class SchedulerNode:
             yield from self.scan()
             self.dispatch_due()
 
-    def scan(self):
+    def scan(self) -> Process:
         """Step 2 of the life of a run: read the due triggers of the node's partitions up
         to the scan horizon, then in one fenced transaction insert their runs, advance
         the triggers, apply misfire and overlap, and hold the runs in the timer wheel."""
@@ -757,14 +773,14 @@ class SchedulerNode:
         self._hold(rows)
 
     def _misfire(self, rows: np.ndarray, now_ms: int) -> np.ndarray:
-        """Runs later than kit.core.trigger.MISFIRE_GRACE_MS at the scan go through
+        """Runs later than kit.core.defaults.MISFIRE_GRACE_MS at the scan go through
         kit.core.policies.plan_misfire, per job (a job without identity has a single
         fire in the window, so it is its own group)."""
         m = self.m
         t = m.runs
         ix = rows - t.origin
         fire_all = t.fire[ix]
-        late = fire_all < now_ms - trigger.MISFIRE_GRACE_MS
+        late = fire_all < now_ms - defaults.MISFIRE_GRACE_MS
         if not late.any():
             return rows
         lr = ix[late]
@@ -838,7 +854,7 @@ class SchedulerNode:
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    def _dispatcher(self):
+    def _dispatcher(self) -> Process:
         while True:
             yield self._wait_local_second()
             self.m.events += 1
@@ -951,7 +967,7 @@ class Reaper:
         out.append(np.array([r for _, r, _ in self.expiring + self.retries], np.int64))
         return out
 
-    def _loop(self):
+    def _loop(self) -> Process:
         m = self.m
         while True:
             yield m.env.timeout(self.period_s)

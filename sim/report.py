@@ -20,6 +20,8 @@ from sim.metrics import lag_by_second, minute_series
 from sim.workload import start_of
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from sim.model import Model
 
 
@@ -49,7 +51,7 @@ def write_report(m: Model, result: dict[str, Any], out: Path, command: str) -> P
 # -- plots ----------------------------------------------------------------------------------
 
 
-def _save(fig, path: Path) -> str:
+def _save(fig: Figure, path: Path) -> str:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()

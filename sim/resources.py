@@ -12,13 +12,17 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
 
 from kit.core import dispatch
 from sim.faults import Windows
+
+# A run waiting for a slot: (visible ms, run id, attempt, claim ms, service ms, succeeds).
+WaitingRun = tuple[float, int, int, float, float, bool]
 
 if TYPE_CHECKING:
     from sim.model import Model
@@ -59,7 +63,7 @@ class Database:
         self.busy_s += service_s
         return end - now
 
-    def transaction(self, service_s: float):
+    def transaction(self, service_s: float) -> Generator[simpy.Event, Any, None]:
         """Generator: until the transaction commits."""
         yield self.env.timeout(self.book(service_s))
 
@@ -88,7 +92,7 @@ class WorkerPool:
         self.free_at = np.zeros(self.slots)  # ms when each slot can take a run
         self.stack = np.arange(self.slots)[::-1].copy()  # free slots, lowest on top
         self.n_free = self.slots
-        self.waiting: list[deque] = [deque() for _ in range(N_TIERS)]
+        self.waiting: list[deque[WaitingRun]] = [deque() for _ in range(N_TIERS)]
         self.n_waiting = 0
         self.max_waiting = 0
         self.inbox: list[tuple[np.ndarray, ...]] = []  # (visible, run, attempt, redelivery)
@@ -107,7 +111,13 @@ class WorkerPool:
 
     # -- arrivals ---------------------------------------------------------------------
 
-    def deliver(self, visible, run, attempt, redelivery: int = 0) -> None:
+    def deliver(
+        self,
+        visible: np.ndarray | list[float],
+        run: np.ndarray | list[int],
+        attempt: np.ndarray | int,
+        redelivery: int = 0,
+    ) -> None:
         n = len(run)
         if n == 0:
             return
@@ -186,7 +196,7 @@ class WorkerPool:
             )
             self.n_samples += 1
 
-    def _due(self, t_ms: float):
+    def _due(self, t_ms: float) -> tuple[np.ndarray, ...]:
         if not self.inbox:
             e = np.empty(0)
             return e, e.astype(np.int64), e.astype(np.int16), e.astype(np.int8)
@@ -204,7 +214,17 @@ class WorkerPool:
         self.inbox_n = int(later.sum())
         return tuple(c[now] for c in cols)
 
-    def _slow(self, t_ms, vis, run, att, tier, claim_ms, svc_ms, ok) -> None:
+    def _slow(
+        self,
+        t_ms: float,
+        vis: np.ndarray,
+        run: np.ndarray,
+        att: np.ndarray,
+        tier: np.ndarray,
+        claim_ms: np.ndarray,
+        svc_ms: np.ndarray,
+        ok: np.ndarray,
+    ) -> None:
         """Event order over arrivals and slot releases up to t_ms; waiting runs are
         taken by tier rank, then in arrival order (kit.core.dispatch tiers).
 
@@ -235,7 +255,7 @@ class WorkerPool:
         nw = self.n_waiting
         max_w = self.max_waiting
         out_take: list[float] = []
-        out_item: list[tuple] = []
+        out_item: list[WaitingRun] = []
         out_slot: list[int] = []
         vis_l = vis.tolist()
         items = list(
@@ -307,7 +327,17 @@ class WorkerPool:
         self.stack[: free.size] = free[::-1]
         self.dirty = False
 
-    def _record(self, take, run, att, slots, claim_ms, svc_ms, ok, vis=None) -> None:
+    def _record(
+        self,
+        take: np.ndarray,
+        run: np.ndarray,
+        att: np.ndarray,
+        slots: np.ndarray,
+        claim_ms: np.ndarray,
+        svc_ms: np.ndarray,
+        ok: np.ndarray,
+        vis: np.ndarray | None = None,
+    ) -> None:
         self.taken += run.size
         start = take + claim_ms
         end = take + svc_ms
@@ -367,7 +397,9 @@ class WorkerPool:
 
     # -- faults -------------------------------------------------------------------------
 
-    def crash_workers(self, t_ms: float, worker_ids: np.ndarray, restart_ms: float):
+    def crash_workers(
+        self, t_ms: float, worker_ids: np.ndarray, restart_ms: float
+    ) -> dict[str, np.ndarray]:
         """Slots of the crashed workers stop; the runs on them are returned (victims)."""
         slots = (worker_ids[:, None] * self.concurrency + np.arange(self.concurrency)).ravel()
         victims = []
@@ -389,8 +421,8 @@ class WorkerPool:
         }
         self.free_at[slots] = restart_ms
         in_stack = self.stack[: self.n_free]
-        kept = in_stack[~np.isin(in_stack, slots)]
-        self.stack[: kept.size] = kept
-        self.n_free = kept.size
+        still_free = in_stack[~np.isin(in_stack, slots)]
+        self.stack[: still_free.size] = still_free
+        self.n_free = still_free.size
         self.frozen.append(restart_ms)
         return out

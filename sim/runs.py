@@ -41,6 +41,23 @@ STATE_COLUMNS: dict[str, tuple[type, float]] = {
 
 
 class RunTable:
+    # The columns, bound as attributes in __init__ (and rebound when they grow), declared
+    # here so a misspelt column is an error: WORKLOAD_COLUMNS, then STATE_COLUMNS.
+    fire: np.ndarray
+    part: np.ndarray
+    tier: np.ndarray
+    cls: np.ndarray
+    job: np.ndarray
+    poison: np.ndarray
+    status: np.ndarray
+    attempt: np.ndarray
+    effects: np.ndarray
+    executions: np.ndarray
+    inserts: np.ndarray
+    dispatch: np.ndarray
+    start: np.ndarray
+    wait: np.ndarray
+
     def __init__(self, capacity: int = 1 << 20) -> None:
         self.capacity = capacity
         self.cols: dict[str, np.ndarray] = {}

@@ -233,9 +233,10 @@ def load_scenario(name_or_path: str, overrides: Sequence[str] = ()) -> dict[str,
 def _only_file_classes(raw: Mapping[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
     """A scenario that lists its own job classes replaces the default ones."""
     file_classes = raw.get("workload", {}).get("classes")
+    classes: dict[str, Any] = merged["workload"]["classes"]
     if file_classes and merged.get("kind") != "mmc":
-        return {k: v for k, v in merged["workload"]["classes"].items() if k in file_classes}
-    return merged["workload"]["classes"]
+        return {k: v for k, v in classes.items() if k in file_classes}
+    return classes
 
 
 def validate(s: Mapping[str, Any]) -> None:

@@ -188,7 +188,7 @@ class RunStats:
             self.samples["wait"].append(c["wait"].astype(np.float64))
             self.samples["tier"].append(c["tier"].copy())
 
-    def _waits(self, fire, wait, s_fire) -> None:
+    def _waits(self, fire: np.ndarray, wait: np.ndarray, s_fire: np.ndarray) -> None:
         """Queue waits (visible -> taken) of the started runs (every started run has
         one); most are 0, so only the positive ones are bucketed and summed per minute."""
         w = wait.astype(np.float64)
@@ -212,7 +212,9 @@ class RunStats:
         self.wait.add_counts(counts, n, total, lo, hi)
 
     @staticmethod
-    def _by_tier(hists: list[LagHistogram], lag, b, tier) -> np.ndarray:
+    def _by_tier(
+        hists: list[LagHistogram], lag: np.ndarray, b: np.ndarray, tier: np.ndarray
+    ) -> np.ndarray:
         """Per-tier histograms from one pass; returns the counts of all tiers together."""
         if lag.size == 0:
             return np.zeros(SIZE, np.int64)
@@ -228,9 +230,17 @@ class RunStats:
         for i, h in enumerate(hists):
             if n[i]:
                 h.add_counts(counts[i], int(n[i]), float(total[i]), lo[i], hi[i])
-        return counts.sum(axis=0)
+        together: np.ndarray = counts.sum(axis=0)
+        return together
 
-    def _series(self, fire, due, s_fire, s_lag, s_b) -> None:
+    def _series(
+        self,
+        fire: np.ndarray,
+        due: np.ndarray,
+        s_fire: np.ndarray,
+        s_lag: np.ndarray,
+        s_b: np.ndarray,
+    ) -> None:
         """Per-second and per-minute summaries, hours and the whole period, from one
         histogram per second of fire time (over the bucket range the block spans)."""
         sec0 = int(fire[0] // 1000)
@@ -299,7 +309,17 @@ class RunStats:
         self.start.add_counts(counts, n_all, sum_all, s_lag.min(), s_lag.max())
         self.start_censored.add_counts(counts, n_all, sum_all, s_lag.min(), s_lag.max())
 
-    def _windows(self, mi, hm, b0, nm, p99, lo_m, hi_m, tot_m) -> None:
+    def _windows(
+        self,
+        mi: np.ndarray,
+        hm: np.ndarray,
+        b0: int,
+        nm: np.ndarray,
+        p99: np.ndarray,
+        lo_m: np.ndarray,
+        hi_m: np.ndarray,
+        tot_m: np.ndarray,
+    ) -> None:
         """Keep the whole histogram of the busiest minute (runs due) and of the worst
         minute (p99 start lag) seen so far."""
         due = self.minute["due"][mi]
@@ -313,7 +333,7 @@ class RunStats:
                 hist = _row_hist(hm[bad], b0, nm[bad], tot_m[bad], lo_m[bad], hi_m[bad])
                 self.worst = (float(p99[bad]), int(mi[bad]), hist)
 
-    def _check_duplicates(self, ids, fire, effects) -> None:
+    def _check_duplicates(self, ids: np.ndarray, fire: np.ndarray, effects: np.ndarray) -> None:
         dup = np.flatnonzero(effects > 1)
         if dup.size == 0:
             return
@@ -370,7 +390,9 @@ def _pad(row: np.ndarray, b0: int) -> np.ndarray:
     return out
 
 
-def _row_hist(row, b0, n, total, lo, hi) -> LagHistogram:
+def _row_hist(
+    row: np.ndarray, b0: int, n: int, total: float, lo: float, hi: float
+) -> LagHistogram:
     h = LagHistogram()
     if n:
         h.add_counts(_pad(row, b0), int(n), float(total), float(lo), float(hi))

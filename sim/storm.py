@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,9 @@ import numpy as np
 import simpy
 
 from kit.core import defaults, dispatch, leases
+
+# A SimPy process: a generator of the events it waits on.
+Process = Generator[simpy.Event, Any, None]
 
 STORM_DEFAULTS: dict[str, Any] = {
     "kind": "storm",
@@ -88,7 +92,7 @@ class Cpu:
     def __post_init__(self) -> None:
         self.res = simpy.Resource(self.env, self.cores)
 
-    def run(self, who: str, seconds: float, gil: simpy.Resource | None = None):
+    def run(self, who: str, seconds: float, gil: simpy.Resource | None = None) -> Process:
         """Take `seconds` of a core (and of the process's interpreter lock, if any)."""
         left = seconds
         while left > 1e-12:
@@ -193,7 +197,7 @@ class StormWorker:
         if not self.arrived.triggered:
             self.arrived.succeed()
 
-    def _consume(self):
+    def _consume(self) -> Process:
         m, c = self.m, self.m.costs
         env = m.env
         while True:
@@ -220,7 +224,7 @@ class StormWorker:
             if not self.held_changed.triggered:
                 self.held_changed.succeed()
 
-    def _hold(self):
+    def _hold(self) -> Process:
         m, c = self.m, self.m.costs
         env = m.env
         while True:
@@ -254,7 +258,7 @@ class StormWorker:
             if not self.success_ready.triggered:
                 self.success_ready.succeed()
 
-    def _finish(self):
+    def _finish(self) -> Process:
         m, c = self.m, self.m.costs
         env = m.env
         while True:
@@ -276,7 +280,7 @@ class StormWorker:
                 self.confirmed_until.pop(r, None)
             self.in_flight -= n
 
-    def _heartbeat(self, phase_s: float):
+    def _heartbeat(self, phase_s: float) -> Process:
         m, c = self.m, self.m.costs
         env = m.env
         yield env.timeout(phase_s)
@@ -336,7 +340,7 @@ class StormModel:
                 share = self.costs.other / math.ceil(self.costs.other)
                 self.env.process(self._background(share))
 
-    def _background(self, rate: float, period_s: float = 0.05):
+    def _background(self, rate: float, period_s: float = 0.05) -> Process:
         """The rest of the machine (other stacks and agents, PostgreSQL's checkpointer and
         autovacuum): its measured CPU per second, taken in slices."""
         while True:
@@ -370,7 +374,7 @@ class StormModel:
 
     # -- the scheduler node -----------------------------------------------------------
 
-    def _scan(self):
+    def _scan(self) -> Process:
         env, c, sc = self.env, self.costs, self.sc
         yield env.timeout(self.scan_phase_s)
         while True:
@@ -385,7 +389,7 @@ class StormModel:
                     self.committed_ev.succeed()
             yield env.timeout(float(sc["scan_period_s"]))
 
-    def _publish(self):
+    def _publish(self) -> Process:
         env, c, sc = self.env, self.costs, self.sc
         w = len(self.workers)
         while True:
@@ -398,7 +402,7 @@ class StormModel:
             yield env.process(self.cpu.run("scheduler", k * c.sched_publish, self.sched_gil))
             env.process(self._broker(chunk, w))  # the producer does not wait for the broker
 
-    def _broker(self, chunk: list[int], w: int):
+    def _broker(self, chunk: list[int], w: int) -> Process:
         """The broker appends the chunk and serves it to the consumers (its own threads)."""
         yield self.env.process(self.cpu.run("broker", len(chunk) * self.costs.broker))
         self.published[chunk] = self.env.now

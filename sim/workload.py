@@ -23,6 +23,7 @@ whenever it is generated.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -67,7 +68,12 @@ def _ids(prefix: str, a: int, b: int) -> list[str]:
     return [f"{prefix}{i}" for i in range(a, b)]
 
 
-def _per_job(cache: dict, key: tuple[str, int, int], compute, dtype) -> np.ndarray:
+def _per_job(
+    cache: dict[tuple[str, int, int], np.ndarray],
+    key: tuple[str, int, int],
+    compute: Callable[[list[str], int], Sequence[int] | np.ndarray],
+    dtype: type[np.generic],
+) -> np.ndarray:
     """compute(ids, arg) for every job id `prefix + i`, in job order, kept per process."""
     if key not in cache:
         prefix, jobs, arg = key
@@ -76,6 +82,7 @@ def _per_job(cache: dict, key: tuple[str, int, int], compute, dtype) -> np.ndarr
             b = min(jobs, a + HASH_CHUNK)
             out[a:b] = compute(_ids(prefix, a, b), arg)
         cache[key] = out
+        return out
     return cache[key]
 
 
@@ -157,7 +164,9 @@ class WorkloadStream:
     def source_names(self) -> list[str]:
         return [f"{t.name} {t.zone}" for t in self.templates] + ["sparse"]
 
-    def _add(self, name: str, zone: str, sched: Schedule, jitter_s: float, jobs: int, expr=""):
+    def _add(
+        self, name: str, zone: str, sched: Schedule, jitter_s: float, jobs: int, expr: str = ""
+    ) -> None:
         if jobs <= 0:
             return
         key0 = self.jobs
@@ -316,7 +325,8 @@ def sparse_partition_weights(s: dict[str, Any], n_parts: int) -> np.ndarray:
     if sample <= 0:
         return np.full(n_parts, 1.0 / n_parts)
     counts = np.bincount(job_partitions("job-s", sample, n_parts), minlength=n_parts)
-    return counts.astype(float) / counts.sum()
+    shares: np.ndarray = counts.astype(float) / counts.sum()
+    return shares
 
 
 class TaskDurations:
@@ -340,7 +350,9 @@ class TaskDurations:
 
     def draw(self, cls: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if self.all_lognormal:
-            return np.exp(self.mu[cls] + self.sigma[cls] * rng.standard_normal(cls.size))
+            normal = rng.standard_normal(cls.size)
+            drawn: np.ndarray = np.exp(self.mu[cls] + self.sigma[cls] * normal)
+            return drawn
         out = np.empty(cls.size, np.float64)
         for i, c in enumerate(self.classes):
             idx = np.flatnonzero(cls == i)

@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from kit.cli import UsageError
+    from kit.core.errors import UsageError
     from kit.settings import load_settings
 
     settings = load_settings()

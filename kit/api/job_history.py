@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
+from kit.api.models import RunStatusName, RunTrigger
 from kit.api.state import engine_of, settings_of
 from kit.core.owed import DUE_GRACE_MS, MAX_EXPLAIN_FIRES, Outcome, check_instant, dst_note
 from kit.core.schedule import CronSchedule, parse_instant, schedule_to_dict
@@ -82,8 +83,8 @@ class FireOut(BaseModel):
 class OtherRunOut(BaseModel):
     run_id: str
     scheduled_at: datetime
-    status: str
-    trigger: str
+    status: RunStatusName
+    trigger: RunTrigger
 
 
 class EraOut(BaseModel):

@@ -11,16 +11,21 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kit.core.dispatch import PriorityTier
 from kit.core.errors import FieldError
-from kit.core.policies import MisfirePolicy
+from kit.core.leases import RunStatus
+from kit.core.policies import MisfireKind, MisfirePolicy, OverlapPolicy
+from kit.core.queue_task import TaskStatus
 from kit.core.redaction import ALWAYS_SECRET_HEADERS, MASK, redact_task
-from kit.core.retry import RetryPolicy
+from kit.core.retry import Jitter, RetryPolicy
 from kit.core.schedule import OneOffSchedule, Schedule, parse_schedule, schedule_to_dict
 from kit.core.task_policy import reserved_env_name
+from kit.core.trigger import TriggerKind
 from kit.store.jobs import JobRecord, JobSpec
 from kit.store.runs import RunRecord
 
@@ -29,8 +34,22 @@ SERVER_SET_FIELDS = frozenset(
     {"job_id", "tenant", "version", "status", "created_at", "updated_at", "next_fire_at"}
 )
 MAX_BATCH_JOBS = 5000
-PRIORITIES = ("critical", "high", "normal", "low")
-OVERLAPS = ("allow", "forbid", "queue", "replace")
+
+
+def _one_of(names: type[StrEnum]) -> Any:
+    """A core enum's values as a `Literal` type: the API takes and shows plain strings
+    (its JSON schema an `enum` of them) and the set is the core's, never restated."""
+    return Literal[tuple(m.value for m in names)]
+
+
+# The closed sets of kit.core (kit.core.vocabulary), as the API's field types.
+Priority = _one_of(PriorityTier)
+Overlap = _one_of(OverlapPolicy)
+RunStatusName = _one_of(RunStatus)
+RunTrigger = _one_of(TriggerKind)
+QueueTaskStatus = _one_of(TaskStatus)
+PRIORITIES: tuple[str, ...] = tuple(t.value for t in PriorityTier)
+OVERLAPS: tuple[str, ...] = tuple(p.value for p in OverlapPolicy)
 
 
 class _Strict(BaseModel):
@@ -158,15 +177,17 @@ class JobIn(_Strict):
     task: Task
     retry: dict[str, Any] = Field(
         default_factory=lambda: RetryPolicy().to_dict(),
-        description='{"max_attempts": 1..100, "base_s", "cap_s" (<= 86400), "jitter": full|none}',
+        description='{"max_attempts": 1..100, "base_s", "cap_s" (<= 86400), "jitter": '
+        + "|".join(Jitter)
+        + "}",
     )
     timeout_s: int = Field(default=3600, ge=1, le=86_400)
-    overlap: Literal["allow", "forbid", "queue", "replace"] = "allow"
+    overlap: Overlap = OverlapPolicy.allow.value
     misfire: dict[str, Any] = Field(
         default_factory=lambda: MisfirePolicy().to_dict(),
-        description='{"kind": run_all|run_once|skip_late, "deadline_s"}',
+        description='{"kind": ' + "|".join(MisfireKind) + ', "deadline_s"}',
     )
-    priority: Literal["critical", "high", "normal", "low"] = "normal"
+    priority: Priority = PriorityTier.normal.value
     jitter_s: int = Field(default=0, ge=0, le=3600)
     paused: bool = False
     pause_after_dead: int | None = Field(
@@ -226,9 +247,9 @@ class JobPatch(_Strict):
     task: Task | None = None
     retry: dict[str, Any] | None = None
     timeout_s: int | None = Field(default=None, ge=1, le=86_400)
-    overlap: Literal["allow", "forbid", "queue", "replace"] | None = None
+    overlap: Overlap | None = None
     misfire: dict[str, Any] | None = None
-    priority: Literal["critical", "high", "normal", "low"] | None = None
+    priority: Priority | None = None
     jitter_s: int | None = Field(default=None, ge=0, le=3600)
     paused: bool | None = None
     pause_after_dead: int | None = Field(default=None, ge=1, le=10_000)
@@ -298,9 +319,9 @@ class JobOut(BaseModel):
     task: dict[str, Any]
     retry: dict[str, Any]
     timeout_s: int
-    overlap: str
+    overlap: Overlap
     misfire: dict[str, Any]
-    priority: str
+    priority: Priority
     jitter_s: int
     paused: bool
     pause_after_dead: int | None
@@ -346,9 +367,9 @@ class RunOut(BaseModel):
     job_version: int
     scheduled_at: datetime
     attempt: int
-    status: str
-    trigger: str
-    priority: str
+    status: RunStatusName
+    trigger: RunTrigger
+    priority: Priority
     worker_id: str | None
     dispatched_at: datetime | None
     started_at: datetime | None

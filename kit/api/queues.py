@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kit.api.auth import Caller, IdempotencyKey, principal
 from kit.api.body import StrictJsonRoute
 from kit.api.errors import ApiError
+from kit.api.models import QueueTaskStatus
 from kit.core.errors import FieldError
 from kit.core.queue_task import MAX_ATTEMPTS
 from kit.store import queues as queue_store
@@ -53,7 +54,7 @@ class TaskIn(_Strict):
 
 class TaskCreatedOut(BaseModel):
     task_id: str
-    status: str
+    status: QueueTaskStatus
 
 
 class TaskBatchIn(_Strict):

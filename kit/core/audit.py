@@ -10,7 +10,23 @@ header and environment values may carry credentials: the diff says that one chan
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
+
+
+class AuditAction(StrEnum):
+    """What a job audit entry records (`job_audit.action`)."""
+
+    create = "create"
+    update = "update"
+    pause = "pause"
+    resume = "resume"
+    delete = "delete"
+    run_now = "run_now"
+    backfill = "backfill"
+    cancel_run = "cancel_run"
+    auto_pause = "auto_pause"  # the kit paused it after its dead-run streak (a DB trigger)
+
 
 REDACTED = "<redacted>"
 # Flattened keys under these prefixes are secrets: only their presence is recorded.
@@ -65,7 +81,8 @@ def redacted(job: Mapping[str, Any]) -> dict[str, Any]:
             return {k: walk(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
         return REDACTED if is_secret(path) else value
 
-    return walk(job, "")
+    copy: dict[str, Any] = walk(job, "")
+    return copy
 
 
 def edit_action(diff: Mapping[str, Any]) -> str:

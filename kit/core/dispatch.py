@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
+from enum import StrEnum
 from typing import Generic, TypeVar
 
 from kit.core.defaults import SCAN_AHEAD_MS
@@ -16,9 +17,21 @@ from kit.core.errors import FieldError
 
 T = TypeVar("T")
 
-PRIORITY_TIERS: tuple[str, ...] = ("critical", "high", "normal", "low")
+
+
+class PriorityTier(StrEnum):
+    """A job's priority tier, most urgent first (the order is the rank): one Kafka topic
+    each, preferred in this order by the workers and the catch-up."""
+
+    critical = "critical"
+    high = "high"
+    normal = "normal"
+    low = "low"
+
+
+PRIORITY_TIERS: tuple[str, ...] = tuple(t.value for t in PriorityTier)
 _RANK = {name: i for i, name in enumerate(PRIORITY_TIERS)}
-DEFAULT_TIER = "normal"
+DEFAULT_TIER: str = PriorityTier.normal.value
 
 
 def tier_rank(name: str) -> int:

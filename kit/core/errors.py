@@ -1,5 +1,7 @@
-"""The one error type for bad input: it names the field and the reason, so the API
-can answer 422 and the CLI can print one line and exit 2."""
+"""The error types for bad input, in the core so every layer (store, API, services,
+CLI) raises the same ones without importing the layer above: a `FieldError` names the
+field and the reason (the API answers 422, the CLI prints one line and exits 2); a
+`UsageError` is bad input on the command line (one line, exit 2)."""
 
 from __future__ import annotations
 
@@ -13,3 +15,7 @@ class FieldError(ValueError):
     def nested(self, prefix: str) -> FieldError:
         """The same error seen from an enclosing object (`schedule` + `cron`)."""
         return FieldError(f"{prefix}.{self.field}", self.reason)
+
+
+class UsageError(Exception):
+    """Bad input on the command line: printed as one line, exit code 2."""

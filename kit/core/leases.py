@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 # ---------------------------------------------------------------------------
 # Partition lease
@@ -175,7 +176,7 @@ TRANSITIONS: tuple[TransitionRule, ...] = (
 _RULES = {(r.source, r.event): r.target for r in TRANSITIONS}
 
 
-def _move(run: RunLease, event: str, **changes: object) -> Transition:
+def _move(run: RunLease, event: str, **changes: Any) -> Transition:
     target = _RULES.get((run.status, event))
     if target is None:
         return Transition(False, run, f"cannot {event} a {run.status.value} run")

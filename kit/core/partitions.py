@@ -59,10 +59,10 @@ def assign_partitions(
     kept = dict.fromkeys(live, 0)
     orphans: list[int] = []
     for p in range(partitions):
-        owner = current.get(p)
-        if owner is not None and owner in quota and kept[owner] < quota[owner]:
-            result[p] = owner
-            kept[owner] += 1
+        holder = current.get(p)
+        if holder is not None and holder in quota and kept[holder] < quota[holder]:
+            result[p] = holder
+            kept[holder] += 1
         else:
             orphans.append(p)
     i = 0

@@ -8,7 +8,16 @@ from enum import StrEnum
 
 from kit.core.errors import FieldError
 
-MISFIRE_KINDS = ("run_all", "run_once", "skip_late")
+
+class MisfireKind(StrEnum):
+    """What a job does with fire times an outage made it miss."""
+
+    run_all = "run_all"  # fire every missed time
+    run_once = "run_once"  # fire the latest, skip the others
+    skip_late = "skip_late"  # fire those within the deadline, skip the older ones
+
+
+MISFIRE_KINDS: tuple[str, ...] = tuple(k.value for k in MisfireKind)
 MAX_DEADLINE_S = 86_400 * 7
 
 
@@ -73,16 +82,20 @@ class OverlapPolicy(StrEnum):
     allow = "allow"
     forbid = "forbid"
     queue = "queue"
-    replace = "replace"
+    # The member's name is the stored and public value (psycopg writes a member by name),
+    # so it keeps the name that shadows str.replace on its members; nothing calls that.
+    replace = "replace"  # type: ignore[assignment]
 
     @classmethod
     def parse(cls, value: object, field: str = "overlap") -> OverlapPolicy:
         if value is None:
             return cls.allow
+        names = ", ".join(p.value for p in cls)
+        if not isinstance(value, str):
+            raise FieldError(field, f"must be one of {names}")
         try:
             return cls(value)
         except ValueError:
-            names = ", ".join(p.value for p in cls)
             raise FieldError(field, f"must be one of {names}") from None
 
 

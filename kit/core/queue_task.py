@@ -22,6 +22,7 @@ import hmac
 import random
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 from kit.core.retry import RetryPolicy, next_retry_at_ms
 from kit.core.timeutil import from_epoch_ms
@@ -37,6 +38,10 @@ class TaskStatus(StrEnum):
     leased = "leased"
     done = "done"
     dead = "dead"
+
+
+# A finished task never changes again and is what retention may expire.
+FINISHED = frozenset({TaskStatus.done, TaskStatus.dead})
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,7 @@ TASK_TRANSITIONS: tuple[TaskRule, ...] = (
 _RULES = {(r.source, r.event): r.target for r in TASK_TRANSITIONS}
 
 
-def _move(task: QueueTask, event: str, **changes: object) -> TaskTransition:
+def _move(task: QueueTask, event: str, **changes: Any) -> TaskTransition:
     target = _RULES.get((task.status, event))
     if target is None:
         return TaskTransition(False, task, f"cannot {event} a {task.status.value} task")

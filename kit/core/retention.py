@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from kit.core.leases import BUSY
+from kit.core.queue_task import FINISHED
 
 # Run statuses for which a replayed dead letter is still read (its attempt base).
 LIVE_RUN_STATUSES = tuple(sorted(s.value for s in BUSY))
-FINISHED_TASK_STATUSES = ("done", "dead")
+FINISHED_TASK_STATUSES = tuple(sorted(s.value for s in FINISHED))
 
 
 @dataclass(frozen=True)

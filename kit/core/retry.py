@@ -10,12 +10,22 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from kit.core.errors import FieldError
 
 MAX_ATTEMPTS_LIMIT = 100
 MAX_DELAY_S = 86_400.0
-JITTER_KINDS = ("full", "none")
+
+
+class Jitter(StrEnum):
+    """How a retry's delay is drawn under its backoff ceiling."""
+
+    full = "full"  # uniformly between 0 and the ceiling (spreads a failing fleet's retries)
+    none = "none"  # the ceiling itself
+
+
+JITTER_KINDS: tuple[str, ...] = tuple(j.value for j in Jitter)
 _FIELDS = ("max_attempts", "base_s", "cap_s", "jitter")
 
 
@@ -84,7 +94,7 @@ def backoff_ceiling_ms(policy: RetryPolicy, attempt: int) -> int:
     cap_ms = round(policy.cap_s * 1000)
     if attempt > 64:  # 2**63 * base already exceeds any cap; avoid float overflow
         return cap_ms
-    return min(cap_ms, round(policy.base_s * 1000 * 2 ** (attempt - 1)))
+    return min(cap_ms, round(policy.base_s * 1000 * (1 << (attempt - 1))))
 
 
 def backoff_delay_ms(policy: RetryPolicy, attempt: int, rng: random.Random) -> int:

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from operator import attrgetter
 
 from kit.core.defaults import MISFIRE_GRACE_MS
@@ -48,6 +49,19 @@ from kit.core.policies import (
 )
 from kit.core.schedule import Schedule, next_fire
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+
+
+class TriggerKind(StrEnum):
+    """What made a run (`runs.trigger_kind`). A trigger row (`triggers.kind`) is one of
+    TRIGGER_ROW_KINDS: a backfill inserts its runs directly, no trigger is due for it."""
+
+    schedule = "schedule"  # its job's schedule came due
+    retry = "retry"  # a failed attempt's retry came due
+    manual = "manual"  # a user's run-now
+    backfill = "backfill"  # a user's backfill of past fire times
+
+
+TRIGGER_ROW_KINDS = (TriggerKind.schedule, TriggerKind.retry, TriggerKind.manual)
 
 OVERLAP_HORIZON_MS = 1000
 MAX_FIRES_PER_TRIGGER = 500
@@ -72,7 +86,7 @@ class DueTrigger:
     fire_at_ms: int
     job_id: str
     job_version: int
-    kind: str = "schedule"  # schedule | retry | manual
+    kind: str = TriggerKind.schedule  # one of TRIGGER_ROW_KINDS
     attempt: int = 1
     run_scheduled_at_ms: int | None = None  # retry: the scheduled time of its run
 

@@ -27,7 +27,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from prometheus_client import start_http_server
 
-    from kit.cli import UsageError
+    from kit.core.errors import UsageError
     from kit.maintenance.service import Maintenance, MaintenanceMetrics, retention_of
     from kit.settings import load_settings
     from kit.store.db import engine_for

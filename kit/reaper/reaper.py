@@ -23,25 +23,11 @@ from kit.store.claims import RunPointer
 from kit.store.db import db_now
 from kit.store.fleet_health import fleet_health_read
 from kit.store.reaping import DEFAULT_BATCH, runs_publish_unclaimed, runs_reap_expired
-from kit.transport import RunMessage, RunPublisher
+from kit.transport import RunPublisher
 from kit.transport.progress import QueueProgress
+from kit.transport.republish import publish_pointers
 
 log = logging.getLogger(__name__)
-
-
-def message_of(pointer: RunPointer) -> RunMessage:
-    return RunMessage(
-        run_id=pointer.run_id,
-        job_id=pointer.job_id,
-        attempt=pointer.attempt,
-        scheduled_at_ms=to_epoch_ms(pointer.scheduled_at),
-        tier=pointer.priority,
-    )
-
-
-def publish_pointers(publisher: RunPublisher, pointers: Sequence[RunPointer]) -> None:
-    if pointers:
-        publisher.publish([message_of(p) for p in pointers])
 
 
 class ReaperMetrics:

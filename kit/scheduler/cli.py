@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kit.cli import UsageError
+    from kit.core.errors import UsageError
     from kit.scheduler.node import NodeConfig, SchedulerNode, scheduler_engine
     from kit.settings import load_settings
     from kit.transport import DEFAULT_TOPIC_PREFIX, RunPublisher, ensure_topics

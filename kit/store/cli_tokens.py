@@ -45,8 +45,7 @@ def _engine() -> Engine:
 
 
 def _create(args: argparse.Namespace) -> int:
-    from kit.cli import UsageError
-    from kit.core.errors import FieldError
+    from kit.core.errors import FieldError, UsageError
     from kit.store.tenants import tenant_check
     from kit.store.tokens import DEFAULT_SCOPES, scopes_check, token_create
 

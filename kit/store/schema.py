@@ -31,7 +31,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
+from kit.core.audit import AuditAction
+from kit.core.dispatch import PriorityTier
 from kit.core.leases import BUSY, RunStatus
+from kit.core.policies import OverlapPolicy
+from kit.core.queue_task import FINISHED, TaskStatus
+from kit.core.trigger import TRIGGER_ROW_KINDS, TriggerKind
 
 # Deterministic constraint names, so migrations and autogenerate agree.
 metadata = MetaData(
@@ -44,14 +49,16 @@ metadata = MetaData(
     }
 )
 
-TRIGGER_KINDS = ("schedule", "retry", "manual")
+# The closed sets of the columns below come from the core (kit.core.vocabulary indexes
+# them); tests hold these CHECK constraints, and the migrated database's, equal to it.
+TRIGGER_KINDS = tuple(k.value for k in TRIGGER_ROW_KINDS)
 # A run may also come from a backfill (POST /v1/jobs/{id}:backfill); no trigger does.
-RUN_TRIGGER_KINDS = (*TRIGGER_KINDS, "backfill")
-RUN_STATUSES = tuple(s.value for s in RunStatus)  # kit.core.leases is the vocabulary
-OVERLAP_POLICIES = ("allow", "forbid", "queue", "replace")
+RUN_TRIGGER_KINDS = tuple(k.value for k in TriggerKind)
+RUN_STATUSES = tuple(s.value for s in RunStatus)
+OVERLAP_POLICIES = tuple(p.value for p in OverlapPolicy)
 # The statuses that keep a job busy for its overlap policy (kit.core.leases.BUSY), as SQL.
 BUSY_SQL = "(" + ", ".join(sorted(f"'{s.value}'" for s in BUSY)) + ")"
-PRIORITY_TIERS = ("critical", "high", "normal", "low")
+PRIORITY_TIERS = tuple(t.value for t in PriorityTier)
 
 
 def _tstz(name: str, nullable: bool = True, now_default: bool = False) -> Column:
@@ -259,8 +266,8 @@ idempotency_keys = Table(
 # name within a tenant, created by its first task. `visible_at` is when a lease may take
 # the task: the delay or nack backoff while queued, the lease expiry while leased, so one
 # partial index serves the lease scan ("visible tasks, oldest first") for both.
-QUEUE_TASK_STATUSES = ("queued", "leased", "done", "dead")
-FINISHED_TASKS = "status IN ('done', 'dead')"
+QUEUE_TASK_STATUSES = tuple(s.value for s in TaskStatus)
+FINISHED_TASKS = f"status IN ({', '.join(repr(s.value) for s in TaskStatus if s in FINISHED)})"
 
 queue_tasks = Table(
     "queue_tasks",
@@ -314,17 +321,7 @@ queue_tasks = Table(
 # one per pause or resume the kit made itself (a database trigger, actor 'kit'). Task
 # header and env values are never stored (kit.core.audit redacts them). `snapshot` is
 # the job after the change (redacted): explain reads the schedule in force from it.
-AUDIT_ACTIONS = (
-    "create",
-    "update",
-    "pause",
-    "resume",
-    "delete",
-    "run_now",
-    "backfill",
-    "cancel_run",
-    "auto_pause",
-)
+AUDIT_ACTIONS = tuple(a.value for a in AuditAction)
 
 job_audit = Table(
     "job_audit",

@@ -33,7 +33,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from prometheus_client import start_http_server
 
-    from kit.cli import UsageError
+    from kit.core.errors import UsageError
     from kit.settings import load_settings
     from kit.store.db import engine_for
     from kit.tasks.policy import policy_source

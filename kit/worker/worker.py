@@ -54,7 +54,6 @@ from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 from kit.core.dispatch import TimerWheel, catch_up_order
 from kit.core.partitions import PARTITION_COUNT
 from kit.core.timeutil import to_epoch_ms
-from kit.reaper.reaper import publish_pointers
 from kit.store.claims import (
     Claim,
     ClaimedRun,
@@ -75,6 +74,7 @@ from kit.tasks.command import KILL_GRACE_S
 from kit.transport import RunMessage, RunPublisher, TieredConsumer
 from kit.transport.consumer import Rejected
 from kit.transport.message import topic_for
+from kit.transport.republish import publish_pointers
 from kit.worker.clock import DbClock
 from kit.worker.journal import ExecutionJournal
 

@@ -14,6 +14,7 @@ from sqlalchemy import DateTime, Engine, inspect, text
 
 from kit.store import migrate
 from kit.store.schema import metadata
+from tests.unit.vocabulary_checks import CHECKED_COLUMNS, quoted
 
 pytestmark = pytest.mark.integration
 
@@ -68,3 +69,19 @@ def test_db_current_cli_reports_up_to_date(db_url: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{migrate.head_revision(db_url)} (up to date)"
+
+
+def test_migrated_constraints_are_the_cores_sets(engine: Engine) -> None:
+    """The migrations are frozen text; the database they build must still allow exactly
+    the core's closed sets (compare_metadata above does not compare CHECK constraints)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)"
+                " FROM pg_constraint WHERE contype = 'c' AND connamespace = 'public'::regnamespace"
+            )
+        ).all()
+    in_lists = {(table, name): sql for table, name, sql in rows if "ANY" in sql or " IN " in sql}
+    assert set(in_lists) == set(CHECKED_COLUMNS)
+    for key, sql in in_lists.items():
+        assert quoted(sql) == [v.value for v in CHECKED_COLUMNS[key]], (key, sql)

@@ -122,3 +122,12 @@ def test_cli_shows_progress_and_the_peak_window_first(capsys):
     whole = next(i for i, line in enumerate(lines) if "whole period" in line)
     assert first < whole
     assert "in flight at the end" in out.out
+
+
+def test_a_terminal_gets_a_progress_bar_and_the_result():
+    # `cronfleet sim` in a terminal shows rich's bar on stderr; it once passed rich an
+    # argument it does not take, so every interactive run failed before simulating
+    from sim.cli import simulate as run_scenario
+
+    _, result = run_scenario("steady", list(STEADY), 1, None, progress="bar")
+    assert result["model"]["runs"] > 0

@@ -3,6 +3,10 @@
 - kit/core: imports nothing of the project outside kit.core, no I/O library, and
   reads neither the wall clock nor the global random state.
 - sim/: imports from kit only kit.core (checked when sim/ has modules).
+- the kit's layers (LAYERS): the drivers (store, transport, tasks) import only the core,
+  the settings and themselves; a service (api, scheduler, worker, reaper, maintenance)
+  imports those and itself, never another service; nothing imports the top-level CLI
+  (`kit.cli`) except to run it from a `__main__` block.
 """
 
 from __future__ import annotations
@@ -130,6 +134,56 @@ def sim_violations(source: str) -> list[str]:
     return found
 
 
+# kit package -> the kit packages its modules may import (besides the standard library and
+# third parties). `kit.X` for a module directly under kit/ (settings, cli).
+DRIVERS = ("store", "transport", "tasks")
+SERVICES = ("api", "scheduler", "worker", "reaper", "maintenance")
+_BELOW_DRIVERS = frozenset({"core", "settings"})
+LAYERS: dict[str, frozenset[str]] = {
+    "core": frozenset({"core"}),
+    **{d: _BELOW_DRIVERS | {d} for d in DRIVERS},
+    **{s: _BELOW_DRIVERS | set(DRIVERS) | {s} for s in SERVICES},
+}
+
+
+def _main_block(node: ast.stmt) -> bool:
+    """`if __name__ == "__main__":` — an entry point, allowed to run `kit.cli.main`."""
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+    )
+
+
+def kit_imports(source: str) -> list[tuple[int, str]]:
+    """(line, kit package) of every `kit.*` import outside `__main__` blocks."""
+    tree = ast.parse(source)
+    body = [n for n in tree.body if not _main_block(n)]
+    found: list[tuple[int, str]] = []
+    for node in (n for top in body for n in ast.walk(top)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            module = node.module or ""
+            names = [f"kit.{a.name}" for a in node.names] if module == "kit" else [module]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "kit" and len(parts) > 1:
+                found.append((node.lineno, parts[1]))
+    return found
+
+
+def layer_violations(package: str, source: str) -> list[str]:
+    allowed = LAYERS[package]
+    return [
+        f"line {line}: kit.{package} imports kit.{imported}"
+        for line, imported in kit_imports(source)
+        if imported not in allowed
+    ]
+
+
 CORE_MODULES = _modules(ROOT / "kit" / "core")
 SIM_MODULES = _modules(ROOT / "sim")
 
@@ -203,3 +257,53 @@ def test_core_rule_allows_pure_code():
 )
 def test_sim_rule(source: str, bad: bool):
     assert bool(sim_violations(source)) is bad
+
+
+def test_layers_cover_every_kit_package_with_code():
+    """A new package under kit/ must be given its place in LAYERS (or in the exemptions:
+    the local stack's tooling and the top-level commands)."""
+    packages = {p.name for p in (ROOT / "kit").iterdir() if (p / "__init__.py").is_file()}
+    assert packages - set(LAYERS) == {"stack"}
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_kit_layers(package: str):
+    problems = {
+        str(p.relative_to(ROOT)): v
+        for p in _modules(ROOT / "kit" / package)
+        if (v := layer_violations(package, p.read_text()))
+    }
+    assert problems == {}
+
+
+@pytest.mark.parametrize(
+    ("package", "source", "bad"),
+    [
+        ("worker", "from kit.reaper.reaper import publish_pointers", True),
+        ("worker", "import kit.api.app", True),
+        ("worker", "from kit import scheduler", True),
+        ("store", "from kit.cli import UsageError", True),
+        ("store", "from kit.transport import RunMessage", True),
+        ("api", "def f():\n    from kit.cli import UsageError", True),
+        ("worker", "from kit.transport.republish import publish_pointers", False),
+        ("worker", "from kit.core.errors import UsageError", False),
+        ("store", "from kit.settings import Settings", False),
+        ("reaper", "if __name__ == '__main__':\n    from kit.cli import main", False),
+    ],
+)
+def test_layer_rule(package: str, source: str, bad: bool):
+    assert bool(layer_violations(package, source)) is bad
+
+
+def test_architecture_doc_names_every_core_module_and_layer():
+    """docs/architecture.md stays true: one row per kit/core module (no more, no less)
+    and every package of LAYERS placed in its layer table."""
+    import re
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    core_section = doc.split("## kit/core", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `(\w+)` \|", core_section, re.MULTILINE))
+    modules = {p.stem for p in CORE_MODULES if p.stem != "__init__"}
+    assert rows == modules
+    layers_section = doc.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    assert {p for p in LAYERS if f"`kit/{p}`" not in layers_section} == set()
