@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # loadtest.common
 import api_speed
 
 LAYERS = {

@@ -114,28 +114,28 @@ class Kit:
             time.sleep(0.3)
 
     def suite(self, suite: str, *args: str, timeout_s: float = 240) -> subprocess.CompletedProcess:
-        """`python -m loadtest SUITE` against this kit; its output dir is out/<suite>."""
+        """`python -m loadtest SUITE` against this kit; its output dir is out/<suite>. In
+        a session of its own: on timeout the whole group goes, Locust included (killing
+        only `python -m loadtest` left a spinning Locust behind for half an hour)."""
         out = self.out / suite
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "loadtest",
-                suite,
-                "--host",
-                self.api_url,
-                "--out",
-                str(out),
-                *args,
-                "--loglevel",
-                "WARNING",
-            ],
+        argv = [sys.executable, "-m", "loadtest", suite, "--host", self.api_url]
+        argv += ["--out", str(out), *args, "--loglevel", "WARNING"]
+        proc = subprocess.Popen(
+            argv,
             env=self.env,
             cwd=REPO,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout_s,
+            start_new_session=True,
         )
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+        return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
