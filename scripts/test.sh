@@ -13,6 +13,8 @@ command -v mvn >/dev/null || need_apt+=(maven)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium chromium-driver)
 # the chaos drills cut a scheduler's link in a network namespace (ip, nftables) and skew
 # clocks with libfaketime; a drill that cannot set up its fault fails, it never passes
+# the http task's TLS test makes a self-signed certificate with openssl
+command -v openssl >/dev/null || need_apt+=(openssl)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v nft >/dev/null || need_apt+=(nftables)
 compgen -G "/usr/lib/*/faketime/libfaketimeMT.so.1" >/dev/null || need_apt+=(libfaketime)
