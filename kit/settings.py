@@ -212,6 +212,18 @@ class Settings(BaseSettings):
     audit_retention_s: int = Field(
         default=400 * 86_400, ge=86_400, description="How long job audit entries are kept."
     )
+    run_retention_s: int = Field(
+        default=30 * 86_400,
+        ge=86_400,
+        description="How long run history is kept after its scheduled day ends (a day's "
+        "partition is dropped whole; live and dead-lettered runs are kept).",
+    )
+    run_days_ahead: int = Field(
+        default=3,
+        ge=1,
+        le=60,
+        description="How many days ahead the maintenance creates run history partitions.",
+    )
     max_backfill_runs: int = Field(
         default=1000, ge=1, le=100_000, description="Most runs one backfill may owe."
     )

@@ -1,8 +1,10 @@
 """`cronfleet maintenance [--once] [--metrics-port N]`: the maintenance service.
 
-Expires idempotency keys, finished queue tasks, dead letters, audit entries, console
-sessions and stale worker rows under their CRONFLEET_*_RETENTION_S settings, every
-CRONFLEET_MAINTENANCE_PERIOD_MS. SIGTERM or SIGINT stops it after the current batch.
+Creates the run history's days ahead (CRONFLEET_RUN_DAYS_AHEAD) and drops those past
+CRONFLEET_RUN_RETENTION_S; expires idempotency keys, finished queue tasks, dead letters,
+audit entries, console sessions and stale worker rows under their
+CRONFLEET_*_RETENTION_S settings, every CRONFLEET_MAINTENANCE_PERIOD_MS. SIGTERM or
+SIGINT stops it after the current batch.
 """
 
 from __future__ import annotations
@@ -40,13 +42,22 @@ def _run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=metrics.registry)
     engine = engine_for(settings.database_url, pool_size=1)
-    service = Maintenance(engine, retention_of(settings), metrics)
+    service = Maintenance(
+        engine, retention_of(settings), metrics, run_days_ahead=settings.run_days_ahead
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         if args.once:
             expired = service.tick()
+            history = service.last_history
+            print(f"run days created: {', '.join(map(str, history.created)) or 'none'}")
+            for dropped in history.dropped:
+                print(
+                    f"run day dropped: {dropped.day} (~{dropped.rows_estimate} runs, "
+                    f"{dropped.kept} kept)"
+                )
             for kind, rows in expired.rows.items():
                 print(f"{kind}: {rows} expired")
         else:

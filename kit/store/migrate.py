@@ -11,6 +11,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
+from kit.store.run_history import ensure_run_days
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 
@@ -23,7 +25,15 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
+    """Migrate; at the head, also make the run history's days (today and the days
+    ahead), so a new database takes runs into their days from its first scan."""
     command.upgrade(alembic_config(database_url), revision)
+    if revision == "head":
+        engine = create_engine(database_url, hide_parameters=True)
+        try:
+            ensure_run_days(engine)
+        finally:
+            engine.dispose()
 
 
 def current_revision(database_url: str) -> str | None:

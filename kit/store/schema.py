@@ -152,7 +152,9 @@ triggers = Table(
     Index(None, "job_id"),
 )
 
-# No foreign key to jobs: run history outlives a deleted job.
+# No foreign key to jobs: run history outlives a deleted job. Partitioned by day on
+# ranges of the run id, whose first 48 bits are the scheduled instant (kit.core.ids;
+# the days are kit/store/run_history.py's, migration 0011).
 runs = Table(
     "runs",
     metadata,
@@ -209,6 +211,7 @@ runs = Table(
         "run_id",
         postgresql_where=text("skip_reason = 'queued'"),
     ),
+    postgresql_partition_by="RANGE (run_id)",
 )
 
 partition_leases = Table(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+from kit.store.migrations.names import include_name
 from kit.store.schema import metadata
 
 config = context.config
@@ -20,6 +21,7 @@ def run_migrations_online() -> None:
             target_metadata=metadata,
             compare_type=True,
             compare_server_default=True,
+            include_name=include_name,
         )
         with context.begin_transaction():
             context.run_migrations()

@@ -1,0 +1,250 @@
+"""Run history at scale: `runs` is partitioned by day, on ranges of the run id (whose
+first 48 bits are the scheduled instant, kit.core.ids), so a day of history is dropped
+as a table, not deleted row by row, and a lookup by id reaches one day's partition.
+
+`runs_default` takes what has no day of its own: runs made before migration 0011 (their
+version-5 ids carry no time), runs of a day never created (a backfill of last month),
+and runs kept past the retention because the kit still needs them
+(kit.core.retention.run_kept_past_retention). Old rows leave it in bounded batches.
+
+The kit does this itself rather than through pg_partman: it is three statements a day
+that must agree with the id layout in kit.core.ids and with the rule of what is kept,
+both tested here; pg_partman would need the extension installed on every server (and on
+RDS at a version RDS offers) and still could not move live runs out of a day it drops.
+
+Lock costs, stated: creating a day (`CREATE TABLE ... PARTITION OF`) and dropping one
+(`DETACH`, then `DROP`) take an ACCESS EXCLUSIVE lock on `runs` for the length of a
+catalog change plus, for a drop, the copy of the day's kept runs, found over partial
+indexes; both wait at most `LOCK_TIMEOUT` and are retried next pass rather than queue
+the fleet behind them. Creating a day also checks `runs_default` for rows of that day
+(a scan of it: small unless an upgrade left old history there).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime
+
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import OperationalError
+
+from kit.core.ids import run_id_floor
+from kit.core.retention import (
+    LIVE_RUN_STATUSES,
+    day_bounds_ms,
+    plan_run_days,
+    run_days_wanted,
+    run_history_cutoff_ms,
+)
+from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+
+DEFAULT_PARTITION = "runs_default"
+LOCK_TIMEOUT = "2s"
+DEFAULT_AHEAD_DAYS = 3
+_DAY_NAME = re.compile(r"^runs_(\d{4})(\d{2})(\d{2})$")
+_LIVE = "(" + ", ".join(f"'{s}'" for s in LIVE_RUN_STATUSES) + ")"
+
+
+def partition_name(day: date) -> str:
+    return f"runs_{day:%Y%m%d}"
+
+
+def is_run_partition(name: str) -> bool:
+    """A table the kit made as a partition of `runs` (not a model of kit.store.schema)."""
+    return name == DEFAULT_PARTITION or _DAY_NAME.match(name) is not None
+
+
+def day_of_partition(name: str) -> date | None:
+    m = _DAY_NAME.match(name)
+    return date(int(m[1]), int(m[2]), int(m[3])) if m else None
+
+
+@dataclass(frozen=True)
+class RunPartition:
+    name: str
+    day: date | None  # None: the default partition
+    rows_estimate: int  # pg_class.reltuples (-1 before the first analyze)
+    bytes: int  # table, indexes and TOAST
+
+
+def run_partitions(conn: Connection) -> list[RunPartition]:
+    """Every partition of `runs`, days in order, the default last."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT c.relname, c.reltuples::bigint AS rows, pg_total_relation_size(c.oid) AS bytes
+            FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+            WHERE i.inhparent = 'runs'::regclass
+            """
+        )
+    ).all()
+    parts = [RunPartition(r.relname, day_of_partition(r.relname), r.rows, r.bytes) for r in rows]
+    return sorted(parts, key=lambda p: (p.day is None, p.day or date.min))
+
+
+def _bounds(day: date) -> tuple[str, str]:
+    start, end = day_bounds_ms(day)
+    return run_id_floor(start), run_id_floor(end)
+
+
+def _lock_timeout(conn: Connection) -> None:
+    conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+
+
+def create_day_in(conn: Connection, day: date) -> int:
+    """The day's partition. Rows of that day already in the default partition (a day
+    created late) move into it, in this transaction. Returns how many moved."""
+    lo, hi = _bounds(day)
+    name = partition_name(day)
+    _lock_timeout(conn)
+    # The default partition must hold none of the new day's rows when the day is made.
+    conn.execute(text("CREATE TEMP TABLE _moving (LIKE runs) ON COMMIT DROP"))
+    moved = conn.execute(
+        text(
+            f"""
+            WITH gone AS (
+                DELETE FROM {DEFAULT_PARTITION}
+                WHERE run_id >= CAST(:lo AS uuid) AND run_id < CAST(:hi AS uuid)
+                RETURNING *)
+            INSERT INTO _moving SELECT * FROM gone
+            """
+        ),
+        {"lo": lo, "hi": hi},
+    ).rowcount
+    conn.execute(
+        text(f"CREATE TABLE {name} PARTITION OF runs FOR VALUES FROM ('{lo}') TO ('{hi}')")
+    )
+    if moved:
+        conn.execute(text("INSERT INTO runs SELECT * FROM _moving"))
+    conn.execute(text("DROP TABLE _moving"))
+    return moved
+
+
+@dataclass(frozen=True)
+class DroppedDay:
+    day: date
+    rows_estimate: int
+    bytes: int
+    kept: int  # runs the kit still needed, moved to the default partition
+
+
+def drop_day_in(conn: Connection, day: date) -> DroppedDay:
+    """Drop a day's partition, keeping (in the default partition) every run of it the
+    kit still needs: live ones, found over the busy-runs partial index, and those with a
+    dead letter, found from the dead letters. All in this transaction: a crash keeps
+    the day whole."""
+    name = partition_name(day)
+    _lock_timeout(conn)
+    size = conn.execute(
+        text(
+            "SELECT reltuples::bigint AS rows, pg_total_relation_size(oid) AS bytes "
+            "FROM pg_class WHERE oid = CAST(:name AS regclass)"
+        ),
+        {"name": name},
+    ).one()
+    conn.execute(text(f"ALTER TABLE runs DETACH PARTITION {name}"))
+    kept = conn.execute(
+        text(f"INSERT INTO runs SELECT * FROM {name} WHERE status IN {_LIVE}")
+    ).rowcount
+    kept += conn.execute(
+        text(
+            f"""
+            INSERT INTO runs SELECT p.* FROM dead_letters d JOIN {name} p ON p.run_id = d.run_id
+            WHERE p.status NOT IN {_LIVE}
+            """
+        )
+    ).rowcount
+    conn.execute(text(f"DROP TABLE {name}"))
+    return DroppedDay(day, max(size.rows, 0), size.bytes, kept)
+
+
+def prune_default_in(conn: Connection, cutoff: datetime, batch: int) -> int:
+    """Delete up to `batch` runs of the default partition scheduled before `cutoff`
+    that the kit no longer needs."""
+    return conn.execute(
+        text(
+            f"""
+            DELETE FROM {DEFAULT_PARTITION} WHERE run_id IN (
+                SELECT r.run_id FROM {DEFAULT_PARTITION} r
+                WHERE r.scheduled_at < :cutoff AND r.status NOT IN {_LIVE}
+                  AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.run_id = r.run_id)
+                LIMIT :batch FOR UPDATE SKIP LOCKED)
+            """
+        ),
+        {"cutoff": cutoff, "batch": batch},
+    ).rowcount
+
+
+@dataclass
+class RunHistoryPass:
+    created: list[date] = field(default_factory=list)
+    moved_into_created: int = 0
+    dropped: list[DroppedDay] = field(default_factory=list)
+    pruned_default: int = 0
+    busy: list[str] = field(default_factory=list)  # days whose lock was not had in time
+
+
+def maintain_run_history(
+    engine: Engine,
+    retention_s: int,
+    ahead_days: int = DEFAULT_AHEAD_DAYS,
+    *,
+    now: datetime | None = None,
+    batch: int = 5000,
+    max_batches: int = 100,
+) -> RunHistoryPass:
+    """One pass (kit.core.retention.plan_run_days decides): create the days ahead, drop
+    the days past the retention, prune the default partition. A transaction per day;
+    a day whose lock is not had within LOCK_TIMEOUT is left for the next pass."""
+    with engine.connect() as conn:
+        if now is None:
+            now = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+        existing = [p.day for p in run_partitions(conn) if p.day is not None]
+    now_ms = to_epoch_ms(now)
+    plan = plan_run_days(now_ms, existing, ahead_days, retention_s)
+    done = RunHistoryPass()
+    for day in plan.create:
+        try:
+            with engine.begin() as conn:
+                done.moved_into_created += create_day_in(conn, day)
+            done.created.append(day)
+        except OperationalError as err:
+            if "lock timeout" not in str(err):
+                raise
+            done.busy.append(partition_name(day))
+    for day in plan.drop:
+        try:
+            with engine.begin() as conn:
+                done.dropped.append(drop_day_in(conn, day))
+        except OperationalError as err:
+            if "lock timeout" not in str(err):
+                raise
+            done.busy.append(partition_name(day))
+    cutoff = from_epoch_ms(run_history_cutoff_ms(now_ms, retention_s))
+    for _ in range(max_batches):
+        with engine.begin() as conn:
+            pruned = prune_default_in(conn, cutoff, batch)
+        done.pruned_default += pruned
+        if pruned < batch:
+            break
+    return done
+
+
+def ensure_run_days(
+    engine: Engine, ahead_days: int = DEFAULT_AHEAD_DAYS, now: datetime | None = None
+) -> list[date]:
+    """Only the creating half of a pass (no retention applies): `cronfleet db upgrade`
+    and the maintenance's first pass make sure today and the days ahead exist."""
+    with engine.connect() as conn:
+        if now is None:
+            now = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+        existing = [p.day for p in run_partitions(conn) if p.day is not None]
+    created = []
+    for day in run_days_wanted(to_epoch_ms(now), ahead_days):
+        if day in existing:
+            continue
+        with engine.begin() as conn:
+            create_day_in(conn, day)
+        created.append(day)
+    return created
