@@ -50,6 +50,15 @@ def scan_window(now_ms: int, scan_ahead_ms: int = SCAN_AHEAD_MS) -> tuple[int, i
     return now_ms, now_ms + scan_ahead_ms
 
 
+def rescan_at_once(batch_full: bool, triggers_taken: int) -> bool:
+    """Whether a node scans again at once rather than at the next second: only when the
+    scan hit its batch limit (more may be due) and took something (deleted triggers, so
+    the next scan reads further). A full scan that took nothing would read the same rows
+    again and take nothing again: a busy loop until the next second changes the answer.
+    """
+    return batch_full and triggers_taken > 0
+
+
 class TimerWheel(Generic[T]):
     """Items held until due, popped in (due_ms, tier rank, insertion) order.
 

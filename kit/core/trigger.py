@@ -19,7 +19,9 @@ Rules:
 - Overlap (forbid/queue/replace) is judged against the job's runs that are pending,
   dispatched or running when the scan looks. Because the scan looks ahead, a job with
   such a policy is only fired within `OVERLAP_HORIZON_MS` of its fire time, so the
-  judgement is at most about a second early, not a whole scan-ahead window.
+  judgement is at most about a second early, not a whole scan-ahead window. The store
+  leaves such triggers out of the scan's read until then (`held_back`, mirrored in
+  SQL), so they cannot fill the scan's batch limit with rows it would not take.
 - Expansion is bounded: at most `max_fires` fire times per trigger per scan. After a
   long outage the rest is worked on the next scans; `run_once` only fires when the
   last missed time is in the chunk, so chunking never fires more than once.
@@ -146,6 +148,38 @@ class TriggerDecision:
     dropped: str | None = None  # why the trigger was deleted without any run
 
 
+def overlap_limit_ms(
+    now_ms: int, horizon_ms: int, overlap_horizon_ms: int = OVERLAP_HORIZON_MS
+) -> int:
+    """The latest fire time a scan at `now_ms` takes for a job that limits overlap
+    (forbid, queue, replace) and is not paused: overlap is judged on the runs active
+    now, so it is judged at most `overlap_horizon_ms` early."""
+    return min(horizon_ms, now_ms + overlap_horizon_ms)
+
+
+def held_back(
+    trigger: DueTrigger,
+    job: JobView | None,
+    now_ms: int,
+    horizon_ms: int,
+    overlap_horizon_ms: int = OVERLAP_HORIZON_MS,
+) -> bool:
+    """Whether a scan at `now_ms` leaves this trigger (fire_at <= horizon_ms) as it is,
+    to be judged by a later scan: a schedule trigger of the job's current version, the
+    job limiting overlap and not paused, due after `overlap_limit_ms`. Every other due
+    trigger is taken (fired, skipped or dropped). The store's due query leaves these out
+    (kit.store.scheduling._DUE mirrors this), so the scan's batch limit counts only
+    what the scan can take; a property test holds this equal to `decide_trigger`."""
+    return (
+        job is not None
+        and trigger.kind == TriggerKind.schedule
+        and trigger.job_version == job.version
+        and job.overlap is not OverlapPolicy.allow
+        and not job.paused
+        and trigger.fire_at_ms > overlap_limit_ms(now_ms, horizon_ms, overlap_horizon_ms)
+    )
+
+
 def next_fire_ms(job: JobView, fire_at_ms: int) -> int | None:
     """The trigger time after `fire_at_ms`, both including the job's jitter offset."""
     nominal = from_epoch_ms(fire_at_ms - job.jitter_offset_ms)
@@ -265,7 +299,7 @@ def decide_trigger_full(
 
     limit_ms = horizon_ms
     if job.overlap is not OverlapPolicy.allow and not job.paused:
-        limit_ms = min(horizon_ms, now_ms + overlap_horizon_ms)
+        limit_ms = overlap_limit_ms(now_ms, horizon_ms, overlap_horizon_ms)
     if trigger.fire_at_ms > limit_ms:
         return TriggerDecision(trigger, delete=False)
 

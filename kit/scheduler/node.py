@@ -259,8 +259,8 @@ class SchedulerNode:
                     self.lease_pass()
                     next_lease = tick + self.config.heartbeat_ms / 1000
                 result = self.scan_once()
-                if result.full:
-                    continue  # more is due: scan again at once
+                if result.rescan:
+                    continue  # full and it took some: more is due, scan again at once
             except Exception:
                 log.exception("%s: scan pass failed; retrying", self.node_id)
             # wake at the next wall-clock second boundary (scans align with fire seconds)

@@ -17,12 +17,18 @@ from typing import Any
 from sqlalchemy import Engine
 
 from kit.core.defaults import MISFIRE_GRACE_MS
-from kit.core.dispatch import scan_window
+from kit.core.dispatch import rescan_at_once, scan_window
 from kit.core.jitter import jitter_offset_ms
 from kit.core.policies import MisfirePolicy, OverlapPolicy
 from kit.core.schedule import Schedule, parse_schedule
 from kit.core.timeutil import EPOCH, to_epoch_ms
-from kit.core.trigger import DueTrigger, JobView, TriggerDecision, decide_scan
+from kit.core.trigger import (
+    DueTrigger,
+    JobView,
+    TriggerDecision,
+    decide_scan,
+    overlap_limit_ms,
+)
 from kit.store import scheduling as sql
 from kit.store.db import db_now
 from kit.transport.message import RunMessage
@@ -72,8 +78,14 @@ class ScanResult:
     held: list[HeldRun] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> runs
     dropped: int = 0
-    triggers: int = 0
+    triggers: int = 0  # rows read
+    taken: int = 0  # of those, triggers the scan deleted (fired, skipped or dropped)
     full: bool = False  # the batch limit was reached: more may be due
+
+    @property
+    def rescan(self) -> bool:
+        """Scan again at once (kit.core.dispatch.rescan_at_once): full and took some."""
+        return rescan_at_once(self.full, self.taken)
 
 
 class JobViews:
@@ -171,7 +183,8 @@ def scan_partitions(
             return result
         now_ms = to_epoch_ms(at)
         _lo, hi_ms = scan_window(now_ms, scan_ahead_ms)
-        rows = sql.triggers_due(conn, locked, hi_ms, batch)
+        overlap_hi_ms = overlap_limit_ms(now_ms, hi_ms)
+        rows = sql.triggers_due(conn, locked, hi_ms, batch, overlap_hi_ms=overlap_hi_ms)
         result.triggers = len(rows)
         result.full = len(rows) >= batch
         if not rows:
@@ -231,6 +244,7 @@ def _write(
         if not d.delete:
             continue
         deletes.append(ctid_of[id(trig)])
+        result.taken += 1
         if d.dropped is not None and d.cancel_run_id is None:
             result.dropped += 1
         if d.cancel_run_id is not None:

@@ -23,6 +23,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from kit.core.policies import OverlapPolicy
+from kit.core.trigger import TriggerKind
 from kit.store.schema import BUSY_SQL
 
 
@@ -157,7 +159,17 @@ _LOCK_OWN = text(
 # Raw DBAPI cursor (tuples, no SQLAlchemy rows): the scan's one per-row fetch. Times
 # come as integer epoch microseconds (exact), `ctid` names the locked row for the
 # delete. Column order is DUE_COLUMNS.
-_DUE = """
+#
+# The OR clause is the negation of kit.core.trigger.held_back: a trigger of a job that
+# limits overlap, not paused, is not read before `overlap_hi_ms` (its fire is judged
+# on the runs active then), so the LIMIT counts only rows the scan takes. Before, a
+# batch's worth of such triggers a few seconds ahead filled every batch: the scan took
+# none of them yet reported itself full, the node scanned again at once, over and over,
+# and later triggers of other jobs waited for their second. The clause is NULL-safe
+# for a job that is gone (`j.job_id IS NULL`), and it names both sides of the join, so
+# it restricts neither table alone: no partial index of jobs (ix_jobs_list_paused) can
+# stand in for the key lookup (the lesson of kit.store.claims._CLAIM).
+_DUE = f"""
     SELECT t.ctid::text, t.partition_id, (extract(epoch FROM t.fire_at) * 1000000)::bigint,
            t.job_id::text, t.job_version, t.kind, t.attempt,
            (extract(epoch FROM t.run_scheduled_at) * 1000000)::bigint,
@@ -166,6 +178,10 @@ _DUE = """
     FROM triggers AS t LEFT JOIN jobs AS j ON j.job_id = t.job_id
     WHERE t.partition_id = ANY(CAST(%(parts)s AS smallint[]))
       AND t.fire_at <= timestamptz 'epoch' + %(hi_ms)s * interval '1 millisecond'
+      AND (t.fire_at <= timestamptz 'epoch' + %(overlap_hi_ms)s * interval '1 millisecond'
+           OR t.kind <> '{TriggerKind.schedule.value}' OR j.job_id IS NULL
+           OR j.version <> t.job_version OR j.overlap = '{OverlapPolicy.allow.value}'
+           OR j.paused)
     ORDER BY t.fire_at
     LIMIT %(limit)s
     FOR UPDATE OF t SKIP LOCKED
@@ -291,15 +307,28 @@ def partitions_lock_own(conn: Connection, node_id: str, epochs: Mapping[int, int
 
 
 def triggers_due(
-    conn: Connection, partitions: Collection[int], hi_ms: int, limit: int
+    conn: Connection,
+    partitions: Collection[int],
+    hi_ms: int,
+    limit: int,
+    *,
+    overlap_hi_ms: int,
 ) -> list[tuple[Any, ...]]:
     """Due triggers of `partitions` (fire_at <= hi_ms), oldest first, joined with their
     job (NULL columns when the job is gone), locked; ones locked elsewhere are skipped.
+    A trigger the scan would hold back (kit.core.trigger.held_back: its job limits
+    overlap, and it fires after `overlap_hi_ms`, kit.core.trigger.overlap_limit_ms) is
+    not read, so it neither counts toward `limit` nor is locked.
     Plain tuples in DUE_COLUMNS order; schedule and misfire come as JSON text (the
     caller parses each distinct text once)."""
     if not partitions:
         return []
-    params = {"parts": pg_array(sorted(partitions)), "hi_ms": hi_ms, "limit": limit}
+    params = {
+        "parts": pg_array(sorted(partitions)),
+        "hi_ms": hi_ms,
+        "overlap_hi_ms": overlap_hi_ms,
+        "limit": limit,
+    }
     cur = conn.connection.cursor()
     try:
         cur.execute(_DUE, params)

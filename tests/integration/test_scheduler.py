@@ -442,8 +442,9 @@ def test_overlap_policies(engine, make_node, policy) -> None:
     running = _insert_run(engine, job, trig.fire_at - timedelta(seconds=30), "running")
     node = owned_node(make_node)
     if policy != "allow":
-        assert node.scan_once(now=trig.fire_at - timedelta(seconds=3)).triggers == 1
-        assert len(runs_of(engine, job)) == 1  # only judged within a second of the fire
+        # only judged within a second of the fire: not even read before
+        assert node.scan_once(now=trig.fire_at - timedelta(seconds=3)).triggers == 0
+        assert len(runs_of(engine, job)) == 1
     scan = node.scan_once(now=trig.fire_at - timedelta(milliseconds=500))
     new = [r for r in runs_of(engine, job) if str(r.run_id) != running]
     (old,) = [r for r in runs_of(engine, job) if str(r.run_id) == running]
@@ -483,6 +484,36 @@ def test_a_run_awaiting_its_retry_still_counts_for_overlap(engine, make_node, po
             "replace": ("cancelled", "pending", None, 1),
         }[policy]
     )
+
+
+def test_overlap_triggers_not_due_yet_do_not_fill_the_scan_batch(engine, make_node) -> None:
+    """Regression: triggers of overlap-limited jobs (forbid, queue) are taken only within
+    a second of their fire, but counted toward the scan's batch limit. With a batch of
+    them due a few seconds ahead, every scan read only them, took none, and said it was
+    full, so the node scanned again at once, over and over, while an ordinary trigger due
+    later in the window waited for its own second."""
+    start = datetime(2030, 1, 1, 0, 0, 0, tzinfo=UTC)
+    forbid_at = start + timedelta(seconds=5)
+    limited = [
+        create(engine, f"limited-{i}", {"at": forbid_at.isoformat()}, start, overlap=policy)
+        for i, policy in enumerate(["forbid", "queue"] * 3)
+    ]
+    ordinary = create(engine, "ordinary", {"at": (start + timedelta(seconds=8)).isoformat()}, start)
+    node = owned_node(make_node, scan_batch=4)
+
+    first = node.scan_once(now=start)
+    assert [h.job_id for h in first.held] == [ordinary]
+    assert (first.triggers, first.taken, first.full, first.rescan) == (1, 1, False, False)
+    again = node.scan_once(now=start + timedelta(milliseconds=10))
+    assert (again.triggers, again.taken, again.rescan) == (0, 0, False)  # no busy loop
+    assert {str(t.job_id) for t in rows(engine, "SELECT job_id FROM triggers")} == set(limited)
+
+    # within their second they are taken, a batch at a time, rescanning while it takes
+    near = forbid_at - timedelta(milliseconds=500)
+    batches = [node.scan_once(now=near) for _ in range(2)]
+    assert [(b.taken, b.full, b.rescan) for b in batches] == [(4, True, True), (2, False, False)]
+    assert sorted(h.job_id for b in batches for h in b.held) == sorted(limited)
+    assert rows(engine, "SELECT job_id FROM triggers") == []
 
 
 def test_misfire_policies_after_an_outage(engine, make_node) -> None:

@@ -5,6 +5,7 @@ from kit.core.dispatch import (
     PRIORITY_TIERS,
     TimerWheel,
     catch_up_order,
+    rescan_at_once,
     scan_window,
     tier_rank,
 )
@@ -52,3 +53,11 @@ def test_catch_up_order_priority_then_age():
     items = [("low", 1), ("normal", 5), ("critical", 9), ("normal", 2), ("high", 7)]
     out = catch_up_order(items, lambda x: x[0], lambda x: x[1])
     assert out == [("critical", 9), ("high", 7), ("normal", 2), ("normal", 5), ("low", 1)]
+
+
+def test_a_node_rescans_at_once_only_after_a_full_scan_that_took_something():
+    assert rescan_at_once(batch_full=True, triggers_taken=3)
+    # full but nothing taken: the same rows again, and nothing taken again (a busy loop)
+    assert not rescan_at_once(batch_full=True, triggers_taken=0)
+    assert not rescan_at_once(batch_full=False, triggers_taken=3)
+    assert not rescan_at_once(batch_full=False, triggers_taken=0)

@@ -15,13 +15,16 @@ from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.core.trigger import (
     DROP_JOB_GONE,
     DROP_STALE_VERSION,
+    OVERLAP_HORIZON_MS,
     QUEUED,
     DueTrigger,
     JobView,
     decide_scan,
     decide_trigger,
     fired_runs,
+    held_back,
     next_fire_ms,
+    overlap_limit_ms,
 )
 
 T0 = to_epoch_ms(datetime(2030, 1, 1, tzinfo=UTC))
@@ -87,6 +90,36 @@ def test_overlap_forbid_skips_while_a_run_is_active_and_looks_only_a_second_ahea
     assert d.next_fire_at_ms == T0 + 2000
     free = decide_trigger(trig(T0 + 1000), job, now_ms=T0, horizon_ms=T0 + 5000)
     assert [r.fired for r in free.runs] == [True]
+
+
+def test_overlap_limit_is_a_second_ahead_within_the_window():
+    assert overlap_limit_ms(T0, T0 + 5000) == T0 + OVERLAP_HORIZON_MS
+    assert overlap_limit_ms(T0, T0 + 300) == T0 + 300
+    assert overlap_limit_ms(T0, T0 + 5000, overlap_horizon_ms=2500) == T0 + 2500
+
+
+def test_held_back_is_what_the_scan_leaves_for_later():
+    """Only an on-version schedule trigger of a live, unpaused job that limits overlap,
+    due after the overlap limit, is left; the store does not read those."""
+    now, hi = T0, T0 + 10_000
+    later = trig(T0 + 5000)
+    for policy in (OverlapPolicy.forbid, OverlapPolicy.queue, OverlapPolicy.replace):
+        job = every(60, overlap=policy)
+        assert held_back(later, job, now, hi)
+        assert not decide_trigger(later, job, now_ms=now, horizon_ms=hi).delete
+        assert not held_back(trig(T0 + OVERLAP_HORIZON_MS), job, now, hi)  # its second
+    forbid = every(60, overlap=OverlapPolicy.forbid)
+    taken = [
+        (later, every(60)),  # overlap allowed
+        (later, every(60, overlap=OverlapPolicy.forbid, paused=True)),  # skipped as paused
+        (later, None),  # job gone: dropped
+        (trig(T0 + 5000, version=2), forbid),  # stale version: dropped
+        (trig(T0 + 5000, kind="manual"), forbid),
+        (trig(T0 + 5000, kind="retry", run_scheduled_at_ms=T0 - 60_000), forbid),
+    ]
+    for t, job in taken:
+        assert not held_back(t, job, now, hi), (t, job)
+        assert decide_trigger(t, job, now_ms=now, horizon_ms=hi).delete, (t, job)
 
 
 def test_overlap_queue_and_replace():
