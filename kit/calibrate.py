@@ -215,6 +215,7 @@ def measure_run_rows(url: str, rows: int) -> dict[str, float]:
     import psycopg
     from sqlalchemy import MetaData, create_engine
 
+    from kit.core.ids import run_id
     from kit.store.schema import runs
 
     engine = create_engine(
@@ -228,6 +229,11 @@ def measure_run_rows(url: str, rows: int) -> dict[str, float]:
     scratch.create_all(engine)
     engine.dispose()
     table = f"{SCHEMA}.runs"
+    # runs is partitioned by day (kit/store/run_history.py): the rows go to one partition,
+    # which is what a day of history is and what is measured
+    day = f"{SCHEMA}.runs_day"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {day} PARTITION OF {table} DEFAULT")
     base = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
     with psycopg.connect(url, autocommit=True) as conn:
         with conn.cursor() as cur, cur.copy(
@@ -235,14 +241,16 @@ def measure_run_rows(url: str, rows: int) -> dict[str, float]:
             "trigger_kind) FROM STDIN"
         ) as copy:
             for i in range(rows):
+                job = uuid.uuid4()
+                at = base + dt.timedelta(milliseconds=i * 10)
                 copy.write_row(
                     (
-                        uuid.uuid4(),
-                        uuid.uuid4(),
+                        run_id(str(job), at),
+                        job,
                         f"tenant-{i % 1000}",
                         1,
                         "normal",
-                        base + dt.timedelta(milliseconds=i * 10),
+                        at,
                         "schedule",
                     )
                 )
@@ -256,11 +264,11 @@ def measure_run_rows(url: str, rows: int) -> dict[str, float]:
             f"UPDATE {table} SET status = 'succeeded', lease_token = NULL, "
             "lease_expires_at = NULL, finished_at = started_at + interval '300 ms'"
         )
-        conn.execute(f"VACUUM ANALYZE {table}")
-        total = conn.execute(f"SELECT pg_total_relation_size('{table}')").fetchone()[0]
-        heap = conn.execute(f"SELECT pg_relation_size('{table}')").fetchone()[0]
-        conn.execute(f"VACUUM FULL {table}")
-        compact = conn.execute(f"SELECT pg_total_relation_size('{table}')").fetchone()[0]
+        conn.execute(f"VACUUM ANALYZE {day}")
+        total = conn.execute(f"SELECT pg_total_relation_size('{day}')").fetchone()[0]
+        heap = conn.execute(f"SELECT pg_relation_size('{day}')").fetchone()[0]
+        conn.execute(f"VACUUM FULL {day}")
+        compact = conn.execute(f"SELECT pg_total_relation_size('{day}')").fetchone()[0]
         conn.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
     return {
         "run_row_bytes": total / rows,

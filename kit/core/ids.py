@@ -10,8 +10,8 @@ lookup by id, the hot path's and the API's alike, reaches one day's partition wi
 carrying the time beside it. New ids also arrive in time order, at the right edge of the
 primary key, instead of scattered over it.
 
-Runs made before migration 0011 keep their version-5 ids (their history is not
-rewritten); `scheduled_ms_of` tells the two apart.
+Migration 0011 re-keyed the runs made before it (version 5: SHA-1 of the same input,
+no time in the id) to this layout; `scheduled_ms_of` still tells an old id apart.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 first 48 bits are the scheduled instant, kit.core.ids), so a day of history is dropped
 as a table, not deleted row by row, and a lookup by id reaches one day's partition.
 
-`runs_default` takes what has no day of its own: runs made before migration 0011 (their
-version-5 ids carry no time), runs of a day never created (a backfill of last month),
-and runs kept past the retention because the kit still needs them
+`runs_default` takes what has no day of its own: runs of a day never created (a backfill
+of last month, the history older than yesterday that migration 0011 re-keyed), and runs
+kept past the retention because the kit still needs them
 (kit.core.retention.run_kept_past_retention). Old rows leave it in bounded batches.
 
 The kit does this itself rather than through pg_partman: it is three statements a day

@@ -51,7 +51,7 @@ def test_upgrade_repairs_rows_then_enforces_the_rule(at_0009: str) -> None:
         stale = _insert(engine, "succeeded", "left-over")
         orphan = _insert(engine, "running", None)
         held = _insert(engine, "running", "t-held")
-        migrate.upgrade(at_0009)
+        migrate.upgrade(at_0009, "0010")  # (0011 re-keys run ids: test_run_history)
         with engine.connect() as conn:
             rows = {
                 r.run_id: r

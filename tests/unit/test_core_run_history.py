@@ -116,3 +116,15 @@ def test_live_and_dead_lettered_runs_are_kept_past_the_retention() -> None:
     for status in ("succeeded", "dead", "skipped", "cancelled"):
         assert not run_kept_past_retention(status, False)
     assert run_kept_past_retention("dead", True)
+
+
+@given(job_ids, ms_values)
+def test_migration_0011_re_keys_with_the_cores_own_layout(job: str, ms: int) -> None:
+    """The migration keeps a frozen copy of the id function; while the layout stays,
+    it must name every run exactly as the core does."""
+    import importlib
+
+    migration = importlib.import_module(
+        "kit.store.migrations.versions.0011_runs_partitioned_by_day"
+    )
+    assert migration.run_id_v8(job, ms) == run_id(job, ms)
