@@ -88,16 +88,26 @@ def _bounds(day: date) -> tuple[str, str]:
     return run_id_floor(start), run_id_floor(end)
 
 
-def _lock_timeout(conn: Connection) -> None:
+def _serialized(conn: Connection, name: str) -> bool:
+    """Any number of maintenance processes (and `db upgrade`s) may run: one at a time
+    changes the days, each waiting at most LOCK_TIMEOUT on the tables it changes.
+    Returns whether the partition `name` exists, as seen under that lock."""
     conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_KEY})
+    return conn.execute(text("SELECT to_regclass(:n) IS NOT NULL"), {"n": name}).scalar_one()
 
 
-def create_day_in(conn: Connection, day: date) -> int:
+_ADVISORY_KEY = 0x6366_7268  # 'cfrh': cronfleet run history
+
+
+def create_day_in(conn: Connection, day: date) -> int | None:
     """The day's partition. Rows of that day already in the default partition (a day
-    created late) move into it, in this transaction. Returns how many moved."""
+    created late) move into it, in this transaction. Returns how many moved; None when
+    another process made the day first."""
     lo, hi = _bounds(day)
     name = partition_name(day)
-    _lock_timeout(conn)
+    if _serialized(conn, name):
+        return None
     # The default partition must hold none of the new day's rows when the day is made.
     conn.execute(text("CREATE TEMP TABLE _moving (LIKE runs) ON COMMIT DROP"))
     moved = conn.execute(
@@ -129,13 +139,14 @@ class DroppedDay:
     kept: int  # runs the kit still needed, moved to the default partition
 
 
-def drop_day_in(conn: Connection, day: date) -> DroppedDay:
+def drop_day_in(conn: Connection, day: date) -> DroppedDay | None:
     """Drop a day's partition, keeping (in the default partition) every run of it the
     kit still needs: live ones, found over the busy-runs partial index, and those with a
     dead letter, found from the dead letters. All in this transaction: a crash keeps
-    the day whole."""
+    the day whole. None: another process dropped it first."""
     name = partition_name(day)
-    _lock_timeout(conn)
+    if not _serialized(conn, name):
+        return None
     size = conn.execute(
         text(
             "SELECT reltuples::bigint AS rows, pg_total_relation_size(oid) AS bytes "
@@ -207,8 +218,10 @@ def maintain_run_history(
     for day in plan.create:
         try:
             with engine.begin() as conn:
-                done.moved_into_created += create_day_in(conn, day)
-            done.created.append(day)
+                moved = create_day_in(conn, day)
+            if moved is not None:
+                done.created.append(day)
+                done.moved_into_created += moved
         except OperationalError as err:
             if "lock timeout" not in str(err):
                 raise
@@ -216,7 +229,9 @@ def maintain_run_history(
     for day in plan.drop:
         try:
             with engine.begin() as conn:
-                done.dropped.append(drop_day_in(conn, day))
+                dropped = drop_day_in(conn, day)
+            if dropped is not None:
+                done.dropped.append(dropped)
         except OperationalError as err:
             if "lock timeout" not in str(err):
                 raise
@@ -245,6 +260,6 @@ def ensure_run_days(
         if day in existing:
             continue
         with engine.begin() as conn:
-            create_day_in(conn, day)
-        created.append(day)
+            if create_day_in(conn, day) is not None:
+                created.append(day)
     return created

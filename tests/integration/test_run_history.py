@@ -213,3 +213,25 @@ def test_a_database_at_0010_keeps_every_run_through_the_partitioning(
     finally:
         with admin_engine.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def test_maintenance_processes_side_by_side_make_and_drop_each_day_once(engine: Engine) -> None:
+    """Any number of maintenance processes may run: passes at the same instant from
+    several threads agree (no error, each day made once, the old day dropped once)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    now = datetime(2031, 6, 15, 12, tzinfo=UTC)
+    with engine.begin() as conn:
+        create_day_in(conn, date(2031, 5, 1))
+    with ThreadPoolExecutor(4) as pool:
+        passes = list(
+            pool.map(
+                lambda _: maintain_run_history(engine, 30 * DAY, ahead_days=2, now=now), range(4)
+            )
+        )
+    created = [d for p in passes for d in p.created]
+    assert sorted(created) == [date(2031, 6, d) for d in (14, 15, 16, 17)]
+    dropped = [d.day for p in passes for d in p.dropped]
+    assert len(dropped) == len(set(dropped)) and date(2031, 5, 1) in dropped
+    assert all(d < date(2031, 5, 15) for d in dropped)  # only days past the retention
+    assert date(2031, 5, 1) not in days(engine)
