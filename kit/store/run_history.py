@@ -23,8 +23,10 @@ the fleet behind them. Creating a day also checks `runs_default` for rows of tha
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from typing import TypeVar
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
@@ -208,34 +210,19 @@ def maintain_run_history(
     """One pass (kit.core.retention.plan_run_days decides): create the days ahead, drop
     the days past the retention, prune the default partition. A transaction per day;
     a day whose lock is not had within LOCK_TIMEOUT is left for the next pass."""
-    with engine.connect() as conn:
-        if now is None:
-            now = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
-        existing = [p.day for p in run_partitions(conn) if p.day is not None]
+    now, existing = _now_and_days(engine, now)
     now_ms = to_epoch_ms(now)
     plan = plan_run_days(now_ms, existing, ahead_days, retention_s)
     done = RunHistoryPass()
     for day in plan.create:
-        try:
-            with engine.begin() as conn:
-                moved = create_day_in(conn, day)
-            if moved is not None:
-                done.created.append(day)
-                done.moved_into_created += moved
-        except OperationalError as err:
-            if "lock timeout" not in str(err):
-                raise
-            done.busy.append(partition_name(day))
+        moved = _one_day(engine, create_day_in, day, done.busy)
+        if moved is not None:
+            done.created.append(day)
+            done.moved_into_created += moved
     for day in plan.drop:
-        try:
-            with engine.begin() as conn:
-                dropped = drop_day_in(conn, day)
-            if dropped is not None:
-                done.dropped.append(dropped)
-        except OperationalError as err:
-            if "lock timeout" not in str(err):
-                raise
-            done.busy.append(partition_name(day))
+        dropped = _one_day(engine, drop_day_in, day, done.busy)
+        if dropped is not None:
+            done.dropped.append(dropped)
     cutoff = from_epoch_ms(run_history_cutoff_ms(now_ms, retention_s))
     for _ in range(max_batches):
         with engine.begin() as conn:
@@ -251,15 +238,36 @@ def ensure_run_days(
 ) -> list[date]:
     """Only the creating half of a pass (no retention applies): `cronfleet db upgrade`
     and the maintenance's first pass make sure today and the days ahead exist."""
+    now, existing = _now_and_days(engine, now)
+    created: list[date] = []
+    for day in run_days_wanted(to_epoch_ms(now), ahead_days):
+        if day not in existing and _one_day(engine, create_day_in, day, []) is not None:
+            created.append(day)
+    return created
+
+
+def _now_and_days(engine: Engine, now: datetime | None) -> tuple[datetime, list[date]]:
+    """The instant that decides (the database's clock unless one is passed) and the
+    days that have a partition."""
     with engine.connect() as conn:
         if now is None:
             now = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
-        existing = [p.day for p in run_partitions(conn) if p.day is not None]
-    created = []
-    for day in run_days_wanted(to_epoch_ms(now), ahead_days):
-        if day in existing:
-            continue
+        return now, [p.day for p in run_partitions(conn) if p.day is not None]
+
+
+_T = TypeVar("_T")
+
+
+def _one_day(
+    engine: Engine, step: Callable[[Connection, date], _T | None], day: date, busy: list[str]
+) -> _T | None:
+    """One day's change in a transaction of its own; a lock not had within LOCK_TIMEOUT
+    leaves the day (named in `busy`) for the next pass."""
+    try:
         with engine.begin() as conn:
-            if create_day_in(conn, day) is not None:
-                created.append(day)
-    return created
+            return step(conn, day)
+    except OperationalError as err:
+        if "lock timeout" not in str(err):
+            raise
+        busy.append(partition_name(day))
+        return None
