@@ -188,20 +188,39 @@ def publisher(settings: Settings, prefix: str) -> Iterator[RunPublisher]:
     pub.close()
 
 
-# Test topics all start with "cf." or "cf_" (the kit's own are "cronfleet.runs.<tier>").
-_TEST_TOPIC = re.compile(r"^cf[._]")
+# Test topics all start with "cf." or "cf_" (the kit's own are "cronfleet.runs.<tier>");
+# a benchmark's ("cf_bench...", "cf.bench...") are never the tests' to delete.
+_TEST_TOPIC = re.compile(r"^cf[._](?!bench)")
+
+
+def _topics(bootstrap: str) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return set(admin.list_topics(timeout=10).topics)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _drop_test_topics() -> Iterator[None]:
     """Delete the session's Kafka test topics at the end: every test makes its own, and a
-    broker left with thousands of them restarts slowly (log recovery per partition)."""
+    broker left with thousands of them restarts slowly (log recovery per partition).
+    Only topics made while this session ran: a topic that was there before belongs to
+    someone else (a benchmark, or another session, whose run this sweep once broke by
+    deleting its topics mid-burst). Another session's topics made in the same window
+    can still go: run concurrent sessions only where that is acceptable."""
+    bootstrap = load_settings().kafka_bootstrap
+    try:
+        before = _topics(bootstrap)
+    except Exception:  # no broker: the tests that need one fail on their own
+        before = None
     yield
     from confluent_kafka.admin import AdminClient
 
+    if before is None:
+        return
     try:
-        admin = AdminClient({"bootstrap.servers": load_settings().kafka_bootstrap})
-        topics = [t for t in admin.list_topics(timeout=10).topics if _TEST_TOPIC.match(t)]
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        topics = [t for t in _topics(bootstrap) - before if _TEST_TOPIC.match(t)]
         if topics:
             for future in admin.delete_topics(topics, operation_timeout=60).values():
                 future.result()
