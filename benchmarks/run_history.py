@@ -36,9 +36,16 @@ pg_total_relation_size / rows; VACUUM FULL for the compacted bound), the 30-day 
 170 M runs a day, EXPLAIN (ANALYZE, BUFFERS) of the statements the kit issued on the
 first and the last day, a table of every day and the first-5 against the last-5 days.
 
-Run:    python benchmarks/run_history.py --json docs/benchmarks/run_history/run1.json \
-            --plot docs/benchmarks/run_history/run1.png
-Quick:  python benchmarks/run_history.py --days 4 --runs-per-day 5000
+With the server's default `jit = on`, the kit's batch finish JIT-compiles once `runs` has
+about 13 partitions, and takes seconds past 25 (docs/run-history.md); `--jit off` sets
+jit off on the benchmark's connections so the other figures can be measured to 40 days.
+
+Run (docs/run-history.md, N = 1..3):
+        PYTHONPATH=. python benchmarks/run_history.py --jit off --max-minutes 9 \
+            --json docs/benchmarks/run_history/runN.json \
+            --plot docs/benchmarks/run_history/runN.png \
+            --explain docs/benchmarks/run_history/runN.explain.txt
+Quick:  PYTHONPATH=. python benchmarks/run_history.py --days 4 --runs-per-day 5000
 """
 
 from __future__ import annotations
@@ -193,6 +200,7 @@ class Day:
     lookup_ms: list[float] = field(default_factory=list)
     lookup_day: int = 0
     wall_s: float = 0.0
+    busy: list[str] = field(default_factory=list)
 
     def figures(self) -> dict[str, float]:
         """The per-day figures the table, the summary and the plot use."""
@@ -480,12 +488,14 @@ def measure_day(
         day.lookup_ms.append(ms)
 
 
-def explain_seen(url: str, seen: dict[str, list[tuple[str, Any]]], labels: list[str]) -> str:
+def explain_seen(
+    url: str, seen: dict[str, list[tuple[str, Any]]], labels: list[str], jit: str
+) -> str:
     """EXPLAIN (ANALYZE, BUFFERS) of the statements the kit issued under `labels`, each
     in a transaction rolled back (so a write is measured, not kept)."""
     out = []
     done: set[str] = set()
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, options="-c jit=off" if jit == "off" else "") as conn:
         for label in labels:
             for stmt, params in seen.get(label, []):
                 if stmt in done:
@@ -668,7 +678,7 @@ def drop_database(admin: URL, name: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--days", type=int, default=40, help="simulated days")
-    ap.add_argument("--runs-per-day", type=int, default=100_000)
+    ap.add_argument("--runs-per-day", type=int, default=80_000)
     ap.add_argument("--jobs", type=int, default=3000)
     ap.add_argument("--insert-batch", type=int, default=2000, help="runs per runs_insert call")
     ap.add_argument("--db-name", default="cronfleet_bench_history")
@@ -678,6 +688,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--explain", type=Path, help="EXPLAIN of day 0 and the last day here")
     ap.add_argument("--label", default="", help="a name for this run in the plot title")
+    ap.add_argument(
+        "--jit",
+        choices=("server", "off"),
+        default="server",
+        help="server: the server's setting (PostgreSQL's default: on); off: SET jit = off"
+        " on the benchmark's connections (the kit's statements unchanged)",
+    )
     args = ap.parse_args(argv)
     if args.days < 2 or args.runs_per_day < 1:
         ap.error("--days >= 2")
@@ -704,9 +721,18 @@ def main(argv: list[str] | None = None) -> int:
     days: list[Day] = []
     explain_text = ""
     store: dict[str, Any] = {}
+    engine: Engine | None = None
+    jit = "?"
     try:
         migrate.upgrade(db.render_as_string(hide_password=False))
-        engine = create_engine(db.render_as_string(hide_password=False), hide_parameters=True)
+        engine = create_engine(
+            db.render_as_string(hide_password=False),
+            hide_parameters=True,
+            connect_args={"options": "-c jit=off"} if args.jit == "off" else {},
+        )
+        with engine.connect() as conn:
+            jit = conn.execute(text("SHOW jit")).scalar_one()
+        log(f"jit = {jit} on the kit's connections (--jit {args.jit})")
         clock = StatementClock(engine)
         job_ids = make_jobs(engine, args.jobs, t0)
         fleet = Fleet(job_ids, args.runs_per_day, t0)
@@ -730,8 +756,7 @@ def main(argv: list[str] | None = None) -> int:
                     maintain_run_history, engine, RETENTION_S, AHEAD_DAYS, now=start
                 )
                 day.maint_parts_ms = {k: round(v, 2) for k, v in clock.times.items()}
-            if done.busy:
-                raise RuntimeError(f"day {d}: maintenance found days busy: {done.busy}")
+            day.busy = list(done.busy)  # lock not had in LOCK_TIMEOUT: the next pass retries
             day.created = [f"{x:%m%d}" for x in done.created]
             day.dropped = [f"{x.day:%m%d}" for x in done.dropped]
             day.dropped_rows = sum(x.rows_estimate for x in done.dropped)
@@ -750,7 +775,7 @@ def main(argv: list[str] | None = None) -> int:
                 seen["measure"] = clock.seen.get("measure", [])
             finish_transients(engine, fleet, d, res)
             if d == 0 and args.explain:
-                explain_first = explain_seen(pg_url(db), seen, ["insert", "measure"])
+                explain_first = explain_seen(pg_url(db), seen, ["insert", "measure"], args.jit)
             day.wall_s = time.perf_counter() - t_day
             days.append(day)
             f = day.figures()
@@ -758,7 +783,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{table([day]).splitlines()[1]}   [{day.wall_s:.1f} s; insert p99"
                 f" {f['insert_batch_p99_ms']:.1f} ms/{args.insert_batch}; bulk finish"
                 f" {day.finish_bulk_s:.1f} s; reaped {day.reaped}, published {day.published};"
-                f" maint {day.maint_parts_ms}; created {','.join(day.created) or '-'}]"
+                f" maint {day.maint_parts_ms}; created {','.join(day.created) or '-'}"
+                f"{'; BUSY ' + ','.join(day.busy) if day.busy else ''}]"
             )
         if args.explain and days:
             url = pg_url(db)
@@ -766,7 +792,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"==== day 0 ({days[0].partitions} partitions)\n"
                 + explain_first
                 + f"\n==== last day ({days[-1].day}, {days[-1].partitions} partitions)\n"
-                + explain_seen(url, seen, ["insert", "measure"])
+                + explain_seen(url, seen, ["insert", "measure"], args.jit)
             )
             args.explain.parent.mkdir(parents=True, exist_ok=True)
             args.explain.write_text(explain_text)
@@ -777,8 +803,9 @@ def main(argv: list[str] | None = None) -> int:
         full = [p for p in parts if p.day is not None and p.day < last]
         ahead = [p for p in parts if p.day is not None and p.day > last]
         store = storage(pg_url(db), full[-1].name, ahead[-1].name if ahead else None)
-        engine.dispose()
     finally:
+        if engine is not None:
+            engine.dispose()
         if not args.keep:
             drop_database(admin, args.db_name)
     if not days:
@@ -821,6 +848,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_average_end": load_end,
             "wall_s": wall,
             "t0": t0.isoformat(),
+            "jit": jit,
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "summary": rows,
             "storage": store,
