@@ -36,12 +36,12 @@ pg_total_relation_size / rows; VACUUM FULL for the compacted bound), the 30-day 
 170 M runs a day, EXPLAIN (ANALYZE, BUFFERS) of the statements the kit issued on the
 first and the last day, a table of every day and the first-5 against the last-5 days.
 
-With the server's default `jit = on`, the kit's batch finish JIT-compiles once `runs` has
-about 13 partitions, and takes seconds past 25 (docs/run-history.md); `--jit off` sets
-jit off on the benchmark's connections so the other figures can be measured to 40 days.
+The engine is the kit's own (kit.store.db.engine_for), which turns JIT off: with the
+server's default `jit = on` the batch finish JIT-compiled once `runs` had about 13
+partitions and took seconds past 25 (docs/run-history.md); `--jit on` shows that again.
 
 Run (docs/run-history.md, N = 1..3):
-        PYTHONPATH=. python benchmarks/run_history.py --jit off --max-minutes 9 \
+        PYTHONPATH=. python benchmarks/run_history.py --max-minutes 9 \
             --json docs/benchmarks/run_history/runN.json \
             --plot docs/benchmarks/run_history/runN.png \
             --explain docs/benchmarks/run_history/runN.explain.txt
@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import URL, make_url
 
 from kit.core.dispatch import scan_window
@@ -78,6 +78,7 @@ from kit.core.trigger import overlap_limit_ms
 from kit.settings import load_settings
 from kit.store import migrate
 from kit.store.claims import Claim, runs_claim, runs_finish_ok
+from kit.store.db import engine_for
 from kit.store.dead_letters import dead_letter_in
 from kit.store.jobs import JobSpec, jobs_create_batch
 from kit.store.reaping import runs_publish_unclaimed, runs_reap_expired
@@ -495,7 +496,7 @@ def explain_seen(
     in a transaction rolled back (so a write is measured, not kept)."""
     out = []
     done: set[str] = set()
-    with psycopg.connect(url, options="-c jit=off" if jit == "off" else "") as conn:
+    with psycopg.connect(url, options="-c jit=on" if jit == "on" else "-c jit=off") as conn:
         for label in labels:
             for stmt, params in seen.get(label, []):
                 if stmt in done:
@@ -690,10 +691,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--label", default="", help="a name for this run in the plot title")
     ap.add_argument(
         "--jit",
-        choices=("server", "off"),
-        default="server",
-        help="server: the server's setting (PostgreSQL's default: on); off: SET jit = off"
-        " on the benchmark's connections (the kit's statements unchanged)",
+        choices=("kit", "on"),
+        default="kit",
+        help="kit: the kit's own engine (kit.store.db.engine_for: jit off on its connections);"
+        " on: the same engine with jit = on, PostgreSQL's default, to show what it costs",
     )
     args = ap.parse_args(argv)
     if args.days < 2 or args.runs_per_day < 1:
@@ -725,10 +726,10 @@ def main(argv: list[str] | None = None) -> int:
     jit = "?"
     try:
         migrate.upgrade(db.render_as_string(hide_password=False))
-        engine = create_engine(
+        engine = engine_for(
             db.render_as_string(hide_password=False),
-            hide_parameters=True,
-            connect_args={"options": "-c jit=off"} if args.jit == "off" else {},
+            pool_size=4,
+            session={"jit": "on"} if args.jit == "on" else None,
         )
         with engine.connect() as conn:
             jit = conn.execute(text("SHOW jit")).scalar_one()

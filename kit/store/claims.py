@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine, text
 
 from kit.core.outcome import DeadLetter, RetryAt, after_failure, should_pause
 from kit.core.partitions import PARTITION_COUNT, partition_of
+from kit.core.policies import OverlapPolicy
 from kit.core.retry import RetryPolicy
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.core.trigger import QUEUED
@@ -90,25 +91,37 @@ class FinishResult:
 # key, it read a partial index of them whole per run claimed (15 ms a run at 50k
 # pending: issue 8's failing storms; tests/integration/test_plans_stale_stats.py).
 # The wanted ids come sorted, so rows are locked in run id order.
+#
+# Every statement that finds a batch of runs by id also names the batch in a form the
+# planner can prune with (IN_BATCH). Run ids begin with their scheduled instant and
+# `runs` is partitioned by day on them (kit/store/run_history.py), so the planner keeps
+# the one or two days the batch falls in and plans as if the table had no other: with
+# the ids only in a join it plans every day of the retention, estimates a row per day
+# per id, and at ~30 days the claim's jobs join became a scan of jobs per run
+# (docs/run-history.md). The job's columns are read by key per run (OFFSET 0) for the
+# same reason. (A range of ids would prune too, but lets the planner scan the range.)
+IN_BATCH = "r.run_id = ANY(CAST(:batch_ids AS uuid[]))"
 _CLAIM = f"""
 WITH locked AS (
-    SELECT c.run_id, c.task_spec, c.timeout_s, c.due_at
+    SELECT c.run_id, j.task_spec, j.timeout_s, c.due_at
     FROM unnest(CAST(:run_ids AS uuid[]), CAST(:attempts AS int[])) AS w(run_id, attempt)
     CROSS JOIN LATERAL (
-        SELECT r.run_id, r.status, j.task_spec, j.timeout_s,
-            greatest(r.scheduled_at, r.retry_at) AS due_at
-        FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
-        WHERE r.run_id = w.run_id AND r.attempt = w.attempt
+        SELECT r.run_id, r.job_id, r.status, greatest(r.scheduled_at, r.retry_at) AS due_at
+        FROM runs r
+        WHERE r.run_id = w.run_id AND r.attempt = w.attempt AND {IN_BATCH}
         FOR UPDATE OF r
         OFFSET 0
     ) AS c
+    LEFT JOIN LATERAL (
+        SELECT task_spec, timeout_s FROM jobs WHERE job_id = c.job_id OFFSET 0
+    ) AS j ON true
     WHERE c.status = 'pending'
 )
 UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
     lease_expires_at = greatest({NOW}, l.due_at) + {_TTL}, worker_id = :worker_id,
     finished_at = NULL, retry_at = NULL
 FROM locked l
-WHERE r.run_id = l.run_id
+WHERE r.run_id = l.run_id AND {IN_BATCH}
 RETURNING r.run_id, r.job_id, r.tenant, r.attempt, r.lease_token, r.priority,
     r.scheduled_at, {NOW} AS claimed_at, l.task_spec, l.timeout_s, l.due_at
 """
@@ -134,6 +147,7 @@ def runs_claim(
         "worker_id": worker_id,
         "ttl_ms": ttl_ms,
         "now": now,
+        **batch_of(r for r, _ in wanted),
     }
     with engine.begin() as conn:
         rows = conn.execute(text(_CLAIM), params).all()
@@ -153,6 +167,11 @@ def runs_claim(
         )
         for row in rows
     ]
+
+
+def batch_of(run_ids: Iterable[str]) -> dict[str, str]:
+    """The :batch_ids of IN_BATCH."""
+    return {"batch_ids": pg_text_array(sorted({str(r) for r in run_ids}))}
 
 
 def db_clock(engine: Engine) -> datetime:
@@ -187,22 +206,26 @@ def runs_heartbeat(
     handing the run to another worker), so its task should stop."""
     if not leases:
         return set(), set()
-    # Rows locked in run id order, as claims and batched finishes do: in any other
-    # order a heartbeat deadlocks with the same worker's batch of finishes.
+    # Rows locked in run id order (the leases sorted, each locked as it is looked up by
+    # key, as the claim does): in any other order a heartbeat deadlocks with the same
+    # worker's batch of finishes.
+    leases = sorted(leases)
     sql = f"""
     UPDATE runs r SET lease_expires_at = greatest(r.lease_expires_at, {NOW} + {_TTL}),
         started_at = {_STARTED.format(ms="l.started_ms")}
     FROM (
-        SELECT r.run_id, h.started_ms
-        FROM runs r
-        JOIN unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]),
+        SELECT k.run_id, h.started_ms
+        FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]),
                     CAST(:started AS bigint[])) AS h(run_id, token, started_ms)
-          ON r.run_id = h.run_id AND r.lease_token = h.token
-        WHERE r.lease_expires_at > {NOW}
-        ORDER BY r.run_id
-        FOR UPDATE OF r
+        CROSS JOIN LATERAL (
+            SELECT r.run_id FROM runs r
+            WHERE r.run_id = h.run_id AND r.lease_token = h.token
+              AND r.lease_expires_at > {NOW} AND {IN_BATCH}
+            FOR UPDATE OF r
+            OFFSET 0
+        ) AS k
     ) AS l
-    WHERE r.run_id = l.run_id
+    WHERE r.run_id = l.run_id AND {IN_BATCH}
     RETURNING r.run_id
     """
     params = {
@@ -211,17 +234,32 @@ def runs_heartbeat(
         "started": started_array((r for r, _ in leases), started_ms),
         "ttl_ms": ttl_ms,
         "now": now,
+        **batch_of(r for r, _ in leases),
     }
     with engine.begin() as conn:
         kept = {str(row.run_id) for row in conn.execute(text(sql), params)}
     return kept, {r for r, _ in leases} - kept
 
 
+def may_queue(overlap: str | None) -> bool:
+    """Whether a finished run's job can have runs held back for it: overlap 'queue', or
+    unknown (the job was deleted). A job whose policy changed away from 'queue' while runs
+    were held is left to the reaper's release of orphaned queued runs."""
+    return overlap is None or overlap == OverlapPolicy.queue.value
+
+
 def release_queued_in(conn: Connection, job_id: str) -> RunPointer | None:
     """Overlap 'queue': a run of the job ended, so its oldest run held back by the
     scheduler (marker `skip_reason = 'queued'`, see kit.core.trigger.QUEUED) loses the
     marker and is returned for the caller to publish after commit. Should that publish
-    never happen, the run is now an ordinary undispatched run: the reaper publishes it."""
+    never happen, the run is now an ordinary undispatched run: the reaper publishes it.
+    Only a job that may queue is looked for: the lookup by job reads every day of the run
+    history (a run is found by id in its day; a job's runs are in all of them)."""
+    overlap = conn.execute(
+        text("SELECT overlap FROM jobs WHERE job_id = :job_id"), {"job_id": job_id}
+    ).scalar()
+    if not may_queue(overlap):
+        return None
     row = conn.execute(
         text(
             f"""
@@ -280,17 +318,22 @@ WITH done AS (
     SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]),
                          CAST(:started AS bigint[])) AS d(run_id, token, started_ms)
 ), locked AS (
-    SELECT r.run_id, d.started_ms
-    FROM runs r JOIN done d ON d.run_id = r.run_id AND d.token = r.lease_token
-    ORDER BY r.run_id
-    FOR UPDATE OF r
+    SELECT k.run_id, d.started_ms
+    FROM done d
+    CROSS JOIN LATERAL (
+        SELECT r.run_id FROM runs r
+        WHERE r.run_id = d.run_id AND r.lease_token = d.token AND {IN_BATCH}
+        FOR UPDATE OF r
+        OFFSET 0
+    ) AS k
 )
 UPDATE runs r SET status = 'succeeded', finished_at = {NOW}, error = NULL,
     lease_token = NULL, lease_expires_at = NULL,
     started_at = {_STARTED.format(ms="l.started_ms")}
 FROM locked l
-WHERE r.run_id = l.run_id
-RETURNING r.run_id::text, r.job_id::text
+WHERE r.run_id = l.run_id AND {IN_BATCH}
+RETURNING r.run_id::text, r.job_id::text,
+    (SELECT j.overlap FROM jobs j WHERE j.job_id = r.job_id) AS overlap
 """
 # release_queued_in for many jobs: up to n queued runs of each (one per run finished).
 # The marker is a literal, not a parameter: psycopg prepares a statement after a few
@@ -323,20 +366,19 @@ def runs_finish_ok(
     is released. Returns (run ids accepted, queued runs for the caller to publish)."""
     if not leases:
         return set(), []
+    leases = sorted(leases)  # rows are locked in this order (see runs_heartbeat)
     params = {
         "run_ids": pg_array(r for r, _ in leases),
         "tokens": pg_text_array(t for _, t in leases),
         "started": started_array((r for r, _ in leases), started_ms),
         "now": now,
+        **batch_of(r for r, _ in leases),
     }
     with engine.begin() as conn:
         rows = conn.execute(text(_FINISH_OK_BATCH), params).all()
         if not rows:
             return set(), []
-        per_job: dict[str, int] = {}
-        for _run_id, job_id in rows:
-            per_job[job_id] = per_job.get(job_id, 0) + 1
-        jobs = sorted(per_job)
+        jobs = sorted({row.job_id for row in rows})
         conn.execute(
             text(
                 "UPDATE jobs SET dead_streak = 0 "
@@ -344,14 +386,18 @@ def runs_finish_ok(
             ),
             {"jobs": pg_array(jobs)},
         )
-        queued = conn.execute(
-            text(_RELEASE_QUEUED_BATCH),
-            {
-                "jobs": pg_array(jobs),
-                "counts": pg_array(per_job[j] for j in jobs),
-            },
-        ).all()
-    return {r for r, _ in rows}, [pointer_of(q) for q in queued]
+        per_job: dict[str, int] = {}
+        for row in rows:
+            if may_queue(row.overlap):
+                per_job[row.job_id] = per_job.get(row.job_id, 0) + 1
+        queued = []
+        if per_job:
+            queuing = sorted(per_job)
+            queued = conn.execute(
+                text(_RELEASE_QUEUED_BATCH),
+                {"jobs": pg_array(queuing), "counts": pg_array(per_job[j] for j in queuing)},
+            ).all()
+    return {row.run_id for row in rows}, [pointer_of(q) for q in queued]
 
 
 def run_finish_cancelled(engine: Engine, run_id: str, token: str, reason: str) -> FinishResult:
@@ -548,12 +594,13 @@ def runs_mark_published_in(
         text(
             f"""
             UPDATE runs r SET dispatched_at = {NOW}
-            FROM (SELECT run_id, status FROM runs WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
+            FROM (SELECT run_id, status FROM runs r
+                  WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
                   ORDER BY run_id FOR UPDATE OFFSET 0) AS k
-            WHERE r.run_id = k.run_id AND k.status = 'pending'
+            WHERE r.run_id = k.run_id AND k.status = 'pending' AND {IN_BATCH}
             """
         ),
-        {"run_ids": list(run_ids), "now": now},
+        {"run_ids": list(run_ids), "now": now, **batch_of(run_ids)},
     )
 
 
@@ -574,11 +621,16 @@ def runs_return(
                     lease_expires_at = NULL, worker_id = NULL, dispatched_at = {NOW}
                 FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
                 WHERE r.run_id = h.run_id AND r.lease_token = h.token
-                  AND r.started_at IS NULL
+                  AND r.started_at IS NULL AND {IN_BATCH}
                 RETURNING r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority
                 """
             ),
-            {"run_ids": [r for r, _ in leases], "tokens": [t for _, t in leases], "now": now},
+            {
+                "run_ids": [r for r, _ in leases],
+                "tokens": [t for _, t in leases],
+                "now": now,
+                **batch_of(r for r, _ in leases),
+            },
         ).all()
     return [pointer_of(row) for row in rows]
 
@@ -596,10 +648,15 @@ def runs_release(
                 f"""
                 UPDATE runs r SET lease_expires_at = {NOW} - interval '1 millisecond'
                 FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
-                WHERE r.run_id = h.run_id AND r.lease_token = h.token
+                WHERE r.run_id = h.run_id AND r.lease_token = h.token AND {IN_BATCH}
                 RETURNING r.run_id
                 """
             ),
-            {"run_ids": [r for r, _ in leases], "tokens": [t for _, t in leases], "now": now},
+            {
+                "run_ids": [r for r, _ in leases],
+                "tokens": [t for _, t in leases],
+                "now": now,
+                **batch_of(r for r, _ in leases),
+            },
         ).all()
     return len(rows)

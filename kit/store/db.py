@@ -23,10 +23,15 @@ def engine_for(
     """hide_parameters: an error (logged by the services, sometimes shown) would otherwise
     carry the statement's bound values: task specs with their headers, payloads, the
     text of a run's error. `session`: server settings for every connection of the pool
-    (`-c name=value` at connect)."""
-    connect_args = {}
-    if session:
-        connect_args["options"] = " ".join(f"-c {k}={v}" for k, v in session.items())
+    (`-c name=value` at connect).
+
+    JIT compilation is off for the kit's own connections: its statements are short and
+    the planner's cost of one grows with the run history's partitions, so with
+    PostgreSQL's default (`jit = on`) a batched finish crossed the JIT thresholds at ~13
+    partitions and took 3.5-4.8 s to compile instead of ~1 ms to run
+    (docs/run-history.md)."""
+    settings: dict[str, int | str] = {"jit": "off", **(session or {})}
+    connect_args = {"options": " ".join(f"-c {k}={v}" for k, v in settings.items())}
     return create_engine(
         database_url,
         pool_size=pool_size,
