@@ -92,17 +92,19 @@ class FinishResult:
 # pending: issue 8's failing storms; tests/integration/test_plans_stale_stats.py).
 # The wanted ids come sorted, so rows are locked in run id order.
 #
-# Every statement that finds a batch of runs by id also names the batch in a form the
-# planner can prune with (IN_BATCH). Run ids begin with their scheduled instant and
-# `runs` is partitioned by day on them (kit/store/run_history.py), so the planner keeps
-# the one or two days the batch falls in and plans as if the table had no other: with
-# the ids only in a join it plans every day of the retention, estimates a row per day
-# per id, and at ~30 days the claim's jobs join became a scan of jobs per run
-# (docs/run-history.md). The job's columns are read by key per run (OFFSET 0) for the
-# same reason. (A range of ids would prune too, but lets the planner scan the range.)
-IN_BATCH = "r.run_id = ANY(CAST(:batch_ids AS uuid[]))"
+# Every statement that finds a batch of runs by id also bounds it (IN_BATCH: between the
+# batch's lowest and highest id). Run ids begin with their scheduled instant and `runs` is
+# partitioned by day on them (kit/store/run_history.py), so the planner keeps the one or
+# two days the batch falls in and plans as if the table had no other: without the bound
+# it plans every day of the retention, estimates a row per day per id, and at ~30 days
+# the claim's jobs join became a scan of jobs per run (docs/run-history.md). The bound is
+# a range, checked in O(1) beside the key: the batch's list there instead was evaluated
+# whole for every run looked up (a 50,000-run burst cost PostgreSQL 111 s of CPU). The
+# runs are looked up by key in a CTE computed once (MATERIALIZED), so the range never
+# drives a scan that repeats the lookups; the job's columns are read by key per run.
+IN_BATCH = "r.run_id BETWEEN CAST(:lo AS uuid) AND CAST(:hi AS uuid)"
 _CLAIM = f"""
-WITH locked AS (
+WITH locked AS MATERIALIZED (
     SELECT c.run_id, j.task_spec, j.timeout_s, c.due_at
     FROM unnest(CAST(:run_ids AS uuid[]), CAST(:attempts AS int[])) AS w(run_id, attempt)
     CROSS JOIN LATERAL (
@@ -170,8 +172,9 @@ def runs_claim(
 
 
 def batch_of(run_ids: Iterable[str]) -> dict[str, str]:
-    """The :batch_ids of IN_BATCH."""
-    return {"batch_ids": pg_text_array(sorted({str(r) for r in run_ids}))}
+    """The :lo and :hi of IN_BATCH (uuid text sorts as the uuids do)."""
+    ids = [str(r).lower() for r in run_ids]
+    return {"lo": min(ids), "hi": max(ids)}
 
 
 def db_clock(engine: Engine) -> datetime:
@@ -211,9 +214,7 @@ def runs_heartbeat(
     # worker's batch of finishes.
     leases = sorted(leases)
     sql = f"""
-    UPDATE runs r SET lease_expires_at = greatest(r.lease_expires_at, {NOW} + {_TTL}),
-        started_at = {_STARTED.format(ms="l.started_ms")}
-    FROM (
+    WITH l AS MATERIALIZED (
         SELECT k.run_id, h.started_ms
         FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]),
                     CAST(:started AS bigint[])) AS h(run_id, token, started_ms)
@@ -224,7 +225,10 @@ def runs_heartbeat(
             FOR UPDATE OF r
             OFFSET 0
         ) AS k
-    ) AS l
+    )
+    UPDATE runs r SET lease_expires_at = greatest(r.lease_expires_at, {NOW} + {_TTL}),
+        started_at = {_STARTED.format(ms="l.started_ms")}
+    FROM l
     WHERE r.run_id = l.run_id AND {IN_BATCH}
     RETURNING r.run_id
     """
@@ -317,7 +321,7 @@ _FINISH_OK_BATCH = f"""
 WITH done AS (
     SELECT * FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]),
                          CAST(:started AS bigint[])) AS d(run_id, token, started_ms)
-), locked AS (
+), locked AS MATERIALIZED (
     SELECT k.run_id, d.started_ms
     FROM done d
     CROSS JOIN LATERAL (
@@ -593,10 +597,12 @@ def runs_mark_published_in(
     conn.execute(
         text(
             f"""
+            WITH k AS MATERIALIZED (
+                SELECT run_id, status FROM runs r
+                WHERE run_id = ANY(CAST(:run_ids AS uuid[])) AND {IN_BATCH}
+                ORDER BY run_id FOR UPDATE)
             UPDATE runs r SET dispatched_at = {NOW}
-            FROM (SELECT run_id, status FROM runs r
-                  WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
-                  ORDER BY run_id FOR UPDATE OFFSET 0) AS k
+            FROM k
             WHERE r.run_id = k.run_id AND k.status = 'pending' AND {IN_BATCH}
             """
         ),

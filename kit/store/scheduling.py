@@ -238,20 +238,26 @@ _INSERT_RUNS = text(
 # Retrying runs by key, their status checked above the fence (OFFSET 0): beside the key,
 # `status = 'retry_scheduled'` lets stale statistics send the planner through the whole
 # partial index of busy runs per batch (kit.store.claims._CLAIM says more).
-_RETRYING = """
-    SELECT r.run_id, r.status, u.arg
-    FROM unnest(CAST(:ids AS uuid[]), CAST(:args AS {arg}[])) AS u(id, arg)
-    JOIN runs r ON r.run_id = u.id
-    ORDER BY r.run_id
-    FOR UPDATE OF r
-    OFFSET 0
+# The batch is also bounded by its lowest and highest id, which the planner prunes the
+# run history's days with (kit.store.claims.IN_BATCH says why a range); the ids come
+# sorted and each row is locked as it is looked up, so rows are locked in run id order.
+_IN_IDS = "run_id BETWEEN CAST(:lo AS uuid) AND CAST(:hi AS uuid)"
+_RETRYING = f"""
+    SELECT found.run_id, found.status, u.arg
+    FROM unnest(CAST(:ids AS uuid[]), CAST(:args AS {{arg}}[])) AS u(id, arg)
+    CROSS JOIN LATERAL (
+        SELECT r.run_id, r.status FROM runs r
+        WHERE r.run_id = u.id AND r.{_IN_IDS}
+        FOR UPDATE OF r
+        OFFSET 0
+    ) AS found
 """
 _REARM = text(
     f"""
     UPDATE runs SET status = 'pending', attempt = k.arg, dispatched_at = NULL,
         skip_reason = NULL
     FROM ({_RETRYING.format(arg="int")}) AS k
-    WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled'
+    WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled' AND runs.{_IN_IDS}
     RETURNING runs.run_id::text
     """
 )
@@ -260,7 +266,7 @@ _CANCEL_RETRIES = text(
     UPDATE runs SET status = 'cancelled', retry_at = NULL, finished_at = now(),
         error = 'retry not run: ' || k.arg
     FROM ({_RETRYING.format(arg="text")}) AS k
-    WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled'
+    WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled' AND runs.{_IN_IDS}
     """
 )
 # By row address: the scan locked these rows (FOR UPDATE), so their ctids are stable
@@ -392,7 +398,7 @@ def runs_rearm(conn: Connection, attempts: Mapping[str, int]) -> set[str]:
     if not attempts:
         return set()
     ids = sorted(attempts)
-    params = {"ids": ids, "args": [attempts[i] for i in ids]}
+    params = {"ids": ids, "args": [attempts[i] for i in ids], "lo": ids[0], "hi": ids[-1]}
     return set(conn.execute(_REARM, params).scalars())
 
 
@@ -400,7 +406,10 @@ def runs_cancel_retries(conn: Connection, why_by_run: Mapping[str, str]) -> None
     if not why_by_run:
         return
     ids = sorted(why_by_run)
-    conn.execute(_CANCEL_RETRIES, {"ids": ids, "args": [why_by_run[i] for i in ids]})
+    conn.execute(
+        _CANCEL_RETRIES,
+        {"ids": ids, "args": [why_by_run[i] for i in ids], "lo": ids[0], "hi": ids[-1]},
+    )
 
 
 def triggers_delete(conn: Connection, ctids: Sequence[str]) -> int:
