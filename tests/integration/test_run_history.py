@@ -235,3 +235,37 @@ def test_maintenance_processes_side_by_side_make_and_drop_each_day_once(engine: 
     assert len(dropped) == len(set(dropped)) and date(2031, 5, 1) in dropped
     assert all(d < date(2031, 5, 15) for d in dropped)  # only days past the retention
     assert date(2031, 5, 1) not in days(engine)
+
+
+def test_the_maintenance_cli_makes_the_days_ahead_and_refuses_a_bad_retention(
+    engine: Engine, db_url: str
+) -> None:
+    """Through `cronfleet maintenance --once`, as an operator runs it: the days ahead the
+    setting asks for are made and named; a retention under a day is refused in one line."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CRONFLEET_DATABASE_URL": db_url, "CRONFLEET_RUN_DAYS_AHEAD": "6"}
+    done = subprocess.run(
+        [sys.executable, "-m", "kit.cli", "maintenance", "--once"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with engine.connect() as conn:
+        today = conn.execute(text("SELECT now()")).scalar_one().astimezone(UTC).date()
+    made = [str(today + timedelta(days=d)) for d in (4, 5, 6)]  # upgrade made up to +3
+    assert f"run days created: {', '.join(made)}" in done.stdout
+    assert "runs: 0 expired" in done.stdout
+    assert {today + timedelta(days=d) for d in range(-1, 7)} <= set(days(engine))
+    bad = subprocess.run(
+        [sys.executable, "-m", "kit.cli", "maintenance", "--once"],
+        env={**env, "CRONFLEET_RUN_RETENTION_S": "3600"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert (
+        bad.stderr.strip()
+        .splitlines()[0]
+        .startswith("cronfleet maintenance: CRONFLEET_RUN_RETENTION_S: ")
+    )
