@@ -117,3 +117,11 @@ def decide_overlap(policy: OverlapPolicy, running_count: int) -> OverlapAction:
     if policy is OverlapPolicy.queue:
         return OverlapAction.queue
     return OverlapAction.fire_and_cancel_running
+
+
+def may_hold_queued_runs(policy: str | None) -> bool:
+    """Whether a job can have runs held back for it (`decide_overlap` answered `queue`),
+    so that a finish of one of its runs should look for the next: only under `queue`, or
+    when the policy is unknown (the job was deleted). A job whose policy changed away
+    from `queue` while runs were held is left to the reaper's release of orphans."""
+    return policy is None or policy == OverlapPolicy.queue.value

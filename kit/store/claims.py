@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, text
 
 from kit.core.outcome import DeadLetter, RetryAt, after_failure, should_pause
 from kit.core.partitions import PARTITION_COUNT, partition_of
-from kit.core.policies import OverlapPolicy
+from kit.core.policies import may_hold_queued_runs
 from kit.core.retry import RetryPolicy
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.core.trigger import QUEUED
@@ -245,13 +245,6 @@ def runs_heartbeat(
     return kept, {r for r, _ in leases} - kept
 
 
-def may_queue(overlap: str | None) -> bool:
-    """Whether a finished run's job can have runs held back for it: overlap 'queue', or
-    unknown (the job was deleted). A job whose policy changed away from 'queue' while runs
-    were held is left to the reaper's release of orphaned queued runs."""
-    return overlap is None or overlap == OverlapPolicy.queue.value
-
-
 def release_queued_in(conn: Connection, job_id: str) -> RunPointer | None:
     """Overlap 'queue': a run of the job ended, so its oldest run held back by the
     scheduler (marker `skip_reason = 'queued'`, see kit.core.trigger.QUEUED) loses the
@@ -262,7 +255,7 @@ def release_queued_in(conn: Connection, job_id: str) -> RunPointer | None:
     overlap = conn.execute(
         text("SELECT overlap FROM jobs WHERE job_id = :job_id"), {"job_id": job_id}
     ).scalar()
-    if not may_queue(overlap):
+    if not may_hold_queued_runs(overlap):
         return None
     row = conn.execute(
         text(
@@ -392,7 +385,7 @@ def runs_finish_ok(
         )
         per_job: dict[str, int] = {}
         for row in rows:
-            if may_queue(row.overlap):
+            if may_hold_queued_runs(row.overlap):
                 per_job[row.job_id] = per_job.get(row.job_id, 0) + 1
         queued = []
         if per_job:

@@ -71,3 +71,14 @@ def test_overlap_parse():
     assert OverlapPolicy.parse(None) is OverlapPolicy.allow
     with pytest.raises(FieldError):
         OverlapPolicy.parse("sometimes")
+
+
+def test_only_a_queueing_or_unknown_job_may_hold_queued_runs() -> None:
+    """Every policy under which decide_overlap can answer `queue` may hold runs back, and
+    no other does; an unknown policy (a deleted job) is treated as one that might."""
+    from kit.core.policies import OverlapAction, may_hold_queued_runs
+
+    for policy in OverlapPolicy:
+        queues = any(decide_overlap(policy, n) is OverlapAction.queue for n in range(3))
+        assert may_hold_queued_runs(policy.value) is queues, policy
+    assert may_hold_queued_runs(None)
