@@ -66,8 +66,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from scratch_db import drop_database, log, pg_url, recreate_database, server_facts
 from sqlalchemy import Engine, event, text
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import make_url
 
 from kit.core.dispatch import scan_window
 from kit.core.ids import run_id, run_id_floor
@@ -108,20 +109,12 @@ RUNS_A_DAY_AT_SCALE = 170e6
 WORK_CHUNKS = 20
 
 
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
 def pct(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (p99 of 5 samples is their max: said so in the docs)."""
     if not values:
         return float("nan")
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(q / 100 * len(s) + 0.5) - 1))]
-
-
-def pg_url(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 class StatementClock:
@@ -657,25 +650,6 @@ def plot(days: list[Day], path: Path, title: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def recreate_database(admin: URL, name: str) -> None:
-    with psycopg.connect(pg_url(admin), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def drop_database(admin: URL, name: str) -> None:
-    """Plain DROP (retried while autovacuum lets go): this role may not signal it."""
-    with psycopg.connect(pg_url(admin), autocommit=True) as conn:
-        for attempt in range(30):
-            try:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-                return
-            except psycopg.errors.ObjectInUse:
-                if attempt == 29:
-                    raise
-                time.sleep(1)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--days", type=int, default=40, help="simulated days")
@@ -705,12 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings()
     admin = make_url(settings.database_url)
     db = admin.set(database=args.db_name)
-    with psycopg.connect(pg_url(admin)) as conn:
-        server = conn.execute("SELECT version()").fetchone()[0]
-        knobs = {
-            k: conn.execute(f"SHOW {k}").fetchone()[0]
-            for k in ("shared_buffers", "work_mem", "max_wal_size", "synchronous_commit")
-        }
+    server, knobs = server_facts(admin)
     log(f"server: {server}; {knobs}")
     log(
         f"client: Python {platform.python_version()}, psycopg {psycopg.__version__},"

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from scratch_db import drop_database, log, pg_url, recreate_database, server_facts
 from sqlalchemy.engine import URL, make_url
 
 from kit.core.defaults import SCAN_AHEAD_MS
@@ -240,35 +241,6 @@ class SizeResult:
 # ---------------------------------------------------------------- database
 
 
-def pg_url(url: URL) -> str:
-    """A libpq URL for psycopg from the SQLAlchemy URL of the settings."""
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def drop_database(admin: URL, name: str) -> None:
-    """Without FORCE: that would try to terminate autovacuum workers, which this role may
-    not signal; a plain DROP cancels them itself. Retried while a worker lets go."""
-    with psycopg.connect(pg_url(admin), autocommit=True) as conn:
-        for attempt in range(30):
-            try:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-                return
-            except psycopg.errors.ObjectInUse:
-                if attempt == 29:
-                    raise
-                time.sleep(1)
-
-
-def recreate_database(admin: URL, name: str) -> None:
-    drop_database(admin, name)
-    with psycopg.connect(pg_url(admin), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
 def load(
     conn: psycopg.Connection,
     result: SizeResult,
@@ -345,7 +317,6 @@ def vacuum_analyze(url: str) -> float:
         conn.execute("VACUUM (ANALYZE) triggers")
         conn.execute("ANALYZE jobs")
         return time.perf_counter() - t0
-
 
 
 # ---------------------------------------------------------------- the kit's scan, timed
@@ -484,9 +455,7 @@ def relation_sizes(url: str) -> dict[str, int]:
         for n in names:
             row = conn.execute("SELECT pg_relation_size(to_regclass(%s))", (n,)).fetchone()
             out[n] = int(row[0] or 0)
-        out["jobs_total"] = int(
-            conn.execute("SELECT pg_total_relation_size('jobs')").fetchone()[0]
-        )
+        out["jobs_total"] = int(conn.execute("SELECT pg_total_relation_size('jobs')").fetchone()[0])
     return out
 
 
@@ -509,8 +478,10 @@ def load_size(admin: URL, size: int, args: argparse.Namespace, result: SizeResul
     steady_us = (fires.random(result.steady_rows) * result.horizon_s * 1e6).astype(np.int64)
     per = result.spike_rows // args.series
     spike_us = np.concatenate(
-        [np.full(per, spike_fire_s(s, args) * 1_000_000, dtype=np.int64)
-         for s in range(1, args.series + 1)]
+        [
+            np.full(per, spike_fire_s(s, args) * 1_000_000, dtype=np.int64)
+            for s in range(1, args.series + 1)
+        ]
     )
     with psycopg.connect(url) as conn:
         with conn.cursor() as cur, cur.copy("COPY tenants (tenant) FROM STDIN") as copy:
@@ -520,8 +491,17 @@ def load_size(admin: URL, size: int, args: argparse.Namespace, result: SizeResul
         load(conn, result, 0, result.steady_rows, steady_us, lines, rng, args.chunk_rows, size)
         if per:
             spike_lines = JobLine(args.job_bytes, spike=True)
-            load(conn, result, result.steady_rows, per * args.series, spike_us, spike_lines,
-                 rng, args.chunk_rows, size)
+            load(
+                conn,
+                result,
+                result.steady_rows,
+                per * args.series,
+                spike_us,
+                spike_lines,
+                rng,
+                args.chunk_rows,
+                size,
+            )
         result.load_s += time.perf_counter() - t0
     result.vacuum_analyze_s += vacuum_analyze(url)
     log(f"    loaded in {result.load_s:,.0f} s; VACUUM (ANALYZE): {result.vacuum_analyze_s:.1f} s")
@@ -571,22 +551,25 @@ def series_rows(r: SizeResult, args: argparse.Namespace) -> list[dict[str, Any]]
         steady = [x for x in done if x.kind == "steady"]
         spikes = [x for x in done if x.kind == "spike"]
         ms = [x.ms for x in steady]
-        sql = {k: sum(x.sql_ms.get(k, 0.0) for x in steady) / max(len(steady), 1)
-               for k in SQL_CALLS}
-        out.append({
-            "size": r.size,
-            "series": s,
-            "scans": len(steady),
-            "rows_per_scan": statistics.fmean(x.triggers for x in steady) if steady else 0,
-            "runs_per_scan": statistics.fmean(x.held for x in steady) if steady else 0,
-            "p50_ms": pct(ms, 50),
-            "p99_ms": pct(ms, 99),
-            "max_ms": max(ms) if ms else math.nan,
-            "spike_ms": sum(x.ms for x in spikes),
-            "spike_scans": len(spikes),
-            "spike_rows": sum(x.triggers for x in spikes),
-            "sql_ms_mean": sql,
-        })
+        sql = {
+            k: sum(x.sql_ms.get(k, 0.0) for x in steady) / max(len(steady), 1) for k in SQL_CALLS
+        }
+        out.append(
+            {
+                "size": r.size,
+                "series": s,
+                "scans": len(steady),
+                "rows_per_scan": statistics.fmean(x.triggers for x in steady) if steady else 0,
+                "runs_per_scan": statistics.fmean(x.held for x in steady) if steady else 0,
+                "p50_ms": pct(ms, 50),
+                "p99_ms": pct(ms, 99),
+                "max_ms": max(ms) if ms else math.nan,
+                "spike_ms": sum(x.ms for x in spikes),
+                "spike_scans": len(spikes),
+                "spike_rows": sum(x.triggers for x in spikes),
+                "sql_ms_mean": sql,
+            }
+        )
     return out
 
 
@@ -640,8 +623,13 @@ def plot(results: list[SizeResult], path: Path) -> None:
     for r in results:
         for s in sorted({x.series for x in r.scans if x.series}):
             xs = [x for x in r.scans if x.series == s]
-            ax.plot([x.second for x in xs], [x.ms for x in xs], ".-", lw=0.8,
-                     label=f"{r.size:,} schedules, series {s}")
+            ax.plot(
+                [x.second for x in xs],
+                [x.ms for x in xs],
+                ".-",
+                lw=0.8,
+                label=f"{r.size:,} schedules, series {s}",
+            )
     ax.set_yscale("log")
     ax.set_xlabel("second after T0 (one scan per second; spikes mid-series)")
     ax.set_ylabel("scan_partitions wall time, ms")
@@ -679,8 +667,12 @@ def check_disk(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=parse_sizes, default=[300_000, 1_000_000])
-    ap.add_argument("--phase", choices=("all", "load", "scan"), default="all",
-                    help="load: create and keep the databases; scan: time kept ones")
+    ap.add_argument(
+        "--phase",
+        choices=("all", "load", "scan"),
+        default="all",
+        help="load: create and keep the databases; scan: time kept ones",
+    )
     ap.add_argument("--job-bytes", type=int, default=1024, help="COPY bytes per jobs row")
     ap.add_argument("--rate", type=float, default=2000.0, help="average runs/s (steady)")
     ap.add_argument("--spike", type=int, default=50_000, help="schedules per spike")
@@ -698,12 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "benchmarks/trigger_index.py", *sys.argv[1:]])
     settings = load_settings()
     admin = make_url(settings.database_url)
-    with psycopg.connect(pg_url(admin)) as conn:
-        server = conn.execute("SELECT version()").fetchone()[0]
-        knobs = {
-            k: conn.execute(f"SHOW {k}").fetchone()[0]
-            for k in ("shared_buffers", "work_mem", "max_wal_size", "synchronous_commit")
-        }
+    server, knobs = server_facts(admin)
     log(f"server: {server}; {knobs}")
     log(
         f"client: Python {platform.python_version()}, psycopg {psycopg.__version__}, "
@@ -720,8 +707,10 @@ def main(argv: list[str] | None = None) -> int:
     for line in verdict(rows):
         log(line)
     for r in results:
-        log(f"{r.size:,}: full batches of which nothing could be taken yet (forbid/queue jobs"
-            f" outside their 1 s horizon filling the LIMIT): {r.stalled_full_scans}")
+        log(
+            f"{r.size:,}: full batches of which nothing could be taken yet (forbid/queue jobs"
+            f" outside their 1 s horizon filling the LIMIT): {r.stalled_full_scans}"
+        )
     log(f"\nload average {os.getloadavg()[0]:.1f} at the end\nreproduce: {command}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -732,9 +721,7 @@ def main(argv: list[str] | None = None) -> int:
             "t0": T0.isoformat(),
             "args": {k: (v if not isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
             "series": rows,
-            "sizes": [
-                {k: v for k, v in asdict(r).items() if k != "scans"} for r in results
-            ],
+            "sizes": [{k: v for k, v in asdict(r).items() if k != "scans"} for r in results],
             "scans": [{"size": r.size, **asdict(x)} for r in results for x in r.scans],
             "verdict": verdict(rows),
         }
