@@ -25,6 +25,7 @@ from kit.core.retry import RetryPolicy
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.core.trigger import QUEUED
 from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
+from kit.store.run_history import batch_bounds, in_batch
 from kit.store.scheduling import pg_array, pg_text_array
 
 MAX_ERROR_CHARS = 4000
@@ -102,7 +103,7 @@ class FinishResult:
 # whole for every run looked up (a 50,000-run burst cost PostgreSQL 111 s of CPU). The
 # runs are looked up by key in a CTE computed once (MATERIALIZED), so the range never
 # drives a scan that repeats the lookups; the job's columns are read by key per run.
-IN_BATCH = "r.run_id BETWEEN CAST(:lo AS uuid) AND CAST(:hi AS uuid)"
+IN_BATCH = in_batch("r")
 _CLAIM = f"""
 WITH locked AS MATERIALIZED (
     SELECT c.run_id, j.task_spec, j.timeout_s, c.due_at
@@ -149,7 +150,7 @@ def runs_claim(
         "worker_id": worker_id,
         "ttl_ms": ttl_ms,
         "now": now,
-        **batch_of(r for r, _ in wanted),
+        **batch_bounds(r for r, _ in wanted),
     }
     with engine.begin() as conn:
         rows = conn.execute(text(_CLAIM), params).all()
@@ -169,12 +170,6 @@ def runs_claim(
         )
         for row in rows
     ]
-
-
-def batch_of(run_ids: Iterable[str]) -> dict[str, str]:
-    """The :lo and :hi of IN_BATCH (uuid text sorts as the uuids do)."""
-    ids = [str(r).lower() for r in run_ids]
-    return {"lo": min(ids), "hi": max(ids)}
 
 
 def db_clock(engine: Engine) -> datetime:
@@ -238,7 +233,7 @@ def runs_heartbeat(
         "started": started_array((r for r, _ in leases), started_ms),
         "ttl_ms": ttl_ms,
         "now": now,
-        **batch_of(r for r, _ in leases),
+        **batch_bounds(r for r, _ in leases),
     }
     with engine.begin() as conn:
         kept = {str(row.run_id) for row in conn.execute(text(sql), params)}
@@ -369,7 +364,7 @@ def runs_finish_ok(
         "tokens": pg_text_array(t for _, t in leases),
         "started": started_array((r for r, _ in leases), started_ms),
         "now": now,
-        **batch_of(r for r, _ in leases),
+        **batch_bounds(r for r, _ in leases),
     }
     with engine.begin() as conn:
         rows = conn.execute(text(_FINISH_OK_BATCH), params).all()
@@ -599,7 +594,7 @@ def runs_mark_published_in(
             WHERE r.run_id = k.run_id AND k.status = 'pending' AND {IN_BATCH}
             """
         ),
-        {"run_ids": list(run_ids), "now": now, **batch_of(run_ids)},
+        {"run_ids": list(run_ids), "now": now, **batch_bounds(run_ids)},
     )
 
 
@@ -628,7 +623,7 @@ def runs_return(
                 "run_ids": [r for r, _ in leases],
                 "tokens": [t for _, t in leases],
                 "now": now,
-                **batch_of(r for r, _ in leases),
+                **batch_bounds(r for r, _ in leases),
             },
         ).all()
     return [pointer_of(row) for row in rows]
@@ -655,7 +650,7 @@ def runs_release(
                 "run_ids": [r for r, _ in leases],
                 "tokens": [t for _, t in leases],
                 "now": now,
-                **batch_of(r for r, _ in leases),
+                **batch_bounds(r for r, _ in leases),
             },
         ).all()
     return len(rows)

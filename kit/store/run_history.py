@@ -23,7 +23,7 @@ the fleet behind them. Creating a day also checks `runs_default` for rows of tha
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TypeVar
@@ -46,6 +46,20 @@ LOCK_TIMEOUT = "2s"
 DEFAULT_AHEAD_DAYS = 3
 _DAY_NAME = re.compile(r"^runs_(\d{4})(\d{2})(\d{2})$")
 _LIVE = "(" + ", ".join(f"'{s}'" for s in LIVE_RUN_STATUSES) + ")"
+
+
+def in_batch(alias: str) -> str:
+    """SQL bounding a batch of runs by its lowest and highest id (:lo, :hi; batch_bounds):
+    the planner keeps only the days the batch falls in. A range, checked in O(1) beside
+    a key; the batch's list there was evaluated whole per run looked up (kit.store.claims
+    says more)."""
+    return f"{alias}.run_id BETWEEN CAST(:lo AS uuid) AND CAST(:hi AS uuid)"
+
+
+def batch_bounds(run_ids: Iterable[str]) -> dict[str, str]:
+    """The :lo and :hi of in_batch (uuid text sorts as the uuids do)."""
+    ids = [str(r).lower() for r in run_ids]
+    return {"lo": min(ids), "hi": max(ids)}
 
 
 def partition_name(day: date) -> str:

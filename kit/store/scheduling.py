@@ -25,6 +25,7 @@ from sqlalchemy import Connection, text
 
 from kit.core.policies import OverlapPolicy
 from kit.core.trigger import TriggerKind
+from kit.store.run_history import batch_bounds, in_batch
 from kit.store.schema import BUSY_SQL
 
 
@@ -239,15 +240,14 @@ _INSERT_RUNS = text(
 # `status = 'retry_scheduled'` lets stale statistics send the planner through the whole
 # partial index of busy runs per batch (kit.store.claims._CLAIM says more).
 # The batch is also bounded by its lowest and highest id, which the planner prunes the
-# run history's days with (kit.store.claims.IN_BATCH says why a range); the ids come
-# sorted and each row is locked as it is looked up, so rows are locked in run id order.
-_IN_IDS = "run_id BETWEEN CAST(:lo AS uuid) AND CAST(:hi AS uuid)"
+# run history's days with (kit.store.run_history.in_batch); the ids come sorted and each
+# row is locked as it is looked up, so rows are locked in run id order.
 _RETRYING = f"""
     SELECT found.run_id, found.status, u.arg
     FROM unnest(CAST(:ids AS uuid[]), CAST(:args AS {{arg}}[])) AS u(id, arg)
     CROSS JOIN LATERAL (
         SELECT r.run_id, r.status FROM runs r
-        WHERE r.run_id = u.id AND r.{_IN_IDS}
+        WHERE r.run_id = u.id AND {in_batch("r")}
         FOR UPDATE OF r
         OFFSET 0
     ) AS found
@@ -257,7 +257,7 @@ _REARM = text(
     UPDATE runs SET status = 'pending', attempt = k.arg, dispatched_at = NULL,
         skip_reason = NULL
     FROM ({_RETRYING.format(arg="int")}) AS k
-    WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled' AND runs.{_IN_IDS}
+    WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled' AND {in_batch("runs")}
     RETURNING runs.run_id::text
     """
 )
@@ -266,7 +266,7 @@ _CANCEL_RETRIES = text(
     UPDATE runs SET status = 'cancelled', retry_at = NULL, finished_at = now(),
         error = 'retry not run: ' || k.arg
     FROM ({_RETRYING.format(arg="text")}) AS k
-    WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled' AND runs.{_IN_IDS}
+    WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled' AND {in_batch("runs")}
     """
 )
 # By row address: the scan locked these rows (FOR UPDATE), so their ctids are stable
@@ -300,6 +300,8 @@ _UPSERT_TRIGGERS = text(
         WHERE triggers.kind = 'schedule' AND triggers.job_version < EXCLUDED.job_version
     """
 )
+
+
 def partitions_lock_own(conn: Connection, node_id: str, epochs: Mapping[int, int]) -> set[int]:
     """Lock (FOR SHARE) this node's lease rows still held at the epoch it believes, and
     unexpired; the scan processes only these. A takeover waits for this transaction."""
@@ -398,7 +400,7 @@ def runs_rearm(conn: Connection, attempts: Mapping[str, int]) -> set[str]:
     if not attempts:
         return set()
     ids = sorted(attempts)
-    params = {"ids": ids, "args": [attempts[i] for i in ids], "lo": ids[0], "hi": ids[-1]}
+    params = {"ids": ids, "args": [attempts[i] for i in ids], **batch_bounds(ids)}
     return set(conn.execute(_REARM, params).scalars())
 
 
@@ -408,7 +410,7 @@ def runs_cancel_retries(conn: Connection, why_by_run: Mapping[str, str]) -> None
     ids = sorted(why_by_run)
     conn.execute(
         _CANCEL_RETRIES,
-        {"ids": ids, "args": [why_by_run[i] for i in ids], "lo": ids[0], "hi": ids[-1]},
+        {"ids": ids, "args": [why_by_run[i] for i in ids], **batch_bounds(ids)},
     )
 
 
