@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -193,6 +194,20 @@ def publisher(settings: Settings, prefix: str) -> Iterator[RunPublisher]:
 _TEST_TOPIC = re.compile(r"^cf[._](?!bench)")
 
 
+# One file per running pytest session (named by its pid), so a sweep can tell it is not alone.
+_SESSIONS = Path(tempfile.gettempdir()) / "cronfleet-pytest-sessions"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _topics(bootstrap: str) -> set[str]:
     from confluent_kafka.admin import AdminClient
 
@@ -206,17 +221,30 @@ def _drop_test_topics() -> Iterator[None]:
     broker left with thousands of them restarts slowly (log recovery per partition).
     Only topics made while this session ran: a topic that was there before belongs to
     someone else (a benchmark, or another session, whose run this sweep once broke by
-    deleting its topics mid-burst). Another session's topics made in the same window
-    can still go: run concurrent sessions only where that is acceptable."""
+    deleting its topics mid-burst). While another session runs beside this one, nothing
+    is deleted: the topics it made in the same window look like this session's."""
     bootstrap = load_settings().kafka_bootstrap
     try:
         before = _topics(bootstrap)
     except Exception:  # no broker: the tests that need one fail on their own
         before = None
+    _SESSIONS.mkdir(parents=True, exist_ok=True)
+    mine = _SESSIONS / str(os.getpid())
+    mine.touch()
     yield
+    mine.unlink(missing_ok=True)
     from confluent_kafka.admin import AdminClient
 
     if before is None:
+        return
+    others = []
+    for entry in _SESSIONS.iterdir():
+        if entry.name.isdigit() and _alive(int(entry.name)):
+            others.append(entry.name)
+        else:
+            entry.unlink(missing_ok=True)  # a session that died without its teardown
+    if others:
+        print(f"\nKafka test topics left in place: pytest sessions {others} still run")
         return
     try:
         admin = AdminClient({"bootstrap.servers": bootstrap})
