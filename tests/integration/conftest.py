@@ -198,16 +198,6 @@ _TEST_TOPIC = re.compile(r"^cf[._](?!bench)")
 _SESSIONS = Path(tempfile.gettempdir()) / "cronfleet-pytest-sessions"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _topics(bootstrap: str) -> set[str]:
     from confluent_kafka.admin import AdminClient
 
@@ -239,7 +229,7 @@ def _drop_test_topics() -> Iterator[None]:
         return
     others = []
     for entry in _SESSIONS.iterdir():
-        if entry.name.isdigit() and _alive(int(entry.name)):
+        if entry.name.isdigit() and _pid_alive(int(entry.name)):
             others.append(entry.name)
         else:
             entry.unlink(missing_ok=True)  # a session that died without its teardown
