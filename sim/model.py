@@ -527,7 +527,9 @@ class Model:
             ix = ids - t.origin
             untriggered = (t.status[ix] == NONE) & (t.fire[ix] > self.advanced_to[t.part[ix]])
             pos = np.searchsorted(held, ids)
-            in_held = (pos < held.size) & (held[np.minimum(pos, held.size - 1)] == ids)
+            in_held = np.zeros(ids.size, bool)  # nothing held: held[-1] would crash
+            if held.size:
+                in_held = (pos < held.size) & (held[np.minimum(pos, held.size - 1)] == ids)
             stays = untriggered | in_held
             t.status[ix[~stays]] = LOST
             if final:
