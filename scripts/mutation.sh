@@ -9,7 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 children="${1:-2}"
 shift || true
-python3 -m pip install -q -e ".[dev]" >/dev/null 2>&1 || python3 -m pip install -q "mutmut==3.8.1"
+# mutmut from the dev extra; installed only if missing (never re-points the editable
+# install of the kit at this checkout: other checkouts on the machine share it)
+python3 -c "import importlib.metadata as m; assert m.version('mutmut') == '3.8.1'" 2>/dev/null \
+  || python3 -m pip install -q "mutmut==3.8.1"
 if [ "$#" -eq 0 ] && [ -z "${MUTATION_RESUME:-}" ]; then rm -rf mutants; fi  # a full run starts clean
 export HYPOTHESIS_PROFILE=cronfleet
 # every property test at most this many examples per mutant (tests/conftest.py)
