@@ -1,3 +1,4 @@
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,41 @@ def test_every_accepted_transition_is_in_the_table():
             else:
                 assert t.run == run and t.reason
     assert used == rules  # and the table has no rule the functions never take
+
+
+# --- giving a run back (a stopping worker)
+
+
+def _running(token="t1", expires=5000):
+    return RunLease("r1", 3, RunStatus.running, token, "w1", expires)
+
+
+def test_release_ends_the_lease_a_millisecond_before_now_as_the_store_writes_it():
+    # kit.store.claims.runs_release: lease_expires_at = now - 1 ms
+    t = release_run(_running(), "t1", 2000)
+    assert t.accepted and t.event == "release"
+    assert t.run == replace(_running(), expires_at_ms=1999)  # token, worker, attempt kept
+    # the lease is over at `now`: no heartbeat, and the reaper takes it at once
+    assert heartbeat_run(t.run, "t1", 2000, TTL).reason == "lease expired at 1999"
+    assert expire_run(t.run, 2000).run.attempt == 4
+
+
+def test_release_and_return_refuse_another_token_and_a_run_not_running():
+    for give_back in (
+        lambda run, tok: release_run(run, tok, 2000),
+        lambda run, tok: return_run(run, tok, False),
+    ):
+        t = give_back(_running(), "t2")
+        assert (t.accepted, t.reason, t.run) == (False, "stale token", _running())
+        pending = RunLease("r1", 3, RunStatus.pending)
+        t = give_back(pending, "t1")
+        assert (t.accepted, t.reason) == (False, "not running: status is pending")
+
+
+def test_return_gives_an_unstarted_run_back_at_the_same_attempt_without_its_lease():
+    t = return_run(_running(), "t1", started=False)
+    assert t.accepted and t.event == "return"
+    assert t.run == RunLease("r1", 3, RunStatus.pending, None, None, None)
+    started = return_run(_running(), "t1", started=True)
+    assert not started.accepted and started.run == _running()
+    assert started.reason == "its task started: release it instead (the attempt counts)"

@@ -1,0 +1,125 @@
+"""Rules the full mutation run of kit/core (docs/mutation.md) found unguarded: each test
+asserts the rule as documented, not the mutant that showed it missing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kit.core.dispatch import rescan_at_once
+from kit.core.errors import FieldError
+from kit.core.policies import MisfirePolicy
+from kit.core.queue_task import QueueTask, TaskStatus, ack_task, lease_task
+from kit.core.task_policy import CommandPermit, TaskPolicy
+
+# --- dispatch
+
+
+def test_a_full_scan_that_took_one_trigger_scans_again_at_once():
+    assert rescan_at_once(True, 1) is True
+    assert rescan_at_once(True, 0) is False
+    assert rescan_at_once(False, 5) is False
+
+
+# --- misfire policy
+
+
+def test_a_misfire_object_may_leave_out_either_field():
+    assert MisfirePolicy.parse({"deadline_s": 30}) == MisfirePolicy("run_once", 30)
+    assert MisfirePolicy.parse({"kind": "skip_late"}) == MisfirePolicy("skip_late", 60)
+    assert MisfirePolicy.parse({}) == MisfirePolicy()
+
+
+# --- task policy
+
+
+def test_a_tenant_without_commands_has_no_permit_and_one_with_them_keeps_its_user():
+    policy = TaskPolicy.parse(
+        {
+            "tenants": {
+                "web": {"http_allow_hosts": ["10.0.0.1"]},
+                "ops": {"commands": ["/bin/true"], "run_as": "ops"},
+            }
+        }
+    )
+    assert policy.tenants["web"].commands is None
+    assert policy.tenants["ops"].commands == CommandPermit(frozenset({"/bin/true"}), "ops")
+
+
+def test_a_bad_host_list_is_named_by_its_tenant():
+    with pytest.raises(FieldError) as info:
+        TaskPolicy.parse({"tenants": {"acme": {"http_allow_hosts": "10.0.0.1"}}})
+    assert info.value.field == "tenants.acme.http_allow_hosts"
+
+
+# --- queue task
+
+
+def _task(**changes: object) -> QueueTask:
+    base = {
+        "task_id": "t",
+        "status": TaskStatus.queued,
+        "attempt": 0,
+        "max_attempts": 3,
+        "timeout_ms": 60_000,
+        "visible_at_ms": 1000,
+    }
+    return QueueTask(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def test_a_lease_of_one_millisecond_is_allowed_and_of_zero_is_not():
+    t = lease_task(_task(), "w", "tok", 1000, 1)
+    assert t.accepted is True and t.task.lease_expires_at_ms == 1001
+    with pytest.raises(ValueError, match=r"^lease_ms must be positive$"):
+        lease_task(_task(), "w", "tok", 1000, 0)
+
+
+def test_a_refused_lease_leaves_the_task_as_it_was_and_says_why():
+    done = _task(status=TaskStatus.done)
+    t = lease_task(done, "w", "tok", 5000, 1000)
+    assert (t.accepted, t.task, t.reason, t.event) == (
+        False,
+        done,
+        "not leasable: status is done",
+        None,
+    )
+    early = _task()
+    t = lease_task(early, "w", "tok", 999, 1000)
+    assert (t.accepted, t.task, t.reason) == (
+        False,
+        early,
+        "not visible until 1970-01-01T00:00:01Z",
+    )
+
+
+def test_the_last_attempts_expired_lease_dead_letters_the_task_without_its_lease():
+    leased = _task(
+        status=TaskStatus.leased,
+        attempt=3,
+        visible_at_ms=4000,
+        lease_token="old",
+        lease_expires_at_ms=4000,
+        deadline_ms=9000,
+        worker_id="w1",
+    )
+    t = lease_task(leased, "w2", "tok", 5000, 1000)
+    assert t.accepted and t.event == "expire_dead" and t.task.status is TaskStatus.dead
+    assert (t.task.lease_token, t.task.lease_expires_at_ms, t.task.deadline_ms) == (None,) * 3
+    assert t.task.dead_reason == "lease expired at 1970-01-01T00:00:04Z on attempt 3 of 3"
+    # a lease row without its expiry is dated by its visibility (which a lease sets)
+    t = lease_task(replace(leased, lease_expires_at_ms=None), "w2", "tok", 5000, 1000)
+    assert t.task.dead_reason == "lease expired at 1970-01-01T00:00:04Z on attempt 3 of 3"
+
+
+def test_an_ack_ends_the_lease_and_keeps_the_token_for_a_replay():
+    leased = lease_task(_task(), "w", "tok", 1000, 5000).task
+    t = ack_task(leased, "tok", 2000)
+    assert t.accepted and t.task.status is TaskStatus.done
+    assert (t.task.lease_expires_at_ms, t.task.deadline_ms) == (None, None)
+    assert t.task.lease_token == "tok"
+    replay = ack_task(t.task, "tok", 9000)
+    assert replay.accepted and replay.event == "ack_replay" and replay.task == t.task
+    refused = ack_task(t.task, "other", 9000)
+    assert refused.accepted is False and refused.task == t.task
+    assert refused.reason == "task is not leased: status is done"
