@@ -256,6 +256,18 @@ CASES = [
         "must be between 1970-01-01T00:00:00+00:00 and 9999-01-01T00:00:00+00:00 (exclusive)",
     ),
     (
+        "instant range naive datetime",
+        lambda: check_instant_range(datetime(2030, 1, 1), "window.from"),
+        "window.from",
+        "needs a UTC offset or 'Z' (naive times are ambiguous)",
+    ),
+    (
+        "instant range the upper bound itself",
+        lambda: check_instant_range(datetime(9999, 1, 1, tzinfo=UTC), "at"),
+        "at",
+        "must be between 1970-01-01T00:00:00+00:00 and 9999-01-01T00:00:00+00:00 (exclusive)",
+    ),
+    (
         "instant range high",
         lambda: check_instant_range(datetime(9999, 6, 1, tzinfo=UTC), "at"),
         "at",

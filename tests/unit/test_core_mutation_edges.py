@@ -123,3 +123,45 @@ def test_an_ack_ends_the_lease_and_keeps_the_token_for_a_replay():
     refused = ack_task(t.task, "other", 9000)
     assert refused.accepted is False and refused.task == t.task
     assert refused.reason == "task is not leased: status is done"
+
+
+# --- instants are answered in UTC whatever the machine's zone
+
+
+@pytest.fixture
+def kolkata_local_time(monkeypatch: pytest.MonkeyPatch):
+    """The process's local zone set to +05:30 (what astimezone() with no zone uses)."""
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_an_instant_is_checked_from_its_first_moment_and_returned_in_utc(kolkata_local_time):
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from kit.core.schedule import MIN_INSTANT, check_instant_range
+
+    assert check_instant_range(MIN_INSTANT, "at") == MIN_INSTANT
+    got = check_instant_range(datetime(2030, 1, 1, 9, tzinfo=timezone(timedelta(hours=2))), "at")
+    assert got == datetime(2030, 1, 1, 7, tzinfo=UTC) and got.tzinfo is UTC
+
+
+def test_a_backfill_into_the_future_names_now_in_utc(kolkata_local_time):
+    from datetime import UTC, datetime
+
+    from kit.core.owed import ScheduleEra, plan_backfill
+    from kit.core.schedule import CronSchedule
+
+    era = ScheduleEra(CronSchedule("0 * * * *"), since=datetime(2030, 1, 1, tzinfo=UTC))
+    now = datetime(2030, 1, 2, tzinfo=UTC)
+    with pytest.raises(FieldError) as info:
+        plan_backfill(
+            "j", [era], datetime(2030, 1, 1, tzinfo=UTC), datetime(2030, 1, 3, tzinfo=UTC), now, 10
+        )
+    assert (
+        info.value.reason == "is in the future; a backfill ends at most now (2030-01-02T00:00:00Z)"
+    )

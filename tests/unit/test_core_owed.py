@@ -177,3 +177,91 @@ def test_backfill_before_the_job_existed_uses_the_schedule_it_was_created_with()
     era = ScheduleEra(CronSchedule("0 0 * * *"), since=utc(2030, 1, 20))
     plan = plan_backfill(JOB, [era], utc(2030, 1, 1), utc(2030, 1, 8), utc(2030, 1, 25), 100)
     assert [f.at.day for f in plan.fires] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_explain_words_each_outcome_and_keeps_its_fire_and_run() -> None:
+    era = ScheduleEra(CronSchedule("* * * * *"), since=utc(2030, 1, 1))
+    fires = owed_fires(JOB, [era], utc(2030, 1, 2, 0, 0), utc(2030, 1, 2, 0, 9), 10)
+    now = utc(2030, 1, 2, 0, 5)
+    runs = {
+        fires[0].run_id: RunView(fires[0].run_id, "skipped", skip_reason="overlap"),
+        fires[1].run_id: RunView(fires[1].run_id, "skipped", skip_reason="misfire"),
+        fires[2].run_id: RunView(fires[2].run_id, "skipped"),  # no reason recorded
+        fires[3].run_id: RunView(fires[3].run_id, "skipped", skip_reason="a new reason"),
+        fires[8].run_id: RunView(fires[8].run_id, "pending"),
+    }
+    # fire 4 (00:04) is 60 s old, 5 (00:05) is due now, 6 and 7 are in the future
+    got = explain_fires(fires, runs, now, due_grace_ms=60_000)
+    assert [(e.outcome, e.reason) for e in got] == [
+        (Outcome.skipped, "a run of the job was still active (overlap: forbid)"),
+        (
+            Outcome.skipped,
+            "the fire was late after an outage and the misfire policy skipped it",
+        ),
+        (Outcome.skipped, "skipped"),
+        (Outcome.skipped, "a new reason"),  # a reason explain has no words for, as recorded
+        (Outcome.missing, "no run was recorded for this fire"),  # exactly the grace old
+        (Outcome.not_yet_due, "due moments ago"),  # its time is now
+        (Outcome.not_yet_due, "its time has not come"),
+        (Outcome.not_yet_due, "its time has not come"),
+        (Outcome.ran, None),
+    ]
+    assert [e.fire for e in got] == fires
+    assert [e.run for e in got] == [runs.get(f.run_id) for f in fires]
+    # a millisecond inside the grace, a fire is not yet due
+    inside = explain_fires(fires[4:5], {}, now - timedelta(milliseconds=1), due_grace_ms=60_000)
+    assert (inside[0].outcome, inside[0].reason) == (Outcome.not_yet_due, "due moments ago")
+
+
+def test_dst_notes_word_each_case_and_read_the_second_of_a_repeated_hour() -> None:
+    # Europe/Paris: 02:00-03:00 is skipped on 2030-03-31 and repeated on 2030-10-27
+    fixed = CronSchedule("30 2 * * *", "Europe/Paris")
+    hourly = CronSchedule("30 * * * *", "Europe/Paris")
+    assert dst_note(fixed, utc(2030, 3, 31, 1, 30)) == (
+        "the wall-clock time did not exist (clocks sprang forward): fired once, "
+        "moved forward by the gap to 03:30"
+    )
+    first, second = utc(2030, 10, 27, 0, 30), utc(2030, 10, 27, 1, 30)  # 02:30 CEST, CET
+    assert dst_note(fixed, first) == (
+        "the wall-clock time happened twice (clocks fell back): fired at the first only"
+    )
+    both = "the wall-clock time happened twice (clocks fell back): fired at both"
+    assert dst_note(hourly, first) == both
+    assert dst_note(hourly, second) == both
+    assert dst_note(IntervalSchedule(3600, utc(2030, 1, 1)), first) is None
+
+
+def test_a_backfill_may_ask_for_exactly_its_most_and_spans_every_era() -> None:
+    eras = [
+        ScheduleEra(CronSchedule("0 * * * *"), since=utc(2030, 1, 1)),
+        ScheduleEra(CronSchedule("30 * * * *"), since=utc(2030, 1, 1, 2, 10)),
+        ScheduleEra(CronSchedule("15 * * * *"), since=utc(2030, 1, 1, 4, 10)),
+    ]
+    plan = plan_backfill(JOB, eras, utc(2030, 1, 1), utc(2030, 1, 1, 5), utc(2030, 1, 2), 6)
+    assert [(f.at.hour, f.at.minute, f.era) for f in plan.fires] == [
+        (0, 0, 0),
+        (1, 0, 0),
+        (2, 0, 0),
+        (2, 30, 1),
+        (3, 30, 1),
+        (4, 15, 2),
+    ]
+    assert [f.run_id for f in plan.fires] == [run_id(JOB, f.at) for f in plan.fires]
+    with pytest.raises(FieldError, match="more than 5 fires"):
+        plan_backfill(JOB, eras, utc(2030, 1, 1), utc(2030, 1, 1, 5), utc(2030, 1, 2), 5)
+
+
+def test_a_backfill_counts_what_was_written_ahead_of_an_edit_only_when_told() -> None:
+    # the edit lands a millisecond before 00:07: runs written ahead of it (5 s) include
+    # 00:07, and with none written ahead (the default) 00:07 belongs to the new schedule
+    eras = [
+        ScheduleEra(CronSchedule("* * * * *"), since=utc(2030, 1, 1)),
+        ScheduleEra(
+            CronSchedule("*/5 * * * *"), since=utc(2030, 1, 1, 0, 7) - timedelta(milliseconds=1)
+        ),
+    ]
+    start, end, now = utc(2030, 1, 1, 0, 6), utc(2030, 1, 1, 0, 11), utc(2030, 1, 2)
+    plain = plan_backfill(JOB, eras, start, end, now, 10)
+    ahead = plan_backfill(JOB, eras, start, end, now, 10, written_ahead_ms=5000)
+    assert [f.at.minute for f in plain.fires] == [6, 10]
+    assert [f.at.minute for f in ahead.fires] == [6, 7, 10]
