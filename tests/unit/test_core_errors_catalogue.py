@@ -238,6 +238,12 @@ CASES = [
         "must be an ISO 8601 time with an offset",
     ),
     (
+        "instant lowercase z",  # ISO 8601 names UTC by a capital Z only
+        lambda: parse_instant("2030-01-01T00:00:00z", "at"),
+        "at",
+        "'2030-01-01T00:00:00z' is not an ISO 8601 time",
+    ),
+    (
         "instant naive",
         lambda: parse_instant("2030-01-01T00:00:00", "at"),
         "at",

@@ -165,3 +165,81 @@ def test_a_backfill_into_the_future_names_now_in_utc(kolkata_local_time):
     assert (
         info.value.reason == "is in the future; a backfill ends at most now (2030-01-02T00:00:00Z)"
     )
+
+
+def test_an_interval_anchor_is_kept_in_utc(kolkata_local_time):
+    from datetime import UTC, datetime
+
+    from kit.core.schedule import parse_schedule
+
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    s = parse_schedule({"every_s": 60, "anchor": "2030-01-01T09:00:00.5+02:00"}, now)
+    assert s.anchor == datetime(2030, 1, 1, 7, tzinfo=UTC) and s.anchor.tzinfo is UTC
+
+
+# --- schedule bounds
+
+
+def test_interval_and_instant_bounds_are_inclusive():
+    from datetime import UTC, datetime
+
+    from kit.core.schedule import (
+        MAX_INSTANT_CHARS,
+        MAX_INTERVAL_S,
+        MIN_INTERVAL_S,
+        parse_instant,
+        parse_schedule,
+    )
+
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    for every in (MIN_INTERVAL_S, MAX_INTERVAL_S):
+        assert parse_schedule({"every_s": every}, now).every_s == every
+    longest = "2030-01-01T00:00:00." + "0" * (MAX_INSTANT_CHARS - 26) + "+00:00"
+    assert len(longest) == MAX_INSTANT_CHARS
+    assert parse_instant(longest, "at") == now
+
+
+# --- partitions: the hash is stable (a job's partition never moves on an upgrade)
+
+
+def test_a_jobs_partition_is_a_fixed_function_of_its_id():
+    from kit.core.partitions import partition_of, partitions_of
+
+    ids = ["job-1", "0b7a39a4-9a55-4a7e-8f6d-5d1c3c1f0001", ""]
+    # blake2b, 8-byte digest, big-endian, modulo the count
+    assert [partition_of(j) for j in ids] == [363, 703, 692]
+    assert partition_of("job-1", 7) == 136856926666863979 % 7
+    assert partitions_of(ids) == [363, 703, 692]
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=r"^partitions must be at least 1$"):
+            partition_of("job-1", bad)
+        with pytest.raises(ValueError, match=r"^partitions must be at least 1$"):
+            partitions_of(ids, bad)
+
+
+# --- retention
+
+
+def test_the_cutoff_reaches_back_exactly_the_retention():
+    from kit.core.retention import DAY_MS, plan_run_days, run_days_wanted, run_history_cutoff_ms
+
+    now = 10 * DAY_MS + 100_000  # 100 s into day 10
+    assert run_history_cutoff_ms(now, 3 * 86_400) == 7 * DAY_MS
+    assert run_history_cutoff_ms(now, 3 * 86_400 + 100) == 7 * DAY_MS
+    assert run_history_cutoff_ms(now, 3 * 86_400 + 101) == 6 * DAY_MS
+    with pytest.raises(ValueError, match=r"^ahead_days must be >= 0$"):
+        run_days_wanted(now, -1)
+    with pytest.raises(ValueError, match=r"^retention_s must be >= 0$"):
+        plan_run_days(now, [], 1, -1)
+
+
+# --- the timer wheel
+
+
+def test_items_due_together_in_one_tier_pop_in_the_order_they_were_added():
+    from kit.core.dispatch import TimerWheel
+
+    wheel: TimerWheel[str] = TimerWheel()
+    for item in ("c", "a", "b", "a2"):
+        wheel.add(1000, item, "normal")
+    assert wheel.pop_due(1000) == ["c", "a", "b", "a2"]
