@@ -269,3 +269,86 @@ def test_an_edit_keeps_or_records_the_fire_it_owed():
     # nothing owed yet (before the occurrence), or no trigger at all: from now
     assert trigger_after_edit(old_fire, 600_000, half, 0, noon - 1) == EditedTrigger(None)
     assert trigger_after_edit(None, 0, hourly, 0, noon) == EditedTrigger(None)
+
+
+# -- edges the full mutation run found unguarded --------------------------------------
+
+
+def test_a_retry_decision_is_whole():
+    from kit.core.trigger import DROP_MALFORMED, Rearm, TriggerDecision
+
+    t = trig(T0 + 3000, kind="retry", attempt=2, run_scheduled_at_ms=T0 - 5000)
+    rid = run_id(JOB, T0 - 5000)
+    job = every(60, priority="high")
+    assert decide_trigger(t, job, now_ms=T0, horizon_ms=T0 + 5000) == TriggerDecision(
+        t, delete=True, rearm=Rearm(rid, JOB, 2, T0 - 5000, T0 + 3000, "high")
+    )
+    paused = every(60, paused=True)
+    assert decide_trigger(t, paused, now_ms=T0, horizon_ms=T0 + 5000) == TriggerDecision(
+        t, delete=True, cancel_run_id=rid, dropped="paused"
+    )
+    assert decide_trigger(t, None, now_ms=T0, horizon_ms=T0 + 5000) == TriggerDecision(
+        t, delete=True, cancel_run_id=rid, dropped=DROP_JOB_GONE
+    )
+    nameless = trig(T0 + 3000, kind="retry", attempt=2)
+    assert decide_trigger(nameless, job, now_ms=T0, horizon_ms=T0 + 5000) == TriggerDecision(
+        nameless, delete=True, dropped=DROP_MALFORMED
+    )
+    assert DROP_MALFORMED == "retry trigger names no run"
+
+
+def test_a_scan_passes_its_limits_to_every_trigger():
+    ds = decide_scan([trig(T0)], {JOB: every(1)}, {}, now_ms=T0, horizon_ms=T0 + 5000, max_fires=2)
+    assert [r.scheduled_at_ms for r in ds[0].runs] == [T0, T0 + 1000]
+    assert ds[0].next_fire_at_ms == T0 + 2000
+
+
+def test_a_scan_keeps_the_active_count_a_skipped_fire_leaves():
+    # one run active: the first trigger's fire is skipped, and so is the second's
+    job = every(600, overlap=OverlapPolicy.forbid)
+    ds = decide_scan(
+        [trig(T0), trig(T0 + 500)], {JOB: job}, {JOB: 1}, now_ms=T0, horizon_ms=T0 + 5000
+    )
+    assert [r.skip_reason for d in ds for r in d.runs] == ["overlap", "overlap"]
+
+
+def test_a_scan_counts_nothing_for_a_fire_the_misfire_policy_skipped():
+    # the first fire is late beyond its deadline (skipped), so nothing is active when the
+    # second is due on time: it fires
+    late = T0 - MISFIRE_GRACE_MS - 1
+    job = JobView(
+        JOB,
+        1,
+        OneOffSchedule(from_epoch_ms(late)),
+        overlap=OverlapPolicy.forbid,
+        misfire=MisfirePolicy("skip_late", 0),
+    )
+    ds = decide_scan([trig(late), trig(T0)], {JOB: job}, {}, now_ms=T0, horizon_ms=T0 + 5000)
+    assert [(r.status, r.skip_reason) for d in ds for r in d.runs] == [
+        ("skipped", "misfire"),
+        ("pending", None),
+    ]
+
+
+def test_a_retry_rearmed_earlier_in_the_scan_is_active_for_the_jobs_next_fire():
+    job = every(600, overlap=OverlapPolicy.forbid)
+    retry = trig(T0 - 10, kind="retry", attempt=2, run_scheduled_at_ms=T0 - 600_000)
+    ds = decide_scan([trig(T0), retry], {JOB: job}, {}, now_ms=T0, horizon_ms=T0 + 5000)
+    assert ds[0].rearm is not None
+    assert [r.skip_reason for r in ds[1].runs] == ["overlap"]
+
+
+def test_after_a_replace_the_scan_counts_only_the_new_runs():
+    job = every(600, overlap=OverlapPolicy.replace)
+    ds = decide_scan(
+        [trig(T0), trig(T0 + 500)], {JOB: job}, {JOB: 3}, now_ms=T0, horizon_ms=T0 + 5000
+    )
+    assert [d.cancel_active for d in ds] == [True, True]
+    assert [r.status for d in ds for r in d.runs] == ["pending", "pending"]
+
+
+def test_held_back_uses_the_overlap_horizon_it_is_given():
+    job = every(600, overlap=OverlapPolicy.forbid)
+    t = trig(T0 + 1500)
+    assert held_back(t, job, T0, T0 + 5000) is True
+    assert held_back(t, job, T0, T0 + 5000, overlap_horizon_ms=2000) is False
