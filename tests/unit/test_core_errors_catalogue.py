@@ -202,6 +202,12 @@ CASES = [
     ),
     ("cron long", lambda: parse_cron("* " * 130), "cron", "has 260 characters; at most 256"),
     (
+        "timezone of the longest length, unknown",
+        lambda: parse_timezone("Europe/" + "x" * 57),
+        "timezone",
+        "unknown time zone 'Europe/" + "x" * 57 + "'",
+    ),
+    (
         "cron fields",
         lambda: parse_cron("* * * *"),
         "cron",

@@ -243,3 +243,29 @@ def test_items_due_together_in_one_tier_pop_in_the_order_they_were_added():
     for item in ("c", "a", "b", "a2"):
         wheel.add(1000, item, "normal")
     assert wheel.pop_due(1000) == ["c", "a", "b", "a2"]
+
+
+def test_a_cron_of_the_longest_length_is_read():
+    from kit.core.schedule import MAX_CRON_CHARS, parse_cron
+
+    longest = "0" + " " * (MAX_CRON_CHARS - 8) + "* * * *"
+    assert len(longest) == MAX_CRON_CHARS
+    assert parse_cron(longest) == "0 * * * *"
+
+
+# --- redaction of a cut excerpt
+
+
+def test_an_excerpt_loses_the_longest_secrets_length_at_each_cut_edge():
+    from kit.core.redaction import MASK, scrub_excerpt
+
+    secret = "hunter22"  # 8 characters
+    assert scrub_excerpt("0123456789abcdef", [secret, "abc"], True, False) == "…89abcdef"
+    assert scrub_excerpt("0123456789abcdef", [secret], False, True) == "01234567…"
+    assert scrub_excerpt("0123456789abcdef", [secret], True, True) == "……"
+    assert scrub_excerpt("xx hunter22 yy", [secret], False, False) == f"xx {MASK} yy"
+    # shorter than the edge: nothing of it is kept
+    assert scrub_excerpt("ab", [secret], False, True) == "…"
+    # no secret long enough to recognise: an excerpt is kept whole
+    assert scrub_excerpt("0123456789", ["abc"], True, True) == "0123456789"
+    assert scrub_excerpt("0123456789", [], True, True) == "0123456789"
