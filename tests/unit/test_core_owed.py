@@ -265,3 +265,97 @@ def test_a_backfill_counts_what_was_written_ahead_of_an_edit_only_when_told() ->
     ahead = plan_backfill(JOB, eras, start, end, now, 10, written_ahead_ms=5000)
     assert [f.at.minute for f in plain.fires] == [6, 10]
     assert [f.at.minute for f in ahead.fires] == [6, 7, 10]
+
+
+def test_owed_fires_refuses_naive_bounds_and_a_negative_limit_and_takes_zero() -> None:
+    era = ScheduleEra(CronSchedule("0 * * * *"), since=utc(2030, 1, 1))
+    naive = datetime(2030, 1, 2)
+    for start, end in ((utc(2030, 1, 1), naive), (naive, utc(2030, 1, 3))):
+        with pytest.raises(ValueError, match=r"^start and end must be aware datetimes$"):
+            owed_fires(JOB, [era], start, end, 10)
+    with pytest.raises(ValueError, match=r"^limit must not be negative$"):
+        owed_fires(JOB, [era], utc(2030, 1, 1), utc(2030, 1, 2), -1)
+    assert owed_fires(JOB, [era], utc(2030, 1, 1), utc(2030, 1, 2), 0) == []
+    assert owed_fires(JOB, [], utc(2030, 1, 1), utc(2030, 1, 2), 10) == []
+    later = ScheduleEra(CronSchedule("0 * * * *"), since=None)
+    with pytest.raises(ValueError, match=r"^only the first era may begin in the unbounded past$"):
+        owed_fires(JOB, [era, later], utc(2030, 1, 1), utc(2030, 1, 2), 10)
+
+
+def test_a_range_starting_a_microsecond_after_a_fire_leaves_it_out() -> None:
+    era = ScheduleEra(CronSchedule("0 * * * *"), since=utc(2030, 1, 1))
+    start = utc(2030, 1, 2, 3) + timedelta(microseconds=1)
+    fires = owed_fires(JOB, [era], start, utc(2030, 1, 2, 6), 10)
+    assert [f.at.hour for f in fires] == [4, 5]
+
+
+def test_a_fire_at_the_edit_itself_was_written_by_the_old_schedule() -> None:
+    eras = [
+        ScheduleEra(CronSchedule("0 * * * *"), since=utc(2030, 1, 1)),
+        ScheduleEra(CronSchedule("30 * * * *"), since=utc(2030, 1, 2, 2)),
+    ]
+    fires = owed_fires(JOB, eras, utc(2030, 1, 2, 1), utc(2030, 1, 2, 4), 10)
+    assert [(f.at, f.era) for f in fires] == [
+        (utc(2030, 1, 2, 1), 0),
+        (utc(2030, 1, 2, 2), 0),
+        (utc(2030, 1, 2, 2, 30), 1),
+        (utc(2030, 1, 2, 3, 30), 1),
+    ]
+    # and the default is that nothing is written ahead of its time
+    assert owed_fires(JOB, eras, utc(2030, 1, 2, 1), utc(2030, 1, 2, 4), 10, 0) == fires
+
+
+def test_the_limit_stops_at_an_earlier_era() -> None:
+    eras = [
+        ScheduleEra(CronSchedule("0 * * * *"), since=utc(2030, 1, 1)),
+        ScheduleEra(CronSchedule("30 * * * *"), since=utc(2030, 1, 2, 2, 10)),
+    ]
+    fires = owed_fires(JOB, eras, utc(2030, 1, 2, 1), utc(2030, 1, 2, 6), 2)
+    assert [(f.at, f.era) for f in fires] == [(utc(2030, 1, 2, 1), 0), (utc(2030, 1, 2, 2), 0)]
+
+
+def test_a_fire_the_edit_recorded_as_skipped_is_named_and_bounded_like_any_other() -> None:
+    every20 = CronSchedule("*/20 * * * *")
+    eras = [
+        ScheduleEra(every20, since=utc(2030, 1, 1, 20), jitter_offset_ms=1_200_000),
+        ScheduleEra(CronSchedule("*/30 * * * *"), since=utc(2030, 1, 1, 20, 30, 1)),
+    ]
+    at = utc(2030, 1, 1, 20, 40)  # 20:20 + 20 min of jitter
+    (edited,) = owed_fires(JOB, eras, at, at + timedelta(minutes=1), 10)
+    assert (edited.at, edited.nominal, edited.run_id, edited.era) == (
+        at,
+        utc(2030, 1, 1, 20, 20),
+        run_id(JOB, at),
+        0,
+    )
+    assert owed_fires(JOB, eras, at - timedelta(minutes=5), at, 10) == []
+
+
+def test_an_occurrence_carried_over_fires_at_the_new_jitter() -> None:
+    every20 = CronSchedule("*/20 * * * *")
+    eras = [
+        ScheduleEra(every20, since=utc(2030, 1, 1, 20), jitter_offset_ms=1_200_000),
+        ScheduleEra(every20, since=utc(2030, 1, 1, 20, 30), jitter_offset_ms=60_000),
+    ]
+    fires = owed_fires(JOB, eras, utc(2030, 1, 1, 20), utc(2030, 1, 1, 21, 2), 10)
+    assert [(f.at, f.nominal, f.era) for f in fires] == [
+        (utc(2030, 1, 1, 20, 21), utc(2030, 1, 1, 20, 20), 1),
+        (utc(2030, 1, 1, 20, 41), utc(2030, 1, 1, 20, 40), 1),
+        (utc(2030, 1, 1, 21, 1), utc(2030, 1, 1, 21), 1),
+    ]
+
+
+def test_an_edit_is_decided_against_the_schedule_that_follows_it() -> None:
+    # three eras: the held-back 20:20 goes to the third era's schedule, which has it
+    every20 = CronSchedule("*/20 * * * *")
+    eras = [
+        ScheduleEra(CronSchedule("0 0 1 1 *"), since=utc(2030, 1, 1, 19)),
+        ScheduleEra(every20, since=utc(2030, 1, 1, 20), jitter_offset_ms=1_200_000),
+        ScheduleEra(every20, since=utc(2030, 1, 1, 20, 30)),
+    ]
+    fires = owed_fires(JOB, eras, utc(2030, 1, 1, 19), utc(2030, 1, 1, 21, 1), 10)
+    assert [(f.at, f.era) for f in fires] == [
+        (utc(2030, 1, 1, 20, 20), 2),
+        (utc(2030, 1, 1, 20, 40), 2),
+        (utc(2030, 1, 1, 21), 2),
+    ]
