@@ -54,8 +54,10 @@ def _fire(run_id: str) -> OwedFire:
 @pytest.mark.parametrize(
     ("run", "reason"),
     [
-        (RunView("r", "pending", skip_reason="queued"), "queued behind an active run of the job"
-         " (overlap: queue)"),
+        (
+            RunView("r", "pending", skip_reason="queued"),
+            "queued behind an active run of the job (overlap: queue)",
+        ),
         (RunView("r", "pending"), None),
         (RunView("r", "succeeded", skip_reason="queued"), None),
         (RunView("r", "succeeded", trigger_kind="backfill"), "run by a backfill"),

@@ -83,3 +83,9 @@ def test_a_named_tuple_is_read_by_its_field_names_not_its_order():
     check_single_holder([Event("a", 4, 1), Event("b", 4, 2)])  # two partitions, not (a, 4)
     with pytest.raises(InvariantViolation, match="partition 1 epoch 4 held by both a and b"):
         check_single_holder([Event("a", 4, 1), Event("b", 4, 1)])
+
+
+def test_epochs_are_read_by_name_from_leases_and_rows():
+    with pytest.raises(InvariantViolation, match="partition 2 epoch went back from 5 to 4"):
+        check_monotonic_epochs([PartitionLease(2, "a", 5, 0), {"partition_id": 2, "epoch": 4}])
+    check_monotonic_epochs([PartitionLease(2, "a", 5, 0), {"partition_id": 3, "epoch": 4}])

@@ -269,3 +269,32 @@ def test_an_excerpt_loses_the_longest_secrets_length_at_each_cut_edge():
     # no secret long enough to recognise: an excerpt is kept whole
     assert scrub_excerpt("0123456789", ["abc"], True, True) == "0123456789"
     assert scrub_excerpt("0123456789", [], True, True) == "0123456789"
+
+
+# --- retry backoff
+
+
+def test_backoff_follows_its_formula_up_to_the_64th_attempt_and_draws_zero_too():
+    import random
+
+    from kit.core.retry import RetryPolicy, backoff_ceiling_ms, backoff_delay_ms
+
+    tiny = RetryPolicy(max_attempts=100, base_s=1e-20, cap_s=60.0)
+    assert backoff_ceiling_ms(tiny, 64) == round(1e-17 * 2**63)  # 92 ms, under the cap
+    with pytest.raises(ValueError, match=r"^attempt is 1-based$"):
+        backoff_ceiling_ms(tiny, 0)
+    one_ms = RetryPolicy(base_s=0.001, cap_s=0.001)
+    draws = {backoff_delay_ms(one_ms, 1, random.Random(seed)) for seed in range(20)}
+    assert draws == {0, 1}
+
+
+# --- recovery
+
+
+def test_a_partition_never_committed_has_read_nothing():
+    from kit.core.recovery import QueueSample, caught_up_at
+
+    samples = [QueueSample(1000, {0: 1, 1: 0}), QueueSample(2000, {0: 1, 1: 1})]
+    assert caught_up_at(samples, {0: 1}) == 1000  # partition 1 had nothing at 1000
+    assert caught_up_at(samples, {0: 1, 1: 1}) == 2000
+    assert caught_up_at(samples, {}) is None

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -352,3 +353,59 @@ def test_held_back_uses_the_overlap_horizon_it_is_given():
     t = trig(T0 + 1500)
     assert held_back(t, job, T0, T0 + 5000) is True
     assert held_back(t, job, T0, T0 + 5000, overlap_horizon_ms=2000) is False
+
+
+def test_a_one_off_within_a_millisecond_fires_once():
+    # the schedule's instant is 0.5 ms after the trigger's millisecond: its next fire
+    # after the trigger time is the same millisecond, which must not fire again
+    at = from_epoch_ms(T0) + timedelta(microseconds=500)
+    job = JobView(JOB, 1, OneOffSchedule(at), paused=False, overlap=OverlapPolicy.forbid)
+    d = decide_trigger(trig(T0), job, now_ms=T0, horizon_ms=T0 + 5000)
+    assert [r.scheduled_at_ms for r in d.runs] == [T0] and d.next_fire_at_ms is None
+    paused = JobView(JOB, 1, OneOffSchedule(at), paused=True)
+    d = decide_trigger(trig(T0), paused, now_ms=T0, horizon_ms=T0 + 5000)
+    assert [(r.scheduled_at_ms, r.skip_reason) for r in d.runs] == [(T0, "paused")]
+
+
+def test_the_general_rules_decide_whole_decisions():
+    from kit.core.trigger import PlannedRun, TriggerDecision, decide_trigger_full
+
+    job = every(60, priority="low")
+    gone = trig(T0)
+    assert decide_trigger_full(gone, None, T0, T0 + 5000) == TriggerDecision(
+        gone, delete=True, dropped=DROP_JOB_GONE
+    )
+    stale = trig(T0, version=0)
+    assert decide_trigger_full(stale, job, T0, T0 + 5000) == TriggerDecision(
+        stale, delete=True, dropped=DROP_STALE_VERSION
+    )
+    manual = trig(T0 + 100, kind="manual")
+    assert decide_trigger_full(manual, job, T0, T0 + 5000) == TriggerDecision(
+        manual,
+        delete=True,
+        runs=(PlannedRun(run_id(JOB, T0 + 100), JOB, T0 + 100, "pending", "low", "manual"),),
+    )
+    on_time = trig(T0)
+    paused = every(60, paused=True)
+    d = decide_trigger_full(on_time, paused, T0, T0 + 5000)
+    assert d.trigger == on_time and d.delete and d.next_fire_at_ms == T0 + 60_000
+    assert [(r.status, r.trigger_kind, r.skip_reason) for r in d.runs] == [
+        ("skipped", "schedule", "paused")
+    ]
+    # no active runs unless told; the overlap horizon is the one given
+    forbid = every(60, overlap=OverlapPolicy.forbid)
+    assert decide_trigger_full(on_time, forbid, T0, T0 + 5000).runs[0].fired
+    later = trig(T0 + 1500)
+    assert not decide_trigger_full(later, forbid, T0, T0 + 5000).delete
+    assert decide_trigger_full(later, forbid, T0, T0 + 5000, overlap_horizon_ms=2000).delete
+    with pytest.raises(ValueError, match=r"^max_fires must be at least 1$"):
+        decide_trigger_full(on_time, job, T0, T0 + 5000, max_fires=0)
+
+
+def test_an_occurrence_due_at_the_edit_itself_is_owed():
+    from kit.core.trigger import EditedTrigger, trigger_after_edit
+
+    hourly = CronSchedule("0 * * * *")
+    # nominal T0 (a top of the hour), jitter 30 s: due at T0 + 30 s, edited at T0
+    assert trigger_after_edit(T0 + 30_000, 30_000, hourly, 5_000, T0) == EditedTrigger(T0 + 5_000)
+    assert trigger_after_edit(T0 + 30_000, 30_000, hourly, 5_000, T0 - 1) == EditedTrigger(None)
