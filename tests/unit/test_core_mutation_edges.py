@@ -298,3 +298,33 @@ def test_a_partition_never_committed_has_read_nothing():
     assert caught_up_at(samples, {0: 1}) == 1000  # partition 1 had nothing at 1000
     assert caught_up_at(samples, {0: 1, 1: 1}) == 2000
     assert caught_up_at(samples, {}) is None
+
+
+# --- misfire and overlap policies
+
+
+def test_skip_late_fires_up_to_exactly_its_deadline():
+    from kit.core.policies import plan_misfire
+
+    now = 100_000
+    plan = plan_misfire(
+        [now - 10_000, now - 10_001, now - 10_005], now, MisfirePolicy("skip_late", 10)
+    )
+    assert (plan.fire_ms, plan.skipped_ms) == ([now - 10_000], [now - 10_005, now - 10_001])
+    assert MisfirePolicy("skip_late", 7 * 86_400).deadline_s == 7 * 86_400  # the longest
+
+
+def test_a_negative_running_count_is_a_bug():
+    from kit.core.policies import OverlapPolicy, decide_overlap
+
+    with pytest.raises(ValueError, match=r"^running_count must not be negative$"):
+        decide_overlap(OverlapPolicy.forbid, -1)
+
+
+def test_the_core_refuses_a_naive_datetime_by_saying_so():
+    from datetime import datetime
+
+    from kit.core.timeutil import to_epoch_ms
+
+    with pytest.raises(ValueError, match=r"^naive datetime: the core only takes aware datetimes$"):
+        to_epoch_ms(datetime(2030, 1, 1))

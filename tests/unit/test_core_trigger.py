@@ -409,3 +409,22 @@ def test_an_occurrence_due_at_the_edit_itself_is_owed():
     # nominal T0 (a top of the hour), jitter 30 s: due at T0 + 30 s, edited at T0
     assert trigger_after_edit(T0 + 30_000, 30_000, hourly, 5_000, T0) == EditedTrigger(T0 + 5_000)
     assert trigger_after_edit(T0 + 30_000, 30_000, hourly, 5_000, T0 - 1) == EditedTrigger(None)
+
+
+def test_the_shortcut_hands_every_limit_to_the_general_rules():
+    # a paused job goes by the general rules: max_fires still bounds it
+    paused = every(1, paused=True)
+    d = decide_trigger(trig(T0), paused, now_ms=T0, horizon_ms=T0 + 5000, max_fires=2)
+    assert [r.scheduled_at_ms for r in d.runs] == [T0, T0 + 1000]
+    forbid = every(600, overlap=OverlapPolicy.forbid)
+    later = trig(T0 + 1500)
+    assert not decide_trigger(later, forbid, now_ms=T0, horizon_ms=T0 + 5000).delete
+    wide = decide_trigger(later, forbid, now_ms=T0, horizon_ms=T0 + 5000, overlap_horizon_ms=2000)
+    assert [r.scheduled_at_ms for r in wide.runs] == [T0 + 1500]
+
+
+def test_a_one_off_within_a_millisecond_fires_once_on_the_shortcut_too():
+    at = from_epoch_ms(T0) + timedelta(microseconds=500)
+    job = JobView(JOB, 1, OneOffSchedule(at))
+    d = decide_trigger(trig(T0), job, now_ms=T0, horizon_ms=T0 + 5000)
+    assert [r.scheduled_at_ms for r in d.runs] == [T0] and d.next_fire_at_ms is None
