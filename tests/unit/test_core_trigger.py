@@ -428,3 +428,42 @@ def test_a_one_off_within_a_millisecond_fires_once_on_the_shortcut_too():
     job = JobView(JOB, 1, OneOffSchedule(at))
     d = decide_trigger(trig(T0), job, now_ms=T0, horizon_ms=T0 + 5000)
     assert [r.scheduled_at_ms for r in d.runs] == [T0] and d.next_fire_at_ms is None
+
+
+def test_skipped_fires_are_whole_runs_of_the_schedule():
+    from kit.core.trigger import PlannedRun
+
+    def skipped(at: int, reason: str) -> PlannedRun:
+        return PlannedRun(run_id(JOB, at), JOB, at, "skipped", "normal", "schedule", reason)
+
+    # run_once after an outage: the older late fires are skipped, the latest fires
+    late = T0 - 180_000
+    job = every(60, misfire=MisfirePolicy("run_once"))
+    d = decide_trigger(trig(late), job, now_ms=T0, horizon_ms=T0)
+    assert d.runs[:2] == (skipped(late, "misfire"), skipped(late + 60_000, "misfire"))
+    assert [(r.scheduled_at_ms, r.fired) for r in d.runs[2:]] == [(T0 - 60_000, True), (T0, True)]
+    # forbid: the trigger's own first fire makes its job busy for its next fires
+    forbid = every(1, overlap=OverlapPolicy.forbid)
+    d = decide_trigger(trig(T0), forbid, now_ms=T0, horizon_ms=T0 + 5000)
+    assert (
+        d.runs
+        == (
+            d.runs[0],
+            skipped(T0 + 1000, "overlap"),
+        )
+        and d.runs[0].fired
+    )
+    queue = every(1, overlap=OverlapPolicy.queue)
+    d = decide_trigger(trig(T0), queue, now_ms=T0, horizon_ms=T0 + 5000)
+    assert [(r.status, r.skip_reason) for r in d.runs] == [("pending", None), ("pending", QUEUED)]
+    replace = every(1, overlap=OverlapPolicy.replace)
+    d = decide_trigger(trig(T0), replace, now_ms=T0, horizon_ms=T0 + 5000, active_runs=2)
+    assert d.cancel_active and [r.fired for r in d.runs] == [True, True]
+
+
+def test_the_latest_instant_a_run_id_holds_is_allowed():
+    from kit.core.ids import MAX_RUN_MS, scheduled_ms_of
+
+    assert scheduled_ms_of(run_id(JOB, MAX_RUN_MS)) == MAX_RUN_MS
+    with pytest.raises(ValueError, match=r"within 0\.\.281474976710655 epoch ms"):
+        run_id(JOB, MAX_RUN_MS + 1)
