@@ -1,4 +1,4 @@
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -129,3 +129,56 @@ def test_cron_and_time_zone_lengths_are_capped() -> None:
 def test_instants_outside_the_calendar_we_serve_are_refused(text: str) -> None:
     with pytest.raises(FieldError, match="between"):
         parse_instant(text, "at")
+
+
+# -- edges the full mutation run found unguarded --------------------------------------
+
+
+def test_a_window_in_a_repeated_hour_finds_fires_whose_wall_time_lies_outside_it():
+    from kit.core.schedule import fires_in
+
+    s = CronSchedule("45 * * * *", "America/New_York")  # falls back 2026-11-01 02:00 EDT
+    # from 01:50 EDT: the next 01:45 is the second one (EST), earlier on the wall clock
+    after, until = datetime(2026, 11, 1, 5, 50, tzinfo=UTC), datetime(2026, 11, 1, 7, tzinfo=UTC)
+    assert fires_in(s, after, until) == [datetime(2026, 11, 1, 6, 45, tzinfo=UTC)]
+    # until 01:10 EST: 01:45 EDT came before it, later on the wall clock
+    after, until = datetime(2026, 11, 1, 5, tzinfo=UTC), datetime(2026, 11, 1, 6, 10, tzinfo=UTC)
+    assert fires_in(s, after, until) == [datetime(2026, 11, 1, 5, 45, tzinfo=UTC)]
+
+
+def test_fires_in_takes_until_itself_and_refuses_a_naive_bound():
+    from kit.core.schedule import fires_in
+
+    anchor = datetime(2030, 1, 1, tzinfo=UTC)
+    s = IntervalSchedule(60, anchor)
+    assert fires_in(s, anchor, anchor + timedelta(minutes=2)) == [
+        anchor + timedelta(minutes=1),
+        anchor + timedelta(minutes=2),
+    ]
+    for after, until in ((anchor, datetime(2030, 1, 2)), (datetime(2030, 1, 1), anchor)):
+        with pytest.raises(ValueError, match=r"^after and until must be aware datetimes$"):
+            fires_in(s, after, until)
+
+
+def test_fire_times_are_in_utc_whatever_the_local_zone(monkeypatch):
+    import time
+
+    from kit.core.schedule import fires_in
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        ny = CronSchedule("30 1 * * *", "America/New_York")
+        hourly = CronSchedule("30 * * * *", "America/New_York")
+        fall = datetime(2026, 11, 1, tzinfo=UTC)
+        spring = CronSchedule("30 2 * * *", "America/New_York")
+        got = [
+            next_fire(ny, datetime(2026, 6, 1, tzinfo=UTC)),
+            next_fire(ny, fall),  # the first 01:30 of a repeated hour (fixed time)
+            next_fire(spring, datetime(2026, 3, 8, tzinfo=UTC)),  # in the gap
+            *fires_in(hourly, fall + timedelta(hours=5), fall + timedelta(hours=7)),
+        ]
+        assert all(t is not None and t.tzinfo is UTC for t in got), got
+    finally:
+        monkeypatch.undo()
+        time.tzset()
