@@ -182,3 +182,13 @@ def test_fire_times_are_in_utc_whatever_the_local_zone(monkeypatch):
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_just_after_a_gap_the_time_it_swallowed_is_still_to_come():
+    # London springs forward 2026-03-29 01:00 GMT -> 02:00 BST: 01:30 does not exist and
+    # fires at 02:30 BST (01:30 UTC). At 02:10 BST that fire is still ahead, although
+    # its wall time (01:30) is behind the clock's.
+    s = CronSchedule("30 1 * * *", "Europe/London")
+    assert next_fire(s, datetime(2026, 3, 29, 1, 10, tzinfo=UTC)) == datetime(
+        2026, 3, 29, 1, 30, tzinfo=UTC
+    )
