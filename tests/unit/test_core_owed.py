@@ -359,3 +359,14 @@ def test_an_edit_is_decided_against_the_schedule_that_follows_it() -> None:
         (utc(2030, 1, 1, 20, 40), 2),
         (utc(2030, 1, 1, 21), 2),
     ]
+
+
+def test_by_default_nothing_is_written_ahead_of_an_edit() -> None:
+    eras = [
+        ScheduleEra(CronSchedule("* * * * *"), since=utc(2030, 1, 1)),
+        ScheduleEra(
+            CronSchedule("*/5 * * * *"), since=utc(2030, 1, 1, 0, 7) - timedelta(milliseconds=1)
+        ),
+    ]
+    fires = owed_fires(JOB, eras, utc(2030, 1, 1, 0, 6), utc(2030, 1, 1, 0, 11), 10)
+    assert [f.at.minute for f in fires] == [6, 10]  # 00:07 came a millisecond after the edit

@@ -467,3 +467,14 @@ def test_the_latest_instant_a_run_id_holds_is_allowed():
     assert scheduled_ms_of(run_id(JOB, MAX_RUN_MS)) == MAX_RUN_MS
     with pytest.raises(ValueError, match=r"within 0\.\.281474976710655 epoch ms"):
         run_id(JOB, MAX_RUN_MS + 1)
+
+
+def test_every_fire_after_an_overlap_skip_is_judged_too():
+    forbid = every(1, overlap=OverlapPolicy.forbid)
+    d = decide_trigger(trig(T0), forbid, now_ms=T0, horizon_ms=T0 + 5000, overlap_horizon_ms=2000)
+    assert [(r.scheduled_at_ms, r.skip_reason) for r in d.runs] == [
+        (T0, None),
+        (T0 + 1000, "overlap"),
+        (T0 + 2000, "overlap"),
+    ]
+    assert d.next_fire_at_ms == T0 + 3000
