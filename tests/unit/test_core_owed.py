@@ -370,3 +370,25 @@ def test_by_default_nothing_is_written_ahead_of_an_edit() -> None:
     ]
     fires = owed_fires(JOB, eras, utc(2030, 1, 1, 0, 6), utc(2030, 1, 1, 0, 11), 10)
     assert [f.at.minute for f in fires] == [6, 10]  # 00:07 came a millisecond after the edit
+
+
+def test_a_limit_keeps_the_oldest_fires_across_an_edit() -> None:
+    # 20:20 is held back by 20 min of jitter when an edit to */7 lands at 20:30:01: it is
+    # owed as edited at 20:40, while the new schedule already fires at 20:35
+    eras = [
+        ScheduleEra(
+            CronSchedule("*/20 * * * *"), since=utc(2030, 1, 1, 20), jitter_offset_ms=1_200_000
+        ),
+        ScheduleEra(CronSchedule("*/7 * * * *"), since=utc(2030, 1, 1, 20, 30, 1)),
+    ]
+    start, end = utc(2030, 1, 1, 20), utc(2030, 1, 1, 21)
+    every_fire = owed_fires(JOB, eras, start, end, 10)
+    assert [(f.at.minute, f.era) for f in every_fire] == [
+        (35, 1),
+        (40, 0),
+        (42, 1),
+        (49, 1),
+        (56, 1),
+    ]
+    for limit in range(6):
+        assert owed_fires(JOB, eras, start, end, limit) == every_fire[:limit]
