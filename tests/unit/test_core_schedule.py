@@ -192,3 +192,17 @@ def test_just_after_a_gap_the_time_it_swallowed_is_still_to_come():
     assert next_fire(s, datetime(2026, 3, 29, 1, 10, tzinfo=UTC)) == datetime(
         2026, 3, 29, 1, 30, tzinfo=UTC
     )
+
+
+def test_a_wall_time_after_a_half_hour_gap_can_come_before_one_shifted_out_of_it():
+    # Lord Howe springs forward 30 min on 2026-10-04 at 02:00: 02:15 does not exist and
+    # fires at 02:45, after 02:40, which exists; the next fire from 01:00 is 02:40
+    s = CronSchedule("15,40 2 * * *", "Australia/Lord_Howe")
+    assert next_fire(s, datetime(2026, 10, 3, 14, 30, tzinfo=UTC)) == datetime(
+        2026, 10, 3, 15, 40, tzinfo=UTC
+    )
+
+
+def test_next_fire_refuses_a_naive_instant_by_saying_so():
+    with pytest.raises(ValueError, match=r"^after must be an aware datetime$"):
+        next_fire(CronSchedule("0 * * * *"), datetime(2030, 1, 1))
