@@ -206,3 +206,15 @@ def test_a_wall_time_after_a_half_hour_gap_can_come_before_one_shifted_out_of_it
 def test_next_fire_refuses_a_naive_instant_by_saying_so():
     with pytest.raises(ValueError, match=r"^after must be an aware datetime$"):
         next_fire(CronSchedule("0 * * * *"), datetime(2030, 1, 1))
+
+
+def test_in_londons_repeated_hour_the_second_pass_is_still_to_come():
+    # London falls back 2026-10-25 at 02:00 BST to 01:00 GMT: from 01:50 BST the next
+    # :45 is 01:45 GMT (a UTC offset of 0, like the machine's own zone here)
+    from kit.core.schedule import fires_in
+
+    s = CronSchedule("45 * * * *", "Europe/London")
+    after = datetime(2026, 10, 25, 0, 50, tzinfo=UTC)
+    second = datetime(2026, 10, 25, 1, 45, tzinfo=UTC)
+    assert next_fire(s, after) == second
+    assert fires_in(s, after, datetime(2026, 10, 25, 2, tzinfo=UTC)) == [second]
