@@ -35,7 +35,7 @@ from kit.core.audit import AuditAction
 from kit.core.dispatch import PriorityTier
 from kit.core.leases import BUSY, RunStatus
 from kit.core.policies import OverlapPolicy
-from kit.core.queue_task import FINISHED, TaskStatus
+from kit.core.queue_task import FINISHED, LEASABLE, TaskStatus
 from kit.core.trigger import TRIGGER_ROW_KINDS, TriggerKind
 
 # Deterministic constraint names, so migrations and autogenerate agree.
@@ -271,6 +271,7 @@ idempotency_keys = Table(
 # partial index serves the lease scan ("visible tasks, oldest first") for both.
 QUEUE_TASK_STATUSES = tuple(s.value for s in TaskStatus)
 FINISHED_TASKS = f"status IN ({', '.join(repr(s.value) for s in TaskStatus if s in FINISHED)})"
+LEASABLE_TASKS = f"status IN ({', '.join(repr(s.value) for s in LEASABLE)})"
 
 queue_tasks = Table(
     "queue_tasks",
@@ -311,7 +312,7 @@ queue_tasks = Table(
         "tenant",
         "queue",
         "visible_at",
-        postgresql_where=text("status IN ('queued', 'leased')"),
+        postgresql_where=text(LEASABLE_TASKS),
     ),
     # Stats: counts per status of one queue.
     Index(None, "tenant", "queue", "status"),
