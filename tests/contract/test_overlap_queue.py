@@ -148,6 +148,21 @@ def overlap_machine(engine: Engine) -> type[RuleBasedStateMachine]:
         def time_passes(self, ms: int) -> None:
             self.now_ms += ms
 
+        @rule(pick=st.integers(0, 20), delta=st.sampled_from([-1, 0, 1]))
+        def until_expiry(self, pick: int, delta: int) -> None:
+            """Time runs to just before, at or just after a running run's lease expiry."""
+            rid = self._pick(pick, RunStatus.running)
+            expires = self.runs[rid].lease.expires_at_ms if rid is not None else None
+            if expires is not None:
+                self.now_ms = max(self.now_ms, expires + delta)
+
+        @rule(delta=st.sampled_from([-500, 0, 500]))
+        def next_fire(self, delta: int) -> None:
+            """Time runs to about the job's next fire, and a scan takes it."""
+            if self.schedule_ms is not None:
+                self.now_ms = max(self.now_ms, self.schedule_ms + delta)
+            self.scan()
+
         @rule()
         def scan(self) -> None:
             result = scan_partitions(
@@ -333,8 +348,8 @@ def overlap_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 def test_overlap_store_equals_core(engine: Engine) -> None:
     machine = overlap_machine(engine)
     machine.TestCase.settings = settings(
-        max_examples=50,
-        stateful_step_count=30,
+        max_examples=100,
+        stateful_step_count=40,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )

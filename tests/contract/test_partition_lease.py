@@ -60,6 +60,13 @@ def partition_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
         def time_passes(self, ms: int) -> None:
             self.now_ms += ms
 
+        @rule(p=st.sampled_from(PARTS), delta=st.sampled_from([-1, 0, 1]))
+        def until_expiry(self, p: int, delta: int) -> None:
+            """Time runs to just before, at or just after a lease's expiry: the edges."""
+            lease = self.core[p]
+            if lease is not None and lease.owner is not None:
+                self.now_ms = max(self.now_ms, lease.expires_at_ms + delta)
+
         @rule(node=st.sampled_from(NODES), parts=st.sets(st.sampled_from(PARTS), min_size=1))
         def acquire_or_renew(self, node: str, parts: set[int]) -> None:
             with engine.begin() as conn:
@@ -147,7 +154,7 @@ def partition_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 def test_partition_lease_store_equals_core(engine: Engine) -> None:
     machine = partition_lease_machine(engine)
     machine.TestCase.settings = settings(
-        max_examples=60,
+        max_examples=100,
         stateful_step_count=30,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

@@ -93,6 +93,17 @@ def queue_task_machine(engine: Engine) -> type[RuleBasedStateMachine]:
         def time_passes(self, ms: int) -> None:
             self.now_ms += ms
 
+        @rule(task=st.integers(0, 50), edge=st.integers(0, 2), delta=st.sampled_from([-1, 0, 1]))
+        def until_edge(self, task: int, edge: int, delta: int) -> None:
+            """Time runs to just before, at or just after a task's visibility, lease expiry
+            or deadline: the edges."""
+            if not self.order:
+                return
+            t = self.core[self._task(task)]
+            at = [t.visible_at_ms, t.lease_expires_at_ms, t.deadline_ms][edge]
+            if at is not None:
+                self.now_ms = max(self.now_ms, at + delta)
+
         @rule(
             delay_s=st.integers(0, 5),
             max_attempts=st.integers(1, 3),
@@ -270,7 +281,7 @@ def queue_task_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 def test_queue_task_store_equals_core(engine: Engine) -> None:
     machine = queue_task_machine(engine)
     machine.TestCase.settings = settings(
-        max_examples=50,
+        max_examples=120,
         stateful_step_count=30,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
