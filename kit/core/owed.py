@@ -49,7 +49,7 @@ MAX_EXPLAIN_FIRES = 2000
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 
-_SKIP_REASONS = {
+_SKIP_REASONS: dict[str, str] = {
     SKIP_PAUSED: "the job was paused",
     SKIP_OVERLAP: "a run of the job was still active (overlap: forbid)",
     SKIP_MISFIRE: "the fire was late after an outage and the misfire policy skipped it",

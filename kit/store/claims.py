@@ -242,9 +242,11 @@ def runs_heartbeat(
 
 def release_queued_in(conn: Connection, job_id: str) -> RunPointer | None:
     """Overlap 'queue': a run of the job ended, so its oldest run held back by the
-    scheduler (marker `skip_reason = 'queued'`, see kit.core.trigger.QUEUED) loses the
-    marker and is returned for the caller to publish after commit. Should that publish
-    never happen, the run is now an ordinary undispatched run: the reaper publishes it.
+    scheduler (marker `skip_reason = 'queued'`, kit.core.trigger.QUEUED) loses the marker
+    and is returned for the caller to publish after commit: the run
+    kit.core.policies.queued_to_release names (tests/contract/test_overlap_queue.py).
+    Should that publish never happen, the run is now an ordinary undispatched run: the
+    reaper publishes it.
     Only a job that may queue is looked for: the lookup by job reads every day of the run
     history (a run is found by id in its day; a job's runs are in all of them)."""
     overlap = conn.execute(
