@@ -191,7 +191,10 @@ def test_a_graceful_stop_never_gives_back_a_run_that_already_succeeded(
         wait_until("both tasks to succeed", lambda: sorted(lines(ledger)) == ["a", "b"])
         wait_until("the finisher to block on a's row", lambda: _blocked_by(engine, locker))
         running.stop.set()  # no drain time: the stop gives up on what is left
-        assert running.worker._finisher_stop.wait(WAIT_S), "the stop never gave up its runs"
+        assert running.worker._finisher_stop.wait(WAIT_S), (
+            "the stop's drain did not end while a's row was locked: it tried to give back a "
+            "run whose task had finished"
+        )
     finally:
         tx.rollback()
         hiccup.close()
