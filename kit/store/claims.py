@@ -24,13 +24,14 @@ from kit.core.policies import may_hold_queued_runs
 from kit.core.retry import RetryPolicy
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.core.trigger import QUEUED
+from kit.store.db import NOW_SQL
 from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
 from kit.store.run_history import batch_bounds, in_batch
 from kit.store.scheduling import pg_array, pg_text_array
 
 MAX_ERROR_CHARS = 4000
 # The database's clock decides, unless a caller (a test, the contract suite) passes `now`.
-NOW = "coalesce(CAST(:now AS timestamptz), now())"
+NOW = NOW_SQL
 _TTL = "make_interval(secs => CAST(:ttl_ms AS double precision) / 1000.0)"
 
 
@@ -394,19 +395,21 @@ def runs_finish_ok(
     return {row.run_id for row in rows}, [pointer_of(q) for q in queued]
 
 
-def run_finish_cancelled(engine: Engine, run_id: str, token: str, reason: str) -> FinishResult:
+def run_finish_cancelled(
+    engine: Engine, run_id: str, token: str, reason: str, *, now: datetime | None = None
+) -> FinishResult:
     """A run that cannot execute (its job was deleted): cancelled, with the reason."""
     with engine.begin() as conn:
         row = conn.execute(
             text(
-                """
-                UPDATE runs SET status = 'cancelled', finished_at = now(), error = :reason,
+                f"""
+                UPDATE runs SET status = 'cancelled', finished_at = {NOW}, error = :reason,
                     lease_token = NULL, lease_expires_at = NULL
                 WHERE run_id = :run_id AND lease_token = :token
                 RETURNING job_id
                 """
             ),
-            {"run_id": run_id, "token": token, "reason": storable_text(reason)},
+            {"run_id": run_id, "token": token, "reason": storable_text(reason), "now": now},
         ).first()
         if row is None:
             return FinishResult(False)
@@ -480,8 +483,8 @@ def run_finish_failed(
             ),
             {"run_id": run_id, "error": error, "now": now},
         )
-        dead_letter_in(conn, run_id)
-        paused = job_dead_streak_in(conn, job_id)
+        dead_letter_in(conn, run_id, now)
+        paused = job_dead_streak_in(conn, job_id, now)
     return FinishResult(True, "dead", job_paused=paused, queued_next=queued)
 
 
@@ -548,7 +551,7 @@ def _retry_in(
     return fire_at
 
 
-def job_dead_streak_in(conn: Connection, job_id: str) -> bool:
+def job_dead_streak_in(conn: Connection, job_id: str, now: datetime | None = None) -> bool:
     """One more dead letter for the job; pause it when the streak reaches its
     pause_after_dead. Returns whether this call paused it."""
     job = conn.execute(
@@ -563,8 +566,8 @@ def job_dead_streak_in(conn: Connection, job_id: str) -> bool:
     if job is None or job.paused or not should_pause(job.dead_streak, job.pause_after_dead):
         return False
     conn.execute(
-        text("UPDATE jobs SET paused = true, updated_at = now() WHERE job_id = :job_id"),
-        {"job_id": job_id},
+        text(f"UPDATE jobs SET paused = true, updated_at = {NOW} WHERE job_id = :job_id"),
+        {"job_id": job_id, "now": now},
     )
     return True
 

@@ -88,8 +88,8 @@ def runs_reap_expired(
                 {"run_ids": [r for r, _ in dead], "now": now},
             )
             for run_id, job_id in dead:
-                dead_letter_in(conn, run_id)
-                if job_dead_streak_in(conn, job_id):
+                dead_letter_in(conn, run_id, now)
+                if job_dead_streak_in(conn, job_id, now):
                     paused.append(job_id)
                 released = release_queued_in(conn, job_id)
                 if released is not None:

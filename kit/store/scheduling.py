@@ -30,6 +30,7 @@ from sqlalchemy import Connection, text
 
 from kit.core.policies import OverlapPolicy
 from kit.core.trigger import TriggerKind
+from kit.store.db import NOW_SQL
 from kit.store.run_history import batch_bounds, in_batch
 from kit.store.schema import BUSY_SQL
 
@@ -62,27 +63,29 @@ def pg_text_array(values: Iterable[str | None]) -> str:
 # -- membership ----------------------------------------------------------------------
 
 _HEARTBEAT = text(
-    """
-    INSERT INTO scheduler_nodes (node_id, heartbeat_at) VALUES (:me, now())
-    ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = now()
+    f"""
+    INSERT INTO scheduler_nodes (node_id, heartbeat_at, started_at)
+    VALUES (:me, {NOW_SQL}, {NOW_SQL})
+    ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
     """
 )
 _LIVE_NODES = text(
-    """
+    f"""
     SELECT node_id FROM scheduler_nodes
-    WHERE heartbeat_at > now() - make_interval(secs => :ttl_s) ORDER BY node_id
+    WHERE heartbeat_at > {NOW_SQL} - make_interval(secs => :ttl_s) ORDER BY node_id
     """
 )
 _LEAVE = text("DELETE FROM scheduler_nodes WHERE node_id = :me")
 
 
-def node_heartbeat(conn: Connection, node_id: str) -> None:
-    conn.execute(_HEARTBEAT, {"me": node_id})
+def node_heartbeat(conn: Connection, node_id: str, *, now: datetime | None = None) -> None:
+    conn.execute(_HEARTBEAT, {"me": node_id, "now": now})
 
 
-def nodes_live(conn: Connection, ttl_ms: int) -> list[str]:
-    """Nodes whose heartbeat is younger than the lease TTL (database time)."""
-    return list(conn.execute(_LIVE_NODES, {"ttl_s": ttl_ms / 1000}).scalars())
+def nodes_live(conn: Connection, ttl_ms: int, *, now: datetime | None = None) -> list[str]:
+    """Nodes whose heartbeat is younger than the lease TTL at `now` (database time by
+    default): live at heartbeat + ttl - 1 ms, gone at heartbeat + ttl."""
+    return list(conn.execute(_LIVE_NODES, {"ttl_s": ttl_ms / 1000, "now": now}).scalars())
 
 
 def node_leave(conn: Connection, node_id: str) -> None:
