@@ -33,13 +33,13 @@ INLINE: dict[str, InlineRunner] = {}
 def register(task: TaskType) -> None:
     """Add a task type (a built-in at import, a test's throwaway type before the API is
     imported); ValueError for a name taken, RuntimeError once the list has been read."""
+    if task.name in _types:
+        raise ValueError(f"task type {task.name!r} is already registered")
     if _read:
         raise RuntimeError(
             f"task type {task.name!r} registered after the task types were read (the API's "
             "models are built from them at import): register it before importing kit.api"
         )
-    if task.name in _types:
-        raise ValueError(f"task type {task.name!r} is already registered")
     _types[task.name] = task
     RUNNERS[task.name] = task.run
     if task.inline is not None:
