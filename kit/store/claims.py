@@ -75,6 +75,15 @@ class RunPointer:
     scheduled_at: datetime
     priority: str
 
+    # what its queue message names (kit.transport.message.QueuedRun)
+    @property
+    def scheduled_at_ms(self) -> int:
+        return to_epoch_ms(self.scheduled_at)
+
+    @property
+    def tier(self) -> str:
+        return self.priority
+
 
 @dataclass(frozen=True)
 class FinishResult:
