@@ -9,7 +9,7 @@ blocked: on a lock, on I/O, or on the interpreter lock (a GIL wait is a futex sl
 Per worker it prints 20 ms slots: the hold thread's time on a core, its run-queue wait,
 and the other threads' time on a core (which of them), then the totals from T to T + 0.3 s.
 
-    /work/tools/quiet python benchmarks/burst_at_t.py --out /tmp/burst-at-t
+    scripts/quiet python benchmarks/burst_at_t.py --out /tmp/burst-at-t
 
 Reading /proc costs the sampler, not the workers (no ptrace, no pause).
 """
