@@ -296,8 +296,8 @@ def report_all(s: Sampler, out: Path) -> None:
     hold_wait: dict[int, float] = defaultdict(float)
     for key, r in rows.items():
         cat, thread = s.label[key]
-        if cat.startswith("worker-") and thread == "hold":
-            cat = f"{cat} hold"
+        if cat.startswith("worker-") and thread in ("hold", "finisher"):
+            cat = f"{cat} {thread}"
         for (a0, on0, w0), (_, on1, w1) in pairwise(r):
             on_ms, wait_ms = (on1 - on0) / 1e6, (w1 - w0) / 1e6
             for w, (lo, hi) in windows.items():
@@ -351,6 +351,12 @@ def report_all(s: Sampler, out: Path) -> None:
                 "windows": windows,
                 "by_category_ms": {c: dict(by_cat[c]) for c in cats},
                 "machine_busy_ms": machine,
+                "sampler_cpu_ms": sum(
+                    (r[-1][1] - r[0][1]) / 1e6
+                    for k, r in rows.items()
+                    if s.label[k][0] == "sampler"
+                ),
+                "sampled_s": [s.machine[0][0], s.machine[-1][0]] if s.machine else [],
                 "slots_ms": {
                     c: {f"{k * SLOT_S - 0.1:+.2f}": v for k, v in slots[c].items()} for c in cols
                 },

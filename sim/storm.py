@@ -71,6 +71,9 @@ STORM_DEFAULTS: dict[str, Any] = {
         # a ttl past its second (kit.core.leases.claim_run), so held runs get no beats
         "heartbeats": False,
         "background": True,  # the rest of the machine's CPU, as measured in a storm
+        # what the rest of the machine takes in the first moments after T, as measured at T
+        # (burst_at_t.py; it stands in for the steady background in that window)
+        "at_t": True,
     },
     "profile": {},
 }
@@ -126,6 +129,8 @@ class Costs:
     wheel_pop: float  # worker: out of the wheel at the second (measured)
     start: float  # worker: one inline start (measured)
     other: float  # CPU seconds per second the rest of the machine takes
+    at_t: float  # CPU seconds the rest of the machine takes from T to T + at_t_window
+    at_t_window: float  # seconds
 
     @classmethod
     def from_profile(cls, p: dict[str, float]) -> Costs:
@@ -135,13 +140,16 @@ class Costs:
             "worker_wheel_pop_s",
             "worker_start_inline_s",
             "storm_other_cpu_per_s",
+            "storm_at_t_cpu_s",
+            "storm_at_t_window_s",
             *[f"storm_{ph}_{k}_cpu_per_run_s" for ph in ("ahead", "after") for k in kinds],
         ]
         missing = [k for k in need if k not in p]
         if missing:
             raise ScenarioShapeError(
                 f"profile: missing {', '.join(missing)} (cronfleet calibrate "
-                "--only-worker-starts --storm-cpu BURST.json; see docs/sim-storm.md)"
+                "--only-worker-starts --storm-cpu BURST.json --storm-at-t ALL_AT_T.json; "
+                "see docs/sim-storm.md)"
             )
         # PostgreSQL's scan-ahead work: the scan's insert and trigger advance, then the
         # claim, in the proportion the calibration measured them statement by statement
@@ -164,6 +172,8 @@ class Costs:
             wheel_pop=p["worker_wheel_pop_s"],
             start=p["worker_start_inline_s"],
             other=p["storm_other_cpu_per_s"],
+            at_t=p["storm_at_t_cpu_s"],
+            at_t_window=p["storm_at_t_window_s"],
         )
 
 
@@ -335,17 +345,42 @@ class StormModel:
         self.scan_phase_s = rnd.uniform(0, float(sc["scan_period_s"]))
         self.env.process(self._scan())
         self.env.process(self._publish())
-        if sc["background"] and self.costs.other > 0:
-            for _ in range(math.ceil(self.costs.other)):  # one thread per core it needs
-                share = self.costs.other / math.ceil(self.costs.other)
-                self.env.process(self._background(share))
+        c = self.costs
+        if c.at_t_window < 0 or c.at_t < 0:
+            raise ScenarioShapeError("profile: storm_at_t_cpu_s, storm_at_t_window_s: negative")
+        self.at_t_window_s = c.at_t_window if sc["at_t"] and c.at_t > 0 else 0.0
+        if sc["background"] and c.other > 0:
+            threads = math.ceil(c.other)  # one thread per core it needs
+            for _ in range(threads):
+                self.env.process(self._background(c.other / threads))
+        if self.at_t_window_s > 0:
+            rate = c.at_t / self.at_t_window_s
+            threads = math.ceil(rate)
+            for _ in range(threads):
+                self.env.process(self._at_t(rate / threads))
 
     def _background(self, rate: float, period_s: float = 0.05) -> Process:
         """The rest of the machine (other stacks and agents, PostgreSQL's checkpointer and
-        autovacuum): its measured CPU per second, taken in slices."""
+        autovacuum): its measured CPU per second, taken in slices; in the window after T
+        the CPU measured at T takes its place."""
         while True:
+            if 0 <= self.env.now < self.at_t_window_s:
+                yield self.env.timeout(self.at_t_window_s - self.env.now)
+                continue
             yield self.env.timeout(period_s * (1 - rate))
             yield self.env.process(self.cpu.run("rest of the machine", rate * period_s))
+
+    def _at_t(self, rate: float, period_s: float = 0.01) -> Process:
+        """What the rest of the machine (the benchmark's poll and its backend, the broker,
+        the scheduler, the workers' other threads, other stacks) takes from T on, while
+        the hold threads start their runs: the CPU measured in that window at T, taken in
+        slices at its measured rate and competing for the cores like everything else."""
+        env = self.env
+        yield env.timeout(-env.now)
+        while env.now < self.at_t_window_s - 1e-9:
+            step = min(period_s, self.at_t_window_s - env.now)
+            yield env.timeout(step * (1 - rate))
+            yield env.process(self.cpu.run("rest of the machine at T", rate * step))
 
     # -- kit.core's verdicts, once per class of runs (the core is pure) -------------------
 
