@@ -15,7 +15,14 @@ Every other task on the machine is sampled the same way from T - 1 s to T + 1 s 
 threads, the benchmark, this sampler, PostgreSQL's own processes and everything else. It
 prints each category's time on a core and in the run queue before T, in the first 300 ms
 and after, per 20 ms slot, and the busiest tasks; all_at_t.json in --out keeps them.
-The sampler's own CPU (about a seventh of a core) is printed as `sampler`.
+The sampler's own CPU (about a fifth of a core at 5 ms) is printed as `sampler`.
+
+A calibration run of the storm model (docs/sim-storm.md) samples every 100 ms, so the
+sampler hardly loads the machine it measures, and feeds both files to the calibration:
+
+    /work/tools/quiet python benchmarks/burst_at_t.py --period-ms 100 --out /tmp/cal
+    cronfleet calibrate --only-worker-starts --storm-cpu /tmp/cal/burst-1node.json \
+        --storm-at-t /tmp/cal/all_at_t.json --out sim/profiles/default.toml
 
     /work/tools/quiet python benchmarks/burst_at_t.py --out /tmp/burst-at-t
 
@@ -69,6 +76,13 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=50_000)
     ap.add_argument("--before", type=float, default=1.0, help="sample from T - this (s)")
     ap.add_argument("--after", type=float, default=1.0, help="sample until T + this (s)")
+    ap.add_argument(
+        "--period-ms",
+        type=float,
+        default=5.0,
+        help="between sweeps; 100 for a calibration run (the window totals only, the "
+        "sampler's own CPU then negligible: cronfleet calibrate --storm-at-t)",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     bench = subprocess.Popen(
@@ -98,7 +112,7 @@ def main() -> None:
     owners = socket_owners([*names, *fleet_pids(), bench.pid])
     sampler = Sampler(names, bench.pid, owners)
     time.sleep(max(0.0, t - args.before - time.time()))
-    sampler.run(t, t + args.after)
+    sampler.run(t, t - args.before, t + args.after, args.period_ms / 1000)
     for line in bench.stdout:
         log.write(line)
         print(line, end="")
@@ -272,15 +286,19 @@ class Sampler:
         cpu = os.pread(self.stat, 256, 0).split(b"\n", 1)[0].split()
         self.machine.append((at, sum(int(v) for v in (cpu[1], cpu[2], cpu[3], cpu[6], cpu[7]))))
 
-    def run(self, t: float, until: float) -> None:
+    def run(self, t: float, since: float, until: float, period_s: float) -> None:
+        """A sweep at since + k * period_s (so at T itself and T + 0.3 s when they fall on
+        the grid), until `until`."""
         self.refresh()
         refreshed = time.time()
+        k = 0
         while (now := time.time()) < until:
             if now - refreshed > 0.25:
                 self.refresh()
                 refreshed = now
-            self.sweep(now - t)
-            time.sleep(max(0.0, 0.005 - (time.time() - now)))
+            self.sweep(time.time() - t)
+            k += 1
+            time.sleep(max(0.0, since + k * period_s - time.time()))
 
 
 def report_all(s: Sampler, out: Path) -> None:
@@ -321,7 +339,7 @@ def report_all(s: Sampler, out: Path) -> None:
         if -0.1 <= a0 < 0.5:
             mslots[int((a0 + 0.1) / SLOT_S)] += ms
     cats = sorted(by_cat, key=lambda c: -by_cat[c]["T..T+0.3"][0])
-    print("\nevery process, ms on a core / ms waiting for one (schedstat, every 5 ms):")
+    print("\nevery process, ms on a core / ms waiting for one (schedstat):")
     print(f"  {'':<30}" + "".join(f"{w:>20}" for w in windows))
     for c in cats:
         cells = "".join(f"{by_cat[c][w][0]:11.1f} /{by_cat[c][w][1]:7.1f}" for w in windows)
@@ -349,6 +367,9 @@ def report_all(s: Sampler, out: Path) -> None:
         json.dumps(
             {
                 "windows": windows,
+                "period_ms": round(
+                    1000 * (s.machine[-1][0] - s.machine[0][0]) / max(1, len(s.machine) - 1), 2
+                ),
                 "by_category_ms": {c: dict(by_cat[c]) for c in cats},
                 "machine_busy_ms": machine,
                 "sampler_cpu_ms": sum(

@@ -71,8 +71,9 @@ STORM_DEFAULTS: dict[str, Any] = {
         # a ttl past its second (kit.core.leases.claim_run), so held runs get no beats
         "heartbeats": False,
         "background": True,  # the rest of the machine's CPU, as measured in a storm
-        # what the rest of the machine takes in the first moments after T, as measured at T
-        # (burst_at_t.py; it stands in for the steady background in that window)
+        # the second as a storm makes it (benchmarks/burst_at_t.py in the calibration run):
+        # the hold threads' CPU per start at T, and what the rest of the machine takes from
+        # T to T + 0.3 s (in place of the steady background in that window)
         "at_t": True,
     },
     "profile": {},
@@ -131,6 +132,7 @@ class Costs:
     other: float  # CPU seconds per second the rest of the machine takes
     at_t: float  # CPU seconds the rest of the machine takes from T to T + at_t_window
     at_t_window: float  # seconds
+    at_t_start: float  # a hold thread's CPU per run popped and started at T, in a storm
 
     @classmethod
     def from_profile(cls, p: dict[str, float]) -> Costs:
@@ -142,6 +144,7 @@ class Costs:
             "storm_other_cpu_per_s",
             "storm_at_t_cpu_s",
             "storm_at_t_window_s",
+            "storm_at_t_start_cpu_per_run_s",
             *[f"storm_{ph}_{k}_cpu_per_run_s" for ph in ("ahead", "after") for k in kinds],
         ]
         missing = [k for k in need if k not in p]
@@ -174,6 +177,7 @@ class Costs:
             other=p["storm_other_cpu_per_s"],
             at_t=p["storm_at_t_cpu_s"],
             at_t_window=p["storm_at_t_window_s"],
+            at_t_start=p["storm_at_t_start_cpu_per_run_s"],
         )
 
 
@@ -235,7 +239,7 @@ class StormWorker:
                 self.held_changed.succeed()
 
     def _hold(self) -> Process:
-        m, c = self.m, self.m.costs
+        m = self.m
         env = m.env
         while True:
             nxt = self.wheel.next_due_ms()
@@ -246,15 +250,15 @@ class StormWorker:
                 continue
             self.starting = True
             n = len(self.wheel)
-            yield env.process(m.cpu.run(self.name, n * c.wheel_pop, self.gil))
+            yield env.process(m.cpu.run(self.name, n * m.pop_s, self.gil))
             due = self.wheel.pop_due(int(env.now * 1000))
             self.waiting -= len(due)
             # started one after another: each quantum of the batch is timed when it ends
-            per_q = max(1, int(m.cpu.quantum_s / c.start)) if c.start > 0 else len(due)
+            per_q = max(1, int(m.cpu.quantum_s / m.start_s)) if m.start_s > 0 else len(due)
             for i in range(0, len(due), per_q):
                 part = due[i : i + per_q]
                 t0 = env.now
-                yield env.process(m.cpu.run(self.name, len(part) * c.start, self.gil))
+                yield env.process(m.cpu.run(self.name, len(part) * m.start_s, self.gil))
                 step = (env.now - t0) / len(part)
                 for k, r in enumerate(part):
                     at = t0 + (k + 1) * step
@@ -346,9 +350,20 @@ class StormModel:
         self.env.process(self._scan())
         self.env.process(self._publish())
         c = self.costs
-        if c.at_t_window < 0 or c.at_t < 0:
-            raise ScenarioShapeError("profile: storm_at_t_cpu_s, storm_at_t_window_s: negative")
+        for key, v in (
+            ("storm_at_t_cpu_s", c.at_t),
+            ("storm_at_t_window_s", c.at_t_window),
+            ("storm_at_t_start_cpu_per_run_s", c.at_t_start),
+        ):
+            if v < 0:
+                raise ScenarioShapeError(f"profile.{key}: must not be negative")
         self.at_t_window_s = c.at_t_window if sc["at_t"] and c.at_t > 0 else 0.0
+        # the second's pop and starts at what they cost in the storm (measured on the hold
+        # threads at T), split as the isolated measurement splits them
+        self.pop_s, self.start_s = c.wheel_pop, c.start
+        if sc["at_t"] and c.at_t_start > 0 and c.wheel_pop + c.start > 0:
+            scale = c.at_t_start / (c.wheel_pop + c.start)
+            self.pop_s, self.start_s = c.wheel_pop * scale, c.start * scale
         if sc["background"] and c.other > 0:
             threads = math.ceil(c.other)  # one thread per core it needs
             for _ in range(threads):
@@ -377,10 +392,12 @@ class StormModel:
         slices at its measured rate and competing for the cores like everything else."""
         env = self.env
         yield env.timeout(-env.now)
-        while env.now < self.at_t_window_s - 1e-9:
-            step = min(period_s, self.at_t_window_s - env.now)
-            yield env.timeout(step * (1 - rate))
-            yield env.process(self.cpu.run("rest of the machine at T", rate * step))
+        left = rate * self.at_t_window_s
+        while left > 1e-12:
+            q = min(left, rate * period_s)
+            yield env.timeout(q / rate - q)
+            yield env.process(self.cpu.run("rest of the machine at T", q))
+            left -= q
 
     # -- kit.core's verdicts, once per class of runs (the core is pure) -------------------
 
