@@ -4,7 +4,8 @@ measured runs of the kit (`benchmarks/life_of_a_run.py --mode burst`, their JSON
     python benchmarks/storm_model.py [--seeds 10] [--measured FILE ...] [--profile PATH]
         [--json PATH] [--plot PATH]
 
---measured defaults to docs/benchmarks/storm_2core/measured-run*.json.
+--measured defaults to docs/benchmarks/storm_2core/at_t/measured-run*.json (the runs compared
+since storm.at_t; the earlier ones are in docs/benchmarks/storm_2core/).
 
 The model is run with --seeds seeds (the seed moves the scan's and the heartbeats' phase
 against the second); the prediction is the median of their p99 start lags. Each measured
@@ -28,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from sim.scenario import load_profile, read_scenario_file
 from sim.storm import load_storm, simulate_storm
 
-DEFAULT_MEASURED = "docs/benchmarks/storm_2core/measured-run*.json"
+DEFAULT_MEASURED = "docs/benchmarks/storm_2core/at_t/measured-run*.json"
 
 
 def main() -> int:

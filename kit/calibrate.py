@@ -50,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "`benchmarks/life_of_a_run.py --mode burst` result (its cpu_by_phase_s)",
     )
     p.add_argument(
+        "--only-storm",
+        action="store_true",
+        help="set only the storm's keys from --storm-cpu (and --storm-at-t), measuring "
+        "nothing: the worker's start path keeps the values it was measured at",
+    )
+    p.add_argument(
         "--storm-at-t",
         default=None,
         metavar="JSON",
@@ -63,6 +69,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     from kit.settings import load_settings
 
+    if args.only_storm:
+        if not args.storm_cpu:
+            raise SystemExit("--only-storm: needs --storm-cpu (a burst's JSON)")
+        at_t = storm_at_t(Path(args.storm_at_t)) if args.storm_at_t else None
+        storm = storm_cpu(Path(args.storm_cpu), at_t)
+        source = args.storm_cpu + (f" and {args.storm_at_t}" if args.storm_at_t else "")
+        update_profile(Path(args.out), {}, 0, storm, source, starts_measured=False)
+        for k, v in storm.items():
+            print(f"  {k:<28} {v * 1e6:10.2f} us")
+        print(f"updated {args.out}")
+        return 0
     starts = measure_worker_starts(args.starts)
     if args.only_worker_starts:
         if args.storm_at_t and not args.storm_cpu:
@@ -499,6 +516,7 @@ def update_profile(
     starts: int,
     storm: dict[str, float] | None = None,
     storm_source: str | None = None,
+    starts_measured: bool = True,
 ) -> None:
     """Set these service times in an existing profile, the others kept as they were
     measured; the [measured] table (the last one) says where the new ones come from."""
@@ -511,7 +529,9 @@ def update_profile(
         if line.startswith("["):
             section = line.strip()
         key = line.split("=", 1)[0].strip()
-        drop = key == "worker_starts" or (storm is not None and key == "storm_cpu")
+        drop = (key == "worker_starts" and starts_measured) or (
+            storm is not None and key == "storm_cpu"
+        )
         stale_storm = storm is not None and key.startswith("storm_") and key != "storm_cpu"
         if (section == "[service_times]" and (key in numbers or stale_storm)) or drop:
             continue
@@ -523,11 +543,12 @@ def update_profile(
     while out and not out[-1].strip():
         out.pop()
     stamp = f"{platform.node()} at {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
-    out.append(
-        f'worker_starts = "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: '
-        f"kit.worker.Worker's hold, wheel pop and inline start of {starts} noop runs due at "
-        f'the same second, median of 5 rounds, measured by cronfleet calibrate on {stamp}"'
-    )
+    if starts_measured:
+        out.append(
+            f'worker_starts = "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: '
+            f"kit.worker.Worker's hold, wheel pop and inline start of {starts} noop runs due "
+            f'at the same second, median of 5 rounds, measured by cronfleet calibrate on {stamp}"'
+        )
     if storm:
         out.append(
             f'storm_cpu = "storm_*: CPU per run of each process in the scan-ahead up to T and '

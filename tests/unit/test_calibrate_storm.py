@@ -115,3 +115,18 @@ def test_update_profile_replaces_only_what_it_measured(tmp_path):
     assert 'source = "x"' in text and "worker_starts =" in text and "storm_cpu =" in text
     with pytest.raises(SystemExit, match="no such profile"):
         update_profile(tmp_path / "none.toml", {}, 1)
+
+
+def test_only_the_storm_keys_leave_the_measured_start_path_and_its_note(tmp_path):
+    """cronfleet calibrate --only-storm: no timing measurement, the start path's values and
+    the note saying when they were measured stay."""
+    prof = tmp_path / "p.toml"
+    prof.write_text(
+        "[service_times]\nworker_start_inline_s = 0.000001\nstorm_other_cpu_per_s = 9\n\n"
+        '[measured]\nworker_starts = "measured at noon"\n'
+    )
+    update_profile(prof, {}, 0, {"storm_at_t_cpu_s": 0.065}, "b.json", starts_measured=False)
+    text = prof.read_text()
+    assert "worker_start_inline_s = 0.000001" in text
+    assert 'worker_starts = "measured at noon"' in text and text.count("worker_starts =") == 1
+    assert "storm_at_t_cpu_s = 0.065000000" in text and "storm_other_cpu_per_s" not in text
