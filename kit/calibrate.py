@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import datetime as dt
 import platform
+import re
 import statistics
 import time
 import uuid
@@ -48,16 +49,45 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --only-worker-starts: also set the storm's CPU per run by phase from a "
         "`benchmarks/life_of_a_run.py --mode burst` result (its cpu_by_phase_s)",
     )
+    p.add_argument(
+        "--only-storm",
+        action="store_true",
+        help="set only the storm's keys from --storm-cpu (and --storm-at-t), measuring "
+        "nothing: the worker's start path keeps the values it was measured at",
+    )
+    p.add_argument(
+        "--storm-at-t",
+        default=None,
+        metavar="JSON",
+        help="with --storm-cpu: also set what the storm's second costs from the same run "
+        "sampled by `benchmarks/burst_at_t.py --period-ms 100` (its all_at_t.json): the hold "
+        "threads' CPU per run started, and the rest of the machine's CPU from T to T + 0.3 s",
+    )
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     from kit.settings import load_settings
 
+    if args.only_storm:
+        if not args.storm_cpu:
+            raise SystemExit("--only-storm: needs --storm-cpu (a burst's JSON)")
+        at_t = storm_at_t(Path(args.storm_at_t)) if args.storm_at_t else None
+        storm = storm_cpu(Path(args.storm_cpu), at_t)
+        source = args.storm_cpu + (f" and {args.storm_at_t}" if args.storm_at_t else "")
+        update_profile(Path(args.out), {}, 0, storm, source, starts_measured=False)
+        for k, v in storm.items():
+            print(f"  {k:<28} {v * 1e6:10.2f} us")
+        print(f"updated {args.out}")
+        return 0
     starts = measure_worker_starts(args.starts)
     if args.only_worker_starts:
-        storm = storm_cpu(Path(args.storm_cpu)) if args.storm_cpu else {}
-        update_profile(Path(args.out), starts, args.starts, storm, args.storm_cpu)
+        if args.storm_at_t and not args.storm_cpu:
+            raise SystemExit("--storm-at-t: needs --storm-cpu (the same run's burst JSON)")
+        at_t = storm_at_t(Path(args.storm_at_t)) if args.storm_at_t else None
+        storm = storm_cpu(Path(args.storm_cpu), at_t) if args.storm_cpu else {}
+        source = args.storm_cpu + (f" and {args.storm_at_t}" if args.storm_at_t else "")
+        update_profile(Path(args.out), starts, args.starts, storm, source if storm else None)
         starts = {**starts, **storm}
         for k, v in starts.items():
             print(f"  {k:<28} {v * 1e6:10.2f} us")
@@ -236,10 +266,13 @@ def measure_run_rows(url: str, rows: int) -> dict[str, float]:
         conn.execute(f"CREATE TABLE {day} PARTITION OF {table} DEFAULT")
     base = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
     with psycopg.connect(url, autocommit=True) as conn:
-        with conn.cursor() as cur, cur.copy(
-            f"COPY {table} (run_id, job_id, tenant, job_version, priority, scheduled_at, "
-            "trigger_kind) FROM STDIN"
-        ) as copy:
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                f"COPY {table} (run_id, job_id, tenant, job_version, priority, scheduled_at, "
+                "trigger_kind) FROM STDIN"
+            ) as copy,
+        ):
             for i in range(rows):
                 job = uuid.uuid4()
                 at = base + dt.timedelta(milliseconds=i * 10)
@@ -411,10 +444,42 @@ STORM_PROCESSES = {
 }
 
 
-def storm_cpu(path: Path) -> dict[str, float]:
+# What the storm model runs itself at the second (burst_at_t.py's categories): the workers'
+# hold and finisher threads and their PostgreSQL backends; and the sampler, which the
+# compared runs do not have. The rest is charged as the machine's CPU at T.
+AT_T_MODELLED = re.compile(r"worker-\d+ (hold|finisher)|postgres for worker-\d+|sampler")
+AT_T_WINDOW = "T..T+0.3"
+
+
+def storm_at_t(path: Path) -> dict[str, float]:
+    """What the second itself costs in a storm, from `benchmarks/burst_at_t.py`'s
+    all_at_t.json: the workers' hold threads' CPU (pop and start at T, as the storm's heap
+    and caches make it, which the isolated measurement does not see), the CPU the rest of
+    the machine takes from T to T + 0.3 s while they start, and the sampler's own CPU."""
+    import json
+
+    d = json.loads(path.read_text())
+    cats = d.get("by_category_ms")
+    if not cats or AT_T_WINDOW not in d.get("windows", {}):
+        raise SystemExit(f"--storm-at-t: {path} has no by_category_ms over {AT_T_WINDOW}")
+    hold = [c for c in cats if re.fullmatch(r"worker-\d+ hold", c)]
+    if not hold:
+        raise SystemExit(f"--storm-at-t: {path} names no worker's hold thread (py-spy missing?)")
+    lo, hi = d["windows"][AT_T_WINDOW]
+    rest = sum(v[AT_T_WINDOW][0] for c, v in cats.items() if not AT_T_MODELLED.fullmatch(c))
+    return {
+        "hold_cpu_s": sum(v[0] for c in hold for v in cats[c].values()) / 1000,
+        "storm_at_t_cpu_s": rest / 1000,
+        "storm_at_t_window_s": float(hi) - float(lo),
+        "sampler_cpu_s": float(d.get("sampler_cpu_ms", 0.0)) / 1000,
+    }
+
+
+def storm_cpu(path: Path, at_t: dict[str, float] | None = None) -> dict[str, float]:
     """CPU seconds per run of each process in each phase of a measured storm (the
     scan-ahead up to T, after T), and the CPU per second the rest of the machine took
-    meanwhile (other stacks and agents, PostgreSQL's own background processes)."""
+    meanwhile (other stacks and agents, PostgreSQL's own background processes); with the
+    same run's `storm_at_t`, what its second cost (the sampler's CPU not counted)."""
     import json
 
     r = json.loads(path.read_text())
@@ -436,6 +501,11 @@ def storm_cpu(path: Path) -> dict[str, float]:
         ours += float(ph.get("reaper", 0.0))
         other += max(0.0, float(ph["machine_busy"]) - ours)
         wall += float(ph["wall_s"])
+    if at_t is not None:
+        other = max(0.0, other - at_t["sampler_cpu_s"])
+        out["storm_at_t_start_cpu_per_run_s"] = at_t["hold_cpu_s"] / runs
+        out["storm_at_t_cpu_s"] = at_t["storm_at_t_cpu_s"]
+        out["storm_at_t_window_s"] = at_t["storm_at_t_window_s"]
     out["storm_other_cpu_per_s"] = other / wall
     return out
 
@@ -446,6 +516,7 @@ def update_profile(
     starts: int,
     storm: dict[str, float] | None = None,
     storm_source: str | None = None,
+    starts_measured: bool = True,
 ) -> None:
     """Set these service times in an existing profile, the others kept as they were
     measured; the [measured] table (the last one) says where the new ones come from."""
@@ -458,7 +529,9 @@ def update_profile(
         if line.startswith("["):
             section = line.strip()
         key = line.split("=", 1)[0].strip()
-        drop = key == "worker_starts" or (storm is not None and key == "storm_cpu")
+        drop = (key == "worker_starts" and starts_measured) or (
+            storm is not None and key == "storm_cpu"
+        )
         stale_storm = storm is not None and key.startswith("storm_") and key != "storm_cpu"
         if (section == "[service_times]" and (key in numbers or stale_storm)) or drop:
             continue
@@ -470,15 +543,18 @@ def update_profile(
     while out and not out[-1].strip():
         out.pop()
     stamp = f"{platform.node()} at {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
-    out.append(
-        f'worker_starts = "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: '
-        f"kit.worker.Worker's hold, wheel pop and inline start of {starts} noop runs due at "
-        f'the same second, median of 5 rounds, measured by cronfleet calibrate on {stamp}"'
-    )
+    if starts_measured:
+        out.append(
+            f'worker_starts = "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: '
+            f"kit.worker.Worker's hold, wheel pop and inline start of {starts} noop runs due "
+            f'at the same second, median of 5 rounds, measured by cronfleet calibrate on {stamp}"'
+        )
     if storm:
         out.append(
             f'storm_cpu = "storm_*: CPU per run of each process in the scan-ahead up to T and '
-            f"after T, and the rest of the machine's CPU per second, from the kit's CPU of "
+            f"after T, the rest of the machine's CPU per second, and (storm_at_t_*) the hold "
+            f"threads' CPU per run at T and the rest's CPU from T to T + 0.3 s, from the kit's "
+            f"CPU of "
             f'a 50,000-run storm: {storm_source}, set by cronfleet calibrate on {stamp}"'
         )
     path.write_text("\n".join(out) + "\n")
@@ -513,7 +589,7 @@ def write_profile(
     ]
     if history:
         lines.append(
-            f'history = "{history_rows} finished runs in the kit\'s runs table (kit.store.schema: '
+            f"history = \"{history_rows} finished runs in the kit's runs table (kit.store.schema: "
             "columns and indexes), written pending -> running -> succeeded, "
             "vacuumed; run_row_bytes = table + indexes + TOAST per row (the updates' free "
             'space kept); run_row_compact_bytes after VACUUM FULL"'
