@@ -168,7 +168,7 @@ class WorkerPool:
                 tier = m.runs.tier[run - m.runs.origin]
                 order = np.lexsort((run, tier, vis))
                 vis, run, att, tier = vis[order], run[order], att[order], tier[order]
-            claim_ms, svc_ms, ok = m.service(run, vis)
+            claim_ms, svc_ms, ok = m.service(run, att, vis)
             m.mark_queued(run)
             if fast:
                 k = run.size
