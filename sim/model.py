@@ -161,7 +161,8 @@ class Model:
         # the scan's decisions, one kit.core.trigger.decide_scan call per class of jobs
         # (see SchedulerNode._decide): class -> (outcome per fire, cancel active runs)
         self.scan_verdicts: dict[tuple[int, ...], tuple[np.ndarray, bool]] = {}
-        self.decision_log: list[tuple[np.ndarray, np.ndarray]] | None = None  # tests
+        # tests: (now, job, fire, outcome) of every scan decision, when set to a list
+        self.decision_log: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] | None = None
         self._key0 = np.array([tp.key0 for tp in self.stream.templates], np.int64)
         names = self.stream.class_names
         self.fail_p = np.array([float(w["classes"][c].get("fail_p", 0.0)) for c in names])
@@ -219,7 +220,9 @@ class Model:
             self.nodes[int(self._want[p])].take(p, now)
         for i, fault in enumerate(self.faults):
             if fault.kind != "poison_jobs":
-                self.env.process(self._inject(fault, np.random.default_rng([self.seed, STREAM_FAULTS, i])))
+                self.env.process(
+                    self._inject(fault, np.random.default_rng([self.seed, STREAM_FAULTS, i]))
+                )
         self.env.process(self._pool_ticks())
 
     # -- time and helpers ---------------------------------------------------------------
@@ -351,7 +354,11 @@ class Model:
     ) -> None:
         t = self.runs
         ix = run - t.origin
-        t.status[ix] = RUNNING
+        if self.n_cancelled:  # cancelled after its claim (overlap 'replace'): it runs on,
+            st = t.status[ix]  # but stays cancelled and its finish is refused
+            t.status[ix] = np.where(st == CANCELLED, CANCELLED, RUNNING)
+        else:
+            t.status[ix] = RUNNING
         again = bool((t.executions[ix] > 0).any())  # a re-run or a duplicate among them
         if not again and int(att.max()) == 1:  # the usual batch: first starts only
             t.executions[ix] = 1
@@ -526,9 +533,7 @@ class Model:
 
     def _crash_workers(self, f: Fault, rng: np.random.Generator) -> None:
         t = self.now_ms()
-        ids = rng.choice(
-            self.pool.workers, min(f.workers, self.pool.workers), replace=False
-        )
+        ids = rng.choice(self.pool.workers, min(f.workers, self.pool.workers), replace=False)
         victims = self.pool.crash_workers(t, np.sort(ids), t + f.duration_ms)
         start = victims["start"]
         beats = np.floor(np.maximum(t - start, 0) / self.heartbeat_ms) * self.heartbeat_ms
@@ -940,7 +945,7 @@ class SchedulerNode:
             nxt = np.unique(t.job[t.rows(a, b)])
             next_late = (keyed & np.isin(g_job, nxt)).astype(np.int64)
         sig = np.stack((counts, n_late, n_old, busy, next_late), axis=1)
-        if n_groups == 1 or not sig[:, 1:].any() and (counts == counts[0]).all():
+        if n_groups == 1 or (not sig[:, 1:].any() and (counts == counts[0]).all()):
             classes, inv = sig[:1], np.zeros(n_groups, np.int64)
         else:
             classes, inv = np.unique(sig, axis=0, return_inverse=True)
@@ -963,7 +968,7 @@ class SchedulerNode:
         outcome = np.empty(n, np.int8)
         outcome[order] = flat[base[inv[group_of]] + pos]
         if m.decision_log is not None:
-            m.decision_log.append((rows.copy(), outcome.copy()))
+            m.decision_log.append((now_ms, job.copy(), fire.copy(), outcome.copy()))
         if cancel.any():
             for g in np.flatnonzero(cancel[inv] & keyed).tolist():
                 m.cancel_active(int(g_job[g]))
