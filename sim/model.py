@@ -36,7 +36,7 @@ from kit.core import defaults, dispatch, jitter, leases, partitions, policies, r
 from kit.core.schedule import OneOffSchedule
 from kit.core.timeutil import from_epoch_ms
 from sim.draws import KeyedRandom, RunDraws
-from sim.faults import Fault, Windows, parse_faults
+from sim.faults import FAULT_KINDS, Fault, Windows, parse_faults
 from sim.partition_table import LeaseClasses, PartitionTable
 from sim.resources import ATTEMPT, END, REAPED, RUN, START, Database, WorkerPool
 from sim.runs import (
@@ -218,11 +218,15 @@ class Model:
         self.assignment(now)
         for p in range(self.n_parts):
             self.nodes[int(self._want[p])].take(p, now)
-        for i, fault in enumerate(self.faults):
+        kinds = list(FAULT_KINDS)
+        rank: dict[str, int] = {}
+        for fault in self.faults:
+            # a fault's own generator, keyed by its kind and its rank among the faults of
+            # that kind: adding a fault of another kind leaves its draws as they were
+            nth = rank[fault.kind] = rank.get(fault.kind, -1) + 1
             if fault.kind != "poison_jobs":
-                self.env.process(
-                    self._inject(fault, np.random.default_rng([self.seed, STREAM_FAULTS, i]))
-                )
+                key = [self.seed, STREAM_FAULTS, kinds.index(fault.kind), nth]
+                self.env.process(self._inject(fault, np.random.default_rng(key)))
         self.env.process(self._pool_ticks())
 
     # -- time and helpers ---------------------------------------------------------------
