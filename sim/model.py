@@ -1,11 +1,12 @@
 """The model: SimPy processes for scheduler nodes, the reaper, faults and the worker
 pool tick, over a workload generated a minute at a time. Every decision is a `kit.core`
-call: partition hashing and assignment, partition leases and fencing, the scan window
-and misfire grace, the timer wheel, misfire and overlap policies, jitter, retry backoff
-and run-lease transitions.
+call: partition hashing and assignment, partition leases and fencing, the scan window,
+the scan's decisions (`kit.core.trigger.decide_scan`: lateness past the node's misfire
+grace, misfire and overlap policies), the timer wheel, jitter, retry backoff and
+run-lease transitions.
 
 A run's life in the model, one function per step of the kit's life of a run:
-`SchedulerNode.scan` (due triggers read, fenced, inserted, misfire/overlap applied,
+`SchedulerNode.scan` (due triggers read, fenced, inserted, decided by decide_scan,
 held in the timer wheel), `SchedulerNode.dispatch_due` (published at the second),
 `Model.claim` (a worker's claim of a delivery), `WorkerPool` (execution in a slot),
 `Model.record_finish` (finish, retry or dead letter), `Reaper` (recovery).
@@ -15,6 +16,12 @@ is asked once per equivalence class and its verdict applied to the class: claims
 finishes on the normal path (same status, event and attempt), partition lease renewals
 and fencing (same owner, epoch, expiry and believed epoch; see sim.partition_table).
 Runs off the normal path (failures, redeliveries, crashes, expiries) get one call each.
+The scan's decisions are asked once per class of jobs (`SchedulerNode._decide`).
+
+Randomness: one stream per purpose (sim.draws, sim.workload, one generator per fault),
+keyed rather than sequential where the order of asking depends on the run (a run
+attempt's duration, failure and retry jitter), so runs with and without a fault are
+paired: they differ only where the fault reached.
 
 Memory: runs live in `sim.runs.RunTable` only between their generation and their
 retirement (`Model.retire`), when their statistics are folded into `sim.stats`.
