@@ -923,10 +923,12 @@ class SchedulerNode:
         n = rows.size
         if n == 0:
             return rows
+        late_before = now_ms - m.misfire_grace_ms
+        if hi_ms < late_before:  # a catch-up cut short: is a job's next fire late too?
+            m.generate_through(late_before)  # (before any row index: it may move rows)
         ix = rows - t.origin
         fire = t.fire[ix]
         job = t.job[ix].astype(np.int64)
-        late_before = now_ms - m.misfire_grace_ms
         # one group per job, its fires in order (ids ascend with fire time)
         key = np.where(job >= 0, job, -1 - np.arange(n, dtype=np.int64))
         order = np.argsort(key, kind="stable")
@@ -947,12 +949,19 @@ class SchedulerNode:
         busy = zeros
         if m.limits_overlap and keyed.any():
             busy = zeros.copy()
-            for g in np.flatnonzero(keyed).tolist():
-                busy[g] = m.busy_runs(int(g_job[g]))
+            kg = np.flatnonzero(keyed)
+            last = m.last_run_of_job[g_job[kg]]
+            live = last >= t.lo
+            b_last = np.zeros(kg.size, np.int64)
+            b_last[live] = IS_ACTIVE[t.status[last[live] - t.origin]]
+            busy[kg] = b_last
+            if m.more_active or m.queued:  # the few jobs with more than their last run
+                extra = np.fromiter(itertools.chain(m.more_active, m.queued), np.int64)
+                for g in kg[np.isin(g_job[kg], extra)].tolist():
+                    busy[g] = m.busy_runs(int(g_job[g]))
         next_late = zeros
-        if hi_ms < late_before and keyed.any():  # a catch-up cut short: the job's next
-            m.generate_through(late_before)  # fire is late when it falls before the bound
-            a, b = t.first_after(hi_ms), t.first_at_or_after(late_before)
+        if hi_ms < late_before and keyed.any():  # the job's next fire is late when it
+            a, b = t.first_after(hi_ms), t.first_at_or_after(late_before)  # is before this
             nxt = np.unique(t.job[t.rows(a, b)])
             next_late = (keyed & np.isin(g_job, nxt)).astype(np.int64)
         sig = np.stack((counts, n_late, n_old, busy, next_late), axis=1)
