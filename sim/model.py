@@ -929,6 +929,19 @@ class SchedulerNode:
         ix = rows - t.origin
         fire = t.fire[ix]
         job = t.job[ix].astype(np.int64)
+        if not m.limits_overlap and int(fire[0]) >= late_before:  # ids ascend with fire
+            # the usual scan: nothing late, overlap allowed; one fire per job is one class
+            keyed = np.sort(job[job >= 0])
+            if not (keyed[1:] == keyed[:-1]).any():
+                one = (1, 0, 0, 0, 0)
+                verdict = m.scan_verdicts.get(one)
+                if verdict is None:
+                    verdict = self._ask_core(rows[:1], int(job[0]), 0, now_ms, hi_ms)
+                    m.scan_verdicts[one] = verdict
+                if verdict[0][0] == FIRE and not verdict[1]:
+                    if m.decision_log is not None:
+                        m.decision_log.append((now_ms, job, fire, np.full(n, FIRE, np.int8)))
+                    return rows
         # one group per job, its fires in order (ids ascend with fire time)
         key = np.where(job >= 0, job, -1 - np.arange(n, dtype=np.int64))
         order = np.argsort(key, kind="stable")
