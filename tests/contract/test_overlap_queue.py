@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from sqlalchemy import Engine, text
@@ -40,6 +39,7 @@ from kit.store import scheduling as sql
 from kit.store.claims import Claim, run_finish_failed, run_finish_ok, runs_claim, runs_finish_ok
 from kit.store.jobs import JobCreate, JobSpec, job_create
 from kit.store.reaping import runs_publish_unclaimed, runs_reap_expired
+from tests.contract.replay import replay
 
 pytestmark = pytest.mark.integration
 
@@ -346,11 +346,4 @@ def overlap_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 
 
 def test_overlap_store_equals_core(engine: Engine) -> None:
-    machine = overlap_machine(engine)
-    machine.TestCase.settings = settings(
-        max_examples=100,
-        stateful_step_count=40,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-    machine.TestCase().runTest()
+    replay(overlap_machine(engine), examples=100, steps=40)

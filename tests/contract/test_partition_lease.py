@@ -14,7 +14,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from sqlalchemy import Engine, text
@@ -23,6 +22,7 @@ from kit.core import leases as core
 from kit.core.leases import PartitionLease
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.store import scheduling as sql
+from tests.contract.replay import replay
 
 pytestmark = pytest.mark.integration
 
@@ -152,11 +152,4 @@ def partition_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 
 
 def test_partition_lease_store_equals_core(engine: Engine) -> None:
-    machine = partition_lease_machine(engine)
-    machine.TestCase.settings = settings(
-        max_examples=100,
-        stateful_step_count=30,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-    machine.TestCase().runTest()
+    replay(partition_lease_machine(engine), examples=100, steps=30)

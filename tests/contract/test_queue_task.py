@@ -17,7 +17,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from sqlalchemy import Engine, select
@@ -28,6 +27,7 @@ from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.store import queues as store
 from kit.store.queues import AckItem, LeaseRefused, TaskEnqueue, TaskLease
 from kit.store.schema import queue_tasks
+from tests.contract.replay import replay
 
 pytestmark = pytest.mark.integration
 
@@ -279,11 +279,4 @@ def queue_task_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 
 
 def test_queue_task_store_equals_core(engine: Engine) -> None:
-    machine = queue_task_machine(engine)
-    machine.TestCase.settings = settings(
-        max_examples=120,
-        stateful_step_count=30,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-    machine.TestCase().runTest()
+    replay(queue_task_machine(engine), examples=120, steps=30)
