@@ -8,7 +8,7 @@ plot. The baseline is the kit at --baseline-ref, extracted with `git archive` an
 from there in the same series, so both sides meet the same machine state.
 
     python benchmarks/api_speed.py --series 1 --json docs/benchmarks/api_speed.json
-    (three times, each under /work/tools/quiet), then
+    (three times, each under scripts/quiet), then
     python benchmarks/api_speed.py --report --json docs/benchmarks/api_speed.json \\
         --plot docs/benchmarks/api_speed.png
 

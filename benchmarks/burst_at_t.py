@@ -9,7 +9,22 @@ blocked: on a lock, on I/O, or on the interpreter lock (a GIL wait is a futex sl
 Per worker it prints 20 ms slots: the hold thread's time on a core, its run-queue wait,
 and the other threads' time on a core (which of them), then the totals from T to T + 0.3 s.
 
-    /work/tools/quiet python benchmarks/burst_at_t.py --out /tmp/burst-at-t
+Every other task on the machine is sampled the same way from T - 1 s to T + 1 s (--before,
+--after): the scheduler, the reaper, each PostgreSQL backend named by the client it serves
+(its process title gives the client's port, the port's socket its owner), the broker's
+threads, the benchmark, this sampler, PostgreSQL's own processes and everything else. It
+prints each category's time on a core and in the run queue before T, in the first 300 ms
+and after, per 20 ms slot, and the busiest tasks; all_at_t.json in --out keeps them.
+The sampler's own CPU (about a fifth of a core at 5 ms) is printed as `sampler`.
+
+A calibration run of the storm model (docs/sim-storm.md) samples every 100 ms, so the
+sampler hardly loads the machine it measures, and feeds both files to the calibration:
+
+    scripts/quiet python benchmarks/burst_at_t.py --period-ms 100 --out /tmp/cal
+    cronfleet calibrate --only-worker-starts --storm-cpu /tmp/cal/burst-1node.json \
+        --storm-at-t /tmp/cal/all_at_t.json --out sim/profiles/default.toml
+
+    scripts/quiet python benchmarks/burst_at_t.py --out /tmp/burst-at-t
 
 Reading /proc costs the sampler, not the workers (no ptrace, no pause).
 """
@@ -17,6 +32,8 @@ Reading /proc costs the sampler, not the workers (no ptrace, no pause).
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import subprocess
 import sys
@@ -57,6 +74,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=50_000)
+    ap.add_argument("--before", type=float, default=1.0, help="sample from T - this (s)")
+    ap.add_argument("--after", type=float, default=1.0, help="sample until T + this (s)")
+    ap.add_argument(
+        "--period-ms",
+        type=float,
+        default=5.0,
+        help="between sweeps; 100 for a calibration run (the window totals only, the "
+        "sampler's own CPU then negligible: cronfleet calibrate --storm-at-t)",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     bench = subprocess.Popen(
@@ -83,20 +109,18 @@ def main() -> None:
     t = due.timestamp()
     time.sleep(max(0.0, t - 3 - time.time()))
     names = {pid: thread_names(pid) for pid in worker_pids()}
-    time.sleep(max(0.0, t - 0.2 - time.time()))
-    samples: list[tuple[float, int, int, int, int]] = []  # (s from T, pid, tid, on, wait)
-    while (now := time.time()) < t + 0.6:
-        for pid, threads in names.items():
-            for tid in threads:
-                if (s := schedstat(pid, tid)) is not None:
-                    samples.append((now - t, pid, tid, *s))
-        time.sleep(0.005)
+    owners = socket_owners([*names, *fleet_pids(), bench.pid])
+    sampler = Sampler(names, bench.pid, owners)
+    time.sleep(max(0.0, t - args.before - time.time()))
+    sampler.run(t, t - args.before, t + args.after, args.period_ms / 1000)
     for line in bench.stdout:
         log.write(line)
         print(line, end="")
     bench.wait()
+    samples = [(at, pid, tid, on, wait) for at, pid, tid, on, wait in sampler.samples if at >= -0.2]
     for pid, threads in names.items():
         report(pid, threads, [s for s in samples if s[1] == pid])
+    report_all(sampler, args.out / "all_at_t.json")
 
 
 def report(
@@ -135,6 +159,237 @@ def report(
     for tid, (on, wait) in sorted(totals.items(), key=lambda kv: -kv[1][0]):
         if on + wait >= 0.5:
             print(f"    {threads.get(tid, tid)!s:>24}  {on:6.1f} / {wait:6.1f}")
+
+
+# -- every process on the machine ---------------------------------------------------------
+
+PG_PORT = re.compile(r"\((\d+)\)")
+FLEET = re.compile(r"kit\.cli (\w+) --topic-prefix cf_bench_life")
+
+
+def fleet_pids() -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "--topic-prefix cf_bench_life"], capture_output=True)
+    return sorted(int(p) for p in out.stdout.split())
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def comm(pid: int, tid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def socket_owners(pids: list[int]) -> dict[int, int]:
+    """Local TCP port -> pid, for these processes' sockets (which client a PostgreSQL
+    backend serves: its process title names the client's port)."""
+    inode_pid: dict[str, int] = {}
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    inode_pid[link[8:-1]] = pid
+        except OSError:
+            continue
+    out: dict[int, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if f[9] in inode_pid:
+                out[int(f[1].rsplit(":", 1)[1], 16)] = inode_pid[f[9]]
+    return out
+
+
+class Sampler:
+    """Every task's schedstat (ns on a core, ns waiting in the run queue) every 5 ms, each
+    task named by what it is: a worker's thread, the scheduler, a PostgreSQL backend and
+    the client it serves, the broker, the benchmark, this sampler, the rest."""
+
+    def __init__(self, workers: dict[int, dict[int, str]], bench: int, owners: dict[int, int]):
+        self.workers = workers
+        self.bench = bench
+        self.owners = owners
+        self.fds: dict[tuple[int, int], int] = {}
+        self.label: dict[tuple[int, int], tuple[str, str]] = {}  # (category, thread)
+        self.samples: list[tuple[float, int, int, int, int]] = []
+        self.machine: list[tuple[float, int]] = []  # (s from T, busy ticks of all cores)
+        self.stat = os.open("/proc/stat", os.O_RDONLY)
+        self.worker_no = {pid: i + 1 for i, pid in enumerate(sorted(workers))}
+        self.tick_s = 1 / os.sysconf("SC_CLK_TCK")
+
+    def name(self, pid: int, tid: int) -> tuple[str, str]:
+        thread = comm(pid, tid)
+        if pid == os.getpid():
+            return "sampler", thread
+        if pid == self.bench:
+            return "benchmark", thread
+        if pid in self.workers:
+            return f"worker-{self.worker_no[pid]}", self.workers[pid].get(tid, thread)
+        cmd = cmdline(pid)
+        if (m := FLEET.search(cmd)) is not None:
+            return m.group(1), thread
+        if cmd.startswith("postgres: "):
+            if "cf_bench_life_" in cmd and (port := PG_PORT.search(cmd)) is not None:
+                owner = self.owners.get(int(port.group(1)))
+                if owner in self.worker_no:
+                    return f"postgres for worker-{self.worker_no[owner]}", str(pid)
+                if owner == self.bench:
+                    return "postgres for the benchmark", str(pid)
+                if owner is not None and (m := FLEET.search(cmdline(owner))) is not None:
+                    return f"postgres for {m.group(1)}", str(pid)
+                return "postgres for ?", str(pid)
+            return "postgres, other", cmd[10:40]
+        if "java" in cmd and "kafka" in cmd:
+            return "broker", thread
+        if not cmd:
+            return "kernel", thread
+        return "other processes", f"{pid} {thread}"
+
+    def refresh(self) -> None:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                continue
+            for tid in tids:
+                if (pid, tid) in self.fds:
+                    continue
+                try:
+                    self.fds[pid, tid] = os.open(f"/proc/{pid}/task/{tid}/schedstat", os.O_RDONLY)
+                except OSError:
+                    continue
+                self.label[pid, tid] = self.name(pid, tid)
+
+    def sweep(self, at: float) -> None:
+        for (pid, tid), fd in list(self.fds.items()):
+            try:
+                on, wait, _ = os.pread(fd, 128, 0).split()
+            except (OSError, ValueError):
+                os.close(fd)
+                del self.fds[pid, tid]
+                continue
+            self.samples.append((at, pid, tid, int(on), int(wait)))
+        cpu = os.pread(self.stat, 256, 0).split(b"\n", 1)[0].split()
+        self.machine.append((at, sum(int(v) for v in (cpu[1], cpu[2], cpu[3], cpu[6], cpu[7]))))
+
+    def run(self, t: float, since: float, until: float, period_s: float) -> None:
+        """A sweep at since + k * period_s (so at T itself and T + 0.3 s when they fall on
+        the grid), until `until`."""
+        self.refresh()
+        refreshed = time.time()
+        k = 0
+        while (now := time.time()) < until:
+            if now - refreshed > 0.25:
+                self.refresh()
+                refreshed = now
+            self.sweep(time.time() - t)
+            k += 1
+            time.sleep(max(0.0, since + k * period_s - time.time()))
+
+
+def report_all(s: Sampler, out: Path) -> None:
+    """Per category: ms on a core and ms in the run queue, T-0.3..T, T..T+0.3, T+0.3..T+1,
+    per 20 ms slot from T-0.1, and the busiest tasks from T to T+0.3 s."""
+    rows: dict[tuple[int, int], list[tuple[float, int, int]]] = defaultdict(list)
+    for at, pid, tid, on, wait in s.samples:
+        rows[pid, tid].append((at, on, wait))
+    windows = {"T-0.3..T": (-0.3, 0.0), "T..T+0.3": (0.0, 0.3), "T+0.3..T+1": (0.3, 1.0)}
+    by_cat: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    by_task: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    slots: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    hold_wait: dict[int, float] = defaultdict(float)
+    for key, r in rows.items():
+        cat, thread = s.label[key]
+        if cat.startswith("worker-") and thread in ("hold", "finisher"):
+            cat = f"{cat} {thread}"
+        for (a0, on0, w0), (_, on1, w1) in pairwise(r):
+            on_ms, wait_ms = (on1 - on0) / 1e6, (w1 - w0) / 1e6
+            for w, (lo, hi) in windows.items():
+                if lo <= a0 < hi:
+                    by_cat[cat][w][0] += on_ms
+                    by_cat[cat][w][1] += wait_ms
+            if 0 <= a0 < 0.3:
+                by_task[key][0] += on_ms
+                by_task[key][1] += wait_ms
+            if -0.1 <= a0 < 0.5:
+                slots[cat][int((a0 + 0.1) / SLOT_S)] += on_ms
+                if cat.endswith(" hold"):
+                    hold_wait[int((a0 + 0.1) / SLOT_S)] += wait_ms
+    machine: dict[str, float] = defaultdict(float)
+    mslots: dict[int, float] = defaultdict(float)
+    for (a0, b0), (_, b1) in pairwise(s.machine):
+        ms = (b1 - b0) * s.tick_s * 1000
+        for w, (lo, hi) in windows.items():
+            if lo <= a0 < hi:
+                machine[w] += ms
+        if -0.1 <= a0 < 0.5:
+            mslots[int((a0 + 0.1) / SLOT_S)] += ms
+    cats = sorted(by_cat, key=lambda c: -by_cat[c]["T..T+0.3"][0])
+    print("\nevery process, ms on a core / ms waiting for one (schedstat):")
+    print(f"  {'':<30}" + "".join(f"{w:>20}" for w in windows))
+    for c in cats:
+        cells = "".join(f"{by_cat[c][w][0]:11.1f} /{by_cat[c][w][1]:7.1f}" for w in windows)
+        print(f"  {c:<30}{cells}")
+    total = {w: sum(by_cat[c][w][0] for c in cats) for w in windows}
+    print(f"  {'sum of the tasks':<30}" + "".join(f"{total[w]:11.1f}        " for w in windows))
+    print(
+        f"  {'machine busy (/proc/stat)':<30}"
+        + "".join(f"{machine[w]:11.1f}        " for w in windows)
+    )
+    print("\nper 20 ms slot, ms on a core (hold wait: both hold threads' run-queue ms):")
+    cols = [c for c in cats if sum(slots[c].values()) >= 1.0]
+    print("  slot    " + "".join(f"{c[:14]:>15}" for c in cols) + "      hold wait   machine")
+    for k in range(int(0.6 / SLOT_S)):
+        cells = "".join(f"{slots[c].get(k, 0.0):15.1f}" for c in cols)
+        print(
+            f"  T{k * SLOT_S - 0.1:+.2f}  {cells}  {hold_wait.get(k, 0.0):13.1f}"
+            f"  {mslots.get(k, 0.0):8.0f}"
+        )
+    print("\nbusiest tasks, T..T+0.3 s (ms on a core / waiting):")
+    for key, (on, wait) in sorted(by_task.items(), key=lambda kv: -kv[1][0])[:20]:
+        cat, thread = s.label[key]
+        print(f"  {cat:<28} {thread:<26} {on:7.1f} / {wait:6.1f}")
+    out.write_text(
+        json.dumps(
+            {
+                "windows": windows,
+                "period_ms": round(
+                    1000 * (s.machine[-1][0] - s.machine[0][0]) / max(1, len(s.machine) - 1), 2
+                ),
+                "by_category_ms": {c: dict(by_cat[c]) for c in cats},
+                "machine_busy_ms": machine,
+                "sampler_cpu_ms": sum(
+                    (r[-1][1] - r[0][1]) / 1e6
+                    for k, r in rows.items()
+                    if s.label[k][0] == "sampler"
+                ),
+                "sampled_s": [s.machine[0][0], s.machine[-1][0]] if s.machine else [],
+                "slots_ms": {
+                    c: {f"{k * SLOT_S - 0.1:+.2f}": v for k, v in slots[c].items()} for c in cols
+                },
+                "tasks_t_to_t03_ms": [
+                    [*s.label[k], on, wait]
+                    for k, (on, wait) in sorted(by_task.items(), key=lambda kv: -kv[1][0])
+                    if on + wait > 0.1
+                ],
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from kit.store import migrate
 from kit.store.db import engine_for
 from kit.store.jobs import JobSpec, jobs_create_batch
 from kit.store.jobs_list import JobFilter, jobs_list
+from kit.tasks import registry
 
 TEAMS = [f"team{i:02d}" for i in range(20)]
 FILTER_INDEXES = {
@@ -46,7 +47,7 @@ QUERIES: dict[str, JobFilter] = {
     "name prefix (5%)": JobFilter(name_prefix="team07-"),
     "paused (1%)": JobFilter(paused=True),
     "priority critical (2%)": JobFilter(priority="critical"),
-    "task type sleep (1%)": JobFilter(task_type="sleep"),
+    "task type sleep (1%)": JobFilter(task_type="sleep", task_types=registry.names()),
     "prefix + priority high": JobFilter(name_prefix="team03-", priority="high"),
     "last run dead (0.4%)": JobFilter(last_status="dead"),
 }

@@ -44,6 +44,7 @@ import random
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -457,6 +458,28 @@ def spike_seconds(series: int, args: argparse.Namespace) -> set[int]:
     return {spike_enters_s(series, args), fire - math.ceil(OVERLAP_HORIZON_MS / 1000)}
 
 
+def code_version() -> str:
+    """The commit the kit's code comes from (and whether the tree differs from it): a
+    figure is only comparable with one measured on the same code."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "kit"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return head + (" with local changes to kit/" if dirty else "")
+
+
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else math.nan
 
@@ -707,7 +730,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"server: {server}; {knobs}")
     log(
         f"client: Python {platform.python_version()}, psycopg {psycopg.__version__}, "
-        f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at start"
+        f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at start;"
+        f" code {code_version()}"
     )
     check_disk(args)
     results = [run_size(admin, size, args) for size in sorted(args.sizes)]
@@ -729,6 +753,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "command": command,
+            "code": code_version(),
             "server": server,
             "settings": knobs,
             "t0": T0.isoformat(),

@@ -19,6 +19,7 @@ import datetime as dt
 import json
 import platform
 import random
+import re
 import statistics
 import time
 import tomllib
@@ -66,6 +67,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="with --only-worker-starts: also set the storm's CPU per run by phase from a "
         "`benchmarks/life_of_a_run.py --mode burst` result (its cpu_by_phase_s)",
     )
+    p.add_argument(
+        "--only-storm",
+        action="store_true",
+        help="set only the storm's keys from --storm-cpu (and --storm-at-t), measuring "
+        "nothing: the worker's start path keeps the values it was measured at",
+    )
+    p.add_argument(
+        "--storm-at-t",
+        default=None,
+        metavar="JSON",
+        help="with --storm-cpu: also set what the storm's second costs from the same run "
+        "sampled by `benchmarks/burst_at_t.py --period-ms 100` (its all_at_t.json): the hold "
+        "threads' CPU per run started, and the rest of the machine's CPU from T to T + 0.3 s",
+    )
     p.set_defaults(func=main)
 
 
@@ -73,10 +88,25 @@ def main(args: argparse.Namespace) -> int:
     from kit.settings import load_settings
 
     out = Path(args.out)
+    if args.only_storm:
+        if not args.storm_cpu:
+            raise SystemExit("--only-storm: needs --storm-cpu (a burst's JSON)")
+        at_t = storm_at_t(Path(args.storm_at_t)) if args.storm_at_t else None
+        storm = storm_cpu(Path(args.storm_cpu), at_t)
+        source = args.storm_cpu + (f" and {args.storm_at_t}" if args.storm_at_t else "")
+        update_profile(out, {}, 0, storm, source, starts_measured=False)
+        for k, v in storm.items():
+            print(f"  {k:<28} {v * 1e6:10.2f} us")
+        print(f"updated {args.out}")
+        return 0
     if args.only_worker_starts:
+        if args.storm_at_t and not args.storm_cpu:
+            raise SystemExit("--storm-at-t: needs --storm-cpu (the same run's burst JSON)")
         starts = measure_worker_starts(args.starts)
-        storm = storm_cpu(Path(args.storm_cpu)) if args.storm_cpu else {}
-        update_profile(out, starts, args.starts, storm, args.storm_cpu)
+        at_t = storm_at_t(Path(args.storm_at_t)) if args.storm_at_t else None
+        storm = storm_cpu(Path(args.storm_cpu), at_t) if args.storm_cpu else {}
+        source = args.storm_cpu + (f" and {args.storm_at_t}" if args.storm_at_t else "")
+        update_profile(out, starts, args.starts, storm, source if storm else None)
         starts = {**starts, **storm}
         for k, v in starts.items():
             print(f"  {k:<28} {v * 1e6:10.2f} us")
@@ -910,10 +940,42 @@ STORM_PROCESSES = {
 }
 
 
-def storm_cpu(path: Path) -> dict[str, float]:
+# What the storm model runs itself at the second (burst_at_t.py's categories): the workers'
+# hold and finisher threads and their PostgreSQL backends; and the sampler, which the
+# compared runs do not have. The rest is charged as the machine's CPU at T.
+AT_T_MODELLED = re.compile(r"worker-\d+ (hold|finisher)|postgres for worker-\d+|sampler")
+AT_T_WINDOW = "T..T+0.3"
+
+
+def storm_at_t(path: Path) -> dict[str, float]:
+    """What the second itself costs in a storm, from `benchmarks/burst_at_t.py`'s
+    all_at_t.json: the workers' hold threads' CPU (pop and start at T, as the storm's heap
+    and caches make it, which the isolated measurement does not see), the CPU the rest of
+    the machine takes from T to T + 0.3 s while they start, and the sampler's own CPU."""
+    import json
+
+    d = json.loads(path.read_text())
+    cats = d.get("by_category_ms")
+    if not cats or AT_T_WINDOW not in d.get("windows", {}):
+        raise SystemExit(f"--storm-at-t: {path} has no by_category_ms over {AT_T_WINDOW}")
+    hold = [c for c in cats if re.fullmatch(r"worker-\d+ hold", c)]
+    if not hold:
+        raise SystemExit(f"--storm-at-t: {path} names no worker's hold thread (py-spy missing?)")
+    lo, hi = d["windows"][AT_T_WINDOW]
+    rest = sum(v[AT_T_WINDOW][0] for c, v in cats.items() if not AT_T_MODELLED.fullmatch(c))
+    return {
+        "hold_cpu_s": sum(v[0] for c in hold for v in cats[c].values()) / 1000,
+        "storm_at_t_cpu_s": rest / 1000,
+        "storm_at_t_window_s": float(hi) - float(lo),
+        "sampler_cpu_s": float(d.get("sampler_cpu_ms", 0.0)) / 1000,
+    }
+
+
+def storm_cpu(path: Path, at_t: dict[str, float] | None = None) -> dict[str, float]:
     """CPU seconds per run of each process in each phase of a measured storm (the
     scan-ahead up to T, after T), and the CPU per second the rest of the machine took
-    meanwhile (other stacks and agents, PostgreSQL's own background processes)."""
+    meanwhile (other stacks and agents, PostgreSQL's own background processes); with the
+    same run's `storm_at_t`, what its second cost (the sampler's CPU not counted)."""
     import json
 
     r = json.loads(path.read_text())
@@ -935,6 +997,11 @@ def storm_cpu(path: Path) -> dict[str, float]:
         ours += float(ph.get("reaper", 0.0))
         other += max(0.0, float(ph["machine_busy"]) - ours)
         wall += float(ph["wall_s"])
+    if at_t is not None:
+        other = max(0.0, other - at_t["sampler_cpu_s"])
+        out["storm_at_t_start_cpu_per_run_s"] = at_t["hold_cpu_s"] / runs
+        out["storm_at_t_cpu_s"] = at_t["storm_at_t_cpu_s"]
+        out["storm_at_t_window_s"] = at_t["storm_at_t_window_s"]
     out["storm_other_cpu_per_s"] = other / wall
     return out
 
@@ -945,6 +1012,7 @@ def update_profile(
     starts: int,
     storm: dict[str, float] | None = None,
     storm_source: str | None = None,
+    starts_measured: bool = True,
 ) -> None:
     """Set these service times in an existing profile, the others kept as they were
     measured; the [measured] table (the last one) says where the new ones come from."""
@@ -957,7 +1025,9 @@ def update_profile(
         if line.startswith("["):
             section = line.strip()
         key = line.split("=", 1)[0].strip()
-        drop = key == "worker_starts" or (storm is not None and key == "storm_cpu")
+        drop = (key == "worker_starts" and starts_measured) or (
+            storm is not None and key == "storm_cpu"
+        )
         stale_storm = storm is not None and key.startswith("storm_") and key != "storm_cpu"
         if (section == "[service_times]" and (key in numbers or stale_storm)) or drop:
             continue
@@ -969,15 +1039,18 @@ def update_profile(
     while out and not out[-1].strip():
         out.pop()
     stamp = f"{platform.node()} at {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
-    out.append(
-        f'worker_starts = "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: '
-        f"kit.worker.Worker's hold, wheel pop and inline start of {starts} noop runs due at "
-        f'the same second, median of 5 rounds, measured by cronfleet calibrate on {stamp}"'
-    )
+    if starts_measured:
+        out.append(
+            f'worker_starts = "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: '
+            f"kit.worker.Worker's hold, wheel pop and inline start of {starts} noop runs due "
+            f'at the same second, median of 5 rounds, measured by cronfleet calibrate on {stamp}"'
+        )
     if storm:
         out.append(
             f'storm_cpu = "storm_*: CPU per run of each process in the scan-ahead up to T and '
-            f"after T, and the rest of the machine's CPU per second, from the kit's CPU of "
+            f"after T, the rest of the machine's CPU per second, and (storm_at_t_*) the hold "
+            f"threads' CPU per run at T and the rest's CPU from T to T + 0.3 s, from the kit's "
+            f"CPU of "
             f'a 50,000-run storm: {storm_source}, set by cronfleet calibrate on {stamp}"'
         )
     path.write_text("\n".join(out) + "\n")

@@ -2,14 +2,17 @@
 # Mutation testing of kit/core (issue 15): mutmut mutates the pure core and judges each
 # mutant by the core's unit and property tests only ([tool.mutmut] in pyproject.toml).
 # CPU-heavy (tens of minutes on 2 cores): not part of scripts/test.sh; on a shared machine
-# run it as `/work/tools/busy bash scripts/mutation.sh`. Result: docs/mutation.md.
+# run it as `scripts/busy bash scripts/mutation.sh`. Result: docs/mutation.md.
 #   bash scripts/mutation.sh [MAX_CHILDREN] [MUTANT_GLOB...]
 #   MUTATION_TIMEOUT_S=1500 bash scripts/mutation.sh 2   # bounded; MUTATION_RESUME=1 goes on
 set -euo pipefail
 cd "$(dirname "$0")/.."
 children="${1:-2}"
 shift || true
-python3 -m pip install -q -e ".[dev]" >/dev/null 2>&1 || python3 -m pip install -q "mutmut==3.8.1"
+# mutmut from the dev extra; installed only if missing (never re-points the editable
+# install of the kit at this checkout: other checkouts on the machine share it)
+python3 -c "import importlib.metadata as m; assert m.version('mutmut') == '3.8.1'" 2>/dev/null \
+  || python3 -m pip install -q "mutmut==3.8.1"
 if [ "$#" -eq 0 ] && [ -z "${MUTATION_RESUME:-}" ]; then rm -rf mutants; fi  # a full run starts clean
 export HYPOTHESIS_PROFILE=cronfleet
 # every property test at most this many examples per mutant (tests/conftest.py)
@@ -25,17 +28,29 @@ fi
 mutmut results --all true > mutants/results.txt || true
 python3 - <<'PY'
 import collections, pathlib, re
+# per module: every mutant counts; killed % is of ALL mutants (not checked = not killed)
 lines = pathlib.Path("mutants/results.txt").read_text().splitlines()
-status = collections.Counter()
+by_module: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
 for line in lines:
-    m = re.match(r"\s*(\S+): (.+)$", line)
+    m = re.match(r"\s*kit\.core\.(\w+)\.\S+: (.+)$", line)
     if m:
-        status[m.group(2).strip()] += 1
-total = sum(status.values())
-killed = status.get("killed", 0)
-print(dict(status))
-caught = killed + status.get("timeout", 0)
-judged = total - status.get("not checked", 0)
-print(f"mutants {total}, judged {judged}, killed (or timed out) {caught}:"
-      f" {caught / max(judged, 1):.1%} of those judged; not checked {total - judged}")
+        by_module[m.group(1)][m.group(2).strip()] += 1
+cols = ["killed", "survived", "no tests", "timeout", "not checked"]
+print("| module | mutants | " + " | ".join(cols) + " | killed % |")
+print("| --- | ---: | " + " | ".join("---:" for _ in cols) + " | ---: |")
+total: collections.Counter[str] = collections.Counter()
+for module in sorted(by_module):
+    c = by_module[module]
+    total.update(c)
+    n = sum(c.values())
+    caught = c["killed"] + c["timeout"]
+    print(f"| {module} | {n} | " + " | ".join(str(c[k]) for k in cols) + f" | {caught / n:.1%} |")
+n = sum(total.values())
+caught = total["killed"] + total["timeout"]
+print(f"| **all** | {n} | " + " | ".join(str(total[k]) for k in cols) + f" | **{caught / max(n, 1):.1%}** |")
+other = {k: v for k, v in total.items() if k not in cols}
+if other:
+    print("other statuses:", other)
+print(f"mutants {n}, killed (or timed out) {caught}: {caught / max(n, 1):.1%} of all;"
+      f" not checked {total['not checked']}")
 PY

@@ -28,6 +28,7 @@ def audit(m: Model) -> dict[str, Any]:
         "retry_attempts": c["retry_attempts"],
         "dead_lettered": c["dead_lettered"],
         "skipped": c["skipped"],
+        "cancelled": c["cancelled"],
         "dropped": c["dropped"],
         "lost_after_start": c["lost_after_start"],
         "unfinished": c["in_flight_at_end"],

@@ -283,6 +283,8 @@ def _print_table(r: dict[str, Any]) -> None:
     t.add_row("runs fired", f"{a['fired']:,}")
     t.add_row("runs still in flight at the end", f"{r['in_flight_at_end']:,}")
     t.add_row("dead-lettered", f"{a['dead_lettered']:,}")
+    if a.get("cancelled"):
+        t.add_row("cancelled (overlap 'replace')", f"{a['cancelled']:,}")
     t.add_row("dropped", f"{a['dropped']:,}")
     t.add_row("duplicated", f"{a['duplicated']:,}")
     t.add_row("max queue depth", f"{r['max_queue_depth']:,}")

@@ -1,11 +1,12 @@
 """The model: SimPy processes for scheduler nodes, the reaper, faults and the worker
 pool tick, over a workload generated a minute at a time. Every decision is a `kit.core`
-call: partition hashing and assignment, partition leases and fencing, the scan window
-and misfire grace, the timer wheel, misfire and overlap policies, jitter, retry backoff
-and run-lease transitions.
+call: partition hashing and assignment, partition leases and fencing, the scan window,
+the scan's decisions (`kit.core.trigger.decide_scan`: lateness past the node's misfire
+grace, misfire and overlap policies), the timer wheel, jitter, retry backoff and
+run-lease transitions.
 
 A run's life in the model, one function per step of the kit's life of a run:
-`SchedulerNode.scan` (due triggers read, fenced, inserted, misfire/overlap applied,
+`SchedulerNode.scan` (due triggers read, fenced, inserted, decided by decide_scan,
 held in the timer wheel), `SchedulerNode.dispatch_due` (published at the second),
 `Model.claim` (a worker's claim of a delivery), `WorkerPool` (execution in a slot),
 `Model.record_finish` (finish, retry or dead letter), `Reaper` (recovery).
@@ -15,6 +16,12 @@ is asked once per equivalence class and its verdict applied to the class: claims
 finishes on the normal path (same status, event and attempt), partition lease renewals
 and fencing (same owner, epoch, expiry and believed epoch; see sim.partition_table).
 Runs off the normal path (failures, redeliveries, crashes, expiries) get one call each.
+The scan's decisions are asked once per class of jobs (`SchedulerNode._decide`).
+
+Randomness: one stream per purpose (sim.draws, sim.workload, one generator per fault),
+keyed rather than sequential where the order of asking depends on the run (a run
+attempt's duration, failure and retry jitter), so runs with and without a fault are
+paired: they differ only where the fault reached.
 
 Memory: runs live in `sim.runs.RunTable` only between their generation and their
 retirement (`Model.retire`), when their statistics are folded into `sim.stats`.
@@ -25,19 +32,23 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import random
+from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
 import simpy
 
-from kit.core import defaults, dispatch, leases, partitions, policies, retry
-from sim.faults import Fault, Windows, parse_faults
+from kit.core import defaults, dispatch, jitter, leases, partitions, policies, retry, trigger
+from kit.core.schedule import OneOffSchedule
+from kit.core.timeutil import from_epoch_ms
+from sim.draws import KeyedRandom, RunDraws
+from sim.faults import FAULT_KINDS, Fault, Windows, parse_faults
 from sim.partition_table import LeaseClasses, PartitionTable
 from sim.resources import ATTEMPT, END, REAPED, RUN, START, Database, WorkerPool
 from sim.runs import (
     ACTIVE,
+    CANCELLED,
     DEAD,
     DISPATCHED,
     LOST,
@@ -65,6 +76,7 @@ CORE_STATUS = {
     DEAD: leases.RunStatus.dead,
     SKIPPED: leases.RunStatus.skipped,
     LOST: leases.RunStatus.pending,
+    CANCELLED: leases.RunStatus.cancelled,
 }
 IS_TERMINAL = np.zeros(16, bool)
 IS_TERMINAL[list(TERMINAL)] = True
@@ -73,8 +85,16 @@ IS_ACTIVE[list(ACTIVE)] = True
 TICK_MS = 1000
 RETIRE_EVERY_S = 60.0
 
-# random streams of a seed (the workload's are in sim.workload)
-STREAM_SERVICE, STREAM_FAULTS = 1, 2
+# random streams of a seed (the workload's are in sim.workload), one per purpose, so
+# that drawing more of one (a fault's victims) shifts no draw of another (a run's
+# duration): service draws and retry jitter are keyed by run and attempt (sim.draws),
+# each fault has its own generator
+STREAM_SERVICE, STREAM_FAULTS, STREAM_RETRY = 1, 2, 3
+# slots of a run attempt's service draws (sim.draws.RunDraws)
+SLOT_NORMAL, SLOT_UNIFORM, SLOT_FAIL = 0, 2, 3
+
+# what a scan's decision made of one fire (kit.core.trigger.PlannedRun)
+FIRE, QUEUE, SKIP_MISFIRE, SKIP_OVERLAP = range(4)
 
 
 class Model:
@@ -88,9 +108,8 @@ class Model:
         self.s = scenario
         self.p = profile
         self.seed = seed
-        self.rng = np.random.default_rng([seed, STREAM_SERVICE])  # durations, failures
-        self.rng_faults = np.random.default_rng([seed, STREAM_FAULTS])
-        self.rand = random.Random(seed)  # for kit.core.retry's jitter
+        self.draws = RunDraws(seed, STREAM_SERVICE)  # durations, failures
+        self.rand = KeyedRandom(seed, STREAM_RETRY)  # kit.core.retry's jitter
         # the fleet runs a lead-in before time 0 (the scenario's start), so the first
         # minute meets scans already ahead; runs due in the lead-in are audited, not timed
         self.lead_ms = int(float(scenario["lead_in_s"]) * 1000)
@@ -107,6 +126,8 @@ class Model:
             "insert_conflicts": 0,
             "misfire_skipped": 0,
             "overlap_skipped": 0,
+            "overlap_queued": 0,
+            "overlap_cancelled": 0,
             "redeliveries_deduplicated": 0,
             "claims_refused": 0,
             "heartbeats_refused": 0,
@@ -134,20 +155,33 @@ class Model:
             kind=w["misfire"], deadline_s=int(w["misfire_deadline_s"])
         )
         self.overlap = policies.OverlapPolicy.parse(w["overlap"])
-        # the model judges overlap from the job's last run only (running count 0 or 1):
-        # when the core fires on both, no per-run bookkeeping is needed
-        self.overlap_matters = any(
-            policies.decide_overlap(self.overlap, c) is not policies.OverlapAction.fire
-            for c in (0, 1)
-        )
+        # a job that limits overlap is judged on its busy runs, as the kit's scan counts
+        # them (kit.store runs_active_counts): its latest fired run, any other it fired
+        # beside it (several fires in one scan), and its queued runs
+        self.limits_overlap = self.overlap is not policies.OverlapPolicy.allow
         self.last_run_of_job = np.full(
-            max(self.stream.jobs, 1) if self.overlap_matters else 1, -1, np.int64
+            max(self.stream.jobs, 1) if self.limits_overlap else 1, -1, np.int64
         )
+        self.more_active: dict[int, list[int]] = {}
+        self.queued: dict[int, deque[int]] = {}  # overlap 'queue': held back, oldest first
+        self.n_cancelled = 0  # runs cancelled by overlap 'replace' (checked when > 0)
+        # the scan's decisions, one kit.core.trigger.decide_scan call per class of jobs
+        # (see SchedulerNode._decide): class -> (outcome per fire, cancel active runs)
+        self.scan_verdicts: dict[tuple[int, ...], tuple[np.ndarray, bool]] = {}
+        # tests: (now, job, fire, outcome) of every scan decision, when set to a list
+        self.decision_log: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] | None = None
+        self._key0 = np.array([tp.key0 for tp in self.stream.templates], np.int64)
         names = self.stream.class_names
         self.fail_p = np.array([float(w["classes"][c].get("fail_p", 0.0)) for c in names])
         self.durations = TaskDurations(self.s, names)
         ls = self.s["leases"]
         self.partition_ttl_ms = int(float(ls["partition_ttl_s"]) * 1000)
+        # the kit's scheduler node passes its own grace to the scan (NodeConfig: from its
+        # lease TTL, heartbeat and scan period); the model has the kit's heartbeat and
+        # scan period, and the scenario's lease TTL
+        self.misfire_grace_ms = defaults.misfire_grace_ms(
+            self.partition_ttl_ms, defaults.NODE_HEARTBEAT_MS, defaults.SCAN_PERIOD_MS
+        )
         self.renew_ms = int(float(ls["renew_s"]) * 1000)
         self.run_ttl_ms = int(float(ls["run_ttl_s"]) * 1000)
         self.heartbeat_ms = int(float(ls["heartbeat_s"]) * 1000)
@@ -191,9 +225,15 @@ class Model:
         self.assignment(now)
         for p in range(self.n_parts):
             self.nodes[int(self._want[p])].take(p, now)
+        kinds = list(FAULT_KINDS)
+        rank: dict[str, int] = {}
         for fault in self.faults:
+            # a fault's own generator, keyed by its kind and its rank among the faults of
+            # that kind: adding a fault of another kind leaves its draws as they were
+            nth = rank[fault.kind] = rank.get(fault.kind, -1) + 1
             if fault.kind != "poison_jobs":
-                self.env.process(self._inject(fault))
+                key = [self.seed, STREAM_FAULTS, kinds.index(fault.kind), nth]
+                self.env.process(self._inject(fault, np.random.default_rng(key)))
         self.env.process(self._pool_ticks())
 
     # -- time and helpers ---------------------------------------------------------------
@@ -236,16 +276,21 @@ class Model:
     # -- the worker side: claim, execute, finish --------------------------------------
 
     def service(
-        self, run: np.ndarray, vis: np.ndarray
+        self, run: np.ndarray, att: np.ndarray, vis: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per-run claim latency, slot hold time and outcome for the runs being served."""
+        """Per-run claim latency, slot hold time and outcome for the runs being served;
+        duration and outcome are the attempt's own draws (sim.draws), whatever order
+        the runs come in."""
         t = self.runs
         ix = run - t.origin
         cls = t.cls[ix]
         claim = self.p["claim_s"] * 1000 + self.db.claim_delay_ms
         claim_ms = np.full(run.size, claim)
-        dur = self.durations.draw(cls, self.rng)
-        ok = (self.rng.random(run.size) >= self.fail_p[cls]) & ~t.poison[ix]
+        d = self.draws
+        normal = d.normal(run, att, SLOT_NORMAL) if self.durations.any_lognormal else run
+        uniform = d.uniform(run, att, SLOT_UNIFORM) if self.durations.any_exponential else run
+        dur = self.durations.draw(cls, normal, uniform)
+        ok = (d.uniform(run, att, SLOT_FAIL) >= self.fail_p[cls]) & ~t.poison[ix]
         svc = claim_ms + dur + self.p["finish_s"] * 1000
         if self.db.stalls:  # a claim attempted in a stall waits for its end
             stall_wait = self.db.stalls.after_array(vis) - vis
@@ -262,12 +307,19 @@ class Model:
         by one verdict for the class, deliveries off it one call each."""
         keep = np.ones(run.size, bool)
         normal = redel == 0
+        t = self.runs
+        if self.n_cancelled and normal.any():  # overlap 'replace' cancelled some of them
+            gone = normal & (t.status[run - t.origin] == CANCELLED)
+            if gone.any():
+                self._class_verdict("claim", leases.RunStatus.cancelled, accepted=False)
+                keep[gone] = False
+                self.counters["claims_refused"] += int(gone.sum())
+                normal &= ~gone
         if normal.any():
             self._class_verdict("claim", leases.RunStatus.pending)
-        if normal.all():
+        if (normal | ~keep).all():
             return keep
-        t = self.runs
-        for i in np.flatnonzero(~normal):
+        for i in np.flatnonzero(~normal & keep):
             r, a, kind = int(run[i]), int(att[i]), int(redel[i])
             if kind == 2:  # inject_duplicate: the bug skips the claim
                 continue
@@ -285,19 +337,25 @@ class Model:
                 self.counters["claims_refused"] += 1
         return keep
 
-    def _class_verdict(self, event: str, status: leases.RunStatus) -> None:
-        """The core's verdict for a whole equivalence class of normal-path runs (asked
-        once per model: the core is pure and the class's inputs do not change)."""
+    def _class_verdict(self, event: str, status: leases.RunStatus, accepted: bool = True) -> None:
+        """The core's verdict for a whole equivalence class of runs (asked once per
+        model: the core is pure and the class's inputs do not change); the model applies
+        `accepted` to the class, so the core must agree."""
         if (event, status) in self._verdicts:
             return
         self._verdicts.add((event, status))
         run = leases.RunLease("class", 1, status, token="t", worker="w", expires_at_ms=1)
         if event == "claim":
             tr = leases.claim_run(run, "w", "t", 1, 0, self.run_ttl_ms)
+        elif event == "cancel":
+            tr = leases.cancel_run(run)
         else:
             tr = leases.finish_run(run, "t", event == "finish_ok", 0, None)
-        if not tr.accepted:
-            raise RuntimeError(f"kit.core refused a normal-path {event}: {tr.reason}")
+        if tr.accepted != accepted:
+            raise RuntimeError(
+                f"kit.core {'refused' if accepted else 'accepted'} a {event} of a "
+                f"{status.value} run: {tr.reason}"
+            )
 
     def mark_queued(self, run: np.ndarray) -> None:
         self.events += run.size
@@ -307,7 +365,11 @@ class Model:
     ) -> None:
         t = self.runs
         ix = run - t.origin
-        t.status[ix] = RUNNING
+        if self.n_cancelled:  # cancelled after its claim (overlap 'replace'): it runs on,
+            st = t.status[ix]  # but stays cancelled and its finish is refused
+            t.status[ix] = np.where(st == CANCELLED, CANCELLED, RUNNING)
+        else:
+            t.status[ix] = RUNNING
         again = bool((t.executions[ix] > 0).any())  # a re-run or a duplicate among them
         if not again and int(att.max()) == 1:  # the usual batch: first starts only
             t.executions[ix] = 1
@@ -327,11 +389,20 @@ class Model:
         ix = run - t.origin
         self.events += run.size
         _add_one(t.effects, ix[ok], bool((t.executions[ix] > 1).any()))
+        if self.n_cancelled:  # cancelled while running (overlap 'replace'): its lease is
+            gone = t.status[ix] == CANCELLED  # cleared, so its finish is refused
+            if gone.any():
+                self._class_verdict("finish_ok", leases.RunStatus.cancelled, accepted=False)
+                self.counters["finishes_refused"] += int(gone.sum())
+                reaped = reaped | gone
+                ok = ok & ~gone
         normal_ok = ok & ~reaped
         if normal_ok.any():
             self._class_verdict("finish_ok", leases.RunStatus.running)
             t.status[ix[normal_ok]] = SUCCEEDED
-        for i in np.flatnonzero(reaped):  # the reaper re-queued it: this token is stale
+            if self.queued:
+                self.release_queued(run[normal_ok], fin["end"][normal_ok])
+        for i in np.flatnonzero(reaped & (fin["reaped"] > 0)):  # re-queued: a stale token
             r = int(run[i])
             status = CORE_STATUS.get(int(t.status[r - t.origin]), leases.RunStatus.pending)
             lease = leases.RunLease(str(r), int(t.attempt[r - t.origin]), status, token="current")
@@ -351,12 +422,12 @@ class Model:
         t = self.runs
         policy, rand = self.retry_policy, self.rand
         retry_at = [
-            retry.next_retry_at_ms(int(e), policy, int(a), rand)
-            for e, a in zip(end.tolist(), att.tolist(), strict=True)
+            retry.next_retry_at_ms(int(e), policy, int(a), rand.at(int(r), int(a)))
+            for r, e, a in zip(run.tolist(), end.tolist(), att.tolist(), strict=True)
         ]
         verdicts = self._fail_verdicts  # pure core, same class inputs: kept per model
         retries = self.reaper.retries
-        for r, a, at in zip(run.tolist(), att.tolist(), retry_at, strict=True):
+        for r, a, at, e in zip(run.tolist(), att.tolist(), retry_at, end.tolist(), strict=True):
             key = (a, at is not None)
             if key not in verdicts:
                 lease = leases.RunLease("class", a, leases.RunStatus.running, token="t")
@@ -364,10 +435,64 @@ class Model:
             after = verdicts[key]
             if after.status is leases.RunStatus.dead:
                 t.status[r - t.origin] = DEAD
+                if self.queued:
+                    self.release_queued(np.array([r], np.int64), np.array([e], np.float64))
             else:
                 t.status[r - t.origin] = RETRY
                 assert at is not None  # the core schedules a retry only when given its time
                 heapq.heappush(retries, (at, r, after.attempt))
+
+    # -- overlap: queued and cancelled runs -------------------------------------------
+
+    def busy_runs(self, j: int) -> int:
+        """Runs of job `j` that keep it busy (kit.core.leases.BUSY: pending, running,
+        retry_scheduled), as the kit's scan counts them for the overlap policy."""
+        t = self.runs
+
+        def busy(r: int) -> bool:
+            return r >= t.lo and bool(IS_ACTIVE[t.status[r - t.origin]])
+
+        n = int(busy(int(self.last_run_of_job[j])))
+        more = self.more_active.get(j)
+        if more is not None:
+            more[:] = [r for r in more if busy(r)]
+            n += len(more)
+            if not more:
+                del self.more_active[j]
+        return n + len(self.queued.get(j, ()))
+
+    def release_queued(self, run: np.ndarray, end_ms: np.ndarray) -> None:
+        """Overlap 'queue': the worker that finishes a job's run publishes the job's
+        oldest queued run (kit/worker), visible after the publish."""
+        t = self.runs
+        jobs = t.job[run - t.origin]
+        for r, j, e in zip(run.tolist(), jobs.tolist(), end_ms.tolist(), strict=True):
+            q = self.queued.get(j)
+            if q is None or int(self.last_run_of_job[j]) != r:
+                continue
+            nxt = q.popleft()
+            if not q:
+                del self.queued[j]
+            self.last_run_of_job[j] = nxt
+            x = nxt - t.origin
+            t.status[x] = DISPATCHED
+            t.dispatch[x] = e
+            self.pool.deliver(self.publish_visible(np.array([e])), np.array([nxt]), 1)
+
+    def cancel_active(self, j: int) -> None:
+        """Overlap 'replace': the job's busy runs are cancelled before the new fire is
+        inserted (kit.store runs_cancel_active); a cancelled run is not claimed, its
+        finish is refused, its retry never comes. A running task keeps its slot until
+        its end (the kit's worker learns at its next heartbeat)."""
+        t = self.runs
+        for r in [int(self.last_run_of_job[j]), *self.more_active.pop(j, ())]:
+            if r < t.lo or not IS_ACTIVE[t.status[r - t.origin]]:
+                continue
+            st = int(t.status[r - t.origin])
+            self._class_verdict("cancel", CORE_STATUS[st])
+            t.status[r - t.origin] = CANCELLED
+            self.n_cancelled += 1
+            self.counters["overlap_cancelled"] += 1
 
     def _pool_ticks(self) -> Process:
         while True:
@@ -377,7 +502,9 @@ class Model:
 
     # -- faults ---------------------------------------------------------------------------
 
-    def _inject(self, f: Fault) -> Process:
+    def _inject(self, f: Fault, rng: np.random.Generator) -> Process:
+        """One fault; its victims come from its own generator (`rng`), so adding or
+        removing another fault draws none of its numbers."""
         env = self.env
         yield env.timeout(max(0.0, f.at_ms / 1000 - env.now))
         nodes = self.nodes if f.node < 0 else [self.nodes[f.node % len(self.nodes)]]
@@ -401,7 +528,7 @@ class Model:
                 for n in nodes:
                     n.skew_ms = 0
         elif f.kind == "worker_crash":
-            self._crash_workers(f)
+            self._crash_workers(f, rng)
         elif f.kind == "db_stall":
             yield env.timeout(f.duration_ms / 1000)
             self._expire_after_stall(f)
@@ -410,16 +537,14 @@ class Model:
         elif f.kind == "inject_duplicate":
             t = self.runs
             done = np.flatnonzero(t.status[t.rows(t.lo, t.hi)] == SUCCEEDED) + t.lo
-            pick = self.rng_faults.choice(done, min(f.count, done.size), replace=False)
+            pick = rng.choice(done, min(f.count, done.size), replace=False)
             self.pool.deliver(
                 np.full(pick.size, self.now_ms()), pick, t.attempt[pick - t.origin], 2
             )
 
-    def _crash_workers(self, f: Fault) -> None:
+    def _crash_workers(self, f: Fault, rng: np.random.Generator) -> None:
         t = self.now_ms()
-        ids = self.rng_faults.choice(
-            self.pool.workers, min(f.workers, self.pool.workers), replace=False
-        )
+        ids = rng.choice(self.pool.workers, min(f.workers, self.pool.workers), replace=False)
         victims = self.pool.crash_workers(t, np.sort(ids), t + f.duration_ms)
         start = victims["start"]
         beats = np.floor(np.maximum(t - start, 0) / self.heartbeat_ms) * self.heartbeat_ms
@@ -480,7 +605,7 @@ class Model:
         self.simpy_events = next(self.env._eid)  # events SimPy scheduled (a private counter)
 
     def _work_left(self) -> bool:
-        if self.pool.busy() or self.reaper.busy():
+        if self.pool.busy() or self.reaper.busy() or self.queued:
             return True
         if any(len(n.wheel) for n in self.nodes):
             return True
@@ -500,6 +625,7 @@ class Model:
             parts += list(n.in_wheel.values())
         parts += self.pool.held()
         parts += self.reaper.pending_runs()
+        parts += [np.fromiter(q, np.int64) for q in self.queued.values()]
         if not parts:
             return np.empty(0, np.int64)
         return np.unique(np.concatenate([np.asarray(p, np.int64) for p in parts]))
@@ -702,10 +828,15 @@ class SchedulerNode:
     def scan(self) -> Process:
         """Step 2 of the life of a run: read the due triggers of the node's partitions up
         to the scan horizon, then in one fenced transaction insert their runs, advance
-        the triggers, apply misfire and overlap, and hold the runs in the timer wheel."""
+        the triggers, decide them (kit.core.trigger.decide_scan: lateness, misfire and
+        overlap) and hold the runs in the timer wheel. The window is the database's
+        time, as the kit's scan reads it (a node's skewed clock only moves when it
+        scans); a job that limits overlap is taken only within the core's overlap
+        horizon (kit.core.trigger.overlap_limit_ms; the policy is the scenario's)."""
         m = self.m
-        local = m.now_ms() + self.skew_ms
-        lo, hi = dispatch.scan_window(int(local), **m._ahead())
+        lo, hi = dispatch.scan_window(int(m.now_ms()), **m._ahead())
+        if m.limits_overlap:
+            hi = trigger.overlap_limit_ms(lo, hi)
         scanning, parts = self.scanning()
         if parts.size == 0:
             return
@@ -774,74 +905,205 @@ class SchedulerNode:
             rows, ix = rows[fresh], ix[fresh]
         t.inserts[ix] += 1
         t.status[ix] = PENDING
-        rows = self._misfire(rows, lo)
-        rows = self._overlap(rows)
+        rows = self._decide(rows, lo, hi)
         self._hold(rows)
 
-    def _misfire(self, rows: np.ndarray, now_ms: int) -> np.ndarray:
-        """Runs later than kit.core.defaults.MISFIRE_GRACE_MS at the scan go through
-        kit.core.policies.plan_misfire, per job (a job without identity has a single
-        fire in the window, so it is its own group)."""
-        m = self.m
-        t = m.runs
-        ix = rows - t.origin
-        fire_all = t.fire[ix]
-        late = fire_all < now_ms - defaults.MISFIRE_GRACE_MS
-        if not late.any():
-            return rows
-        lr = ix[late]
-        keys = t.job[lr]
-        skip = np.zeros(lr.size, bool)
-        order = np.argsort(keys, kind="stable")
-        ks = keys[order]
-        bounds = np.flatnonzero(np.diff(ks)) + 1
-        starts = np.concatenate(([0], bounds))
-        ends = np.concatenate((bounds, [ks.size]))
-        fire = t.fire[lr]
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-            grp = order[a:b]
-            if ks[a] < 0:  # sparse: every run is its own job
-                for g in grp.tolist():
-                    plan = policies.plan_misfire([int(fire[g])], now_ms, m.misfire)
-                    skip[g] = not plan.fire_ms
-            else:
-                plan = policies.plan_misfire(fire[grp].tolist(), now_ms, m.misfire)
-                fired = set(plan.fire_ms)
-                skip[grp] = [int(x) not in fired for x in fire[grp].tolist()]
-        t.status[lr[skip]] = SKIPPED
-        m.counters["misfire_skipped"] += int(skip.sum())
-        keep = np.ones(rows.size, bool)
-        keep[np.flatnonzero(late)[skip]] = False
-        return rows[keep]
+    def _decide(self, rows: np.ndarray, now_ms: int, hi_ms: int) -> np.ndarray:
+        """The scan's decision for its fresh runs, by kit.core.trigger.decide_scan (the
+        kit's scan calls it with the same now, horizon, grace and busy counts): which
+        fire, which are queued, which are skipped as misfired or overlapping, and whose
+        busy runs are cancelled. Returns the runs to hold for dispatch.
 
-    def _overlap(self, rows: np.ndarray) -> np.ndarray:
-        """kit.core.policies.decide_overlap for runs of recurring jobs, asked once per
-        distinct running count (its only input besides the policy)."""
+        Each job's fires in the window are one trigger's (a sparse run is a job of one
+        fire). The core's answer for a trigger, fire by fire, depends only on: how many
+        fires the window holds, how many of them are late (older than now minus the
+        grace: always the first ones), how many of those are past a skip_late deadline,
+        whether the job's next fire is late too (a batch cut short during a catch-up),
+        and the job's busy count. Jobs equal in these are one class: the core is asked
+        once per class, with one member's real trigger and job (its schedule and jitter
+        from the workload's template), and its answer is applied to every member. The
+        core's fire times for that member must be the model's (the workload follows the
+        same schedule); classes are kept per model (the core is pure)."""
         m = self.m
-        if not m.overlap_matters:
-            return rows
         t = m.runs
-        jobs = t.job[rows - t.origin]
-        keyed = rows[jobs >= 0]
-        if keyed.size == 0:
+        n = rows.size
+        if n == 0:
             return rows
-        kj = t.job[keyed - t.origin]
-        prev = m.last_run_of_job[kj]
+        late_before = now_ms - m.misfire_grace_ms
+        if hi_ms < late_before:  # a catch-up cut short: is a job's next fire late too?
+            m.generate_through(late_before)  # (before any row index: it may move rows)
+        ix = rows - t.origin
+        fire = t.fire[ix]
+        job = t.job[ix].astype(np.int64)
+        if not m.limits_overlap and int(fire[0]) >= late_before:  # ids ascend with fire
+            # the usual scan: nothing late, overlap allowed; one fire per job is one class
+            keyed = np.sort(job[job >= 0])
+            if not (keyed[1:] == keyed[:-1]).any():
+                one = (1, 0, 0, 0, 0)
+                verdict = m.scan_verdicts.get(one)
+                if verdict is None:
+                    verdict = self._ask_core(rows[:1], int(job[0]), 0, now_ms, hi_ms)
+                    m.scan_verdicts[one] = verdict
+                if verdict[0][0] == FIRE and not verdict[1]:
+                    if m.decision_log is not None:
+                        m.decision_log.append((now_ms, job, fire, np.full(n, FIRE, np.int8)))
+                    return rows
+        # one group per job, its fires in order (ids ascend with fire time)
+        key = np.where(job >= 0, job, -1 - np.arange(n, dtype=np.int64))
+        order = np.argsort(key, kind="stable")
+        ks = key[order]
+        starts = np.flatnonzero(np.concatenate(([True], ks[1:] != ks[:-1])))
+        counts = np.diff(np.concatenate((starts, [n])))
+        fs = fire[order]
+        late = fs < late_before
+        n_groups = starts.size
+        zeros = np.zeros(n_groups, np.int64)
+        n_late = np.add.reduceat(late.astype(np.int64), starts) if late.any() else zeros
+        n_old = zeros
+        if m.misfire.kind == policies.MisfireKind.skip_late and late.any():
+            old = late & (now_ms - fs > m.misfire.deadline_s * 1000)
+            n_old = np.add.reduceat(old.astype(np.int64), starts)
+        g_job = ks[starts]
+        keyed = g_job >= 0
+        busy = zeros
+        if m.limits_overlap and keyed.any():
+            busy = zeros.copy()
+            kg = np.flatnonzero(keyed)
+            last = m.last_run_of_job[g_job[kg]]
+            live = last >= t.lo
+            b_last = np.zeros(kg.size, np.int64)
+            b_last[live] = IS_ACTIVE[t.status[last[live] - t.origin]]
+            busy[kg] = b_last
+            if m.more_active or m.queued:  # the few jobs with more than their last run
+                extra = np.fromiter(itertools.chain(m.more_active, m.queued), np.int64)
+                for g in kg[np.isin(g_job[kg], extra)].tolist():
+                    busy[g] = m.busy_runs(int(g_job[g]))
+        next_late = zeros
+        if hi_ms < late_before and keyed.any():  # the job's next fire is late when it
+            a, b = t.first_after(hi_ms), t.first_at_or_after(late_before)  # is before this
+            nxt = np.unique(t.job[t.rows(a, b)])
+            next_late = (keyed & np.isin(g_job, nxt)).astype(np.int64)
+        sig = np.stack((counts, n_late, n_old, busy, next_late), axis=1)
+        if n_groups == 1 or (not sig[:, 1:].any() and (counts == counts[0]).all()):
+            classes, inv = sig[:1], np.zeros(n_groups, np.int64)
+        else:
+            classes, inv = np.unique(sig, axis=0, return_inverse=True)
+            inv = inv.reshape(-1)
+        tables: list[np.ndarray] = []
+        cancel = np.zeros(len(classes), bool)
+        for c, row in enumerate(classes.tolist()):
+            verdict = m.scan_verdicts.get(tuple(row))
+            if verdict is None:
+                g = int(np.argmax(inv == c))
+                member = rows[order[starts[g] : starts[g] + counts[g]]]
+                verdict = self._ask_core(member, int(g_job[g]), row[3], now_ms, hi_ms)
+                m.scan_verdicts[tuple(row)] = verdict
+            tables.append(verdict[0])
+            cancel[c] = verdict[1]
+        base = np.concatenate(([0], np.cumsum([tb.size for tb in tables])[:-1]))
+        flat = np.concatenate(tables)
+        group_of = np.repeat(np.arange(n_groups), counts)
+        pos = np.arange(n) - np.repeat(starts, counts)
+        outcome = np.empty(n, np.int8)
+        outcome[order] = flat[base[inv[group_of]] + pos]
+        if m.decision_log is not None:
+            m.decision_log.append((now_ms, job.copy(), fire.copy(), outcome.copy()))
+        if cancel.any():
+            for g in np.flatnonzero(cancel[inv] & keyed).tolist():
+                m.cancel_active(int(g_job[g]))
+        if m.limits_overlap:
+            self._track_busy(rows, outcome)
+        skip = (outcome == SKIP_MISFIRE) | (outcome == SKIP_OVERLAP)
+        if skip.any():
+            t.status[ix[skip]] = SKIPPED
+            m.counters["misfire_skipped"] += int(np.count_nonzero(outcome == SKIP_MISFIRE))
+            m.counters["overlap_skipped"] += int(np.count_nonzero(outcome == SKIP_OVERLAP))
+        fired = outcome == FIRE
+        return rows if fired.all() else rows[fired]
+
+    def _ask_core(
+        self, member: np.ndarray, j: int, busy: int, now_ms: int, hi_ms: int
+    ) -> tuple[np.ndarray, bool]:
+        """kit.core.trigger.decide_scan for one job of a class: its trigger (its first
+        fire in the window), its job view, its busy count, in the kit's epoch time."""
+        m = self.m
+        t = m.runs
+        st = m.stream
+        t0 = st.start_ms
+        fires = [int(f) + t0 for f in t.fire[member - t.origin].tolist()]
+        if j >= 0:
+            tpl = st.templates[int(np.searchsorted(m._key0, j, "right")) - 1]
+            job_id = f"{tpl.id_prefix}{j - tpl.key0}"
+            schedule = tpl.schedule
+            offset = jitter.jitter_offset_ms(job_id, tpl.jitter_ms)
+        else:  # a sparse run: a job seen once, a one-off at its fire time
+            job_id = f"sparse.{int(member[0])}"
+            schedule = OneOffSchedule(from_epoch_ms(fires[0]))
+            offset = 0
+        view = trigger.JobView(
+            job_id=job_id,
+            version=1,
+            schedule=schedule,
+            jitter_offset_ms=offset,
+            overlap=m.overlap,
+            misfire=m.misfire,
+        )
+        part = int(t.part[member[0] - t.origin])
+        due = trigger.DueTrigger(part, fires[0], job_id, 1)
+        active = {job_id: busy} if busy else {}
+        (d,) = trigger.decide_scan(
+            [due], {job_id: view}, active, now_ms + t0, hi_ms + t0,
+            misfire_grace_ms=m.misfire_grace_ms,
+        )  # fmt: skip
+        got = [r.scheduled_at_ms for r in d.runs]
+        if not d.delete or got != fires:
+            raise RuntimeError(
+                f"kit.core.trigger decided fires {got} (taken: {d.delete}) for job {job_id} "
+                f"at {now_ms + t0}, the model's workload has {fires}"
+            )
+        out = np.empty(len(d.runs), np.int8)
+        for i, r in enumerate(d.runs):
+            if r.fired:
+                out[i] = FIRE
+            elif r.status == "pending" and r.skip_reason == trigger.QUEUED:
+                out[i] = QUEUE
+            elif r.skip_reason == trigger.SKIP_MISFIRE:
+                out[i] = SKIP_MISFIRE
+            elif r.skip_reason == trigger.SKIP_OVERLAP:
+                out[i] = SKIP_OVERLAP
+            else:
+                raise RuntimeError(f"kit.core.trigger planned a run the model does not know: {r}")
+        return out, d.cancel_active
+
+    def _track_busy(self, rows: np.ndarray, outcome: np.ndarray) -> None:
+        """What keeps a job busy after this scan: its latest fired run (and any other it
+        fired beside a busy one), and its queued runs in fire order."""
+        m = self.m
+        t = m.runs
+        jobs = t.job[rows - t.origin].astype(np.int64)
+        keep = jobs >= 0
+        q = keep & (outcome == QUEUE)
+        if q.any():
+            for r, j in zip(rows[q].tolist(), jobs[q].tolist(), strict=True):
+                m.queued.setdefault(j, deque()).append(r)
+            m.counters["overlap_queued"] += int(q.sum())
+        f = keep & (outcome == FIRE)
+        if not f.any():
+            return
+        fr, fj = rows[f], jobs[f]
+        prev = m.last_run_of_job[fj]
         live = prev >= t.lo
-        running = np.zeros(keyed.size, bool)
-        running[live] = IS_ACTIVE[t.status[prev[live] - t.origin]]
-        drop = np.zeros(keyed.size, bool)
-        for count in np.unique(running.astype(int)).tolist():
-            action = policies.decide_overlap(m.overlap, count)
-            if action is policies.OverlapAction.skip:
-                drop |= running.astype(int) == count
-        # queue / replace are treated as fire (see the report's approximations)
-        m.last_run_of_job[kj[~drop]] = keyed[~drop]
-        if drop.any():
-            t.status[keyed[drop] - t.origin] = SKIPPED
-            m.counters["overlap_skipped"] += int(drop.sum())
-            return np.setdiff1d(rows, keyed[drop], assume_unique=True)
-        return rows
+        still = np.zeros(fr.size, bool)
+        still[live] = IS_ACTIVE[t.status[prev[live] - t.origin]]
+        sj = np.sort(fj)
+        if still.any() or bool((sj[1:] == sj[:-1]).any()):  # busy with two fired runs
+            for r, j in zip(fr.tolist(), fj.tolist(), strict=True):
+                p = int(m.last_run_of_job[j])
+                if p >= t.lo and IS_ACTIVE[t.status[p - t.origin]]:
+                    m.more_active.setdefault(j, []).append(p)
+                m.last_run_of_job[j] = r
+            return
+        m.last_run_of_job[fj] = fr  # rows ascend by fire time: the last one wins
 
     def _hold(self, rows: np.ndarray) -> None:
         """Into the timer wheel, one item per second of fire time, ranked by its most
@@ -876,12 +1138,16 @@ class SchedulerNode:
         for chunk in items:
             del self.in_wheel[id(chunk)]
         rows = np.concatenate(items)
+        t = m.runs
+        if m.n_cancelled:  # overlap 'replace' cancelled some before their publish
+            rows = rows[t.status[rows - t.origin] != CANCELLED]
+            if rows.size == 0:
+                return
         if self.drop_next:  # inject_drop: a bug loses runs without a trace
             k = min(self.drop_next, rows.size)
             rows, self.drop_next = rows[k:], self.drop_next - k
             if rows.size == 0:
                 return
-        t = m.runs
         ix = rows - t.origin
         fire = t.fire[ix]
         order = np.lexsort((rows, t.tier[ix], fire))
@@ -1006,6 +1272,8 @@ class Reaper:
         out_att: list[int] = []
         while self.expiring and self.expiring[0][0] <= now:
             e, r, a = heapq.heappop(self.expiring)
+            if t.status[r - t.origin] == CANCELLED:
+                continue  # overlap 'replace' cancelled it: its lease was cleared
             lease = leases.RunLease(
                 str(r), a, leases.RunStatus.running, token="x", worker="w", expires_at_ms=int(e)
             )
@@ -1015,6 +1283,8 @@ class Reaper:
             m.counters["leases_expired"] += 1
             if tr.run.status is leases.RunStatus.dead:
                 t.status[r - t.origin] = DEAD
+                if m.queued:
+                    m.release_queued(np.array([r], np.int64), np.array([now], np.float64))
             else:
                 t.status[r - t.origin] = DISPATCHED
                 t.attempt[r - t.origin] = tr.run.attempt
@@ -1025,6 +1295,8 @@ class Reaper:
         due_verdict: dict[int, bool] = {}
         while self.retries and self.retries[0][0] <= now:
             at, r, a = heapq.heappop(self.retries)
+            if t.status[r - t.origin] == CANCELLED:
+                continue  # overlap 'replace' cancelled the retry with its run
             if a not in due_verdict:
                 lease = leases.RunLease(
                     "class", a, leases.RunStatus.retry_scheduled, retry_at_ms=at

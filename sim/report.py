@@ -426,7 +426,9 @@ def _markdown(m: Model, r: dict[str, Any], command: str, plots: list[tuple[str, 
         "and folded into the statistics once they can no longer change; claims, finishes "
         "and partition-lease renewals and fencing take kit.core's verdict once per "
         "equivalence class; database load from claims and finishes is a fluid (per-second) "
-        "charge on the connections; overlap 'queue' and 'replace' are modelled as fire.",
+        "charge on the connections; a scan's decisions are kit.core.trigger.decide_scan's, "
+        "asked once per class of jobs; a task cancelled by overlap 'replace' keeps its "
+        "worker slot until its end.",
         "",
     ]
     return "\n".join(lines)

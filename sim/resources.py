@@ -168,7 +168,7 @@ class WorkerPool:
                 tier = m.runs.tier[run - m.runs.origin]
                 order = np.lexsort((run, tier, vis))
                 vis, run, att, tier = vis[order], run[order], att[order], tier[order]
-            claim_ms, svc_ms, ok = m.service(run, vis)
+            claim_ms, svc_ms, ok = m.service(run, att, vis)
             m.mark_queued(run)
             if fast:
                 k = run.size
@@ -400,13 +400,16 @@ class WorkerPool:
     def crash_workers(
         self, t_ms: float, worker_ids: np.ndarray, restart_ms: float
     ) -> dict[str, np.ndarray]:
-        """Slots of the crashed workers stop; the runs on them are returned (victims)."""
+        """Slots of the crashed workers stop; the runs on them are returned (victims).
+        A run whose task ended before the crash finished (its finish is only booked at
+        the next tick): it is not a victim, and its slot stays down with the others."""
         slots = (worker_ids[:, None] * self.concurrency + np.arange(self.concurrency)).ravel()
         victims = []
         for k, blocks in self.running.items():
             kept = []
             for r in blocks:
-                hit = np.isin(r[:, SLOT].astype(np.int64), slots) & (r[:, TAKE] <= t_ms)
+                on = np.isin(r[:, SLOT].astype(np.int64), slots)
+                hit = on & (r[:, TAKE] <= t_ms) & (r[:, END] > t_ms)
                 if hit.any():
                     victims.append(r[hit])
                     r = r[~hit]
@@ -425,4 +428,5 @@ class WorkerPool:
         self.stack[: still_free.size] = still_free
         self.n_free = still_free.size
         self.frozen.append(restart_ms)
+        self.dirty = True  # a finish booked later must not hand a crashed slot back
         return out

@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 # run status codes (names are kit.core.leases.RunStatus); LOST: the model's auditor
-# found the run nowhere (never to run again): it is counted as dropped
-NONE, PENDING, DISPATCHED, RUNNING, SUCCEEDED, RETRY, DEAD, SKIPPED, LOST = range(9)
-TERMINAL = (SUCCEEDED, DEAD, SKIPPED, LOST)
+# found the run nowhere (never to run again): it is counted as dropped; CANCELLED: the
+# overlap policy 'replace' cancelled it
+NONE, PENDING, DISPATCHED, RUNNING, SUCCEEDED, RETRY, DEAD, SKIPPED, LOST, CANCELLED = range(10)
+TERMINAL = (SUCCEEDED, DEAD, SKIPPED, LOST, CANCELLED)
 ACTIVE = (PENDING, DISPATCHED, RUNNING, RETRY)
 
 # the workload's columns (given at append) and the model's (initialised here)

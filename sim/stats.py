@@ -25,7 +25,7 @@ from sim.histogram import (
     bucket_of,
     quantiles_of_rows,
 )
-from sim.runs import DEAD, LOST, SKIPPED, SUCCEEDED
+from sim.runs import CANCELLED, DEAD, LOST, SKIPPED, SUCCEEDED
 
 HOUR_MS = 3_600_000
 MINUTE_MS = 60_000
@@ -41,6 +41,7 @@ COUNTERS = (
     "retried",
     "retry_attempts",
     "dead_lettered",
+    "cancelled",
     "dropped",
     "lost_after_start",
     "in_flight_at_end",
@@ -118,6 +119,7 @@ class RunStats:
         cnt["started"] += n_started
         cnt["succeeded"] += int(by_status[SUCCEEDED])
         cnt["dead_lettered"] += int(by_status[DEAD])
+        cnt["cancelled"] += int(by_status[CANCELLED])
         attempt = c["attempt"]
         if attempt.max() > 1:
             cnt["retried"] += int(np.count_nonzero(attempt > 1))

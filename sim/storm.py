@@ -59,7 +59,7 @@ STORM_DEFAULTS: dict[str, Any] = {
         "lead_s": 20.0,  # the model starts this long before T (jobs exist, fleet idle)
         "scan_ahead_s": -1.0,  # < 0: the core's default
         "scan_period_s": defaults.SCAN_PERIOD_MS / 1000,
-        "scan_batch_rows": 20_000,  # kit.scheduler.scan.DEFAULT_BATCH
+        "scan_batch_rows": defaults.SCAN_BATCH_ROWS,
         "publish_chunk": 5_000,  # kit.scheduler.node.PUBLISH_CHUNK
         "claim_batch": 2_000,  # kit.worker.worker.CLAIM_BATCH
         "finish_batch": 1_000,  # kit.worker.worker.FINISH_BATCH
@@ -71,6 +71,10 @@ STORM_DEFAULTS: dict[str, Any] = {
         # a ttl past its second (kit.core.leases.claim_run), so held runs get no beats
         "heartbeats": False,
         "background": True,  # the rest of the machine's CPU, as measured in a storm
+        # the second as a storm makes it (benchmarks/burst_at_t.py in the calibration run):
+        # the hold threads' CPU per start at T, and what the rest of the machine takes from
+        # T to T + 0.3 s (in place of the steady background in that window)
+        "at_t": True,
     },
     "profile": {},
 }
@@ -126,6 +130,9 @@ class Costs:
     wheel_pop: float  # worker: out of the wheel at the second (measured)
     start: float  # worker: one inline start (measured)
     other: float  # CPU seconds per second the rest of the machine takes
+    at_t: float  # CPU seconds the rest of the machine takes from T to T + at_t_window
+    at_t_window: float  # seconds
+    at_t_start: float  # a hold thread's CPU per run popped and started at T, in a storm
 
     @classmethod
     def from_profile(cls, p: dict[str, float]) -> Costs:
@@ -135,13 +142,17 @@ class Costs:
             "worker_wheel_pop_s",
             "worker_start_inline_s",
             "storm_other_cpu_per_s",
+            "storm_at_t_cpu_s",
+            "storm_at_t_window_s",
+            "storm_at_t_start_cpu_per_run_s",
             *[f"storm_{ph}_{k}_cpu_per_run_s" for ph in ("ahead", "after") for k in kinds],
         ]
         missing = [k for k in need if k not in p]
         if missing:
             raise ScenarioShapeError(
                 f"profile: missing {', '.join(missing)} (cronfleet calibrate "
-                "--only-worker-starts --storm-cpu BURST.json; see docs/sim-storm.md)"
+                "--only-worker-starts --storm-cpu BURST.json --storm-at-t ALL_AT_T.json; "
+                "see docs/sim-storm.md)"
             )
         # PostgreSQL's scan-ahead work: the scan's insert and trigger advance, then the
         # claim, in the proportion the calibration measured them statement by statement
@@ -164,6 +175,9 @@ class Costs:
             wheel_pop=p["worker_wheel_pop_s"],
             start=p["worker_start_inline_s"],
             other=p["storm_other_cpu_per_s"],
+            at_t=p["storm_at_t_cpu_s"],
+            at_t_window=p["storm_at_t_window_s"],
+            at_t_start=p["storm_at_t_start_cpu_per_run_s"],
         )
 
 
@@ -225,7 +239,7 @@ class StormWorker:
                 self.held_changed.succeed()
 
     def _hold(self) -> Process:
-        m, c = self.m, self.m.costs
+        m = self.m
         env = m.env
         while True:
             nxt = self.wheel.next_due_ms()
@@ -236,15 +250,15 @@ class StormWorker:
                 continue
             self.starting = True
             n = len(self.wheel)
-            yield env.process(m.cpu.run(self.name, n * c.wheel_pop, self.gil))
+            yield env.process(m.cpu.run(self.name, n * m.pop_s, self.gil))
             due = self.wheel.pop_due(int(env.now * 1000))
             self.waiting -= len(due)
             # started one after another: each quantum of the batch is timed when it ends
-            per_q = max(1, int(m.cpu.quantum_s / c.start)) if c.start > 0 else len(due)
+            per_q = max(1, int(m.cpu.quantum_s / m.start_s)) if m.start_s > 0 else len(due)
             for i in range(0, len(due), per_q):
                 part = due[i : i + per_q]
                 t0 = env.now
-                yield env.process(m.cpu.run(self.name, len(part) * c.start, self.gil))
+                yield env.process(m.cpu.run(self.name, len(part) * m.start_s, self.gil))
                 step = (env.now - t0) / len(part)
                 for k, r in enumerate(part):
                     at = t0 + (k + 1) * step
@@ -335,17 +349,55 @@ class StormModel:
         self.scan_phase_s = rnd.uniform(0, float(sc["scan_period_s"]))
         self.env.process(self._scan())
         self.env.process(self._publish())
-        if sc["background"] and self.costs.other > 0:
-            for _ in range(math.ceil(self.costs.other)):  # one thread per core it needs
-                share = self.costs.other / math.ceil(self.costs.other)
-                self.env.process(self._background(share))
+        c = self.costs
+        for key, v in (
+            ("storm_at_t_cpu_s", c.at_t),
+            ("storm_at_t_window_s", c.at_t_window),
+            ("storm_at_t_start_cpu_per_run_s", c.at_t_start),
+        ):
+            if v < 0:
+                raise ScenarioShapeError(f"profile.{key}: must not be negative")
+        self.at_t_window_s = c.at_t_window if sc["at_t"] and c.at_t > 0 else 0.0
+        # the second's pop and starts at what they cost in the storm (measured on the hold
+        # threads at T), split as the isolated measurement splits them
+        self.pop_s, self.start_s = c.wheel_pop, c.start
+        if sc["at_t"] and c.at_t_start > 0 and c.wheel_pop + c.start > 0:
+            scale = c.at_t_start / (c.wheel_pop + c.start)
+            self.pop_s, self.start_s = c.wheel_pop * scale, c.start * scale
+        if sc["background"] and c.other > 0:
+            threads = math.ceil(c.other)  # one thread per core it needs
+            for _ in range(threads):
+                self.env.process(self._background(c.other / threads))
+        if self.at_t_window_s > 0:
+            rate = c.at_t / self.at_t_window_s
+            threads = math.ceil(rate)
+            for _ in range(threads):
+                self.env.process(self._at_t(rate / threads))
 
     def _background(self, rate: float, period_s: float = 0.05) -> Process:
         """The rest of the machine (other stacks and agents, PostgreSQL's checkpointer and
-        autovacuum): its measured CPU per second, taken in slices."""
+        autovacuum): its measured CPU per second, taken in slices; in the window after T
+        the CPU measured at T takes its place."""
         while True:
+            if 0 <= self.env.now < self.at_t_window_s:
+                yield self.env.timeout(self.at_t_window_s - self.env.now)
+                continue
             yield self.env.timeout(period_s * (1 - rate))
             yield self.env.process(self.cpu.run("rest of the machine", rate * period_s))
+
+    def _at_t(self, rate: float, period_s: float = 0.01) -> Process:
+        """What the rest of the machine (the benchmark's poll and its backend, the broker,
+        the scheduler, the workers' other threads, other stacks) takes from T on, while
+        the hold threads start their runs: the CPU measured in that window at T, taken in
+        slices at its measured rate and competing for the cores like everything else."""
+        env = self.env
+        yield env.timeout(-env.now)
+        left = rate * self.at_t_window_s
+        while left > 1e-12:
+            q = min(left, rate * period_s)
+            yield env.timeout(q / rate - q)
+            yield env.process(self.cpu.run("rest of the machine at T", q))
+            left -= q
 
     # -- kit.core's verdicts, once per class of runs (the core is pure) -------------------
 

@@ -338,6 +338,9 @@ class TaskDurations:
         self.mu = np.zeros(len(names))
         self.sigma = np.zeros(len(names))
         self.all_lognormal = True
+        dists = [c.get("dist", "lognormal") for c in self.classes]
+        self.any_lognormal = "lognormal" in dists
+        self.any_exponential = "exponential" in dists
         for i, c in enumerate(self.classes):
             if c.get("dist", "lognormal") != "lognormal":
                 self.all_lognormal = False
@@ -348,9 +351,11 @@ class TaskDurations:
             self.mu[i] = np.log(mean) - sigma2 / 2
             self.sigma[i] = np.sqrt(sigma2)
 
-    def draw(self, cls: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def draw(self, cls: np.ndarray, normal: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+        """Durations from each run's own standard normal and uniform number (sim.draws:
+        keyed by run and attempt, so a run's duration does not depend on which runs
+        were drawn before it)."""
         if self.all_lognormal:
-            normal = rng.standard_normal(cls.size)
             drawn: np.ndarray = np.exp(self.mu[cls] + self.sigma[cls] * normal)
             return drawn
         out = np.empty(cls.size, np.float64)
@@ -361,11 +366,11 @@ class TaskDurations:
             mean = float(c["mean_s"]) * 1000
             dist = c.get("dist", "lognormal")
             if dist == "exponential":
-                out[idx] = rng.exponential(mean, idx.size)
+                out[idx] = -mean * np.log(uniform[idx])
             elif dist == "fixed":
                 out[idx] = mean
             else:
-                out[idx] = np.exp(self.mu[i] + self.sigma[i] * rng.standard_normal(idx.size))
+                out[idx] = np.exp(self.mu[i] + self.sigma[i] * normal[idx])
         return out
 
 

@@ -17,9 +17,10 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kit.api.body import InvalidBody
-from kit.api.models import SERVER_SET_FIELDS, TASK_TYPES
+from kit.api.models import SERVER_SET_FIELDS
 from kit.core.errors import FieldError
 from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken, RunNotFound
+from kit.tasks import registry
 
 MAX_FIELDS_REPORTED = 100
 
@@ -36,6 +37,7 @@ _CODES = {
     503: "unavailable",
 }
 RETRY_AFTER_S = 1
+TASK_TYPES = registry.names()  # a task's `type`: the tag pydantic puts in an error's loc
 
 
 class ApiError(Exception):

@@ -15,7 +15,9 @@ from kit.api.state import engine_of
 from kit.store import jobs_list as store
 from kit.store.jobs import JobRecord
 from kit.store.jobs_list import LastRun
+from kit.tasks import registry
 
+TASK_TYPES = registry.names()
 router = APIRouter(prefix="/v1", dependencies=[Depends(principal)], tags=["jobs"])
 
 
@@ -57,7 +59,7 @@ async def list_jobs(
     caller: Caller,
     name_prefix: Annotated[str | None, Query(description="names starting with this")] = None,
     paused: Annotated[bool | None, Query(description="only paused (true) or active")] = None,
-    task_type: Annotated[str | None, Query(description="http, command, noop, sleep")] = None,
+    task_type: Annotated[str | None, Query(description=", ".join(TASK_TYPES))] = None,
     priority: Annotated[str | None, Query(description="critical, high, normal, low")] = None,
     last_status: Annotated[
         str | None, Query(description="status of the last run, or `none` (never ran)")
@@ -73,6 +75,7 @@ async def list_jobs(
         task_type=task_type or None,
         priority=priority or None,
         last_status=last_status or None,
+        task_types=TASK_TYPES,
     )
     page = await run_in_threadpool(
         store.jobs_list, engine_of(request), caller.tenant, filters, cursor, limit

@@ -9,25 +9,27 @@ core's; a FieldError raised here keeps its dotted field (`schedule.cron`).
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
+from functools import reduce
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kit.core.dispatch import PriorityTier
 from kit.core.errors import FieldError
 from kit.core.leases import RunStatus
 from kit.core.policies import MisfireKind, MisfirePolicy, OverlapPolicy
 from kit.core.queue_task import TaskStatus
-from kit.core.redaction import ALWAYS_SECRET_HEADERS, MASK, redact_task
+from kit.core.redaction import redact_task
 from kit.core.retry import Jitter, RetryPolicy
 from kit.core.schedule import OneOffSchedule, Schedule, parse_schedule, schedule_to_dict
-from kit.core.task_policy import reserved_env_name
 from kit.core.trigger import TriggerKind
 from kit.store.jobs import JobRecord, JobSpec
 from kit.store.runs import RunRecord
+from kit.tasks import registry
 
 # Fields the server sets; a client that sends one is told so by name.
 SERVER_SET_FIELDS = frozenset(
@@ -56,98 +58,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-# FieldErrors raised in a task's validators name the field from the task (`env.A`);
-# kit.api.errors puts the task's own place in front (`task.env.A`, `jobs[3].task.env.A`).
-def _no_mask(values: dict[str, str], where: str) -> None:
-    for name, value in values.items():
-        if value == MASK:
-            raise FieldError(
-                f"{where}.{name}",
-                f"is {MASK!r}, how a secret value is shown; send the value itself",
-            )
-
-
-def _names_present(names: list[str], values: dict[str, str], where: str, fold: bool) -> None:
-    present = {n.lower() if fold else n for n in values}
-    for index, name in enumerate(names):
-        if (name.lower() if fold else name) not in present:
-            raise FieldError(f"secret_{where}[{index}]", f"names no entry of task.{where}")
-
-
-class HttpTask(_Strict):
-    type: Literal["http"]
-    url: str = Field(min_length=1, max_length=4096)
-    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
-    headers: dict[str, str] = Field(default_factory=dict)
-    secret_headers: list[str] = Field(
-        default_factory=list,
-        description=(
-            "Headers whose values are secret: never returned by the API (shown as "
-            f"{MASK!r}), never logged, scrubbed from run errors. "
-            f"{' and '.join(sorted(ALWAYS_SECRET_HEADERS))} always are."
-        ),
-    )
-    body: str | None = None
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        scheme, sep, rest = value.partition("://")
-        if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
-            raise ValueError("must be an absolute http:// or https:// URL")
-        return value
-
-    @model_validator(mode="after")
-    def _secrets(self) -> HttpTask:
-        _names_present(self.secret_headers, self.headers, "headers", fold=True)
-        _no_mask(self.headers, "headers")
-        return self
-
-
-class CommandTask(_Strict):
-    type: Literal["command"]
-    argv: list[str] = Field(
-        min_length=1,
-        description="argv[0] must be an executable the operator allowed for the tenant, "
-        "by the same absolute path; the token needs the `command` scope",
-    )
-    env: dict[str, str] = Field(default_factory=dict)
-    secret_env: list[str] = Field(
-        default_factory=list,
-        description=f"Names in `env` whose values are secret (shown as {MASK!r}, scrubbed)",
-    )
-    cwd: str | None = None
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if reserved_env_name(name) or not name or "=" in name:
-                raise FieldError(
-                    f"env.{name}",
-                    "is not a name a job may set (LD_* and CRONFLEET_* are reserved, "
-                    "'=' is not allowed)",
-                )
-        return value
-
-    @model_validator(mode="after")
-    def _secrets(self) -> CommandTask:
-        _names_present(self.secret_env, self.env, "env", fold=False)
-        _no_mask(self.env, "env")
-        return self
-
-
-class NoopTask(_Strict):
-    type: Literal["noop"]
-
-
-class SleepTask(_Strict):
-    type: Literal["sleep"]
-    seconds: float = Field(ge=0, le=86_400)
-
-
-Task = Annotated[HttpTask | CommandTask | NoopTask | SleepTask, Field(discriminator="type")]
-TASK_TYPES = ("http", "command", "noop", "sleep")
+# A job's task: one of the task types' specs (kit.tasks.registry), told apart by `type`.
+# Their validators' FieldErrors name the field from the task (`env.A`); kit.api.errors
+# puts the task's place in front (`task.env.A`, `jobs[3].task.env.A`).
+Task = Annotated[
+    reduce(operator.or_, (t.spec for t in registry.task_types())), Field(discriminator="type")
+]
 
 _SCHEDULE_DOC = (
     'One of {"cron": "0 * * * *", "timezone": "Europe/Paris"}, '

@@ -49,7 +49,7 @@ MAX_EXPLAIN_FIRES = 2000
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 
-_SKIP_REASONS = {
+_SKIP_REASONS: dict[str, str] = {
     SKIP_PAUSED: "the job was paused",
     SKIP_OVERLAP: "a run of the job was still active (overlap: forbid)",
     SKIP_MISFIRE: "the fire was late after an outage and the misfire policy skipped it",
@@ -150,15 +150,16 @@ def owed_fires(
         raise ValueError("limit must not be negative")
     out: list[OwedFire] = []
     bounds = _bounds(eras, timedelta(milliseconds=written_ahead_ms))
+    # Each era's first `limit` fires, then the oldest `limit` of all: an era's 'edited'
+    # fire can come after the next era's first fires, so no era may stop the walk early.
     for index, (era, bound) in enumerate(zip(eras, bounds, strict=True)):
-        if len(out) >= limit:
-            break
         jitter = timedelta(milliseconds=era.jitter_offset_ms)
         # Nominal instants whose trigger time is at or after `start`.
         cursor = start - jitter - timedelta(microseconds=1)
         if bound.after is not None and bound.after > cursor:
             cursor = bound.after
-        while len(out) < limit:
+        taken = 0
+        while taken < limit:
             nominal = next_fire(era.schedule, cursor)
             if nominal is None:
                 break
@@ -166,6 +167,7 @@ def owed_fires(
             if at >= end or (bound.until is not None and at > bound.until):
                 break  # past the range, or past what the old schedule made before its edit
             out.append(OwedFire(at, nominal, make_run_id(job_id, at), index))
+            taken += 1
             cursor = nominal
         if bound.edited is not None:
             at = bound.edited + jitter
@@ -224,9 +226,7 @@ def explain_fires(
             continue
         if run.status == "skipped":
             reason = run.skip_reason or "skipped"
-            out.append(
-                Explained(fire, Outcome.skipped, run, _SKIP_REASONS.get(reason, reason))
-            )
+            out.append(Explained(fire, Outcome.skipped, run, _SKIP_REASONS.get(reason, reason)))
             continue
         out.append(Explained(fire, Outcome.ran, run, _ran_reason(run)))
     return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -125,3 +125,41 @@ def may_hold_queued_runs(policy: str | None) -> bool:
     when the policy is unknown (the job was deleted). A job whose policy changed away
     from `queue` while runs were held is left to the reaper's release of orphans."""
     return policy is None or policy == OverlapPolicy.queue.value
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """A run held back by `decide_overlap`'s `queue` (pending, marker `queued`)."""
+
+    run_id: str
+    scheduled_at_ms: int
+    created_at_ms: int  # when the scan committed it (the reaper's grace counts from it)
+
+
+def queue_order(run: QueuedRun) -> tuple[int, str]:
+    """Queued runs go oldest first: by scheduled time, ties by run id (the store's
+    `ORDER BY scheduled_at, run_id`, served by the partial index of queued runs)."""
+    return (run.scheduled_at_ms, run.run_id)
+
+
+def queued_to_release(queued: Iterable[QueuedRun], ended: int) -> list[str]:
+    """`ended` runs of a job that may queue (`may_hold_queued_runs`) ended: succeeded,
+    went dead or were cancelled. As many of its queued runs, oldest first, lose the
+    marker and are published; each keeps the job busy in turn. A failure that awaits
+    its retry, or an expiry that re-queues the run, ends nothing: the job stays busy."""
+    if ended < 0:
+        raise ValueError("ended must not be negative")
+    return [r.run_id for r in sorted(queued, key=queue_order)[:ended]]
+
+
+def orphaned_queued_to_release(
+    queued: Iterable[QueuedRun], busy_unqueued: int, now_ms: int, grace_ms: int
+) -> str | None:
+    """The reaper's safety net: a finish that committed just before the scan that queued
+    a run saw nothing to release. With no run of the job busy but queued ones
+    (`busy_unqueued` == 0), its oldest queued run committed more than `grace_ms` ago is
+    released; None when there is none."""
+    if busy_unqueued > 0:
+        return None
+    old = [r for r in queued if r.created_at_ms < now_ms - grace_ms]
+    return min(old, key=queue_order).run_id if old else None

@@ -42,6 +42,10 @@ class TaskStatus(StrEnum):
 
 # A finished task never changes again and is what retention may expire.
 FINISHED = frozenset({TaskStatus.done, TaskStatus.dead})
+# What a lease request considers, once visible: a queued task, or a leased one whose lease
+# expired (its visible_at is its lease expiry). The store's lease scan selects these
+# (kit.store.queues._LEASE_CANDIDATES, and the partial index it reads, keep this order).
+LEASABLE = (TaskStatus.queued, TaskStatus.leased)
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,13 @@ def _token_matches(task: QueueTask, token: str) -> bool:
 
 def leasable(task: QueueTask, now_ms: int) -> bool:
     """Would a lease request now consider this task (visible, not finished)?"""
-    return task.status in (TaskStatus.queued, TaskStatus.leased) and task.visible_at_ms <= now_ms
+    return task.status in LEASABLE and task.visible_at_ms <= now_ms
+
+
+def lease_order(task: QueueTask) -> tuple[int, str]:
+    """The order a lease request takes visible tasks in: the longest visible first, ties
+    by id (the store's `ORDER BY visible_at, task_id`)."""
+    return (task.visible_at_ms, task.task_id)
 
 
 def lease_task(
@@ -125,7 +135,7 @@ def lease_task(
     """
     if lease_ms <= 0:
         raise ValueError("lease_ms must be positive")
-    if task.status not in (TaskStatus.queued, TaskStatus.leased):
+    if task.status not in LEASABLE:
         return _no(task, f"not leasable: status is {task.status.value}")
     if now_ms < task.visible_at_ms:
         return _no(task, f"not visible until {_iso(task.visible_at_ms)}")

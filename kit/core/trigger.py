@@ -68,14 +68,26 @@ TRIGGER_ROW_KINDS = (TriggerKind.schedule, TriggerKind.retry, TriggerKind.manual
 OVERLAP_HORIZON_MS = 1000
 MAX_FIRES_PER_TRIGGER = 500
 
-SKIP_PAUSED = "paused"
-SKIP_OVERLAP = "overlap"
-SKIP_MISFIRE = "misfire"
-SKIP_EDITED = "edited"  # an edit removed an occurrence that was due but not yet fired
-# A queued run (overlap policy 'queue'): status 'pending', dispatched_at NULL and this
-# marker in skip_reason, so the reaper leaves it alone; the worker that finishes the
-# job's running run clears the marker and publishes the oldest queued run.
-QUEUED = "queued"
+
+class SkipReason(StrEnum):
+    """`runs.skip_reason`: why a run was recorded as skipped, or (`queued`) why a pending
+    run is held back. Every statement that tests the marker is built from these."""
+
+    paused = "paused"  # the job was paused
+    overlap = "overlap"  # overlap 'forbid': a run of the job was active
+    misfire = "misfire"  # the misfire policy skipped a late fire
+    edited = "edited"  # an edit removed an occurrence that was due but not yet fired
+    # A queued run (overlap policy 'queue'): status 'pending', dispatched_at NULL and this
+    # marker, so the reaper leaves it alone; when a run of the job ends, the oldest queued
+    # run loses the marker and is published (kit.core.policies.queued_to_release).
+    queued = "queued"
+
+
+SKIP_PAUSED = SkipReason.paused
+SKIP_OVERLAP = SkipReason.overlap
+SKIP_MISFIRE = SkipReason.misfire
+SKIP_EDITED = SkipReason.edited
+QUEUED = SkipReason.queued
 
 DROP_JOB_GONE = "job deleted"
 DROP_STALE_VERSION = "stale job version"

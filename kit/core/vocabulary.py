@@ -21,7 +21,7 @@ from kit.core.leases import BUSY, TERMINAL, RunStatus
 from kit.core.policies import MisfireKind, OverlapPolicy
 from kit.core.queue_task import FINISHED, TaskStatus
 from kit.core.retry import Jitter
-from kit.core.trigger import TRIGGER_ROW_KINDS, TriggerKind
+from kit.core.trigger import TRIGGER_ROW_KINDS, SkipReason, TriggerKind
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class ClosedSet:
 CLOSED_SETS: tuple[ClosedSet, ...] = (
     ClosedSet("run status", RunStatus, "runs.status", "where a run is in its life"),
     ClosedSet("run trigger", TriggerKind, "runs.trigger_kind", "what made a run"),
+    ClosedSet("skip reason", SkipReason, "runs.skip_reason", "why a run was skipped or held"),
     ClosedSet("overlap policy", OverlapPolicy, "jobs.overlap", "a due run while one runs"),
     ClosedSet("priority tier", PriorityTier, "jobs.priority", "most urgent first"),
     ClosedSet("misfire kind", MisfireKind, "jobs.misfire.kind", "fire times an outage missed"),

@@ -33,7 +33,7 @@ from kit.scheduler import metrics as m
 from kit.scheduler.leases import LeasePass, PartitionLeases
 from kit.scheduler.scan import DEFAULT_BATCH, HeldRun, JobViews, ScanResult, scan_partitions
 from kit.transport import PublishError, RunMessage
-from kit.transport.publisher import EncodedRun, encode
+from kit.transport.publisher import EncodedRun
 
 log = logging.getLogger(__name__)
 
@@ -191,11 +191,7 @@ class SchedulerNode:
 
     def _publish(self, runs: list[HeldRun]) -> list[HeldRun]:
         """Produce and flush; the runs whose delivery was confirmed."""
-        messages = [
-            r.message
-            or encode(RunMessage(r.run_id, r.job_id, r.attempt, r.scheduled_at_ms, r.tier))
-            for r in runs
-        ]
+        messages = [r.message for r in runs]
         try:
             acked = self.publisher.publish_encoded(messages) or {}
             ok = runs

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from kit.core.defaults import MISFIRE_GRACE_MS
+from kit.core.defaults import MISFIRE_GRACE_MS, SCAN_BATCH_ROWS
 from kit.core.dispatch import rescan_at_once, scan_window
 from kit.core.jitter import jitter_offset_ms
 from kit.core.policies import MisfirePolicy, OverlapPolicy
@@ -34,12 +34,13 @@ from kit.store.db import db_now
 from kit.transport.message import RunMessage
 from kit.transport.publisher import EncodedRun, encode
 
-DEFAULT_BATCH = 20_000
+DEFAULT_BATCH = SCAN_BATCH_ROWS
 
 
 @dataclass(frozen=True)
 class HeldRun:
-    """A committed run to publish (its message encoded while scanning)."""
+    """A committed run to publish, its queue message encoded when it is made (while
+    scanning, ahead of its second, so the publish at the second only produces)."""
 
     run_id: str
     job_id: str
@@ -49,25 +50,10 @@ class HeldRun:
     tier: str
     partition_id: int
     epoch: int
-    message: EncodedRun | None = None  # the queue message, encoded while scanning
+    message: EncodedRun = field(init=False, repr=False, compare=False)
 
-    @classmethod
-    def ready(
-        cls,
-        run_id: str,
-        job_id: str,
-        attempt: int,
-        scheduled_at_ms: int,
-        due_ms: int,
-        tier: str,
-        partition_id: int,
-        epoch: int,
-    ) -> HeldRun:
-        """A held run with its message encoded now, ahead of its second."""
-        message = encode(RunMessage(run_id, job_id, attempt, scheduled_at_ms, tier))
-        return cls(
-            run_id, job_id, attempt, scheduled_at_ms, due_ms, tier, partition_id, epoch, message
-        )
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", encode(RunMessage.of(self)))
 
 
 @dataclass
@@ -283,16 +269,14 @@ def _write(
         if rows.statuses[i] == "pending" and reason is None:
             p = partition_of_run[rid]
             ms = rows.scheduled_at_ms[i]
-            held.append(
-                HeldRun.ready(rid, rows.job_ids[i], 1, ms, ms, rows.priorities[i], p, epochs[p])
-            )
+            held.append(HeldRun(rid, rows.job_ids[i], 1, ms, ms, rows.priorities[i], p, epochs[p]))
         else:
             reason = reason or "skipped"
             skipped[reason] = skipped.get(reason, 0) + 1
     for rid in rearmed:
         rearm, p = rearm_of[rid]
         held.append(
-            HeldRun.ready(
+            HeldRun(
                 rid,
                 rearm.job_id,
                 rearm.attempt,

@@ -75,6 +75,33 @@ def choose_port(preferred: int, name: str, avoid: tuple[int, ...] = ()) -> int:
     raise StackError(f"{name}: port {preferred} is taken and no free port found above it")
 
 
+BIND_ATTEMPTS = 3
+
+
+def lost_bind_race(log: Path, since: int) -> bool:
+    """Whether what `log` got after byte `since` says a port we chose was taken.
+
+    Our ports lie inside Linux's ephemeral range (32768-60999), so between choosing a
+    free port and binding it any outgoing connection can be handed it as its local
+    port -- the broker's own connection to its controller, made just before the
+    broker's listener binds, is one. Choosing again and restarting is the remedy.
+    """
+    try:
+        with log.open("rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return False
+    return "Address already in use" in text
+
+
+def log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def port_answers(port: int, host: str = "127.0.0.1", timeout_s: float = 1.0) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout_s):

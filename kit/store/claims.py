@@ -24,13 +24,14 @@ from kit.core.policies import may_hold_queued_runs
 from kit.core.retry import RetryPolicy
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.core.trigger import QUEUED
+from kit.store.db import NOW_SQL
 from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
 from kit.store.run_history import batch_bounds, in_batch
 from kit.store.scheduling import pg_array, pg_text_array
 
 MAX_ERROR_CHARS = 4000
 # The database's clock decides, unless a caller (a test, the contract suite) passes `now`.
-NOW = "coalesce(CAST(:now AS timestamptz), now())"
+NOW = NOW_SQL
 _TTL = "make_interval(secs => CAST(:ttl_ms AS double precision) / 1000.0)"
 
 
@@ -73,6 +74,15 @@ class RunPointer:
     attempt: int
     scheduled_at: datetime
     priority: str
+
+    # what its queue message names (kit.transport.message.QueuedRun)
+    @property
+    def scheduled_at_ms(self) -> int:
+        return to_epoch_ms(self.scheduled_at)
+
+    @property
+    def tier(self) -> str:
+        return self.priority
 
 
 @dataclass(frozen=True)
@@ -242,9 +252,11 @@ def runs_heartbeat(
 
 def release_queued_in(conn: Connection, job_id: str) -> RunPointer | None:
     """Overlap 'queue': a run of the job ended, so its oldest run held back by the
-    scheduler (marker `skip_reason = 'queued'`, see kit.core.trigger.QUEUED) loses the
-    marker and is returned for the caller to publish after commit. Should that publish
-    never happen, the run is now an ordinary undispatched run: the reaper publishes it.
+    scheduler (marker `skip_reason = 'queued'`, kit.core.trigger.QUEUED) loses the marker
+    and is returned for the caller to publish after commit: the run
+    kit.core.policies.queued_to_release names (tests/contract/test_overlap_queue.py).
+    Should that publish never happen, the run is now an ordinary undispatched run: the
+    reaper publishes it.
     Only a job that may queue is looked for: the lookup by job reads every day of the run
     history (a run is found by id in its day; a job's runs are in all of them)."""
     overlap = conn.execute(
@@ -392,19 +404,21 @@ def runs_finish_ok(
     return {row.run_id for row in rows}, [pointer_of(q) for q in queued]
 
 
-def run_finish_cancelled(engine: Engine, run_id: str, token: str, reason: str) -> FinishResult:
+def run_finish_cancelled(
+    engine: Engine, run_id: str, token: str, reason: str, *, now: datetime | None = None
+) -> FinishResult:
     """A run that cannot execute (its job was deleted): cancelled, with the reason."""
     with engine.begin() as conn:
         row = conn.execute(
             text(
-                """
-                UPDATE runs SET status = 'cancelled', finished_at = now(), error = :reason,
+                f"""
+                UPDATE runs SET status = 'cancelled', finished_at = {NOW}, error = :reason,
                     lease_token = NULL, lease_expires_at = NULL
                 WHERE run_id = :run_id AND lease_token = :token
                 RETURNING job_id
                 """
             ),
-            {"run_id": run_id, "token": token, "reason": storable_text(reason)},
+            {"run_id": run_id, "token": token, "reason": storable_text(reason), "now": now},
         ).first()
         if row is None:
             return FinishResult(False)
@@ -478,8 +492,8 @@ def run_finish_failed(
             ),
             {"run_id": run_id, "error": error, "now": now},
         )
-        dead_letter_in(conn, run_id)
-        paused = job_dead_streak_in(conn, job_id)
+        dead_letter_in(conn, run_id, now)
+        paused = job_dead_streak_in(conn, job_id, now)
     return FinishResult(True, "dead", job_paused=paused, queued_next=queued)
 
 
@@ -546,7 +560,7 @@ def _retry_in(
     return fire_at
 
 
-def job_dead_streak_in(conn: Connection, job_id: str) -> bool:
+def job_dead_streak_in(conn: Connection, job_id: str, now: datetime | None = None) -> bool:
     """One more dead letter for the job; pause it when the streak reaches its
     pause_after_dead. Returns whether this call paused it."""
     job = conn.execute(
@@ -561,8 +575,8 @@ def job_dead_streak_in(conn: Connection, job_id: str) -> bool:
     if job is None or job.paused or not should_pause(job.dead_streak, job.pause_after_dead):
         return False
     conn.execute(
-        text("UPDATE jobs SET paused = true, updated_at = now() WHERE job_id = :job_id"),
-        {"job_id": job_id},
+        text(f"UPDATE jobs SET paused = true, updated_at = {NOW} WHERE job_id = :job_id"),
+        {"job_id": job_id, "now": now},
     )
     return True
 

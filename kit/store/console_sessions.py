@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import Engine, text
 
+from kit.store.db import NOW_SQL
 from kit.store.tokens import TokenInfo, token_verify
 
 
@@ -27,9 +29,12 @@ def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def session_open(engine: Engine, token: str, ttl_s: int) -> tuple[str, ConsoleSession] | None:
-    """Verify the API token; open a session for it. Returns (cookie secret, session), or
-    None when the token is not a live one."""
+def session_open(
+    engine: Engine, token: str, ttl_s: int, *, now: datetime | None = None
+) -> tuple[str, ConsoleSession] | None:
+    """Verify the API token; open a session for it, to expire `ttl_s` after `now` (the
+    database's clock by default). Returns (cookie secret, session), or None when the
+    token is not a live one."""
     info = token_verify(engine, token)
     if info is None:
         return None
@@ -38,31 +43,34 @@ def session_open(engine: Engine, token: str, ttl_s: int) -> tuple[str, ConsoleSe
     with engine.begin() as conn:
         conn.execute(
             text(
-                """
+                f"""
                 INSERT INTO console_sessions (session_hash, token_id, csrf_token, expires_at)
-                VALUES (:h, :t, :c, now() + make_interval(secs => :ttl))
+                VALUES (:h, :t, :c, {NOW_SQL} + make_interval(secs => :ttl))
                 """
             ),
-            {"h": _hash(secret), "t": info.token_id, "c": csrf, "ttl": ttl_s},
+            {"h": _hash(secret), "t": info.token_id, "c": csrf, "ttl": ttl_s, "now": now},
         )
     return secret, ConsoleSession(info, csrf)
 
 
-def session_resolve(engine: Engine, secret: str) -> ConsoleSession | None:
+def session_resolve(
+    engine: Engine, secret: str, *, now: datetime | None = None
+) -> ConsoleSession | None:
     """The live session this cookie names, with its token; None when unknown, expired
-    or its token was revoked."""
+    (`now` at or past its `expires_at`) or its token was revoked."""
     if not secret or len(secret) > 200:
         return None
     with engine.begin() as conn:
         row = conn.execute(
             text(
-                """
+                f"""
                 SELECT s.csrf_token, t.token_id, t.tenant, t.scopes, t.created_at, t.revoked_at
                 FROM console_sessions s JOIN api_tokens t ON t.token_id = s.token_id
-                WHERE s.session_hash = :h AND s.expires_at > now() AND t.revoked_at IS NULL
+                WHERE s.session_hash = :h AND s.expires_at > {NOW_SQL}
+                  AND t.revoked_at IS NULL
                 """
             ),
-            {"h": _hash(secret)},
+            {"h": _hash(secret), "now": now},
         ).first()
     if row is None:
         return None

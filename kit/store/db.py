@@ -42,6 +42,11 @@ def engine_for(
     )
 
 
+# The same in a text() statement, bound as `:now` (None: the database's clock). Every
+# statement whose decision reads the clock uses it, so a test can set the instant.
+NOW_SQL = "coalesce(CAST(:now AS timestamptz), now())"
+
+
 def at_or_now(now: datetime | None) -> ColumnElement[datetime]:
     """`coalesce(:now, now())`: the database's clock unless a caller (a test, the model)
     passes an explicit instant."""

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from kit.core.errors import FieldError
-from kit.store.db import is_uuid
+from kit.store.db import NOW_SQL, is_uuid
 from kit.store.errors import RunNotFound, StoreError
 from kit.store.runs import cursor_decode, cursor_encode
 
@@ -80,19 +80,20 @@ def _record(row: Any) -> DeadLetterRecord:
     )
 
 
-def dead_letter_in(conn: Connection, run_id: str) -> None:
+def dead_letter_in(conn: Connection, run_id: str, now: datetime | None = None) -> None:
     """Inside the transaction that made the run dead: record it with its error history.
-    A run that dies again after a replay replaces its earlier dead letter."""
+    A run that dies again after a replay replaces its earlier dead letter. `created_at`
+    (when it died: the list's order, a bulk replay's range) is the transaction's clock."""
     conn.execute(
         text(
-            """
-            INSERT INTO dead_letters (run_id, job_id, tenant, errors)
-            SELECT run_id, job_id, tenant, errors FROM runs WHERE run_id = :run_id
+            f"""
+            INSERT INTO dead_letters (run_id, job_id, tenant, errors, created_at)
+            SELECT run_id, job_id, tenant, errors, {NOW_SQL} FROM runs WHERE run_id = :run_id
             ON CONFLICT (run_id) DO UPDATE
-            SET errors = excluded.errors, created_at = now(), replayed_at = NULL
+            SET errors = excluded.errors, created_at = excluded.created_at, replayed_at = NULL
             """
         ),
-        {"run_id": run_id},
+        {"run_id": run_id, "now": now},
     )
 
 
@@ -148,7 +149,9 @@ UPDATE runs r SET status = 'pending', attempt = r.attempt + 1, dispatched_at = N
 """
 
 
-def dead_letter_replay(engine: Engine, tenant: str, run_id: str) -> DeadLetterRecord:
+def dead_letter_replay(
+    engine: Engine, tenant: str, run_id: str, *, now: datetime | None = None
+) -> DeadLetterRecord:
     """Back to pending with a fresh budget; ReplayConflict when the run is not dead."""
     if not is_uuid(run_id):
         raise RunNotFound(run_id)
@@ -168,8 +171,8 @@ def dead_letter_replay(engine: Engine, tenant: str, run_id: str) -> DeadLetterRe
             raise ReplayConflict(run_id, row.status)
         conn.execute(text(_REPLAY_RUN + " WHERE r.run_id = :run_id"), {"run_id": run_id})
         conn.execute(
-            text("UPDATE dead_letters SET replayed_at = now() WHERE run_id = :run_id"),
-            {"run_id": run_id},
+            text(f"UPDATE dead_letters SET replayed_at = {NOW_SQL} WHERE run_id = :run_id"),
+            {"run_id": run_id, "now": now},
         )
         record = conn.execute(text(_SELECT + " WHERE d.run_id = :run_id"), {"run_id": run_id}).one()
     return _record(record)
@@ -182,6 +185,8 @@ def dead_letters_replay_bulk(
     dead_from: datetime | None = None,
     dead_to: datetime | None = None,
     limit: int = MAX_BULK_REPLAY,
+    *,
+    now: datetime | None = None,
 ) -> int:
     """Replay up to `limit` dead runs of the tenant (of one job, dead in [from, to)),
     oldest first; returns how many. Runs already replayed are not touched again."""
@@ -206,7 +211,7 @@ def dead_letters_replay_bulk(
     ), replayed AS (
         {_REPLAY_RUN} FROM picked p WHERE r.run_id = p.run_id RETURNING r.run_id
     )
-    UPDATE dead_letters d SET replayed_at = now() FROM replayed
+    UPDATE dead_letters d SET replayed_at = {NOW_SQL} FROM replayed
     WHERE d.run_id = replayed.run_id RETURNING d.run_id
     """
     params = {
@@ -215,6 +220,7 @@ def dead_letters_replay_bulk(
         "dead_from": dead_from,
         "dead_to": dead_to,
         "limit": limit,
+        "now": now,
     }
     with engine.begin() as conn:
         return len(conn.execute(text(sql), params).all())

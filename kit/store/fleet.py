@@ -1,5 +1,6 @@
 """The fleet as PostgreSQL knows it (operators' view): scheduler nodes and the
-partitions each owns, workers and what they are running. Database clock throughout."""
+partitions each owns, workers and what they are running. Database clock throughout,
+unless a caller (a test) passes `now`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Engine, text
+
+from kit.store.db import NOW_SQL, db_now
 
 
 @dataclass(frozen=True)
@@ -37,30 +40,31 @@ class FleetView:
     workers: list[WorkerView]
 
 
-_NODES = """
+_NODES = f"""
 SELECT n.node_id, n.heartbeat_at, n.started_at,
-       n.heartbeat_at > now() - make_interval(secs => :node_ttl_s) AS live,
+       n.heartbeat_at > {NOW_SQL} - make_interval(secs => :node_ttl_s) AS live,
        count(l.partition_id) AS partitions
 FROM scheduler_nodes n
-LEFT JOIN partition_leases l ON l.owner = n.node_id AND l.expires_at > now()
+LEFT JOIN partition_leases l ON l.owner = n.node_id AND l.expires_at > {NOW_SQL}
 GROUP BY n.node_id, n.heartbeat_at, n.started_at
 ORDER BY n.node_id
 """
-_OWNED = """
+_OWNED = f"""
 SELECT count(*) FROM partition_leases
-WHERE owner IS NOT NULL AND expires_at > now() AND partition_id < :partitions
+WHERE owner IS NOT NULL AND expires_at > {NOW_SQL} AND partition_id < :partitions
 """
 # Workers: presence rows, plus any worker id holding a live lease without one (a worker
 # of an older version, or one whose link is reconnecting). Running runs are found by
 # the (status, lease_expires_at) index.
-_WORKERS = """
+_WORKERS = f"""
 WITH running AS (
     SELECT worker_id, count(*) AS n FROM runs
-    WHERE status = 'running' AND lease_expires_at > now() AND worker_id IS NOT NULL
+    WHERE status = 'running' AND lease_expires_at > {NOW_SQL} AND worker_id IS NOT NULL
     GROUP BY worker_id
 )
 SELECT coalesce(w.worker_id, r.worker_id) AS worker_id, w.heartbeat_at, w.started_at,
-       coalesce(w.heartbeat_at > now() - make_interval(secs => :worker_ttl_s), r.n > 0) AS live,
+       coalesce(w.heartbeat_at > {NOW_SQL} - make_interval(secs => :worker_ttl_s), r.n > 0)
+           AS live,
        w.concurrency, coalesce(r.n, 0) AS in_flight
 FROM workers w FULL JOIN running r ON r.worker_id = w.worker_id
 ORDER BY 1
@@ -68,15 +72,22 @@ ORDER BY 1
 
 
 def fleet_read(
-    engine: Engine, partitions: int, node_ttl_ms: int, worker_ttl_s: float = 15.0
+    engine: Engine,
+    partitions: int,
+    node_ttl_ms: int,
+    worker_ttl_s: float = 15.0,
+    *,
+    now: datetime | None = None,
 ) -> FleetView:
+    """A node is live while its heartbeat is younger than `node_ttl_ms` at `now`, a worker
+    while its presence row is younger than `worker_ttl_s` (or it holds a live lease)."""
     with engine.begin() as conn:
-        now = conn.execute(text("SELECT now()")).scalar_one()
+        at = db_now(conn, now)
         nodes = [
             NodeView(r.node_id, r.heartbeat_at, r.started_at, bool(r.live), int(r.partitions))
-            for r in conn.execute(text(_NODES), {"node_ttl_s": node_ttl_ms / 1000})
+            for r in conn.execute(text(_NODES), {"node_ttl_s": node_ttl_ms / 1000, "now": now})
         ]
-        owned = conn.execute(text(_OWNED), {"partitions": partitions}).scalar_one()
+        owned = conn.execute(text(_OWNED), {"partitions": partitions, "now": now}).scalar_one()
         workers = [
             WorkerView(
                 r.worker_id,
@@ -86,6 +97,6 @@ def fleet_read(
                 r.concurrency,
                 int(r.in_flight),
             )
-            for r in conn.execute(text(_WORKERS), {"worker_ttl_s": worker_ttl_s})
+            for r in conn.execute(text(_WORKERS), {"worker_ttl_s": worker_ttl_s, "now": now})
         ]
-    return FleetView(now, nodes, partitions, partitions - int(owned), workers)
+    return FleetView(at, nodes, partitions, partitions - int(owned), workers)

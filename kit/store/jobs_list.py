@@ -8,7 +8,8 @@ own that keep the name order. Those filters are written as literals (each from a
 list), so a prepared statement's generic plan still knows a rare value from a common
 one and uses the index.
 
-The last run of a job is its newest run scheduled at or before now, one probe of the
+The last run of a job is its newest run scheduled at or before now (the database's
+clock, or the caller's `now`), one probe of the
 (job_id, scheduled_at) index per job. Filtering on it reads jobs in name order until
 the page is full, so a rare status may read many jobs; the count stops at COUNT_CAP.
 """
@@ -25,6 +26,7 @@ from typing import Any
 from sqlalchemy import Engine, Select, func, literal, literal_column, not_, select, true
 
 from kit.core.errors import FieldError
+from kit.store.db import at_or_now
 from kit.store.jobs import JobRecord, job_record
 from kit.store.schema import PRIORITY_TIERS, RUN_STATUSES, jobs, runs, triggers
 
@@ -33,7 +35,6 @@ _CONTROL = re.compile(r"[\x00-\x1f]")  # job names have none (kit.api.models.Job
 COUNT_CAP = 10_000
 NO_RUN = "none"  # last_status filter: jobs that never ran
 _TASK_TYPE = literal_column("jobs.task_spec ->> 'type'")
-TASK_TYPES = ("http", "command", "noop", "sleep")  # kit.tasks' types (kit.api.models too)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class JobFilter:
     task_type: str | None = None
     priority: str | None = None
     last_status: str | None = None  # a run status, or NO_RUN
+    # the task types a filter may name: kit.tasks.registry's, given by the caller (the
+    # store does not import the tasks)
+    task_types: tuple[str, ...] = ()
 
     def check(self) -> None:
         if self.priority is not None and self.priority not in PRIORITY_TIERS:
@@ -54,8 +58,8 @@ class JobFilter:
             raise FieldError("name_prefix", "must be 1 to 200 characters")
         if self.name_prefix is not None and _CONTROL.search(self.name_prefix):
             raise FieldError("name_prefix", "must not contain control characters")
-        if self.task_type is not None and self.task_type not in TASK_TYPES:
-            raise FieldError("task_type", f"must be one of {', '.join(TASK_TYPES)}")
+        if self.task_type is not None and self.task_type not in self.task_types:
+            raise FieldError("task_type", f"must be one of {', '.join(self.task_types)}")
 
 
 @dataclass(frozen=True)
@@ -101,21 +105,23 @@ def prefix_upper(prefix: str) -> str | None:
     return None
 
 
-def _last_run() -> Any:
+def _last_run(now: datetime | None) -> Any:
     return (
         select(runs.c.run_id, runs.c.status, runs.c.scheduled_at)
-        .where(runs.c.job_id == jobs.c.job_id, runs.c.scheduled_at <= func.now())
+        .where(runs.c.job_id == jobs.c.job_id, runs.c.scheduled_at <= at_or_now(now))
         .order_by(runs.c.scheduled_at.desc(), runs.c.run_id.desc())
         .limit(1)
         .lateral("last_run")
     )
 
 
-def _filtered(tenant: str, f: JobFilter, columns: list[Any], with_last_run: bool) -> Select[Any]:
+def _filtered(
+    tenant: str, f: JobFilter, columns: list[Any], with_last_run: bool, now: datetime | None
+) -> Select[Any]:
     """The filtered jobs; the last-run lateral join only where it is shown or filtered on
     (a count without the last-status filter reads the jobs' index alone)."""
     if with_last_run or f.last_status is not None:
-        last = _last_run()
+        last = _last_run(now)
         query = select(*columns, last.c.run_id, last.c.status, last.c.scheduled_at).select_from(
             jobs.outerjoin(last, true())
         )
@@ -153,7 +159,10 @@ def jobs_list(
     f: JobFilter | None = None,
     cursor: str | None = None,
     limit: int = 50,
+    *,
+    now: datetime | None = None,
 ) -> JobListPage:
+    """`now`: the instant the last run is judged at (the database's clock by default)."""
     f = f or JobFilter()
     f.check()
     if not 1 <= limit <= MAX_PAGE:
@@ -165,11 +174,11 @@ def jobs_list(
         .scalar_subquery()
         .label("next_fire_at")
     )
-    page_query = _filtered(tenant, f, [jobs, next_fire_at], with_last_run=True)
+    page_query = _filtered(tenant, f, [jobs, next_fire_at], with_last_run=True, now=now)
     if after is not None:
         page_query = page_query.where(jobs.c.name > after)
     page_query = page_query.order_by(jobs.c.name).limit(limit + 1)
-    count_query = _filtered(tenant, f, [jobs.c.job_id], with_last_run=False)
+    count_query = _filtered(tenant, f, [jobs.c.job_id], with_last_run=False, now=now)
     counted = select(func.count()).select_from(count_query.limit(COUNT_CAP + 1).subquery())
     with engine.begin() as conn:
         rows = conn.execute(page_query).all()
@@ -183,7 +192,6 @@ def jobs_list(
         out.append((job_record(row), last))
     next_cursor = _cursor_encode(out[-1][0].spec.name) if len(rows) > limit else None
     return JobListPage(out, next_cursor, min(count, COUNT_CAP), count <= COUNT_CAP)
-
 
 
 def job_names(engine: Engine, tenant: str, job_ids: list[str]) -> dict[str, str]:

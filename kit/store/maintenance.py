@@ -21,12 +21,13 @@ from datetime import datetime
 from sqlalchemy import Connection, Engine, text
 
 from kit.core.retention import FINISHED_TASK_STATUSES, LIVE_RUN_STATUSES, Retention
+from kit.store.db import NOW_SQL
 
 DEFAULT_BATCH = 5000
 MAX_BATCHES = 100  # per table per pass: a pass stays bounded, the next one goes on
 STALE_WORKER_S = 86_400  # a worker row not refreshed for a day is a worker long gone
 
-_NOW = "coalesce(CAST(:now AS timestamptz), now())"
+_NOW = NOW_SQL
 
 
 def _older(column: str, param: str) -> str:

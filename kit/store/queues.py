@@ -21,6 +21,7 @@ from sqlalchemy import Connection, DateTime, Engine, bindparam, func, select, up
 from sqlalchemy.dialects.postgresql import insert
 
 from kit.core.queue_task import (
+    LEASABLE,
     QueueTask,
     TaskStatus,
     TaskTransition,
@@ -130,7 +131,7 @@ _LEASE_CANDIDATES = (
     .where(
         queue_tasks.c.tenant == bindparam("tenant"),
         queue_tasks.c.queue == bindparam("queue"),
-        queue_tasks.c.status.in_(("queued", "leased")),
+        queue_tasks.c.status.in_([s.value for s in LEASABLE]),
         queue_tasks.c.visible_at <= _NOW,
     )
     .order_by(queue_tasks.c.visible_at, queue_tasks.c.task_id)

@@ -88,8 +88,8 @@ def runs_reap_expired(
                 {"run_ids": [r for r, _ in dead], "now": now},
             )
             for run_id, job_id in dead:
-                dead_letter_in(conn, run_id)
-                if job_dead_streak_in(conn, job_id):
+                dead_letter_in(conn, run_id, now)
+                if job_dead_streak_in(conn, job_id, now):
                     paused.append(job_id)
                 released = release_queued_in(conn, job_id)
                 if released is not None:
@@ -118,7 +118,8 @@ def runs_reap_expired(
 # Overlap 'queue' safety net: a finish that committed just before the scan that queued
 # a run saw nothing to release, and nothing else would. The oldest queued run of a job
 # with nothing else busy loses its marker after the grace and is published below like
-# any unclaimed run. (The marker is a literal so the partial index on queued runs
+# any unclaimed run (kit.core.policies.orphaned_queued_to_release; the contract suite
+# holds the two equal). (The marker is a literal so the partial index on queued runs
 # serves it. OFFSET 0 keeps the busy check a lookup by job per queued run: joined
 # instead, statistics that call the busy runs few let the planner read all of them
 # per queued run, 1.6 s a pass at 500 queued and 18k busy; test_plans_stale_stats.)

@@ -18,6 +18,7 @@ reaper then publishes like any run nobody claimed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import Engine, text
 
@@ -25,7 +26,7 @@ from kit.core.leases import TERMINAL
 from kit.core.trigger import QUEUED
 from kit.store.audit import audit_in
 from kit.store.claims import release_queued_in
-from kit.store.db import db_now, is_uuid
+from kit.store.db import NOW_SQL, db_now, is_uuid
 from kit.store.errors import RunNotFound, StoreError
 from kit.store.runs import RunRecord, run_record
 
@@ -48,7 +49,9 @@ class Cancelled:
     notified: bool  # a worker was running it and has been told to stop
 
 
-def run_cancel(engine: Engine, tenant: str, run_id: str, actor: str) -> Cancelled:
+def run_cancel(
+    engine: Engine, tenant: str, run_id: str, actor: str, *, now: datetime | None = None
+) -> Cancelled:
     if not is_uuid(run_id):
         raise RunNotFound(run_id)
     with engine.begin() as conn:
@@ -65,17 +68,18 @@ def run_cancel(engine: Engine, tenant: str, run_id: str, actor: str) -> Cancelle
             raise RunNotFound(run_id)
         if row.status in FINISHED:
             raise RunFinished(run_id, row.status)
-        now = db_now(conn)
+        at = db_now(conn, now)
         conn.execute(
             text(
-                """
-                UPDATE runs SET status = 'cancelled', cancelled_by = :actor, finished_at = now(),
+                f"""
+                UPDATE runs SET status = 'cancelled', cancelled_by = :actor,
+                    finished_at = {NOW_SQL},
                     error = 'cancelled by token ' || :actor, lease_token = NULL,
                     lease_expires_at = NULL, retry_at = NULL, skip_reason = NULL
                 WHERE run_id = :run_id
                 """
             ),
-            {"run_id": run_id, "actor": actor},
+            {"run_id": run_id, "actor": actor, "now": now},
         )
         if row.status == "retry_scheduled":
             conn.execute(
@@ -102,7 +106,7 @@ def run_cancel(engine: Engine, tenant: str, run_id: str, actor: str) -> Cancelle
             job_id=str(row.job_id),
             actor=actor,
             action="cancel_run",
-            at=now,
+            at=at,
             version=row.job_version,
             changes={"run_id": run_id, "status": {"from": row.status, "to": "cancelled"}},
         )

@@ -5,26 +5,32 @@ Every statement is batched: partitions, triggers and runs travel as arrays
 (`unnest`), so a scan is a handful of round trips whatever its size. The scan's big
 arrays are sent as array literals built here (`pg_array`), times as integer epoch
 milliseconds/microseconds: psycopg's generic list dumper and datetime objects cost
-more per row than the database's work on it (a 50,000-run burst). Lease time is
-always the database's clock (`now()`); the scan's window may be an explicit instant
-(tests, the model) via the caller.
+more per row than the database's work on it (a 50,000-run burst). Lease time is the
+database's clock (`now()`) unless a caller passes `now` (the contract suite, which
+drives the same explicit time through kit.core.leases); the scan's window may be an
+explicit instant (tests, the model) via the caller.
 
-The partition lease upsert mirrors kit.core.leases.acquire_partition: a free or
-expired lease is taken with epoch + 1 (a node re-taking its own expired lease too), a
-live one of this node is renewed with its epoch kept, a live one of another node is
-refused (no row returned).
+The partition lease statements are kit.core.leases' partition functions in SQL:
+`_ACQUIRE` is acquire_partition (a free or expired lease is taken with epoch + 1, a
+node re-taking its own expired lease too; a live one of this node is renewed with its
+epoch kept; a live one of another node is refused: no row returned), and a node's
+renewal is that same upsert, kept exactly when renew_partition would grant it;
+`_RELEASE` is release_partition, `_LOCK_OWN` is fenced_write_allowed.
+tests/contract/test_partition_lease.py replays the same events through both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
 
 from kit.core.policies import OverlapPolicy
 from kit.core.trigger import TriggerKind
+from kit.store.db import NOW_SQL
 from kit.store.run_history import batch_bounds, in_batch
 from kit.store.schema import BUSY_SQL
 
@@ -57,27 +63,29 @@ def pg_text_array(values: Iterable[str | None]) -> str:
 # -- membership ----------------------------------------------------------------------
 
 _HEARTBEAT = text(
-    """
-    INSERT INTO scheduler_nodes (node_id, heartbeat_at) VALUES (:me, now())
-    ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = now()
+    f"""
+    INSERT INTO scheduler_nodes (node_id, heartbeat_at, started_at)
+    VALUES (:me, {NOW_SQL}, {NOW_SQL})
+    ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
     """
 )
 _LIVE_NODES = text(
-    """
+    f"""
     SELECT node_id FROM scheduler_nodes
-    WHERE heartbeat_at > now() - make_interval(secs => :ttl_s) ORDER BY node_id
+    WHERE heartbeat_at > {NOW_SQL} - make_interval(secs => :ttl_s) ORDER BY node_id
     """
 )
 _LEAVE = text("DELETE FROM scheduler_nodes WHERE node_id = :me")
 
 
-def node_heartbeat(conn: Connection, node_id: str) -> None:
-    conn.execute(_HEARTBEAT, {"me": node_id})
+def node_heartbeat(conn: Connection, node_id: str, *, now: datetime | None = None) -> None:
+    conn.execute(_HEARTBEAT, {"me": node_id, "now": now})
 
 
-def nodes_live(conn: Connection, ttl_ms: int) -> list[str]:
-    """Nodes whose heartbeat is younger than the lease TTL (database time)."""
-    return list(conn.execute(_LIVE_NODES, {"ttl_s": ttl_ms / 1000}).scalars())
+def nodes_live(conn: Connection, ttl_ms: int, *, now: datetime | None = None) -> list[str]:
+    """Nodes whose heartbeat is younger than the lease TTL at `now` (database time by
+    default): live at heartbeat + ttl - 1 ms, gone at heartbeat + ttl."""
+    return list(conn.execute(_LIVE_NODES, {"ttl_s": ttl_ms / 1000, "now": now}).scalars())
 
 
 def node_leave(conn: Connection, node_id: str) -> None:
@@ -86,29 +94,32 @@ def node_leave(conn: Connection, node_id: str) -> None:
 
 # -- partition leases -------------------------------------------------------------------
 
+# The database's clock decides, unless a caller (the contract suite) passes `now`.
+_NOW = "coalesce(CAST(:now AS timestamptz), now())"
+
 _OWNERS = text(
-    """
+    f"""
     SELECT partition_id, owner FROM partition_leases
-    WHERE owner IS NOT NULL AND expires_at > now()
+    WHERE owner IS NOT NULL AND expires_at > {_NOW}
     """
 )
 _ACQUIRE = text(
-    """
+    f"""
     INSERT INTO partition_leases AS l (partition_id, owner, epoch, expires_at)
-    SELECT p, :me, 1, now() + make_interval(secs => :ttl_s)
+    SELECT p, :me, 1, {_NOW} + make_interval(secs => :ttl_s)
     FROM unnest(CAST(:parts AS smallint[])) AS p ORDER BY p
     ON CONFLICT (partition_id) DO UPDATE
     SET owner = EXCLUDED.owner,
-        epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now()
+        epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > {_NOW}
                      THEN l.epoch ELSE l.epoch + 1 END,
         expires_at = EXCLUDED.expires_at
-    WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= now()
+    WHERE l.owner IS NULL OR l.owner = EXCLUDED.owner OR l.expires_at <= {_NOW}
     RETURNING partition_id, epoch
     """
 )
 _RELEASE = text(
-    """
-    UPDATE partition_leases AS l SET owner = NULL, expires_at = now()
+    f"""
+    UPDATE partition_leases AS l SET owner = NULL, expires_at = {_NOW}
     FROM unnest(CAST(:parts AS smallint[]), CAST(:epochs AS bigint[])) AS r(p, e)
     WHERE l.partition_id = r.p AND l.epoch = r.e AND l.owner = :me
     RETURNING l.partition_id
@@ -116,43 +127,49 @@ _RELEASE = text(
 )
 
 
-def lease_owners(conn: Connection) -> dict[int, str]:
+def lease_owners(conn: Connection, now: datetime | None = None) -> dict[int, str]:
     """Current live owner of each held partition."""
-    return {int(p): o for p, o in conn.execute(_OWNERS).all()}
+    return {int(p): o for p, o in conn.execute(_OWNERS, {"now": now}).all()}
 
 
 def leases_acquire(
-    conn: Connection, node_id: str, partitions: Iterable[int], ttl_ms: int
+    conn: Connection,
+    node_id: str,
+    partitions: Iterable[int],
+    ttl_ms: int,
+    now: datetime | None = None,
 ) -> dict[int, int]:
     """Take or renew `partitions` (sorted, so concurrent nodes lock rows in one order);
     returns partition -> epoch for those granted."""
     parts = sorted(set(partitions))
     if not parts:
         return {}
-    rows = conn.execute(_ACQUIRE, {"me": node_id, "parts": parts, "ttl_s": ttl_ms / 1000})
+    params = {"me": node_id, "parts": parts, "ttl_s": ttl_ms / 1000, "now": now}
+    rows = conn.execute(_ACQUIRE, params)
     return {int(p): int(e) for p, e in rows.all()}
 
 
-def leases_release(conn: Connection, node_id: str, epochs: Mapping[int, int]) -> list[int]:
+def leases_release(
+    conn: Connection, node_id: str, epochs: Mapping[int, int], now: datetime | None = None
+) -> list[int]:
     """Give partitions up (epoch kept; the next acquire bumps it). Only the owner at
     the given epoch can."""
     if not epochs:
         return []
     parts = sorted(epochs)
-    rows = conn.execute(
-        _RELEASE, {"me": node_id, "parts": parts, "epochs": [epochs[p] for p in parts]}
-    )
+    params = {"me": node_id, "parts": parts, "epochs": [epochs[p] for p in parts], "now": now}
+    rows = conn.execute(_RELEASE, params)
     return sorted(int(p) for p in rows.scalars())
 
 
 # -- the fenced scan ---------------------------------------------------------------------
 
 _LOCK_OWN = text(
-    """
+    f"""
     SELECT l.partition_id FROM partition_leases AS l
     JOIN unnest(CAST(:parts AS smallint[]), CAST(:epochs AS bigint[])) AS w(p, e)
       ON l.partition_id = w.p AND l.epoch = w.e
-    WHERE l.owner = :me AND l.expires_at > now()
+    WHERE l.owner = :me AND l.expires_at > {_NOW}
     ORDER BY l.partition_id
     FOR SHARE OF l
     """
@@ -302,15 +319,17 @@ _UPSERT_TRIGGERS = text(
 )
 
 
-def partitions_lock_own(conn: Connection, node_id: str, epochs: Mapping[int, int]) -> set[int]:
+def partitions_lock_own(
+    conn: Connection, node_id: str, epochs: Mapping[int, int], now: datetime | None = None
+) -> set[int]:
     """Lock (FOR SHARE) this node's lease rows still held at the epoch it believes, and
-    unexpired; the scan processes only these. A takeover waits for this transaction."""
+    unexpired (kit.core.leases.fenced_write_allowed); the scan processes only these. A
+    takeover waits for this transaction."""
     if not epochs:
         return set()
     parts = sorted(epochs)
-    rows = conn.execute(
-        _LOCK_OWN, {"me": node_id, "parts": parts, "epochs": [epochs[p] for p in parts]}
-    )
+    params = {"me": node_id, "parts": parts, "epochs": [epochs[p] for p in parts], "now": now}
+    rows = conn.execute(_LOCK_OWN, params)
     return {int(p) for p in rows.scalars()}
 
 

@@ -35,8 +35,8 @@ from kit.core.audit import AuditAction
 from kit.core.dispatch import PriorityTier
 from kit.core.leases import BUSY, RunStatus
 from kit.core.policies import OverlapPolicy
-from kit.core.queue_task import FINISHED, TaskStatus
-from kit.core.trigger import TRIGGER_ROW_KINDS, TriggerKind
+from kit.core.queue_task import FINISHED, LEASABLE, TaskStatus
+from kit.core.trigger import QUEUED, TRIGGER_ROW_KINDS, TriggerKind
 
 # Deterministic constraint names, so migrations and autogenerate agree.
 metadata = MetaData(
@@ -203,13 +203,14 @@ runs = Table(
         "job_id",
         postgresql_where=text(f"status IN {BUSY_SQL}"),
     ),
-    # Overlap 'queue': a job's runs held back, oldest first (released on each finish).
+    # Overlap 'queue': a job's runs held back, oldest first (released on each finish, in
+    # kit.core.policies.queue_order).
     Index(
         "ix_runs_queued",
         "job_id",
         "scheduled_at",
         "run_id",
-        postgresql_where=text("skip_reason = 'queued'"),
+        postgresql_where=text(f"skip_reason = '{QUEUED}'"),
     ),
     postgresql_partition_by="RANGE (run_id)",
 )
@@ -271,6 +272,7 @@ idempotency_keys = Table(
 # partial index serves the lease scan ("visible tasks, oldest first") for both.
 QUEUE_TASK_STATUSES = tuple(s.value for s in TaskStatus)
 FINISHED_TASKS = f"status IN ({', '.join(repr(s.value) for s in TaskStatus if s in FINISHED)})"
+LEASABLE_TASKS = f"status IN ({', '.join(repr(s.value) for s in LEASABLE)})"
 
 queue_tasks = Table(
     "queue_tasks",
@@ -311,7 +313,7 @@ queue_tasks = Table(
         "tenant",
         "queue",
         "visible_at",
-        postgresql_where=text("status IN ('queued', 'leased')"),
+        postgresql_where=text(LEASABLE_TASKS),
     ),
     # Stats: counts per status of one queue.
     Index(None, "tenant", "queue", "status"),

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime
 
 import psycopg
 from sqlalchemy import Engine
@@ -31,12 +32,30 @@ POLL_S = 0.5  # how long one wait for notifications lasts (bounds how fast stop 
 PRESENCE_S = 5.0
 RECONNECT_S = 1.0
 
-_PRESENCE = """
+_NOW = "coalesce(CAST(%(now)s AS timestamptz), now())"  # kit.store.db.NOW_SQL, psycopg's style
+_PRESENCE = f"""
 INSERT INTO workers (worker_id, heartbeat_at, started_at, concurrency, in_flight)
-VALUES (%(id)s, now(), now(), %(concurrency)s, %(in_flight)s)
+VALUES (%(id)s, {_NOW}, {_NOW}, %(concurrency)s, %(in_flight)s)
 ON CONFLICT (worker_id) DO UPDATE
-SET heartbeat_at = now(), concurrency = EXCLUDED.concurrency, in_flight = EXCLUDED.in_flight
+SET heartbeat_at = EXCLUDED.heartbeat_at, concurrency = EXCLUDED.concurrency,
+    in_flight = EXCLUDED.in_flight
 """
+
+
+def presence_upsert(
+    conn: psycopg.Connection,
+    worker_id: str,
+    concurrency: int,
+    in_flight: int,
+    *,
+    now: datetime | None = None,
+) -> None:
+    """The worker's presence row, fresh as of `now` (the database's clock by default):
+    the fleet view counts it live while it is younger than the worker TTL."""
+    conn.execute(
+        _PRESENCE,
+        {"id": worker_id, "concurrency": concurrency, "in_flight": in_flight, "now": now},
+    )
 
 
 def psycopg_url(engine: Engine) -> str:
@@ -91,14 +110,7 @@ class WorkerLink:
             next_presence = 0.0
             while not self._stop.is_set():
                 if time.monotonic() >= next_presence:
-                    conn.execute(
-                        _PRESENCE,
-                        {
-                            "id": self.worker_id,
-                            "concurrency": self.concurrency,
-                            "in_flight": self.in_flight(),
-                        },
-                    )
+                    presence_upsert(conn, self.worker_id, self.concurrency, self.in_flight())
                     next_presence = time.monotonic() + self.presence_s
                 # Returns at the first notification (or after POLL_S without one).
                 for notice in conn.notifies(timeout=POLL_S, stop_after=1):

@@ -24,6 +24,7 @@ of the job's secret values before it is reported.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pwd
 import shutil
@@ -35,16 +36,54 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
-from kit.core.redaction import scrub, scrub_excerpt
+from pydantic import Field, field_validator, model_validator
+
+from kit.core.errors import FieldError
+from kit.core.redaction import MASK, scrub, scrub_excerpt
 from kit.core.task_policy import reserved_env_name
 from kit.tasks.context import Deadline, RunContext, TaskResult, stopped
+from kit.tasks.spec import TaskSpec, TaskType, names_present, no_mask
 
+log = logging.getLogger(__name__)
 KILL_GRACE_S = 2.0
 EXCERPT_BYTES = 2048
 _BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class CommandTask(TaskSpec):
+    type: Literal["command"]
+    argv: list[str] = Field(
+        min_length=1,
+        description="argv[0] must be an executable the operator allowed for the tenant, "
+        "by the same absolute path; the token needs the `command` scope",
+    )
+    env: dict[str, str] = Field(default_factory=dict)
+    secret_env: list[str] = Field(
+        default_factory=list,
+        description=f"Names in `env` whose values are secret (shown as {MASK!r}, scrubbed)",
+    )
+    cwd: str | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if reserved_env_name(name) or not name or "=" in name:
+                raise FieldError(
+                    f"env.{name}",
+                    "is not a name a job may set (LD_* and CRONFLEET_* are reserved, "
+                    "'=' is not allowed)",
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _secrets(self) -> CommandTask:
+        names_present(self.secret_env, self.env, "env", fold=False)
+        no_mask(self.env, "env")
+        return self
 
 
 @dataclass(frozen=True)
@@ -104,10 +143,28 @@ def refusal(spec: Mapping[str, Any], ctx: RunContext) -> str | None:
     return f"refused by the operator's task policy: task.argv[0]: {reason}" if reason else None
 
 
+_root_warned: set[str] = set()
+
+
+def _warn_if_root(ctx: RunContext) -> None:
+    """Once per tenant: its permit names no run_as user and this worker is root."""
+    if (
+        ctx.commands is not None
+        and ctx.commands.run_as is None
+        and os.geteuid() == 0
+        and ctx.tenant not in _root_warned
+    ):
+        _root_warned.add(ctx.tenant)
+        log.warning(
+            "tenant %r runs commands as root: set run_as for it in the task policy", ctx.tenant
+        )
+
+
 def run_command(
     spec: Mapping[str, Any], ctx: RunContext, *, kill_grace_s: float = KILL_GRACE_S
 ) -> TaskResult:
     deadline = Deadline(ctx.timeout_s)
+    _warn_if_root(ctx)
     if reason := refusal(spec, ctx):
         return TaskResult(False, reason)
     argv: list[str] = spec["argv"]
@@ -239,3 +296,6 @@ class _Tail:
         excerpt = window[-EXCERPT_BYTES:]
         cut = self._seen > len(raw) or len(excerpt) < len(window)
         return scrub_excerpt(excerpt, secrets, cut_head=cut, cut_tail=False).strip()
+
+
+TASK = TaskType("command", CommandTask, run_command)

@@ -25,17 +25,20 @@ import ssl
 import threading
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import Any, Literal, get_args
 
 import httpx
+from pydantic import Field, field_validator, model_validator
 
-from kit.core.redaction import scrub, scrub_excerpt
+from kit.core.redaction import ALWAYS_SECRET_HEADERS, MASK, scrub, scrub_excerpt
 from kit.tasks.context import Deadline, RunContext, TaskResult, stopped
 from kit.tasks.egress import AllowList, EgressRefused, checked_address
+from kit.tasks.spec import TaskSpec, TaskType, names_present, no_mask
 
 EXCERPT_BYTES = 2048
 ERROR_EXCERPT_CHARS = 512  # of a failed response's body, in the run's error
-METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
+Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
+METHODS = frozenset(get_args(Method))
 _OWN_HEADERS = (
     "host",
     "accept-encoding",
@@ -43,6 +46,36 @@ _OWN_HEADERS = (
     "x-cronfleet-run-id",
     "x-cronfleet-attempt",
 )
+
+
+class HttpTask(TaskSpec):
+    type: Literal["http"]
+    url: str = Field(min_length=1, max_length=4096)
+    method: Method
+    headers: dict[str, str] = Field(default_factory=dict)
+    secret_headers: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Headers whose values are secret: never returned by the API (shown as "
+            f"{MASK!r}), never logged, scrubbed from run errors. "
+            f"{' and '.join(sorted(ALWAYS_SECRET_HEADERS))} always are."
+        ),
+    )
+    body: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        scheme, sep, rest = value.partition("://")
+        if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
+            raise ValueError("must be an absolute http:// or https:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _secrets(self) -> HttpTask:
+        names_present(self.secret_headers, self.headers, "headers", fold=True)
+        no_mask(self.headers, "headers")
+        return self
 
 
 @cache
@@ -151,3 +184,6 @@ def _send(client: httpx.Client, request: httpx.Request, secrets: tuple[str, ...]
     if len(short) > ERROR_EXCERPT_CHARS:
         short = scrub_excerpt(short[:ERROR_EXCERPT_CHARS], secrets, cut_head=False, cut_tail=True)
     return TaskResult(False, f"HTTP {status}; body: {short}", detail)
+
+
+TASK = TaskType("http", HttpTask, run_http)

@@ -31,6 +31,7 @@ from kit.core.redaction import scrub, secret_values
 from kit.core.task_policy import DENY_ALL, TaskPolicy
 from kit.tasks.context import RunContext, TaskResult
 from kit.tasks.egress import AllowList
+from kit.tasks.registry import execute
 
 log = logging.getLogger(__name__)
 SETTING = "task_policy_file"
@@ -104,9 +105,6 @@ def policy_source(path: str, http_allow_hosts: str) -> PolicySource:
     return PolicySource(path or None, http_allow_hosts)
 
 
-_root_warned: set[str] = set()
-
-
 def run_task(
     spec: Mapping[str, Any],
     ctx: RunContext,
@@ -115,22 +113,10 @@ def run_task(
 ) -> TaskResult:
     """Execute one run as the operator's policy allows it for `ctx.tenant`: its commands,
     its run-as user, its egress; the result scrubbed of the job's secret values and of
-    the worker's own (`worker_secrets`: the database URL and its password)."""
-    from kit.tasks import execute
-
+    the worker's own (`worker_secrets`: the database URL and its password). Whatever the
+    task type, what it may run and reach comes from here, never from the spec."""
     tenant = policy.for_tenant(ctx.tenant)
     secrets = (*secret_values(spec), *worker_secrets)
-    if (
-        spec.get("type") == "command"
-        and tenant.commands is not None
-        and tenant.commands.run_as is None
-        and os.geteuid() == 0
-        and ctx.tenant not in _root_warned
-    ):
-        _root_warned.add(ctx.tenant)
-        log.warning(
-            "tenant %r runs commands as root: set run_as for it in the task policy", ctx.tenant
-        )
     ctx = RunContext(
         run_id=ctx.run_id,
         attempt=ctx.attempt,

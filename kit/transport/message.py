@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kit.core.dispatch import PRIORITY_TIERS, tier_rank
 from kit.core.errors import FieldError
@@ -36,6 +36,22 @@ class MessageError(FieldError):
     """A message on the queue that is not a RunMessage this reader understands."""
 
 
+class QueuedRun(Protocol):
+    """A run as its queue message names it: the scheduler's held run, the store's
+    `RunPointer` (met by shape: the transport does not import the store)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def scheduled_at_ms(self) -> int: ...
+    @property
+    def tier(self) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RunMessage:
     run_id: str
@@ -46,6 +62,11 @@ class RunMessage:
 
     def __post_init__(self) -> None:
         _check(self.run_id, self.job_id, self.attempt, self.scheduled_at_ms, self.tier)
+
+    @classmethod
+    def of(cls, run: QueuedRun) -> RunMessage:
+        """The message of a run: how the scheduler, the reaper and a worker all make it."""
+        return cls(run.run_id, run.job_id, run.attempt, run.scheduled_at_ms, run.tier)
 
     def to_bytes(self) -> bytes:
         return json.dumps(

@@ -106,9 +106,12 @@ def task_executor(
     policy: PolicySource | None = None, worker_secrets: tuple[str, ...] = ()
 ) -> Execute:
     """Run tasks of kit.tasks with the run id as their idempotency key, each as the
-    operator's task policy allows its tenant now (no policy: no commands, public HTTP)."""
-    from kit.tasks import INLINE, RunContext
+    operator's task policy allows its tenant now (no policy: no commands, public HTTP).
+    The task types that run inline are the registry's (kit.tasks.registry.INLINE), read
+    when the executor is made."""
+    from kit.tasks import RunContext
     from kit.tasks.policy import PolicySource, run_task
+    from kit.tasks.registry import INLINE
 
     source = policy or PolicySource(None)
 

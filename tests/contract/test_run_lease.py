@@ -12,7 +12,6 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from sqlalchemy import Engine
@@ -34,6 +33,7 @@ from kit.store.claims import (
 )
 from kit.store.reaping import runs_reap_expired
 from kit.store.scheduling import runs_rearm
+from tests.contract.replay import replay
 from tests.integration.worker_rows import make_job, make_run, run_row
 
 pytestmark = pytest.mark.integration
@@ -171,11 +171,4 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 
 
 def test_run_lease_store_equals_core(engine: Engine) -> None:
-    machine = run_lease_machine(engine)
-    machine.TestCase.settings = settings(
-        max_examples=60,
-        stateful_step_count=25,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-    )
-    machine.TestCase().runTest()
+    replay(run_lease_machine(engine), examples=60, steps=25)

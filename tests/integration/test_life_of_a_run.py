@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -36,6 +35,7 @@ from kit.runall import Fleet, Service
 from kit.settings import Settings
 from kit.store.jobs import JobCreate, JobSpec, job_create, jobs_create_batch
 from kit.worker.journal import read_journal
+from tests.integration import waiting
 from tests.integration.test_scheduler import messages
 
 pytestmark = pytest.mark.integration
@@ -73,14 +73,9 @@ def wait_until(
     timeout_s: float = WAIT_S,
     detail: Callable[[], str] = lambda: "",
 ) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}\n{detail()}")
-        time.sleep(0.2)
+    """tests/integration/waiting.py's, with this file's deadline and a slower poll (the
+    services are processes; each poll is a query)."""
+    return waiting.wait_until(what, check, timeout_s, detail, poll_s=0.2)
 
 
 def statuses(engine: Engine) -> str:

@@ -22,6 +22,7 @@ from kit.transport import RunPublisher, TieredConsumer
 from kit.transport.progress import QueueProgress
 from kit.worker.worker import Worker, task_executor
 from tests.integration.test_worker_e2e import publish
+from tests.integration.waiting import wait_until
 from tests.integration.worker_rows import make_job, make_run, run_row
 
 pytestmark = pytest.mark.integration
@@ -73,11 +74,18 @@ def test_a_lost_message_is_published_again_once_the_workers_read_past_it(
     thread.start()
     try:
         reaper = Reaper(engine, publisher, GRACE_MS, progress=progress)
-        deadline = time.monotonic() + 30
-        while run_row(engine, lost).status != "succeeded":
-            assert time.monotonic() < deadline, run_row(engine, lost).status
+
+        def lost_ran() -> bool:
             reaper.tick()
-            time.sleep(0.2)
+            return run_row(engine, lost).status == "succeeded"
+
+        wait_until(
+            "the lost run to be published again and succeed",
+            lost_ran,
+            30,
+            lambda: f"it is {run_row(engine, lost).status}",
+            poll_s=0.2,
+        )
         assert run_row(engine, seen).status == "succeeded"
         assert (
             reaper.metrics.registry.get_sample_value(
@@ -103,5 +111,7 @@ def test_nothing_is_published_again_while_the_workers_lag(
     reaper = Reaper(engine, publisher, GRACE_MS, progress=progress)
     for _ in range(3):
         assert reaper.tick().lost == 0
+        # Kept: the behaviour under test is that nothing is published again over passes
+        # that sample the topics at different times while the group does not move.
         time.sleep(0.2)
     assert (run_row(engine, lost).status, run_row(engine, lost).dispatched_at) == ("pending", None)

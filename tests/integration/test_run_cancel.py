@@ -6,7 +6,6 @@ is a 404. The run records who cancelled it."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.integration.test_worker_e2e import (  # noqa: F401 (a fixture)
     start_worker,
     wait_for,
 )
+from tests.integration.waiting import db_clock_past, wait_until
 from tests.integration.worker_rows import make_job, make_run, run_row
 
 pytestmark = pytest.mark.integration
@@ -137,26 +137,21 @@ def test_a_running_task_is_stopped_by_the_cancel_notification_not_the_heartbeat(
     job = make_job(engine, task=task, timeout_s=600)
     rid = make_run(engine, job)
     running = start_worker(ttl_ms=180_000, heartbeat_ms=60_000)
-    deadline = time.monotonic() + 30
-    while not running.worker.link.listening.is_set():
-        assert time.monotonic() < deadline, "the worker never started listening"
-        time.sleep(0.05)
+    assert running.worker.link.listening.wait(30), "the worker never started listening"
     publish(publisher, engine, rid)
     wait_for(engine, rid, "running")
-    deadline = time.monotonic() + 30
-    while not pid_file.exists() or not pid_file.read_text().strip():
-        assert time.monotonic() < deadline, "the task never started"
-        time.sleep(0.05)
+    wait_until("the task to start", lambda: pid_file.exists() and pid_file.read_text().strip())
     pid = int(pid_file.read_text())
 
     got = client.post(f"/v1/runs/{rid}:cancel", headers=headers)
     assert got.status_code == 200, got.text
     assert got.json()["was"] == "running" and got.json()["worker_notified"] is True
 
-    deadline = time.monotonic() + WAIT_S
-    while _alive(pid) or running.worker.in_flight():
-        assert time.monotonic() < deadline, "the task was not stopped by the notification"
-        time.sleep(0.05)
+    wait_until(
+        "the task to be stopped by the notification",
+        lambda: not _alive(pid) and not running.worker.in_flight(),
+        WAIT_S,
+    )
     row = run_row(engine, rid)
     assert row.status == "cancelled" and row.cancelled_by == token_id
     assert row.errors == []  # the stopped attempt wrote nothing over the cancel
@@ -189,21 +184,20 @@ def test_a_run_claimed_and_held_for_its_second_never_starts_once_cancelled(
     rid = make_run(engine, job, scheduled_at=due)
     running = start_worker()
     publish(publisher, engine, rid)
-    deadline = time.monotonic() + WAIT_S
-    while running.worker.in_flight() == 0:  # claimed, held until its second
-        assert time.monotonic() < deadline, "the run was never claimed"
-        time.sleep(0.05)
+    # claimed, held until its second
+    wait_until("the run to be claimed", running.worker.in_flight, WAIT_S)
     _, headers = token(engine)
     got = client.post(f"/v1/runs/{rid}:cancel", headers=headers)
     assert got.status_code == 200 and got.json()["worker_notified"] is True
-    while running.worker.in_flight():  # its slot is free before its second
-        assert time.monotonic() < deadline, "the held run kept its slot"
-        time.sleep(0.05)
-    while True:  # past its second (database clock): it still did not start
-        with engine.connect() as conn:
-            if conn.execute(text("SELECT now() > :t"), {"t": due + timedelta(seconds=2)}).scalar():
-                break
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    # its slot is free before its second
+    wait_until("the held run to give up its slot", lambda: not running.worker.in_flight(), WAIT_S)
+    # The behaviour under test is that nothing happens at the run's second: the worker
+    # starts runs by the database's clock, which a test cannot set, so this waits for it.
+    wait_until(
+        "the database clock to pass the run's second",
+        lambda: db_clock_past(engine, due + timedelta(seconds=2)),
+        WAIT_S,
+        poll_s=0.2,
+    )
     assert not ledger.exists()
     assert run_row(engine, rid).status == "cancelled"

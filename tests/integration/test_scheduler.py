@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -24,6 +24,7 @@ from kit.scheduler.node import NodeConfig, SchedulerNode
 from kit.settings import Settings
 from kit.store.jobs import JobCreate, JobSpec, JobUpdate, job_create, job_update
 from kit.transport import RunMessage, RunPublisher, ensure_topics, topic_for
+from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -63,16 +64,19 @@ def make_node(engine: Engine, publisher: RunPublisher) -> Iterator:
 
 def _high_watermark(consumer: Consumer, tp: TopicPartition) -> int:
     """A topic just created may not have elected its leader yet: ask again, briefly."""
-    import time
+    refused: list[KafkaException] = []
 
-    deadline = time.monotonic() + 10
-    while True:
+    def ask() -> tuple[int] | None:
         try:
-            return consumer.get_watermark_offsets(tp, timeout=10)[1]
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+            return (consumer.get_watermark_offsets(tp, timeout=10)[1],)
+        except KafkaException as exc:
+            refused[:] = [exc]
+            return None
+
+    (high,) = wait_until(
+        f"the watermarks of {tp.topic}[{tp.partition}]", ask, 10, lambda: str(refused), 0.2
+    )
+    return high
 
 
 def messages(settings: Settings, prefix: str) -> list[RunMessage]:
@@ -205,7 +209,7 @@ def test_a_running_node_publishes_each_run_once_ahead_of_its_second(
     node = make_node(scan_ahead_ms=2000)
     node.start()
     try:
-        _wait(lambda: len(messages(settings, prefix)) >= 3)
+        wait_until("three runs published", lambda: len(messages(settings, prefix)) >= 3)
     finally:
         node.stop()
     runs = runs_of(engine, job)
@@ -217,15 +221,6 @@ def test_a_running_node_publishes_each_run_once_ahead_of_its_second(
     assert rows(engine, "SELECT owner FROM partition_leases WHERE owner IS NOT NULL") == []
 
 
-def _wait(cond, timeout_s: float = 30.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.1)
-
-
 # -- membership, leases, fencing --------------------------------------------------------
 
 
@@ -235,6 +230,28 @@ def owners(engine: Engine) -> Counter:
         "SELECT owner FROM partition_leases WHERE owner IS NOT NULL AND expires_at > now()",
     )
     return Counter(r.owner for r in live)
+
+
+def owned_by(engine: Engine, shares: dict[str, int] | list[int]) -> Callable[[], bool]:
+    """A condition: the live leases are these shares (by node, or their sorted sizes)."""
+
+    def now_owned() -> bool:
+        held = owners(engine)
+        return held == shares if isinstance(shares, dict) else sorted(held.values()) == shares
+
+    return now_owned
+
+
+def fired_since(engine: Engine, jobs: list[str], at: datetime) -> Callable[[], bool]:
+    """A condition: every job has a run scheduled at or after `at`."""
+
+    def fired() -> bool:
+        got = rows(
+            engine, "SELECT count(DISTINCT job_id) FROM runs WHERE scheduled_at >= :at", at=at
+        )
+        return got[0][0] == len(jobs)
+
+    return fired
 
 
 def test_two_then_three_nodes_share_the_partitions(engine, make_node) -> None:
@@ -307,17 +324,28 @@ def test_no_run_twice_none_missed_across_a_killed_and_restarted_node(
     nodes = [make_node(n, **cfg) for n in ("a", "b")]
     for n in nodes:
         n.start()
-    import time
 
-    time.sleep(2.5)
+    def held() -> str:
+        return f"leases: {dict(owners(engine))}"
+
+    wait_until("a and b to share the partitions", owned_by(engine, {"a": 512, "b": 512}), 15, held)
+    wait_until("every job to fire", fired_since(engine, jobs, now), 15)
     c = make_node("c", **cfg)
     c.start()
-    time.sleep(2.5)
+    wait_until("c to take its share", owned_by(engine, [341, 341, 342]), 15, held)
     nodes[0].kill()  # no release: its leases expire, what it did not publish is the reaper's
-    time.sleep(3.5)
+    wait_until(
+        "b and c to take the killed a's over", owned_by(engine, {"b": 512, "c": 512}), 15, held
+    )
     a2 = make_node("a", **cfg)
     a2.start()
-    time.sleep(3)
+    wait_until("the restarted a to take its share", owned_by(engine, [341, 341, 342]), 15, held)
+    rejoined = db_now(engine)
+    wait_until(
+        "every job to fire after a rejoined",
+        fired_since(engine, jobs, rejoined + timedelta(seconds=1)),
+        15,
+    )
     end = db_now(engine)  # before the stops, which take their own time
     for n in (nodes[1], c, a2):
         n.stop()
@@ -353,8 +381,6 @@ def test_losing_a_node_skips_no_fire(engine, make_node) -> None:
     out (here 4 s), longer than the 2 s after which a fire counted as missed, so on-time
     fires went through the misfire policy: a skip_late job lost them, run_once ones were
     recorded as skipped. A fire is now missed only when later than the failover itself."""
-    import time
-
     cfg = {"scan_ahead_ms": 1000, "lease_ttl_ms": 4000, "heartbeat_ms": 300}
     now = db_now(engine)
     policies = [MisfirePolicy("skip_late", deadline_s=0), MisfirePolicy("run_once")]
@@ -364,10 +390,16 @@ def test_losing_a_node_skips_no_fire(engine, make_node) -> None:
     a, b = make_node("a", **cfg), make_node("b", **cfg)
     for n in (a, b):
         n.start()
-    _wait(lambda: sum(owners(engine).values()) == 1024, 15)
-    time.sleep(1.5)
+    wait_until("a and b to share the partitions", lambda: sum(owners(engine).values()) == 1024, 15)
+    wait_until("every job to fire", fired_since(engine, jobs, now), 15)
     a.kill()  # no release: its partitions wait for their leases to run out
-    time.sleep(7)
+    wait_until("b to take the killed a's partitions over", owned_by(engine, {"b": 1024}), 20)
+    taken = db_now(engine)
+    wait_until(
+        "every job to fire after the takeover",
+        fired_since(engine, jobs, taken + timedelta(seconds=1)),
+        15,
+    )
     end = db_now(engine)
     b.stop()
     skipped = rows(engine, "SELECT skip_reason FROM runs WHERE status = 'skipped'")

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -19,6 +18,7 @@ from kit.core.schedule import parse_schedule
 from kit.settings import Settings
 from kit.store.jobs import JobCreate, JobSpec, job_create
 from tests.integration.test_scheduler import messages
+from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -61,11 +61,12 @@ def test_scheduler_process_fires_and_leaves_on_sigterm(engine: Engine, settings:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while _scalar(engine, "SELECT count(*) FROM runs") < 2:
+
+        def fired_twice() -> bool:
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            assert time.monotonic() < deadline, "no run fired"
-            time.sleep(0.2)
+            return _scalar(engine, "SELECT count(*) FROM runs") >= 2
+
+        wait_until("the node to fire two runs", fired_twice, 60, poll_s=0.2)
         assert (
             _scalar(engine, "SELECT count(*) FROM partition_leases WHERE owner = 'cli-node'")
             == settings.partitions

@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 from kit.scheduler.node import NodeConfig, SchedulerNode, scheduler_engine
 from kit.store import scheduling as sql
 from tests.integration.netcut import CuttableLink
+from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -75,16 +76,17 @@ def test_a_node_cut_off_mid_scan_does_not_hold_the_others_back(
         conn.begin()  # never ended: its link dies under it
         assert sql.partitions_lock_own(conn, "b", b.leases.scannable())
         link.cut()
-        time.sleep(TTL_MS / 1000)  # b's lease runs out; a should take its partitions over
+        # b's lease runs out (by the database's clock); a should take its partitions over
+        wait_until("b's leases to expire", lambda: "b" not in _owners(direct), DEADLINE_S)
         passes = threading.Thread(target=lambda: _keep_passing(a), daemon=True)
         passes.start()
-        deadline = time.monotonic() + DEADLINE_S
-        while _owners(direct) != {"a": PARTITIONS}:
-            assert time.monotonic() < deadline, (
-                f"a still holds {_owners(direct)} {DEADLINE_S:.0f} s into b's cut: "
-                "b's open scan transaction blocks it"
-            )
-            time.sleep(0.2)
+        wait_until(
+            "a to hold every partition",
+            lambda: _owners(direct) == {"a": PARTITIONS},
+            DEADLINE_S,
+            lambda: f"a holds {_owners(direct)}: b's open scan transaction blocks it",
+            poll_s=0.2,
+        )
     finally:
         link.close()  # b's backend sees its client gone; anything still blocked ends
         direct.dispose()
@@ -97,4 +99,4 @@ def _keep_passing(node: SchedulerNode) -> None:
             node.lease_pass()
         except Exception:
             return
-        time.sleep(0.1)
+        time.sleep(0.1)  # kept: the node's own pace between lease passes, not a wait

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -28,6 +27,7 @@ from kit.settings import Settings
 from kit.store.schema import jobs, triggers
 from kit.transport import RunMessage, RunPublisher, TieredConsumer
 from kit.worker.worker import Worker, WorkerMetrics, task_executor
+from tests.integration.waiting import wait_until
 from tests.integration.worker_rows import COMMANDS, make_job, make_run, rearm_retry, run_row
 
 pytestmark = pytest.mark.integration
@@ -92,13 +92,27 @@ def publish(publisher: RunPublisher, engine: Engine, run_id: str) -> None:
 
 
 def wait_for(engine: Engine, run_id: str, *statuses: str) -> object:
-    deadline = time.monotonic() + WAIT_S
-    while True:
+    def reached() -> object:
         row = run_row(engine, run_id)
-        if row.status in statuses:
-            return row
-        assert time.monotonic() < deadline, f"run {run_id} still {row.status}, wanted {statuses}"
-        time.sleep(0.1)
+        return row if row.status in statuses else None
+
+    return wait_until(
+        f"run {run_id} to be {' or '.join(statuses)}",
+        reached,
+        WAIT_S,
+        lambda: f"it is still {run_row(engine, run_id).status}",
+        poll_s=0.1,
+    )
+
+
+def started_by(proc: subprocess.Popen[bytes], path: Path) -> Callable[[], bool]:
+    """The task of `proc` (a worker process) has written `path`; the worker is still up."""
+
+    def started() -> bool:
+        assert proc.poll() is None, f"the worker exited ({proc.returncode})"
+        return path.exists()
+
+    return started
 
 
 def ledger_task(ledger: Path, script: str = "") -> dict:
@@ -119,10 +133,10 @@ def test_run_succeeds_once_and_a_duplicate_delivery_is_skipped(
     row = wait_for(engine, rid, "succeeded")
     assert row.started_at is not None and row.finished_at >= row.started_at
     assert row.worker_id == "w1"
-    deadline = time.monotonic() + WAIT_S
-    while running.metrics.value("cronfleet_worker_duplicate_deliveries_total") < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_until(
+        "the duplicate delivery to be counted",
+        lambda: running.metrics.value("cronfleet_worker_duplicate_deliveries_total") >= 1,
+    )
     assert ledger.read_text().split() == [rid]
     assert running.metrics.value("cronfleet_worker_runs_total", outcome="succeeded") == 1
     assert running.metrics.value("cronfleet_worker_start_lag_seconds_count") == 1
@@ -208,17 +222,18 @@ def test_a_worker_that_cannot_confirm_its_lease_stops_the_task_and_gives_it_back
     running = start_worker(ttl_ms=1000, heartbeat_ms=600_000)
     publish(publisher, engine, rid)
     wait_for(engine, rid, "running")
-    deadline = time.monotonic() + WAIT_S
-    while running.metrics.value("cronfleet_worker_fenced_total") < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(
+        "the worker to fence itself",
+        lambda: running.metrics.value("cronfleet_worker_fenced_total") >= 1,
+    )
     reaper = Reaper(engine, publisher, 10_000)
-    while True:  # given back: the reaper sees the lease over and re-queues the run
+
+    def reaped() -> int:
         counts = reaper.tick()
-        if counts.requeued + counts.dead:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+        return counts.requeued + counts.dead
+
+    # given back: the reaper sees the lease over and re-queues the run
+    wait_until("the reaper to re-queue the run given back", reaped, poll_s=0.1)
     assert running.metrics.value("cronfleet_worker_stale_finishes_total") == 0
     assert not ledger.exists()  # the stopped task never reached its effect
     row = run_row(engine, rid)
@@ -253,10 +268,7 @@ def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
     try:
         publish(publisher, engine, rid)
-        deadline = time.monotonic() + WAIT_S
-        while not started.exists():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until("the task to start", started_by(proc, started))
         assert run_row(engine, rid).worker_id == "doomed"
         # the machine dies: the worker and its task (in its own process group), mid-run
         os.killpg(proc.pid, signal.SIGKILL)
@@ -266,8 +278,13 @@ def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     assert not ledger.exists()
-    time.sleep(2.1)  # the lease (2 s) runs out
-    assert Reaper(engine, publisher, 10_000).tick().requeued == 1
+    reaper = Reaper(engine, publisher, 10_000)
+    requeued = wait_until(
+        "the dead worker's lease (2 s) to run out and the reaper to re-queue its run",
+        lambda: reaper.tick().requeued,
+        poll_s=0.1,
+    )
+    assert requeued == 1
     start_worker(name="rescuer")
     row = wait_for(engine, rid, "succeeded")
     assert (row.worker_id, row.attempt) == ("rescuer", 2)
@@ -299,10 +316,7 @@ def test_sigterm_finishes_the_in_flight_run_and_exits(
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
     try:
         publish(publisher, engine, rid)
-        deadline = time.monotonic() + WAIT_S
-        while not started.exists():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_until("the task to start", started_by(proc, started))
         scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
         assert b"cronfleet_worker_start_lag_seconds_count 1.0" in scraped
         proc.send_signal(signal.SIGTERM)

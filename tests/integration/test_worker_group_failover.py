@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,6 +22,7 @@ from sqlalchemy import Engine
 from kit.core.timeutil import to_epoch_ms
 from kit.settings import Settings
 from kit.transport import RunMessage, RunPublisher
+from tests.integration.waiting import wait_until
 from tests.integration.worker_rows import make_job, make_run, run_row
 
 pytestmark = pytest.mark.integration
@@ -43,18 +43,19 @@ def _worker(env: dict[str, str], name: str, prefix: str, group: str) -> subproce
     return subprocess.Popen(argv, env=env, start_new_session=True)
 
 
-def _wait_done(engine: Engine, run_id: str, deadline_s: float, procs: list) -> float:
-    started = time.monotonic()
-    while run_row(engine, run_id).status != "succeeded":
+def _wait_done(engine: Engine, run_id: str, deadline_s: float, procs: list) -> None:
+    def done() -> bool:
         for proc in procs:
             assert proc.poll() is None, "a worker exited"
-        waited = time.monotonic() - started
-        assert waited < deadline_s, (
-            f"run {run_id} not done {waited:.0f} s after the replacement worker started: "
-            "the group is still waiting for the killed worker"
-        )
-        time.sleep(0.2)
-    return time.monotonic() - started
+        return run_row(engine, run_id).status == "succeeded"
+
+    wait_until(
+        f"run {run_id} to succeed after the replacement worker started",
+        done,
+        deadline_s,
+        lambda: "the group is still waiting for the killed worker",
+        poll_s=0.2,
+    )
 
 
 def test_a_killed_worker_does_not_hold_the_group_for_its_default_session(

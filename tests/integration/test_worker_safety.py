@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -28,20 +27,11 @@ from kit.transport import RunMessage, RunPublisher, TieredConsumer, topic_for
 from kit.transport.message import dead_letter_topic
 from kit.worker.worker import Worker, task_executor
 from tests.integration.netcut import CuttableLink
+from tests.integration.waiting import wait_until
 from tests.integration.worker_rows import COMMANDS, make_job, make_run, run_row
 
 pytestmark = pytest.mark.integration
 WAIT_S = 30.0
-
-
-def wait_until(what: str, cond: Callable[[], object], timeout_s: float = WAIT_S) -> object:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 class Started:
@@ -196,17 +186,34 @@ def test_a_graceful_stop_never_gives_back_a_run_that_already_succeeded(
         publish(publisher, engine, b)
         wait_until("the claims", lambda: {run_row(engine, r).status for r in (a, b)} == {"running"})
         hiccup.execute(text("SELECT 1 FROM runs WHERE run_id = :r FOR UPDATE"), {"r": a})
+        locker = hiccup.execute(text("SELECT pg_backend_pid()")).scalar_one()
         # a's success reaches the finisher, which blocks on the lock; b's waits behind it
         wait_until("both tasks to succeed", lambda: sorted(lines(ledger)) == ["a", "b"])
-        time.sleep(0.3)
+        wait_until("the finisher to block on a's row", lambda: _blocked_by(engine, locker))
         running.stop.set()  # no drain time: the stop gives up on what is left
-        time.sleep(0.5)
+        assert running.worker._finisher_stop.wait(WAIT_S), (
+            "the stop's drain did not end while a's row was locked: it tried to give back a "
+            "run whose task had finished"
+        )
     finally:
         tx.rollback()
         hiccup.close()
     running.stopped()
     assert [run_row(engine, r).status for r in (a, b)] == ["succeeded", "succeeded"]
     assert sorted(lines(ledger)) == ["a", "b"]
+
+
+def _blocked_by(engine: Engine, pid: int) -> bool:
+    """Whether some backend waits for a lock `pid` holds."""
+    with engine.connect() as conn:
+        return bool(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"
+                ),
+                {"pid": pid},
+            ).scalar_one()
+        )
 
 
 def test_a_message_the_worker_cannot_use_goes_to_the_dead_letter_topic(
@@ -252,6 +259,5 @@ def test_a_message_the_worker_cannot_use_goes_to_the_dead_letter_topic(
     assert msg.value() == poison
     headers = dict(msg.headers() or [])
     assert (
-        b"run_id" in headers["reason"]
-        and headers["topic"] == topic_for("normal", prefix).encode()
+        b"run_id" in headers["reason"] and headers["topic"] == topic_for("normal", prefix).encode()
     )

@@ -110,8 +110,11 @@ def test_cron_fires_exactly_at_the_times_its_fields_name(m, h, dom, dow, zone, a
     tz = ZoneInfo(zone)
     local_after = after.astimezone(tz).replace(tzinfo=None)
     last = fires[-1].astimezone(tz).replace(tzinfo=None)
-    want = [w for w in _matching_walls(schedule.expr, local_after.date(), last.date())
-            if local_after < w <= last]
+    want = [
+        w
+        for w in _matching_walls(schedule.expr, local_after.date(), last.date())
+        if local_after < w <= last
+    ]
     assert [f.astimezone(tz).replace(tzinfo=None) for f in fires] == want
     assert all(f.utcoffset() == timedelta(0) for f in fires)
 
@@ -131,9 +134,12 @@ def test_cron_fires_match_the_fields_in_any_zone(schedule, after):
         if wall in named:
             continue
         # shifted out of a gap: a named wall time up to 3 h earlier that does not exist
-        gap = [w for w in named if timedelta(0) < wall - w <= timedelta(hours=3)
-               and w.replace(tzinfo=tz).astimezone(UTC).astimezone(tz).replace(tzinfo=None)
-               != w]
+        gap = [
+            w
+            for w in named
+            if timedelta(0) < wall - w <= timedelta(hours=3)
+            and w.replace(tzinfo=tz).astimezone(UTC).astimezone(tz).replace(tzinfo=None) != w
+        ]
         assert gap, (schedule, f, wall)
 
 
@@ -240,9 +246,7 @@ def test_an_hourly_job_fires_every_real_hour_on_fall_back_day(days, minute):
     schedule = CronSchedule(f"{minute} * * * *", zone)
     fires = _fires_on_local_day(schedule, fall, 26)
     start = datetime(fall.year, fall.month, fall.day, tzinfo=tz).astimezone(UTC)
-    end = (datetime(fall.year, fall.month, fall.day, tzinfo=tz) + timedelta(days=1)).astimezone(
-        UTC
-    )
+    end = (datetime(fall.year, fall.month, fall.day, tzinfo=tz) + timedelta(days=1)).astimezone(UTC)
     want = []
     t = start
     while t < end:

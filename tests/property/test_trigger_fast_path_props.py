@@ -169,8 +169,9 @@ def test_a_scan_decides_as_the_general_rules_in_fire_order(many, active):
     count = dict(active)
     want = []
     for trig in sorted(trigs, key=lambda t: (t.fire_at_ms, t.job_id, t.kind)):
-        d = decide_trigger_full(trig, jobs.get(trig.job_id), now_ms, horizon_ms,
-                                count.get(trig.job_id, 0))
+        d = decide_trigger_full(
+            trig, jobs.get(trig.job_id), now_ms, horizon_ms, count.get(trig.job_id, 0)
+        )
         want.append(d)
         if d.cancel_active:
             count[trig.job_id] = 0

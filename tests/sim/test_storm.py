@@ -40,10 +40,52 @@ def test_a_short_scan_ahead_claims_after_the_second_and_starts_late():
 
 
 def test_the_start_lag_follows_the_measured_cost_of_a_start():
-    cheap = storm(worker_start_inline_s=1e-6)
-    dear = storm(worker_start_inline_s=20e-6)
+    # without storm.at_t, whose measured CPU per start at T would stand in for it
+    cheap = storm("storm.at_t=false", worker_start_inline_s=1e-6)
+    dear = storm("storm.at_t=false", worker_start_inline_s=20e-6)
     # 2,500 starts per worker: 19 us more each is about 47 ms more for the last ones
     assert dear["start_lag_s"][2] - cheap["start_lag_s"][2] == pytest.approx(0.0475, rel=0.2)
+
+
+# the whole storm, scanned 20 s ahead: every run is claimed long before T whatever the
+# profile's scan-ahead costs, so the start lag is the second's alone
+FULL = ("storm.runs=50000", "storm.lead_s=30", "storm.scan_ahead_s=20")
+ISOLATED = {"worker_wheel_pop_s": 1.66e-6, "worker_start_inline_s": 1.10e-6}
+
+
+def test_the_second_is_charged_at_the_hold_threads_cpu_per_start_measured_in_a_storm():
+    """storm.at_t: a worker's pop and starts at T cost what its hold thread took per run at
+    T in the calibration storm, not the isolated measurement (2.76 us here)."""
+    base = {**ISOLATED, "storm_at_t_cpu_s": 0.0}
+    iso = storm(*FULL, storm_at_t_start_cpu_per_run_s=0.0, **base)
+    dear = storm(*FULL, storm_at_t_start_cpu_per_run_s=5.52e-6, **base)
+    off = storm(*FULL, "storm.at_t=false", storm_at_t_start_cpu_per_run_s=5.52e-6, **base)
+    # 25,000 runs per worker, 2.76 us more each: about 69 ms more for the last start
+    assert dear["start_lag_s"][2] - iso["start_lag_s"][2] == pytest.approx(0.069, rel=0.15)
+    assert off["start_lag_s"] == iso["start_lag_s"]
+
+
+def test_the_rest_of_the_machine_at_t_takes_the_cores_from_the_hold_threads():
+    """The CPU the rest of the machine took from T to T + 0.3 s in the calibration storm
+    competes with the two hold threads for the two cores."""
+    base = {**ISOLATED, "storm_at_t_start_cpu_per_run_s": 0.0, "storm_at_t_window_s": 0.3}
+    idle = storm(*FULL, storm_at_t_cpu_s=0.0, **base)
+    busy = storm(*FULL, storm_at_t_cpu_s=0.3, **base)  # a core's worth for 0.3 s
+    assert busy["cpu_s"]["rest of the machine at T"] == pytest.approx(0.3, abs=0.01)
+    assert "rest of the machine at T" not in idle["cpu_s"]
+    # three runnable threads on two cores: each hold thread gets about two thirds of one
+    assert busy["start_lag_s"][1] > 1.3 * idle["start_lag_s"][1]
+
+
+def test_the_shipped_prediction_depends_on_what_the_second_costs_in_a_storm():
+    """The default profile's storm_at_t_* (cronfleet calibrate --storm-at-t): without them
+    the model predicts the second as the isolated start path costs it."""
+    prof = load_profile(None, {})
+    assert prof["storm_at_t_start_cpu_per_run_s"] > prof["worker_wheel_pop_s"]
+    assert prof["storm_at_t_cpu_s"] > 0
+    with_at_t = simulate_storm(RAW, [*FULL], 1, prof)["start_lag_s"][1]
+    without = simulate_storm(RAW, [*FULL, "storm.at_t=false"], 1, prof)["start_lag_s"][1]
+    assert with_at_t > 1.25 * without
 
 
 def test_more_cores_than_threads_do_not_change_a_lone_start_batch():
@@ -65,6 +107,8 @@ def test_bad_input_names_the_field():
     del prof["worker_start_inline_s"]
     with pytest.raises(ScenarioShapeError, match="worker_start_inline_s"):
         simulate_storm(RAW, SMALL, 1, prof)
+    with pytest.raises(ScenarioShapeError, match=r"profile\.storm_at_t_cpu_s"):
+        storm(storm_at_t_cpu_s=-1.0)
 
 
 def test_the_cli_runs_the_storm_scenario(tmp_path: Path):

@@ -202,6 +202,12 @@ CASES = [
     ),
     ("cron long", lambda: parse_cron("* " * 130), "cron", "has 260 characters; at most 256"),
     (
+        "timezone of the longest length, unknown",
+        lambda: parse_timezone("Europe/" + "x" * 57),
+        "timezone",
+        "unknown time zone 'Europe/" + "x" * 57 + "'",
+    ),
+    (
         "cron fields",
         lambda: parse_cron("* * * *"),
         "cron",
@@ -238,6 +244,12 @@ CASES = [
         "must be an ISO 8601 time with an offset",
     ),
     (
+        "instant lowercase z",  # ISO 8601 names UTC by a capital Z only
+        lambda: parse_instant("2030-01-01T00:00:00z", "at"),
+        "at",
+        "'2030-01-01T00:00:00z' is not an ISO 8601 time",
+    ),
+    (
         "instant naive",
         lambda: parse_instant("2030-01-01T00:00:00", "at"),
         "at",
@@ -252,6 +264,18 @@ CASES = [
     (
         "instant range",
         lambda: parse_instant("0001-01-01T00:00:00+01:00", "at"),
+        "at",
+        "must be between 1970-01-01T00:00:00+00:00 and 9999-01-01T00:00:00+00:00 (exclusive)",
+    ),
+    (
+        "instant range naive datetime",
+        lambda: check_instant_range(datetime(2030, 1, 1), "window.from"),
+        "window.from",
+        "needs a UTC offset or 'Z' (naive times are ambiguous)",
+    ),
+    (
+        "instant range the upper bound itself",
+        lambda: check_instant_range(datetime(9999, 1, 1, tzinfo=UTC), "at"),
         "at",
         "must be between 1970-01-01T00:00:00+00:00 and 9999-01-01T00:00:00+00:00 (exclusive)",
     ),

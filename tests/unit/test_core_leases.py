@@ -1,3 +1,4 @@
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,120 @@ def test_every_accepted_transition_is_in_the_table():
             else:
                 assert t.run == run and t.reason
     assert used == rules  # and the table has no rule the functions never take
+
+
+# --- giving a run back (a stopping worker)
+
+
+def _running(token="t1", expires=5000):
+    return RunLease("r1", 3, RunStatus.running, token, "w1", expires)
+
+
+def test_release_ends_the_lease_a_millisecond_before_now_as_the_store_writes_it():
+    # kit.store.claims.runs_release: lease_expires_at = now - 1 ms
+    t = release_run(_running(), "t1", 2000)
+    assert t.accepted and t.event == "release"
+    assert t.run == replace(_running(), expires_at_ms=1999)  # token, worker, attempt kept
+    # the lease is over at `now`: no heartbeat, and the reaper takes it at once
+    assert heartbeat_run(t.run, "t1", 2000, TTL).reason == "lease expired at 1999"
+    assert expire_run(t.run, 2000).run.attempt == 4
+
+
+def test_release_and_return_refuse_another_token_and_a_run_not_running():
+    for give_back in (
+        lambda run, tok: release_run(run, tok, 2000),
+        lambda run, tok: return_run(run, tok, False),
+    ):
+        t = give_back(_running(), "t2")
+        assert (t.accepted, t.reason, t.run) == (False, "stale token", _running())
+        pending = RunLease("r1", 3, RunStatus.pending)
+        t = give_back(pending, "t1")
+        assert (t.accepted, t.reason) == (False, "not running: status is pending")
+
+
+def test_return_gives_an_unstarted_run_back_at_the_same_attempt_without_its_lease():
+    t = return_run(_running(), "t1", started=False)
+    assert t.accepted and t.event == "return"
+    assert t.run == RunLease("r1", 3, RunStatus.pending, None, None, None)
+    started = return_run(_running(), "t1", started=True)
+    assert not started.accepted and started.run == _running()
+    assert started.reason == "its task started: release it instead (the attempt counts)"
+
+
+# --- edges the full mutation run found unguarded
+
+
+def test_a_ttl_of_one_millisecond_is_a_lease_and_of_zero_is_refused_by_every_grant():
+    lease = acquire_partition(None, 7, "a", 0, 1).lease
+    assert lease.expires_at_ms == 1
+    assert renew_partition(lease, "a", 1, 0, 1).lease.expires_at_ms == 1
+    run = RunLease("r", 1, RunStatus.pending)
+    claimed = claim_run(run, "w", "t", 1, 0, 1).run
+    assert claimed.expires_at_ms == 1
+    assert heartbeat_run(claimed, "t", 0, 1).run.expires_at_ms == 1
+    for grant in (
+        lambda: acquire_partition(None, 7, "a", 0, 0),
+        lambda: renew_partition(lease, "a", 1, 0, 0),
+        lambda: claim_run(run, "w", "t", 1, 0, 0),
+        lambda: heartbeat_run(claimed, "t", 0, 0),
+    ):
+        with pytest.raises(ValueError, match=r"^ttl_ms must be positive$"):
+            grant()
+
+
+def test_a_lease_of_another_partition_is_a_caller_bug():
+    lease = acquire_partition(None, 7, "a", 0, TTL).lease
+    with pytest.raises(ValueError, match=r"^lease is for partition 7, not 8$"):
+        acquire_partition(lease, 8, "a", 0, TTL)
+
+
+def test_a_takeover_lease_runs_its_ttl_from_now():
+    lease = acquire_partition(None, 7, "a", 0, TTL).lease
+    d = acquire_partition(lease, 7, "b", 5000, TTL)
+    assert d.lease == PartitionLease(7, "b", 2, 6000)
+
+
+def test_refusals_are_false_and_leave_the_lease_as_it_was():
+    lease = acquire_partition(None, 7, "a", 0, TTL).lease
+    d = renew_partition(lease, "a", 1, 1000, TTL)
+    assert (d.granted, d.lease, d.reason) == (False, lease, "expired at 1000")
+    d = acquire_partition(lease, 7, "b", 10, TTL)
+    assert d.granted is False and d.lease == lease
+    t = claim_run(RunLease("r", 1, RunStatus.dead), "w", "t", 1, 0, TTL)
+    assert t.accepted is False and t.reason == "not claimable: status is dead"
+    t = cancel_run(RunLease("r", 1, RunStatus.succeeded))
+    assert (t.accepted, t.reason) == (False, "cannot cancel a succeeded run")
+
+
+def test_a_claim_starts_with_no_retry_time():
+    run = RunLease("r", 2, RunStatus.pending, retry_at_ms=500)
+    assert claim_run(run, "w", "t", 2, 0, TTL).run.retry_at_ms is None
+
+
+def test_every_end_of_an_attempt_drops_its_lease():
+    running = RunLease("r", 1, RunStatus.running, "t", "w", 1000)
+    retry = finish_run(running, "t", False, 10, 5000).run
+    assert (retry.status, retry.token, retry.expires_at_ms, retry.retry_at_ms) == (
+        RunStatus.retry_scheduled,
+        None,
+        None,
+        5000,
+    )
+    dead = finish_run(running, "t", False, 10, None).run
+    assert (dead.status, dead.token, dead.expires_at_ms) == (RunStatus.dead, None, None)
+    exhausted = expire_run(running, 1000, max_attempts=1).run
+    assert (exhausted.status, exhausted.token, exhausted.worker, exhausted.expires_at_ms) == (
+        RunStatus.dead,
+        None,
+        None,
+        None,
+    )
+    due = retry_due_run(retry, 5000).run
+    assert (due.status, due.retry_at_ms) == (RunStatus.pending, None)
+    cancelled = cancel_run(replace(retry, token="t", expires_at_ms=1)).run
+    assert (cancelled.status, cancelled.token, cancelled.expires_at_ms, cancelled.retry_at_ms) == (
+        RunStatus.cancelled,
+        None,
+        None,
+        None,
+    )

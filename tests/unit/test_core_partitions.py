@@ -50,3 +50,24 @@ def test_unknown_owners_and_out_of_range_partitions_are_ignored():
 def test_duplicate_node_names_count_once():
     a = assign_partitions(10, ["a", "a", "b"], {})
     assert Counter(a.values()) == {"a": 5, "b": 5}
+
+
+def test_no_partitions_assign_nothing_and_a_negative_count_is_a_bug():
+    assert assign_partitions(0, ["a", "b"], {}) == {}
+    with pytest.raises(ValueError, match=r"^partitions must not be negative$"):
+        assign_partitions(-1, ["a"], {})
+
+
+def test_the_larger_quota_goes_to_the_node_holding_more_counting_partition_zero():
+    # b holds partition 0: b keeps it and gets the one extra of 3 over 2 nodes
+    assert assign_partitions(3, ["a", "b"], {0: "b"}) == {0: "b", 1: "a", 2: "b"}
+    # a holding out of range (3 is no partition of 3) counts for nothing: ties by name
+    assert assign_partitions(3, ["b", "a"], {3: "b"}) == {0: "a", 1: "a", 2: "b"}
+    # more held wins over the name
+    assert assign_partitions(5, ["a", "b"], {0: "b", 1: "b", 2: "a"}) == {
+        0: "b",
+        1: "b",
+        2: "a",
+        3: "a",
+        4: "b",
+    }

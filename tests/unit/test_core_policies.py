@@ -82,3 +82,26 @@ def test_only_a_queueing_or_unknown_job_may_hold_queued_runs() -> None:
         queues = any(decide_overlap(policy, n) is OverlapAction.queue for n in range(3))
         assert may_hold_queued_runs(policy.value) is queues, policy
     assert may_hold_queued_runs(None)
+
+
+def test_a_runs_end_releases_the_oldest_queued_runs_first() -> None:
+    from kit.core.policies import QueuedRun, queued_to_release
+
+    queued = [QueuedRun("b", 2000, 0), QueuedRun("c", 1000, 0), QueuedRun("a", 2000, 0)]
+    assert queued_to_release(queued, 0) == []
+    assert queued_to_release(queued, 1) == ["c"]
+    assert queued_to_release(queued, 2) == ["c", "a"]  # same time: by run id
+    assert queued_to_release(queued, 9) == ["c", "a", "b"]
+    with pytest.raises(ValueError):
+        queued_to_release(queued, -1)
+
+
+def test_an_orphaned_queued_run_is_released_only_with_nothing_busy_after_the_grace() -> None:
+    from kit.core.policies import QueuedRun, orphaned_queued_to_release
+
+    queued = [QueuedRun("new", 1000, 9_500), QueuedRun("old", 2000, 1_000)]
+    assert orphaned_queued_to_release(queued, 1, 10_000, 5_000) is None  # a run is busy
+    # the oldest of those committed before the grace, not the oldest of all
+    assert orphaned_queued_to_release(queued, 0, 10_000, 5_000) == "old"
+    assert orphaned_queued_to_release(queued, 0, 6_000, 5_000) is None  # 1_000 is not < 1_000
+    assert orphaned_queued_to_release([], 0, 10_000, 5_000) is None

@@ -1,4 +1,4 @@
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -129,3 +129,92 @@ def test_cron_and_time_zone_lengths_are_capped() -> None:
 def test_instants_outside_the_calendar_we_serve_are_refused(text: str) -> None:
     with pytest.raises(FieldError, match="between"):
         parse_instant(text, "at")
+
+
+# -- edges the full mutation run found unguarded --------------------------------------
+
+
+def test_a_window_in_a_repeated_hour_finds_fires_whose_wall_time_lies_outside_it():
+    from kit.core.schedule import fires_in
+
+    s = CronSchedule("45 * * * *", "America/New_York")  # falls back 2026-11-01 02:00 EDT
+    # from 01:50 EDT: the next 01:45 is the second one (EST), earlier on the wall clock
+    after, until = datetime(2026, 11, 1, 5, 50, tzinfo=UTC), datetime(2026, 11, 1, 7, tzinfo=UTC)
+    assert fires_in(s, after, until) == [datetime(2026, 11, 1, 6, 45, tzinfo=UTC)]
+    # until 01:10 EST: 01:45 EDT came before it, later on the wall clock
+    after, until = datetime(2026, 11, 1, 5, tzinfo=UTC), datetime(2026, 11, 1, 6, 10, tzinfo=UTC)
+    assert fires_in(s, after, until) == [datetime(2026, 11, 1, 5, 45, tzinfo=UTC)]
+
+
+def test_fires_in_takes_until_itself_and_refuses_a_naive_bound():
+    from kit.core.schedule import fires_in
+
+    anchor = datetime(2030, 1, 1, tzinfo=UTC)
+    s = IntervalSchedule(60, anchor)
+    assert fires_in(s, anchor, anchor + timedelta(minutes=2)) == [
+        anchor + timedelta(minutes=1),
+        anchor + timedelta(minutes=2),
+    ]
+    for after, until in ((anchor, datetime(2030, 1, 2)), (datetime(2030, 1, 1), anchor)):
+        with pytest.raises(ValueError, match=r"^after and until must be aware datetimes$"):
+            fires_in(s, after, until)
+
+
+def test_fire_times_are_in_utc_whatever_the_local_zone(monkeypatch):
+    import time
+
+    from kit.core.schedule import fires_in
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        ny = CronSchedule("30 1 * * *", "America/New_York")
+        hourly = CronSchedule("30 * * * *", "America/New_York")
+        fall = datetime(2026, 11, 1, tzinfo=UTC)
+        spring = CronSchedule("30 2 * * *", "America/New_York")
+        got = [
+            next_fire(ny, datetime(2026, 6, 1, tzinfo=UTC)),
+            next_fire(ny, fall),  # the first 01:30 of a repeated hour (fixed time)
+            next_fire(spring, datetime(2026, 3, 8, tzinfo=UTC)),  # in the gap
+            *fires_in(hourly, fall + timedelta(hours=5), fall + timedelta(hours=7)),
+        ]
+        assert all(t is not None and t.tzinfo is UTC for t in got), got
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_just_after_a_gap_the_time_it_swallowed_is_still_to_come():
+    # London springs forward 2026-03-29 01:00 GMT -> 02:00 BST: 01:30 does not exist and
+    # fires at 02:30 BST (01:30 UTC). At 02:10 BST that fire is still ahead, although
+    # its wall time (01:30) is behind the clock's.
+    s = CronSchedule("30 1 * * *", "Europe/London")
+    assert next_fire(s, datetime(2026, 3, 29, 1, 10, tzinfo=UTC)) == datetime(
+        2026, 3, 29, 1, 30, tzinfo=UTC
+    )
+
+
+def test_a_wall_time_after_a_half_hour_gap_can_come_before_one_shifted_out_of_it():
+    # Lord Howe springs forward 30 min on 2026-10-04 at 02:00: 02:15 does not exist and
+    # fires at 02:45, after 02:40, which exists; the next fire from 01:00 is 02:40
+    s = CronSchedule("15,40 2 * * *", "Australia/Lord_Howe")
+    assert next_fire(s, datetime(2026, 10, 3, 14, 30, tzinfo=UTC)) == datetime(
+        2026, 10, 3, 15, 40, tzinfo=UTC
+    )
+
+
+def test_next_fire_refuses_a_naive_instant_by_saying_so():
+    with pytest.raises(ValueError, match=r"^after must be an aware datetime$"):
+        next_fire(CronSchedule("0 * * * *"), datetime(2030, 1, 1))
+
+
+def test_in_londons_repeated_hour_the_second_pass_is_still_to_come():
+    # London falls back 2026-10-25 at 02:00 BST to 01:00 GMT: from 01:50 BST the next
+    # :45 is 01:45 GMT (a UTC offset of 0, like the machine's own zone here)
+    from kit.core.schedule import fires_in
+
+    s = CronSchedule("45 * * * *", "Europe/London")
+    after = datetime(2026, 10, 25, 0, 50, tzinfo=UTC)
+    second = datetime(2026, 10, 25, 1, 45, tzinfo=UTC)
+    assert next_fire(s, after) == second
+    assert fires_in(s, after, datetime(2026, 10, 25, 2, tzinfo=UTC)) == [second]

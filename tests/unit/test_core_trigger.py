@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -269,3 +270,211 @@ def test_an_edit_keeps_or_records_the_fire_it_owed():
     # nothing owed yet (before the occurrence), or no trigger at all: from now
     assert trigger_after_edit(old_fire, 600_000, half, 0, noon - 1) == EditedTrigger(None)
     assert trigger_after_edit(None, 0, hourly, 0, noon) == EditedTrigger(None)
+
+
+# -- edges the full mutation run found unguarded --------------------------------------
+
+
+def test_a_retry_decision_is_whole():
+    from kit.core.trigger import DROP_MALFORMED, Rearm, TriggerDecision
+
+    t = trig(T0 + 3000, kind="retry", attempt=2, run_scheduled_at_ms=T0 - 5000)
+    rid = run_id(JOB, T0 - 5000)
+    job = every(60, priority="high")
+    assert decide_trigger(t, job, now_ms=T0, horizon_ms=T0 + 5000) == TriggerDecision(
+        t, delete=True, rearm=Rearm(rid, JOB, 2, T0 - 5000, T0 + 3000, "high")
+    )
+    paused = every(60, paused=True)
+    assert decide_trigger(t, paused, now_ms=T0, horizon_ms=T0 + 5000) == TriggerDecision(
+        t, delete=True, cancel_run_id=rid, dropped="paused"
+    )
+    assert decide_trigger(t, None, now_ms=T0, horizon_ms=T0 + 5000) == TriggerDecision(
+        t, delete=True, cancel_run_id=rid, dropped=DROP_JOB_GONE
+    )
+    nameless = trig(T0 + 3000, kind="retry", attempt=2)
+    assert decide_trigger(nameless, job, now_ms=T0, horizon_ms=T0 + 5000) == TriggerDecision(
+        nameless, delete=True, dropped=DROP_MALFORMED
+    )
+    assert DROP_MALFORMED == "retry trigger names no run"
+
+
+def test_a_scan_passes_its_limits_to_every_trigger():
+    ds = decide_scan([trig(T0)], {JOB: every(1)}, {}, now_ms=T0, horizon_ms=T0 + 5000, max_fires=2)
+    assert [r.scheduled_at_ms for r in ds[0].runs] == [T0, T0 + 1000]
+    assert ds[0].next_fire_at_ms == T0 + 2000
+
+
+def test_a_scan_keeps_the_active_count_a_skipped_fire_leaves():
+    # one run active: the first trigger's fire is skipped, and so is the second's
+    job = every(600, overlap=OverlapPolicy.forbid)
+    ds = decide_scan(
+        [trig(T0), trig(T0 + 500)], {JOB: job}, {JOB: 1}, now_ms=T0, horizon_ms=T0 + 5000
+    )
+    assert [r.skip_reason for d in ds for r in d.runs] == ["overlap", "overlap"]
+
+
+def test_a_scan_counts_nothing_for_a_fire_the_misfire_policy_skipped():
+    # the first fire is late beyond its deadline (skipped), so nothing is active when the
+    # second is due on time: it fires
+    late = T0 - MISFIRE_GRACE_MS - 1
+    job = JobView(
+        JOB,
+        1,
+        OneOffSchedule(from_epoch_ms(late)),
+        overlap=OverlapPolicy.forbid,
+        misfire=MisfirePolicy("skip_late", 0),
+    )
+    ds = decide_scan([trig(late), trig(T0)], {JOB: job}, {}, now_ms=T0, horizon_ms=T0 + 5000)
+    assert [(r.status, r.skip_reason) for d in ds for r in d.runs] == [
+        ("skipped", "misfire"),
+        ("pending", None),
+    ]
+
+
+def test_a_retry_rearmed_earlier_in_the_scan_is_active_for_the_jobs_next_fire():
+    job = every(600, overlap=OverlapPolicy.forbid)
+    retry = trig(T0 - 10, kind="retry", attempt=2, run_scheduled_at_ms=T0 - 600_000)
+    ds = decide_scan([trig(T0), retry], {JOB: job}, {}, now_ms=T0, horizon_ms=T0 + 5000)
+    assert ds[0].rearm is not None
+    assert [r.skip_reason for r in ds[1].runs] == ["overlap"]
+
+
+def test_after_a_replace_the_scan_counts_only_the_new_runs():
+    job = every(600, overlap=OverlapPolicy.replace)
+    ds = decide_scan(
+        [trig(T0), trig(T0 + 500)], {JOB: job}, {JOB: 3}, now_ms=T0, horizon_ms=T0 + 5000
+    )
+    assert [d.cancel_active for d in ds] == [True, True]
+    assert [r.status for d in ds for r in d.runs] == ["pending", "pending"]
+
+
+def test_held_back_uses_the_overlap_horizon_it_is_given():
+    job = every(600, overlap=OverlapPolicy.forbid)
+    t = trig(T0 + 1500)
+    assert held_back(t, job, T0, T0 + 5000) is True
+    assert held_back(t, job, T0, T0 + 5000, overlap_horizon_ms=2000) is False
+
+
+def test_a_one_off_within_a_millisecond_fires_once():
+    # the schedule's instant is 0.5 ms after the trigger's millisecond: its next fire
+    # after the trigger time is the same millisecond, which must not fire again
+    at = from_epoch_ms(T0) + timedelta(microseconds=500)
+    job = JobView(JOB, 1, OneOffSchedule(at), paused=False, overlap=OverlapPolicy.forbid)
+    d = decide_trigger(trig(T0), job, now_ms=T0, horizon_ms=T0 + 5000)
+    assert [r.scheduled_at_ms for r in d.runs] == [T0] and d.next_fire_at_ms is None
+    paused = JobView(JOB, 1, OneOffSchedule(at), paused=True)
+    d = decide_trigger(trig(T0), paused, now_ms=T0, horizon_ms=T0 + 5000)
+    assert [(r.scheduled_at_ms, r.skip_reason) for r in d.runs] == [(T0, "paused")]
+
+
+def test_the_general_rules_decide_whole_decisions():
+    from kit.core.trigger import PlannedRun, TriggerDecision, decide_trigger_full
+
+    job = every(60, priority="low")
+    gone = trig(T0)
+    assert decide_trigger_full(gone, None, T0, T0 + 5000) == TriggerDecision(
+        gone, delete=True, dropped=DROP_JOB_GONE
+    )
+    stale = trig(T0, version=0)
+    assert decide_trigger_full(stale, job, T0, T0 + 5000) == TriggerDecision(
+        stale, delete=True, dropped=DROP_STALE_VERSION
+    )
+    manual = trig(T0 + 100, kind="manual")
+    assert decide_trigger_full(manual, job, T0, T0 + 5000) == TriggerDecision(
+        manual,
+        delete=True,
+        runs=(PlannedRun(run_id(JOB, T0 + 100), JOB, T0 + 100, "pending", "low", "manual"),),
+    )
+    on_time = trig(T0)
+    paused = every(60, paused=True)
+    d = decide_trigger_full(on_time, paused, T0, T0 + 5000)
+    assert d.trigger == on_time and d.delete and d.next_fire_at_ms == T0 + 60_000
+    assert [(r.status, r.trigger_kind, r.skip_reason) for r in d.runs] == [
+        ("skipped", "schedule", "paused")
+    ]
+    # no active runs unless told; the overlap horizon is the one given
+    forbid = every(60, overlap=OverlapPolicy.forbid)
+    assert decide_trigger_full(on_time, forbid, T0, T0 + 5000).runs[0].fired
+    later = trig(T0 + 1500)
+    assert not decide_trigger_full(later, forbid, T0, T0 + 5000).delete
+    assert decide_trigger_full(later, forbid, T0, T0 + 5000, overlap_horizon_ms=2000).delete
+    with pytest.raises(ValueError, match=r"^max_fires must be at least 1$"):
+        decide_trigger_full(on_time, job, T0, T0 + 5000, max_fires=0)
+
+
+def test_an_occurrence_due_at_the_edit_itself_is_owed():
+    from kit.core.trigger import EditedTrigger, trigger_after_edit
+
+    hourly = CronSchedule("0 * * * *")
+    # nominal T0 (a top of the hour), jitter 30 s: due at T0 + 30 s, edited at T0
+    assert trigger_after_edit(T0 + 30_000, 30_000, hourly, 5_000, T0) == EditedTrigger(T0 + 5_000)
+    assert trigger_after_edit(T0 + 30_000, 30_000, hourly, 5_000, T0 - 1) == EditedTrigger(None)
+
+
+def test_the_shortcut_hands_every_limit_to_the_general_rules():
+    # a paused job goes by the general rules: max_fires still bounds it
+    paused = every(1, paused=True)
+    d = decide_trigger(trig(T0), paused, now_ms=T0, horizon_ms=T0 + 5000, max_fires=2)
+    assert [r.scheduled_at_ms for r in d.runs] == [T0, T0 + 1000]
+    forbid = every(600, overlap=OverlapPolicy.forbid)
+    later = trig(T0 + 1500)
+    assert not decide_trigger(later, forbid, now_ms=T0, horizon_ms=T0 + 5000).delete
+    wide = decide_trigger(later, forbid, now_ms=T0, horizon_ms=T0 + 5000, overlap_horizon_ms=2000)
+    assert [r.scheduled_at_ms for r in wide.runs] == [T0 + 1500]
+
+
+def test_a_one_off_within_a_millisecond_fires_once_on_the_shortcut_too():
+    at = from_epoch_ms(T0) + timedelta(microseconds=500)
+    job = JobView(JOB, 1, OneOffSchedule(at))
+    d = decide_trigger(trig(T0), job, now_ms=T0, horizon_ms=T0 + 5000)
+    assert [r.scheduled_at_ms for r in d.runs] == [T0] and d.next_fire_at_ms is None
+
+
+def test_skipped_fires_are_whole_runs_of_the_schedule():
+    from kit.core.trigger import PlannedRun
+
+    def skipped(at: int, reason: str) -> PlannedRun:
+        return PlannedRun(run_id(JOB, at), JOB, at, "skipped", "normal", "schedule", reason)
+
+    # run_once after an outage: the older late fires are skipped, the latest fires
+    late = T0 - 180_000
+    job = every(60, misfire=MisfirePolicy("run_once"))
+    d = decide_trigger(trig(late), job, now_ms=T0, horizon_ms=T0)
+    assert d.runs[:2] == (skipped(late, "misfire"), skipped(late + 60_000, "misfire"))
+    assert [(r.scheduled_at_ms, r.fired) for r in d.runs[2:]] == [(T0 - 60_000, True), (T0, True)]
+    # forbid: the trigger's own first fire makes its job busy for its next fires
+    forbid = every(1, overlap=OverlapPolicy.forbid)
+    d = decide_trigger(trig(T0), forbid, now_ms=T0, horizon_ms=T0 + 5000)
+    assert (
+        d.runs
+        == (
+            d.runs[0],
+            skipped(T0 + 1000, "overlap"),
+        )
+        and d.runs[0].fired
+    )
+    queue = every(1, overlap=OverlapPolicy.queue)
+    d = decide_trigger(trig(T0), queue, now_ms=T0, horizon_ms=T0 + 5000)
+    assert [(r.status, r.skip_reason) for r in d.runs] == [("pending", None), ("pending", QUEUED)]
+    replace = every(1, overlap=OverlapPolicy.replace)
+    d = decide_trigger(trig(T0), replace, now_ms=T0, horizon_ms=T0 + 5000, active_runs=2)
+    assert d.cancel_active and [r.fired for r in d.runs] == [True, True]
+
+
+def test_the_latest_instant_a_run_id_holds_is_allowed():
+    from kit.core.ids import MAX_RUN_MS, scheduled_ms_of
+
+    assert scheduled_ms_of(run_id(JOB, MAX_RUN_MS)) == MAX_RUN_MS
+    with pytest.raises(ValueError, match=r"within 0\.\.281474976710655 epoch ms"):
+        run_id(JOB, MAX_RUN_MS + 1)
+
+
+def test_every_fire_after_an_overlap_skip_is_judged_too():
+    forbid = every(1, overlap=OverlapPolicy.forbid)
+    d = decide_trigger(trig(T0), forbid, now_ms=T0, horizon_ms=T0 + 5000, overlap_horizon_ms=2000)
+    assert [(r.scheduled_at_ms, r.skip_reason) for r in d.runs] == [
+        (T0, None),
+        (T0 + 1000, "overlap"),
+        (T0 + 2000, "overlap"),
+    ]
+    assert d.next_fire_at_ms == T0 + 3000

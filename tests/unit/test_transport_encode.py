@@ -46,3 +46,24 @@ def _uuid_like(text: str) -> bool:
         return str(uuid.UUID(text)) == text
     except ValueError:
         return False
+
+
+def test_the_scheduler_the_reaper_and_a_worker_make_one_message_of_a_run():
+    """RunMessage.of is the one constructor: the scheduler's held run (milliseconds, its
+    due time apart) and the store's RunPointer (a datetime, the job's priority) that the
+    reaper and workers publish again give the same message, byte for byte."""
+    from datetime import UTC, datetime
+
+    from kit.core.timeutil import to_epoch_ms
+    from kit.scheduler.scan import HeldRun
+    from kit.store.claims import RunPointer
+
+    run_id, job_id = str(uuid.uuid4()), str(uuid.uuid4())
+    at = datetime(2030, 1, 1, 9, 0, 0, 250_000, tzinfo=UTC)
+    jittered_due_ms = to_epoch_ms(at) + 7_000  # the message names the scheduled second
+    held = HeldRun(run_id, job_id, 2, to_epoch_ms(at), jittered_due_ms, "high", 17, 4)
+    pointer = RunPointer(run_id, job_id, 2, at, "high")
+    expected = RunMessage(run_id, job_id, 2, 1_893_488_400_250, "high")
+    assert RunMessage.of(held) == RunMessage.of(pointer) == expected
+    assert held.message == encode(RunMessage.of(pointer))
+    assert RunMessage.from_bytes(held.message.value) == expected

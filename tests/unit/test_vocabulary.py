@@ -19,9 +19,9 @@ from kit.core.dispatch import PriorityTier
 from kit.core.leases import BUSY, RunStatus
 from kit.core.owed import Outcome
 from kit.core.policies import MisfireKind, OverlapPolicy
-from kit.core.queue_task import FINISHED, TaskStatus
+from kit.core.queue_task import FINISHED, LEASABLE, TaskStatus
 from kit.core.retry import Jitter
-from kit.core.trigger import TriggerKind
+from kit.core.trigger import SkipReason, TriggerKind
 from kit.core.vocabulary import CLOSED_SETS, render_vocabulary
 from kit.settings import Settings
 from kit.store import schema
@@ -40,7 +40,7 @@ def test_the_index_holds_every_closed_set_once():
     assert len(set(enums)) == len(enums)
     assert set(enums) == {
         RunStatus, TriggerKind, OverlapPolicy, PriorityTier, MisfireKind, Jitter, TaskStatus,
-        AuditAction,
+        AuditAction, SkipReason,
     }
 
 
@@ -64,6 +64,7 @@ def test_every_in_list_check_of_the_schema_is_a_core_set():
 def test_the_schemas_sql_subsets_are_the_cores():
     assert set(quoted(schema.BUSY_SQL)) == {s.value for s in BUSY}
     assert set(quoted(schema.FINISHED_TASKS)) == {s.value for s in FINISHED}
+    assert tuple(quoted(schema.LEASABLE_TASKS)) == tuple(s.value for s in LEASABLE)
 
 
 def test_the_docs_table_is_generated_from_the_core():

@@ -12,12 +12,14 @@ from pydantic import ValidationError
 
 from kit.api.models import JobOut, JobPatch
 from kit.core.errors import FieldError
+from kit.tasks import registry
 
 TEXT_FIELDS = ("name", "priority", "overlap")
 INT_FIELDS = ("timeout_s", "jitter_s", "pause_after_dead")
 JSON_FIELDS = ("retry", "misfire", "task")
 SCHEDULE_FIELDS = ("schedule_cron", "schedule_timezone", "schedule_every_s", "schedule_at")
 ALL_FIELDS = TEXT_FIELDS + INT_FIELDS + JSON_FIELDS + SCHEDULE_FIELDS
+TASK_TYPES = registry.names()
 
 
 def form_values(job: JobOut) -> dict[str, str]:
@@ -102,7 +104,7 @@ def validated(patch: dict[str, Any]) -> tuple[JobPatch | None, list[tuple[str, s
                 problems.append((cause.field, cause.reason))
                 continue
             loc = [str(p) for p in error.get("loc", ()) if p not in ("body",)]
-            loc = [p for p in loc if p not in ("http", "command", "noop", "sleep")]
+            loc = [p for p in loc if p not in TASK_TYPES]  # the task union's tag
             reason = str(error.get("msg", "is invalid")).removeprefix("Value error, ")
             if error.get("type") == "extra_forbidden":
                 reason = "unknown field"

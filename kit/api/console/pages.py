@@ -56,12 +56,14 @@ from kit.store import run_cancel as cancel_store
 from kit.store import runs as run_store
 from kit.store.console_sessions import ConsoleSession, session_close, session_open
 from kit.store.errors import JobNotFound, NameTaken, RunNotFound
+from kit.tasks import registry
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 Session = Annotated[ConsoleSession, Depends(require_session)]
 NOT_FOUND = ConsoleError(404, "no such object for this tenant")
 UNFINISHED = tuple(sorted(s.value for s in BUSY))  # kit.core.leases: not finished yet
 EXPLAIN_PAGE = 300
+TASK_TYPES = registry.names()  # the jobs filter's choices
 
 
 async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -165,6 +167,7 @@ async def jobs_page(
         task_type=task_type or None,
         priority=priority or None,
         last_status=last_status or None,
+        task_types=TASK_TYPES,
     )
     try:
         page = await _call(
@@ -189,6 +192,7 @@ async def jobs_page(
         query=query,
         error=error,
         statuses=(*run_store.RUN_STATUSES, list_store.NO_RUN),
+        task_types=TASK_TYPES,
         here=_here(request),
     )
 

@@ -1,17 +1,19 @@
-"""noop and sleep: tasks with no effect, for benchmarks and drills."""
+"""sleep: waits, then succeeds; a stand-in for a slow task in benchmarks and drills."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from kit.tasks.context import RunContext, TaskResult
+from kit.tasks.spec import TaskSpec, TaskType
 
-NOOP_OK = TaskResult(True)
 
-
-def run_noop(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
-    return NOOP_OK
+class SleepTask(TaskSpec):
+    type: Literal["sleep"]
+    seconds: float = Field(ge=0, le=86_400)
 
 
 def run_sleep(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
@@ -23,3 +25,6 @@ def run_sleep(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
     if seconds > ctx.timeout_s:
         return TaskResult(False, f"timed out after {ctx.timeout_s:g} s")
     return TaskResult(True, None, f"slept {seconds:g} s")
+
+
+TASK = TaskType("sleep", SleepTask, run_sleep)

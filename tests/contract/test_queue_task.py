@@ -1,0 +1,282 @@
+"""The pull queue's task, side by side: every step goes to kit.core.queue_task (the
+transitions the docs describe) and to the PostgreSQL store (kit.store.queues, the
+statements the HTTP API runs), with the same explicit time, and the two must agree after
+every step, refusal reasons included.
+
+The store decides each transition with the core on the row it locked, so what this
+holds is everything around that call: which tasks the lease scan's SQL selects and in
+what order (kit.core.queue_task.leasable and lease_order), how a row maps to the core's
+state and back, the dead-lettering of an expired last attempt inside a lease request,
+and the counts the stats report.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from sqlalchemy import Engine, select
+
+from kit.core import queue_task as core
+from kit.core.queue_task import QueueTask, TaskStatus
+from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+from kit.store import queues as store
+from kit.store.queues import AckItem, LeaseRefused, TaskEnqueue, TaskLease
+from kit.store.schema import queue_tasks
+from tests.contract.replay import replay
+
+pytestmark = pytest.mark.integration
+
+TENANT = "acme"
+WORKERS = ("w1", "w2")
+_base = iter(range(10**6))
+
+
+def _ms(at: datetime | None) -> int | None:
+    return None if at is None else to_epoch_ms(at)
+
+
+def row_state(row: Any) -> QueueTask:
+    """A stored row as the core's state (written here, not borrowed from the store)."""
+    return QueueTask(
+        task_id=str(row.task_id),
+        status=TaskStatus(row.status),
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        timeout_ms=row.timeout_s * 1000,
+        visible_at_ms=to_epoch_ms(row.visible_at),
+        lease_token=row.lease_token,
+        lease_expires_at_ms=_ms(row.lease_expires_at),
+        deadline_ms=_ms(row.deadline_at),
+        worker_id=row.worker_id,
+        dead_reason=row.dead_reason,
+    )
+
+
+def queue_task_machine(engine: Engine) -> type[RuleBasedStateMachine]:
+    class QueueTaskContract(RuleBasedStateMachine):
+        @initialize()
+        def an_empty_queue(self) -> None:
+            n = next(_base)
+            self.now_ms = to_epoch_ms(datetime(2031, 1, 1, tzinfo=UTC)) + n * 86_400_000
+            self.queue = f"contract-{n}"
+            self.core: dict[str, QueueTask] = {}
+            self.order: list[str] = []  # task ids in enqueue order, for picking
+            self.tokens: list[str] = ["not-a-token"]
+
+        @property
+        def now(self) -> datetime:
+            return from_epoch_ms(self.now_ms)
+
+        def _task(self, pick: int) -> str:
+            return self.order[pick % len(self.order)]
+
+        def _token(self, pick: int) -> str:
+            return self.tokens[pick % len(self.tokens)]
+
+        def _new(self, task_id: str, delay_s: int, max_attempts: int, timeout_s: int) -> None:
+            self.core[task_id] = QueueTask(
+                task_id,
+                TaskStatus.queued,
+                0,
+                max_attempts,
+                timeout_s * 1000,
+                self.now_ms + delay_s * 1000,
+            )
+            self.order.append(task_id)
+
+        @rule(ms=st.integers(0, 20_000))
+        def time_passes(self, ms: int) -> None:
+            self.now_ms += ms
+
+        @rule(task=st.integers(0, 50), edge=st.integers(0, 2), delta=st.sampled_from([-1, 0, 1]))
+        def until_edge(self, task: int, edge: int, delta: int) -> None:
+            """Time runs to just before, at or just after a task's visibility, lease expiry
+            or deadline: the edges."""
+            if not self.order:
+                return
+            t = self.core[self._task(task)]
+            at = [t.visible_at_ms, t.lease_expires_at_ms, t.deadline_ms][edge]
+            if at is not None:
+                self.now_ms = max(self.now_ms, at + delta)
+
+        @rule(
+            delay_s=st.integers(0, 5),
+            max_attempts=st.integers(1, 3),
+            timeout_s=st.integers(1, 30),
+            many=st.integers(0, 2),
+        )
+        def enqueue(self, delay_s: int, max_attempts: int, timeout_s: int, many: int) -> None:
+            item = TaskEnqueue(
+                TENANT,
+                self.queue,
+                {"n": len(self.order)},
+                delay_s=delay_s,
+                max_attempts=max_attempts,
+                timeout_s=timeout_s,
+                now=self.now,
+            )
+            if many:
+                made = store.task_enqueue_many(engine, TENANT, self.queue, [item] * (many + 1))
+            else:
+                made = [store.task_enqueue(engine, item)]
+            for m in made:
+                assert m.status == TaskStatus.queued.value
+                self._new(m.task_id, delay_s, max_attempts, timeout_s)
+
+        @rule(
+            worker=st.sampled_from(WORKERS),
+            max_tasks=st.integers(1, 3),
+            lease_s=st.integers(1, 20),
+        )
+        def lease(self, worker: str, max_tasks: int, lease_s: int) -> None:
+            got = store.task_lease(
+                engine,
+                TaskLease(TENANT, self.queue, worker, max_tasks, lease_s, now=self.now),
+            )
+            tokens = {t.task_id: t.lease_token for t in got}
+            # the core's lease request: visible tasks in lease_order, a round of
+            # `want` at a time; an expired last attempt goes dead and the search goes on
+            leased: list[str] = []
+            for _ in range(store._LEASE_ROUNDS):
+                want = max_tasks - len(leased)
+                visible = sorted(
+                    (t for t in self.core.values() if core.leasable(t, self.now_ms)),
+                    key=core.lease_order,
+                )[:want]
+                if not visible:
+                    break
+                dead = 0
+                for task in visible:
+                    token = tokens.get(task.task_id, "never-issued")
+                    t = core.lease_task(task, worker, token, self.now_ms, lease_s * 1000)
+                    assert t.accepted, t.reason
+                    self.core[task.task_id] = t.task
+                    if t.event == "expire_dead":
+                        dead += 1
+                    else:
+                        leased.append(task.task_id)
+                if len(visible) < want or not dead:
+                    break
+            assert [t.task_id for t in got] == leased
+            for t in got:
+                c = self.core[t.task_id]
+                assert (t.attempt, _ms(t.lease_expires_at)) == (c.attempt, c.lease_expires_at_ms)
+            self.tokens += [t.lease_token for t in got]
+
+        @rule(task=st.integers(0, 50), token=st.integers(0, 50), extend_s=st.integers(1, 40))
+        def heartbeat(self, task: int, token: int, extend_s: int) -> None:
+            if not self.order:
+                return
+            task_id, lease_token = self._task(task), self._token(token)
+            t = core.heartbeat_task(self.core[task_id], lease_token, self.now_ms, extend_s * 1000)
+            try:
+                expires = store.task_heartbeat(
+                    engine, TENANT, task_id, lease_token, extend_s, self.now
+                )
+            except LeaseRefused as refused:
+                assert not t.accepted
+                assert refused.reason == t.reason
+                return
+            assert t.accepted, t.reason
+            assert to_epoch_ms(expires) == t.task.lease_expires_at_ms
+            self.core[task_id] = t.task
+
+        @rule(
+            picks=st.lists(
+                st.tuples(st.integers(0, 50), st.integers(0, 50)), min_size=1, max_size=3
+            )
+        )
+        def ack(self, picks: list[tuple[int, int]]) -> None:
+            if not self.order:
+                return
+            items = [AckItem(self._task(a), self._token(b), {"ok": True}) for a, b in picks]
+            outcomes = store.task_ack_many(engine, TENANT, items, self.now)
+            for item, outcome in zip(items, outcomes, strict=True):
+                t = core.ack_task(self.core[item.task_id], item.lease_token, self.now_ms)
+                assert (outcome.status is not None) == t.accepted, (outcome, t.reason)
+                if t.accepted:
+                    assert outcome.status == t.task.status.value
+                else:
+                    assert (outcome.refusal, outcome.reason) == ("lease_refused", t.reason)
+                self.core[item.task_id] = t.task
+
+        @rule(
+            task=st.integers(0, 50),
+            token=st.integers(0, 50),
+            retryable=st.booleans(),
+            seed=st.integers(0, 2**16),
+        )
+        def nack(self, task: int, token: int, retryable: bool, seed: int) -> None:
+            if not self.order:
+                return
+            task_id, lease_token = self._task(task), self._token(token)
+            t = core.nack_task(
+                self.core[task_id], lease_token, retryable, self.now_ms, random.Random(seed)
+            )
+            try:
+                nacked = store.task_nack(
+                    engine,
+                    TENANT,
+                    task_id,
+                    lease_token,
+                    retryable,
+                    "boom",
+                    self.now,
+                    random.Random(seed),
+                )
+            except LeaseRefused as refused:
+                assert not t.accepted
+                assert refused.reason == t.reason
+                return
+            assert t.accepted, t.reason
+            assert (nacked.status, nacked.attempt) == (t.task.status.value, t.task.attempt)
+            assert nacked.dead_reason == t.task.dead_reason
+            if t.task.status is TaskStatus.queued:
+                assert _ms(nacked.visible_at) == t.task.visible_at_ms
+            self.core[task_id] = t.task
+
+        @rule()
+        def stats(self) -> None:
+            got = store.queue_stats(engine, TENANT, self.queue, self.now)
+            tasks = list(self.core.values())
+            live = [
+                t
+                for t in tasks
+                if t.status is TaskStatus.leased
+                and t.lease_expires_at_ms is not None
+                and self.now_ms < t.lease_expires_at_ms
+            ]
+            waiting = [
+                t
+                for t in tasks
+                if t.status is TaskStatus.queued
+                or (t.status is TaskStatus.leased and t not in live)
+            ]
+            visible = [t.visible_at_ms for t in tasks if core.leasable(t, self.now_ms)]
+            oldest = (self.now_ms - min(visible)) / 1000 if visible else 0.0
+            dead = sum(t.status is TaskStatus.dead for t in tasks)
+            assert (got.queued, got.leased, got.dlq) == (len(waiting), len(live), dead)
+            assert got.oldest_age_s == pytest.approx(oldest)
+
+        @invariant()
+        def store_equals_core(self) -> None:
+            if not hasattr(self, "core"):
+                return
+            with engine.begin() as conn:
+                rows = conn.execute(
+                    select(queue_tasks).where(
+                        queue_tasks.c.tenant == TENANT, queue_tasks.c.queue == self.queue
+                    )
+                ).all()
+            assert {str(r.task_id): row_state(r) for r in rows} == self.core
+
+    return QueueTaskContract
+
+
+def test_queue_task_store_equals_core(engine: Engine) -> None:
+    replay(queue_task_machine(engine), examples=120, steps=30)
