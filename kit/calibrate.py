@@ -1,39 +1,57 @@
 """`cronfleet calibrate`: measure on the real local stack (from `cronfleet stack up`) the
 service times the capacity model charges, and write a calibration profile.
 
-It uses scratch tables of the same shape as the kit's `triggers` and `runs` in its own
-schema (dropped afterwards) and a scratch Kafka topic, so it does not depend on the
-store's migrations. Per-row costs come from a least-squares fit of batch time against
-batch size (intercept = per-statement cost, slope = per-row cost).
+What is measured is the kit's own code: the scan a scheduler node runs
+(kit.scheduler.scan.scan_partitions and the store calls in it), the worker's claim and
+finish statements (kit.store.claims), on a scratch database migrated with the kit's
+migrations (kit.store.scratch, dropped afterwards); the kit's own publisher and consumer
+(kit.transport) on scratch topics. Per-row costs come from a least-squares fit of
+time against batch size (intercept = per-statement cost, slope = per-row cost); a cost
+that comes out negative is refused, not floored: it would mean the method is wrong.
+Time spent is split into this process's CPU (the scheduler's or worker's own work) and
+the rest of the wall time of the store calls (the database's, round trip included).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
+import json
 import platform
+import random
 import re
 import statistics
 import time
+import tomllib
 import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kit.transport.kafka_client import client_config
 
 SCHEMA = "cronfleet_calibrate"
-TOPIC = "cronfleet-calibrate"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="measure service times for the capacity model")
     p.add_argument("--out", default="sim/profiles/measured.toml", help="profile to write")
-    p.add_argument("--rows", type=int, default=100_000, help="triggers in the scratch table")
     p.add_argument(
         "--history-rows",
         type=int,
         default=100_000,
         help="finished runs written to measure the bytes a run row takes",
+    )
+    p.add_argument(
+        "--keep-history",
+        action="store_true",
+        help="do not measure the run row's bytes: keep [history] of the existing --out",
+    )
+    p.add_argument(
+        "--keep-worker-starts",
+        action="store_true",
+        help="do not measure the worker's start path: keep worker_* of the existing --out",
     )
     p.add_argument(
         "--only-worker-starts",
@@ -69,169 +87,714 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     from kit.settings import load_settings
 
+    out = Path(args.out)
     if args.only_storm:
         if not args.storm_cpu:
             raise SystemExit("--only-storm: needs --storm-cpu (a burst's JSON)")
         at_t = storm_at_t(Path(args.storm_at_t)) if args.storm_at_t else None
         storm = storm_cpu(Path(args.storm_cpu), at_t)
         source = args.storm_cpu + (f" and {args.storm_at_t}" if args.storm_at_t else "")
-        update_profile(Path(args.out), {}, 0, storm, source, starts_measured=False)
+        update_profile(out, {}, 0, storm, source, starts_measured=False)
         for k, v in storm.items():
             print(f"  {k:<28} {v * 1e6:10.2f} us")
         print(f"updated {args.out}")
         return 0
-    starts = measure_worker_starts(args.starts)
     if args.only_worker_starts:
         if args.storm_at_t and not args.storm_cpu:
             raise SystemExit("--storm-at-t: needs --storm-cpu (the same run's burst JSON)")
+        starts = measure_worker_starts(args.starts)
         at_t = storm_at_t(Path(args.storm_at_t)) if args.storm_at_t else None
         storm = storm_cpu(Path(args.storm_cpu), at_t) if args.storm_cpu else {}
         source = args.storm_cpu + (f" and {args.storm_at_t}" if args.storm_at_t else "")
-        update_profile(Path(args.out), starts, args.starts, storm, source if storm else None)
+        update_profile(out, starts, args.starts, storm, source if storm else None)
         starts = {**starts, **storm}
         for k, v in starts.items():
             print(f"  {k:<28} {v * 1e6:10.2f} us")
         print(f"updated {args.out}")
         return 0
+    old = _read_profile(out) if out.exists() else None
+    if (args.keep_history or args.keep_worker_starts) and old is None:
+        raise SystemExit(f"--out: no profile {out} to keep keys of")
     settings = load_settings()
     url = settings.database_url.replace("postgresql+psycopg://", "postgresql://")
     print(f"database {url.split('@')[-1]}, kafka {settings.kafka_bootstrap}")
-    db = measure_db(url, args.rows)
-    kafka = measure_kafka(settings.kafka_bootstrap)
-    history = measure_run_rows(url, args.history_rows)
-    numbers = {**db, **kafka, **starts}
-    write_profile(Path(args.out), numbers, args.rows, history, args.history_rows)
-    for k, v in numbers.items():
-        print(f"  {k:<28} {v * 1e6:10.1f} us")
-    for k, v in history.items():
-        print(f"  {k:<28} {v:10.0f} bytes")
+    stamp = f"{platform.node()} ({platform.machine()}, {platform.python_version()}) at "
+    when = lambda: f"{stamp}{dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"  # noqa: E731
+    numbers: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    scan, scan_detail = measure_scan(settings.database_url)
+    numbers.update(scan)
+    notes["scan"] = _scan_note(scan_detail, when())
+    print(json.dumps(scan_detail, indent=1))
+    kafka, kafka_detail = measure_kafka(settings.kafka_bootstrap)
+    numbers.update(kafka)
+    notes["kafka"] = _kafka_note(kafka_detail, when())
+    print(json.dumps(kafka_detail, indent=1))
+    history: dict[str, float] | None
+    if args.keep_history:
+        assert old is not None
+        history, notes["history"] = old["history"], old["measured"].get("history", "")
+    else:
+        history = measure_run_rows(url, args.history_rows)
+        notes["history"] = _history_note(args.history_rows, when())
+    if not args.keep_worker_starts:
+        numbers.update(measure_worker_starts(args.starts))
+        notes["worker_starts"] = _starts_note(args.starts, when())
+    if old is not None:
+        kept, kept_notes = carried_over(old, args.keep_worker_starts)
+        numbers.update(kept)
+        notes.update(kept_notes)
+    write_profile(out, numbers, notes, history)
+    for k, v in sorted(numbers.items()):
+        print(f"  {k:<34} {v * 1e6:12.3f} us")
+    for k, v in (history or {}).items():
+        print(f"  {k:<34} {v:12.0f} bytes")
     print(f"wrote {args.out}")
     return 0
 
 
-def _fit(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """(intercept, slope) of time against rows, both floored at zero."""
+def carried_over(
+    old: Mapping[str, Mapping[str, Any]], keep_worker_starts: bool
+) -> tuple[dict[str, float], dict[str, str]]:
+    """What a full calibration keeps of the profile it replaces: the storm's CPU (storm_*:
+    it comes from a storm run, `--only-worker-starts --storm-cpu`) and, when asked, the
+    worker's start path (worker_*), each with its [measured] note."""
+    keep = ("storm_", "worker_") if keep_worker_starts else ("storm_",)
+    numbers = {k: float(v) for k, v in old["service_times"].items() if k.startswith(keep)}
+    groups = ["storm_cpu", "worker_starts"] if keep_worker_starts else ["storm_cpu"]
+    notes = {g: str(old["measured"][g]) for g in groups if g in old["measured"]}
+    return numbers, notes
+
+
+def _read_profile(path: Path) -> dict[str, dict[str, Any]]:
+    data = tomllib.loads(path.read_text())
+    return {
+        "service_times": {k: float(v) for k, v in data.get("service_times", {}).items()},
+        "history": {k: float(v) for k, v in data.get("history", {}).items()},
+        "measured": {k: str(v) for k, v in data.get("measured", {}).items()},
+    }
+
+
+def _us(x: float) -> str:
+    return f"{x * 1e6:.1f} us"
+
+
+def _scan_note(d: dict[str, Any], when: str) -> str:
+    pc = d["per_class"]
+    classes = "; ".join(
+        f"{c}: CPU {_us(v['cpu_per_fire'])}, database {_us(v['advance'] + v['insert'])}"
+        for c, v in pc.items()
+    )
+    sql = ", ".join(f"{k} {_us(v)}" for k, v in d["sql_wait_per_fire"].items())
+    return (
+        f"kit.scheduler.scan.scan_partitions on a scratch database migrated with the kit's "
+        f"migrations, one node holding all 1,024 partitions, {d['scans']} scans of 250 to "
+        f"8,000 fires ({d['fires']:,} fires) of the top-of-hour scenario's jobs (~1 KB, "
+        f"overlap allow, misfire run_once), twice each, shuffled; CPU = this process's "
+        f"process time over the scan (sched_scan_*), database = the store calls' wall time "
+        f"less the CPU inside them (db_*); per fire = the slope over batch sizes, by class "
+        f"({classes}) and weighted by the top-of-hour window's fires ({PEAK_SHARES}); per "
+        f"statement wait per fire, all classes: {sql}; db_scan_fixed_s and "
+        f"db_per_partition_s from {d['empty_scans']} empty scans over 16..1,024 partitions; "
+        f"the model's scan (database + CPU) against each scan measured: median error "
+        f"{d['model_error_median']:+.1%}, worst {d['model_error_max']:+.1%}; claim_s/finish_s "
+        f"= median of 200 kit.store.claims.runs_claim/runs_finish_ok of one run; "
+        f"db_claim_demand_s/db_finish_demand_s = the slope of their wait per run over "
+        f"batches of {d['claim_batches']} (finishes 1,000 at most, as the worker); "
+        f"db_statement_s = median of one runs_active_counts finding nothing; measured by "
+        f"cronfleet calibrate on {when}"
+    )
+
+
+def _kafka_note(d: dict[str, Any], when: str) -> str:
+    tiers = ", ".join(f"{t} {v * 1000:.1f} ms" for t, v in d["e2e_median_by_tier_s"].items())
+    return (
+        f"the kit's RunPublisher (publish_encoded: produce and flush) and TieredConsumer "
+        f"(poll_batch, the kit's fetch.wait.max.ms and tier order) on scratch tier topics "
+        f"of 6 partitions (kit.transport.topics.ensure_topics), tiers by the scenario's "
+        f"shares; {d['messages']} single runs at random gaps: acknowledgement median = "
+        f"kafka_publish_latency_s (p99 {d['ack_p99_s'] * 1000:.1f} ms), produce to poll_batch "
+        f"median {d['e2e_median_s'] * 1000:.1f} ms (p99 {d['e2e_p99_s'] * 1000:.1f} ms; by "
+        f"tier: {tiers}), kafka_consume_latency_s = that less the acknowledgement (no "
+        f"clamping); kafka_publish_per_msg_s = 10 batches of 5,000 (the node's publish "
+        f"chunk); measured by cronfleet calibrate on {when}"
+    )
+
+
+def _history_note(rows: int, when: str) -> str:
+    return (
+        f"{rows} finished runs in the kit's runs table (kit.store.schema: columns and "
+        "indexes), written pending -> running -> succeeded, vacuumed; run_row_bytes = table "
+        "+ indexes + TOAST per row (the updates' free space kept); run_row_compact_bytes "
+        f"after VACUUM FULL; measured by cronfleet calibrate on {when}"
+    )
+
+
+def _starts_note(starts: int, when: str) -> str:
+    return (
+        "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: kit.worker.Worker's "
+        f"hold, wheel pop and inline start of {starts} noop runs due at the same second, "
+        f"median of 5 rounds, measured by cronfleet calibrate on {when}"
+    )
+
+
+# ---------------------------------------------------------------- the kit's own statements
+
+DB_NAME = "cronfleet_calibrate"
+NODE = "calibrate-node"
+# The jobs of the top-of-hour scenario (sim/scenarios/top-of-hour.toml, the `cohort`
+# workload of sim/workload.py): hourly jobs jittered over 10 s, every-minute jobs, and the
+# sparse rest of the 10 million schedules (crons of every kind, in several zones). All with
+# overlap `allow` and misfire `run_once`, as the scenario has them.
+JOB_CLASSES: dict[str, tuple[tuple[str, str, int], ...]] = {
+    "hourly": (("0 * * * *", "UTC", 10),),
+    "minute": (("* * * * *", "UTC", 0),),
+    "sparse": (
+        ("*/5 * * * *", "UTC", 0),
+        ("0 */2 * * *", "Europe/Berlin", 0),
+        ("30 6 * * 1-5", "America/New_York", 0),
+        ("15 3 * * *", "Asia/Tokyo", 0),
+        ("*/15 9-17 * * 1-5", "Europe/London", 0),
+        ("0 0 1 * *", "Australia/Sydney", 0),
+        ("45 * * * *", "America/Sao_Paulo", 0),
+        ("10 22 * * 0", "Asia/Kolkata", 0),
+    ),
+}
+# Each class's share of the fires in the scenario's top-of-hour window (50,000 runs/s:
+# 481,337 hourly jobs over 10 s, 20,000 every-minute jobs, the sparse rest of the 2,000
+# runs/s average): what the capacity model's peak charges per fire.
+PEAK_SHARES = {"hourly": 0.9627, "minute": 0.0067, "sparse": 0.0306}
+SCAN_SIZES = (250, 500, 1000, 2000, 4000, 8000)
+SCAN_CALLS = (
+    "partitions_lock_own",
+    "triggers_due",
+    "runs_active_counts",
+    "runs_cancel_active",
+    "runs_insert",
+    "runs_rearm",
+    "runs_cancel_retries",
+    "triggers_delete",
+    "triggers_insert",
+)
+TIERS = {"critical": 0.05, "high": 0.15, "normal": 0.6, "low": 0.2}  # the scenario's
+
+
+class CallTimer:
+    """Wraps functions of a module to add up each one's wall time and this process's CPU
+    time spent inside it; what is left of the wall time is the wait on the other side
+    (the database's work and the round trip)."""
+
+    def __init__(self, module: Any, names: Sequence[str]) -> None:
+        self.module, self.names = module, names
+        self.wall: dict[str, float] = dict.fromkeys(names, 0.0)
+        self.cpu: dict[str, float] = dict.fromkeys(names, 0.0)
+        self._orig: dict[str, Any] = {}
+
+    def __enter__(self) -> CallTimer:
+        for name in self.names:
+            fn = getattr(self.module, name)
+            self._orig[name] = fn
+
+            def timed(*a: Any, _fn: Any = fn, _name: str = name, **kw: Any) -> Any:
+                w0, c0 = time.perf_counter(), time.process_time()
+                try:
+                    return _fn(*a, **kw)
+                finally:
+                    self.cpu[_name] += time.process_time() - c0
+                    self.wall[_name] += time.perf_counter() - w0
+
+            setattr(self.module, name, timed)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, fn in self._orig.items():
+            setattr(self.module, name, fn)
+
+    def take(self) -> tuple[dict[str, float], dict[str, float]]:
+        out = (dict(self.wall), dict(self.cpu))
+        self.wall = dict.fromkeys(self.names, 0.0)
+        self.cpu = dict.fromkeys(self.names, 0.0)
+        return out
+
+
+@dataclass
+class ScanSample:
+    job_class: str
+    fires: int
+    held: int
+    wall_s: float
+    cpu_s: float
+    call_wall: dict[str, float]
+    call_cpu: dict[str, float]
+
+    @property
+    def wait_s(self) -> float:
+        return self.wall_s - self.cpu_s
+
+    def call_wait(self, names: Sequence[str]) -> float:
+        return sum(self.call_wall[n] - self.call_cpu[n] for n in names)
+
+
+def _job_rows(job_class: str, n: int, rng: random.Random, base: int) -> list[tuple[Any, ...]]:
+    """COPY rows of `jobs`: ~1 KB each (the requirements' size), the class's crons."""
+    body = "report=daily&region=eu-west-1&format=csv&include=all&" * 14
+    out = []
+    variants = JOB_CLASSES[job_class]
+    for i in range(n):
+        job_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        cron, tz, jitter = variants[i % len(variants)]
+        task = {
+            "type": "http",
+            "method": "POST",
+            "url": f"https://hooks.example.org/{job_id}",
+            "headers": {"Content-Type": "application/x-www-form-urlencoded"},
+            "body": body,
+        }
+        out.append(
+            (
+                job_id,
+                f"tenant-{(base + i) % 100:03d}",
+                f"{job_class}-{base + i:08d}",
+                json.dumps({"cron": cron, "timezone": tz}),
+                tz,
+                json.dumps(task),
+                json.dumps({"max_attempts": 3, "base_s": 1.0, "cap_s": 300.0, "jitter": "full"}),
+                60,
+                "allow",
+                json.dumps({"kind": "run_once", "deadline_s": 60}),
+                rng.choices(list(TIERS), weights=list(TIERS.values()))[0],
+                jitter,
+            )
+        )
+    return out
+
+
+def measure_scan(admin_url: str, seed: int = 15) -> tuple[dict[str, float], dict[str, Any]]:
+    """The kit's scan (kit.scheduler.scan.scan_partitions, the function a node calls once
+    a second) on a scratch database migrated with the kit's migrations, one node holding
+    all 1,024 partitions: for each job class, batches of SCAN_SIZES fires (twice each, in
+    a shuffled order), each due in its own second, scanned with the kit's scan-ahead.
+    Per scan: wall time, this process's CPU time (the scheduler's own work: deciding each
+    trigger, computing its next fire, building the statements' arrays, reading the rows),
+    and each store call's wall and CPU time (its wait = the database). Costs per fire are
+    least-squares slopes over the batch sizes. Then empty scans over 16..1,024 partitions
+    (the per-scan and per-partition wait), then the worker's claim and finish statements
+    (kit.store.claims) on the runs the scans made."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from kit.core.defaults import SCAN_AHEAD_MS
+    from kit.core.dispatch import scan_window
+    from kit.core.partitions import PARTITION_COUNT, partition_of
+    from kit.core.timeutil import from_epoch_ms
+    from kit.scheduler.scan import JobViews, scan_partitions
+    from kit.store import scheduling as sched_sql
+    from kit.store.db import engine_for
+    from kit.store.run_history import create_day_in
+    from kit.store.scratch import migrated_database, pg_url
+
+    rng = random.Random(seed)
+    plan = [(c, n) for c in JOB_CLASSES for n in SCAN_SIZES for _ in range(2)]
+    rng.shuffle(plan)
+    # Scan k takes the fires of [M + 11 s + k s, M + 12 s + k s), M a top of the hour: each
+    # job's next fire (the hourly ones' nominal time is at most 10 s of jitter earlier, so
+    # the next hour; the every-minute ones' M + 60 s) is after the last window, so no scan
+    # reads another's triggers.
+    top = dt.datetime(2030, 1, 7, 0, 0, tzinfo=dt.UTC)
+    m_ms = int(top.timestamp() * 1000)
+    first_ms = m_ms + 11_000
+    if len(plan) > 48:
+        raise ValueError("too many scans for one minute's windows")
+    with migrated_database(make_url(admin_url), DB_NAME) as db:
+        url = pg_url(db)
+        engine = engine_for(db.render_as_string(hide_password=False), pool_size=2)
+        try:
+            with engine.begin() as conn:
+                create_day_in(conn, top.date())
+            with psycopg.connect(url) as conn:
+                with conn.cursor() as cur, cur.copy("COPY tenants (tenant) FROM STDIN") as copy:
+                    for t in range(100):
+                        copy.write_row((f"tenant-{t:03d}",))
+                base = 0
+                trig_rows = []
+                for k, (job_class, n) in enumerate(plan):
+                    jobs = _job_rows(job_class, n, rng, base)
+                    base += n
+                    with (
+                        conn.cursor() as cur,
+                        cur.copy(
+                            "COPY jobs (job_id, tenant, name, schedule, timezone, task_spec, "
+                            "retry_policy, timeout_s, overlap, misfire, priority, jitter_s) "
+                            "FROM STDIN"
+                        ) as copy,
+                    ):
+                        for row in jobs:
+                            copy.write_row(row)
+                    lo = first_ms + 1000 * k
+                    for row in jobs:
+                        at = from_epoch_ms(lo + rng.randrange(1000))
+                        trig_rows.append((partition_of(row[0]), at, row[0]))
+                with (
+                    conn.cursor() as cur,
+                    cur.copy(
+                        "COPY triggers (partition_id, fire_at, job_id, job_version, kind, attempt) "
+                        "FROM STDIN"
+                    ) as copy,
+                ):
+                    for p, at, j in trig_rows:
+                        copy.write_row((p, at, j, 1, "schedule", 1))
+                conn.commit()
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("VACUUM (ANALYZE) triggers")
+                conn.execute("ANALYZE jobs")
+            with engine.begin() as conn:
+                epochs = sched_sql.leases_acquire(
+                    conn, NODE, range(PARTITION_COUNT), 24 * 3_600_000
+                )
+            views = JobViews()
+            held_runs: list[Any] = []
+            samples: list[ScanSample] = []
+            empty: list[tuple[int, float, float]] = []  # (partitions, wall, cpu)
+            with CallTimer(sched_sql, SCAN_CALLS) as timer:
+
+                def scan(hi_ms: int, parts: Mapping[int, int]) -> tuple[Any, float, float]:
+                    now = from_epoch_ms(hi_ms - SCAN_AHEAD_MS)
+                    assert scan_window(hi_ms - SCAN_AHEAD_MS, SCAN_AHEAD_MS)[1] == hi_ms
+                    w0, c0 = time.perf_counter(), time.process_time()
+                    r = scan_partitions(
+                        engine, NODE, parts, scan_ahead_ms=SCAN_AHEAD_MS, now=now, jobs=views
+                    )
+                    return r, time.perf_counter() - w0, time.process_time() - c0
+
+                # empty scans: nothing is due before M + 11 s
+                for _ in range(2):  # warm-up (connections, plans)
+                    scan(m_ms, epochs)
+                for _ in range(4):
+                    for k in (16, 64, 256, 1024):
+                        parts = {p: epochs[p] for p in list(epochs)[:k]}
+                        _r, w, c = scan(m_ms, parts)
+                        empty.append((k, w, c))
+                timer.take()
+                for k, (job_class, n) in enumerate(plan):
+                    r, w, c = scan(first_ms + 1000 * k + 999, epochs)
+                    call_wall, call_cpu = timer.take()
+                    if r.triggers != n or len(r.held) != n:
+                        raise RuntimeError(
+                            f"scan {k}: read {r.triggers}, held {len(r.held)}, expected {n}"
+                        )
+                    samples.append(ScanSample(job_class, n, len(r.held), w, c, call_wall, call_cpu))
+                    held_runs.extend(r.held)
+            claims = measure_claims(engine, [h.run_id for h in held_runs], rng)
+            statement = measure_statement(engine)
+        finally:
+            engine.dispose()
+    return _scan_numbers(samples, empty, claims, statement)
+
+
+def measure_claims(engine: Any, run_ids: Sequence[str], rng: random.Random) -> dict[str, Any]:
+    """The worker's claim and finish (kit.store.claims.runs_claim, runs_finish_ok) on
+    pending runs the kit's scan made: one run per statement (the latency a worker sees
+    when runs come one at a time), then batches as the worker makes them (a claim per
+    consumed batch, up to CLAIM_BATCH; successes FINISH_BATCH at a time)."""
+    from kit.store.claims import Claim, runs_claim, runs_finish_ok
+    from kit.worker.worker import CLAIM_BATCH, FINISH_BATCH
+
+    ids = list(run_ids)
+    rng.shuffle(ids)
+    pos = 0
+
+    def take(n: int) -> list[str]:
+        nonlocal pos
+        out = ids[pos : pos + n]
+        pos += n
+        if len(out) < n:
+            raise RuntimeError("calibrate: not enough runs for the claim batches")
+        return out
+
+    def claim(batch: list[str]) -> tuple[list[Any], float, float]:
+        w0, c0 = time.perf_counter(), time.process_time()
+        got = runs_claim(engine, [Claim(r, 1) for r in batch], "calibrate-worker", 30_000)
+        w, c = time.perf_counter() - w0, time.process_time() - c0
+        if len(got) != len(batch):
+            raise RuntimeError(f"claimed {len(got)} of {len(batch)}")
+        return got, w, c
+
+    def finish(claimed: list[Any]) -> tuple[float, float]:
+        leases = [(r.run_id, r.lease_token) for r in claimed]
+        w0, c0 = time.perf_counter(), time.process_time()
+        done, _ = runs_finish_ok(engine, leases)
+        w, c = time.perf_counter() - w0, time.process_time() - c0
+        if len(done) != len(leases):
+            raise RuntimeError(f"finished {len(done)} of {len(leases)}")
+        return w, c
+
+    for _ in range(20):  # warm-up
+        finish(claim(take(1))[0])
+    one_claim, one_finish = [], []
+    for _ in range(200):
+        got, w, _c = claim(take(1))
+        one_claim.append(w)
+        one_finish.append(finish(got)[0])
+    claim_pts: list[tuple[int, float, float]] = []
+    finish_pts: list[tuple[int, float, float]] = []
+    sizes = [n for n in (50, 200, 500, 1000, CLAIM_BATCH) for _ in range(3)]
+    rng.shuffle(sizes)
+    for n in sizes:
+        got, w, c = claim(take(n))
+        claim_pts.append((n, w, c))
+        for i in range(0, len(got), FINISH_BATCH):
+            chunk = got[i : i + FINISH_BATCH]
+            fw, fc = finish(chunk)
+            finish_pts.append((len(chunk), fw, fc))
+    return {
+        "one_claim": one_claim,
+        "one_finish": one_finish,
+        "claim": claim_pts,
+        "finish": finish_pts,
+    }
+
+
+def measure_statement(engine: Any, n: int = 300) -> float:
+    """One kit statement that finds nothing (kit.store.scheduling.runs_active_counts of a
+    job without runs), round trip included: the median over `n`."""
+    from kit.store import scheduling as sched_sql
+
+    out = []
+    with engine.connect() as conn:
+        for _ in range(n):
+            job = str(uuid.uuid4())
+            t0 = time.perf_counter()
+            sched_sql.runs_active_counts(conn, [job])
+            out.append(time.perf_counter() - t0)
+        conn.rollback()
+    return statistics.median(out)
+
+
+def _scan_numbers(
+    samples: list[ScanSample],
+    empty: list[tuple[int, float, float]],
+    claims: dict[str, Any],
+    statement_s: float,
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """The profile's keys from the samples, and the detail the profile's notes quote."""
+    from kit.core.partitions import PARTITION_COUNT
+
+    per_class: dict[str, dict[str, float]] = {}
+    for job_class in JOB_CLASSES:
+        mine = [s for s in samples if s.job_class == job_class]
+        cpu0, cpu1 = _fit_raw([(s.fires, s.cpu_s) for s in mine])
+        _, ins = _fit_raw([(s.fires, s.call_wait(("runs_insert",))) for s in mine])
+        wait0, wait1 = _fit_raw([(s.fires, s.wait_s) for s in mine])
+        # the trigger's advance: its read, delete and insert, and the rest of the wait that
+        # grows with the fires (the commit's WAL), so the two add up to the scan's wait
+        adv = wait1 - ins
+        wall0, wall1 = _fit_raw([(s.fires, s.wall_s) for s in mine])
+        per_class[job_class] = {
+            "cpu_fixed": cpu0,
+            "cpu_per_fire": cpu1,
+            "advance": adv,
+            "insert": ins,
+            "wait_fixed": wait0,
+            "wait_per_fire": wait1,
+            "wall_fixed": wall0,
+            "wall_per_fire": wall1,
+        }
+    peak = {
+        k: sum(PEAK_SHARES[c] * per_class[c][k] for c in JOB_CLASSES) for k in per_class["hourly"]
+    }
+    wait_fixed, per_part = _fit_raw([(k, w - c) for k, w, c in empty])
+    cpu_fixed, _ = _fit_raw([(k, c) for k, _w, c in empty])
+    one_claim = statistics.median(claims["one_claim"])
+    one_finish = statistics.median(claims["one_finish"])
+    _, claim_row = _fit_raw([(n, w - c) for n, w, c in claims["claim"]])
+    _, finish_row = _fit_raw([(n, w - c) for n, w, c in claims["finish"]])
+    _, claim_cpu = _fit_raw([(n, c) for n, _w, c in claims["claim"]])
+    _, finish_cpu = _fit_raw([(n, c) for n, _w, c in claims["finish"]])
+    numbers = {
+        "sched_scan_cpu_per_fire_s": peak["cpu_per_fire"],
+        "sched_scan_cpu_fixed_s": max(cpu_fixed, 0.0),
+        "db_scan_fixed_s": wait_fixed,
+        "db_per_partition_s": per_part,
+        "db_scan_advance_per_row_s": peak["advance"],
+        "db_run_insert_per_row_s": peak["insert"],
+        "db_statement_s": statement_s,
+        "claim_s": one_claim,
+        "finish_s": one_finish,
+        "db_claim_demand_s": claim_row,
+        "db_finish_demand_s": finish_row,
+    }
+    bad = {k: v for k, v in numbers.items() if v <= 0}
+    if bad:  # a cost cannot be negative or nothing: the measurement went wrong
+        raise RuntimeError(f"calibrate: non-positive costs measured: {bad}")
+    # the model's scan (sim/model.py) against each scan measured: its service time
+    # (database) plus the node's CPU, at 1,024 partitions
+    errors = []
+    for s in samples:
+        c = per_class[s.job_class]
+        predicted = (
+            wait_fixed
+            + PARTITION_COUNT * per_part
+            + s.fires * (c["advance"] + c["insert"])
+            + max(cpu_fixed, 0.0)
+            + s.fires * c["cpu_per_fire"]
+        )
+        errors.append((predicted - s.wall_s) / s.wall_s)
+    detail = {
+        "per_class": per_class,
+        "peak": peak,
+        "scans": len(samples),
+        "fires": sum(s.fires for s in samples),
+        "empty_scans": len(empty),
+        "model_error_median": statistics.median(errors),
+        "model_error_max": max(errors, key=abs),
+        "claim_cpu_per_run_s": claim_cpu,
+        "finish_cpu_per_run_s": finish_cpu,
+        "claim_batches": sorted({n for n, _w, _c in claims["claim"]}),
+        "sql_wait_per_fire": {
+            **{
+                name: _fit_raw([(s.fires, s.call_wall[name] - s.call_cpu[name]) for s in samples])[
+                    1
+                ]
+                for name in ("triggers_due", "runs_insert", "triggers_delete", "triggers_insert")
+            },
+            "commit and the rest": _fit_raw(
+                [(s.fires, s.wait_s - s.call_wait(SCAN_CALLS)) for s in samples]
+            )[1],
+        },
+    }
+    return numbers, detail
+
+
+def _fit_raw(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """(intercept, slope) of a least-squares line, not floored: a negative one says the
+    method is wrong, and the caller refuses it."""
     xs = [float(x) for x, _ in points]
-    ys = [y for _, y in points]
+    ys = [float(y) for _, y in points]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
-    return max(0.0, my - slope * mx), max(0.0, slope)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    return my - slope * mx, slope
 
 
-def measure_db(url: str, rows: int) -> dict[str, float]:
-    import psycopg
+def measure_kafka(
+    bootstrap: str, n: int = 300, seed: int = 15
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """The run queue as the kit uses it: its own publisher (kit.transport.publisher.
+    RunPublisher: idempotent, acks=all, linger 5 ms, lz4; produce and flush a batch) and
+    its own consumer (kit.transport.consumer.TieredConsumer: one consumer per tier, fetch
+    wait as the kit sets it, highest tier first) on scratch tier topics made by the kit's
+    ensure_topics (deleted afterwards), messages spread over the tiers by the scenario's
+    shares. Measured on one clock (this process; the consumer polls on its own thread,
+    as a worker's consume loop does):
+    - kafka_publish_per_msg_s: a node's publish of PUBLISH_CHUNK-run batches, per run;
+    - kafka_publish_latency_s: one run published alone, produce to acknowledgement;
+    - kafka_consume_latency_s: produce to the consumer's poll_batch returning it, less
+      the acknowledgement: the model's publish + consume is the measured end to end.
+    Medians over `n` single messages sent at random gaps (not in step with the
+    consumer's own waits)."""
+    import threading
 
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-        conn.execute(f"CREATE SCHEMA {SCHEMA}")
-        conn.execute(
-            f"""CREATE TABLE {SCHEMA}.triggers (
-                partition_id int NOT NULL, fire_at timestamptz NOT NULL, job_id text NOT NULL,
-                job_version int NOT NULL DEFAULT 1, kind text NOT NULL DEFAULT 'cron',
-                attempt int NOT NULL DEFAULT 1, PRIMARY KEY (partition_id, fire_at, job_id))"""
-        )
-        conn.execute(
-            f"""CREATE TABLE {SCHEMA}.runs (
-                run_id uuid PRIMARY KEY, job_id text NOT NULL, scheduled_at timestamptz NOT NULL,
-                attempt int NOT NULL DEFAULT 1, status text NOT NULL DEFAULT 'pending',
-                lease_token text, lease_expires_at timestamptz, worker_id text,
-                dispatched_at timestamptz, started_at timestamptz, finished_at timestamptz,
-                error text)"""
-        )
-        base = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
-        with (
-            conn.cursor() as cur,
-            cur.copy(f"COPY {SCHEMA}.triggers (partition_id, fire_at, job_id) FROM STDIN") as copy,
-        ):
-            for i in range(rows):
-                copy.write_row((i % 1024, base + dt.timedelta(milliseconds=i * 5), f"job-{i}"))
-        conn.execute(f"ANALYZE {SCHEMA}.triggers")
-        out: dict[str, float] = {}
-        # batched scan + advance: a node's partitions, everything due up to a horizon
-        parts = list(range(0, 1024, 8))  # 128 partitions: one node of eight
-        scan_points, per_part_points = [], []
-        horizon = base
-        for size in (500, 1000, 2000, 4000, 8000, 16000) * 2:
-            horizon = horizon + dt.timedelta(milliseconds=size * 5 * 8)
-            t = time.perf_counter()
-            with conn.transaction():
-                n = conn.execute(
-                    f"""WITH due AS (
-                          SELECT partition_id, fire_at, job_id FROM {SCHEMA}.triggers
-                          WHERE partition_id = ANY(%s) AND fire_at <= %s
-                          FOR UPDATE SKIP LOCKED)
-                        UPDATE {SCHEMA}.triggers t SET fire_at = t.fire_at + interval '1 day'
-                        FROM due WHERE t.partition_id = due.partition_id
-                          AND t.fire_at = due.fire_at AND t.job_id = due.job_id""",
-                    (parts, horizon),
-                ).rowcount
-            scan_points.append((n, time.perf_counter() - t))
-        for k in (16, 64, 256, 1024):  # empty scans over k partitions: per-partition cost
-            t = time.perf_counter()
-            conn.execute(
-                f"SELECT count(*) FROM {SCHEMA}.triggers WHERE partition_id = ANY(%s) "
-                "AND fire_at <= %s",
-                (list(range(k)), base - dt.timedelta(days=1)),
+    from confluent_kafka.admin import AdminClient
+
+    from kit.core.ids import run_id
+    from kit.scheduler.node import PUBLISH_CHUNK
+    from kit.transport.consumer import TieredConsumer
+    from kit.transport.message import RunMessage, dead_letter_topic, topic_for
+    from kit.transport.publisher import RunPublisher, encode
+    from kit.transport.topics import ensure_topics
+
+    rng = random.Random(seed)
+    prefix = f"cronfleet-calibrate-{uuid.uuid4().hex[:8]}"
+    created = ensure_topics(bootstrap, partitions=6, prefix=prefix)
+    received: dict[str, float] = {}
+    seen: set[str] = set()  # tiers read (the warm-up lasts until each is)
+    stop = threading.Event()
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            with TieredConsumer(bootstrap, f"{prefix}-group", topic_prefix=prefix) as consumer:
+                while not stop.is_set():
+                    got = consumer.poll_batch(max_messages=2000, timeout_s=0.5)
+                    now = time.perf_counter()
+                    for m in got:
+                        received[m.run_id] = now
+                        seen.add(m.tier)
+                    if got:
+                        consumer.commit()
+                    if not ready.is_set() and len(seen) == len(TIERS):
+                        ready.set()
+        except BaseException as exc:  # reported by the main thread
+            failure.append(exc)
+            ready.set()
+
+    def message(tier: str) -> Any:
+        job = str(uuid.uuid4())
+        ms = 1_900_000_000_000 + rng.randrange(10**9)
+        return encode(RunMessage(run_id(job, ms), job, 1, ms, tier))
+
+    tiers, weights = list(TIERS), list(TIERS.values())
+    publisher = RunPublisher(bootstrap, topic_prefix=prefix)
+    thread = threading.Thread(target=consume, name="calibrate-consumer", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.is_set() and time.monotonic() < deadline:
+            publisher.publish_encoded([message(t) for t in tiers])  # until every tier is read
+            time.sleep(0.5)
+        if failure or not ready.is_set():
+            raise RuntimeError(f"calibrate: the kit's consumer read nothing: {failure}")
+        time.sleep(2.0)
+        ack: list[float] = []
+        e2e: dict[str, list[float]] = {t: [] for t in tiers}
+        for _ in range(n):
+            time.sleep(rng.uniform(0.005, 0.06))
+            tier = rng.choices(tiers, weights=weights)[0]
+            msg = message(tier)
+            t0 = time.perf_counter()
+            publisher.publish_encoded([msg])
+            ack.append(time.perf_counter() - t0)
+            until = time.monotonic() + 5
+            while msg.run_id not in received and time.monotonic() < until:
+                time.sleep(0.0005)
+            if msg.run_id not in received:
+                raise RuntimeError("calibrate: a run message was not consumed within 5 s")
+            e2e[tier].append(received[msg.run_id] - t0)
+        chunks = 10
+        t0 = time.perf_counter()
+        for _ in range(chunks):
+            publisher.publish_encoded(
+                [message(t) for t in rng.choices(tiers, weights=weights, k=PUBLISH_CHUNK)]
             )
-            per_part_points.append((k, time.perf_counter() - t))
-        _, out["db_scan_advance_per_row_s"] = _fit(scan_points)
-        stmt, out["db_per_partition_s"] = _fit(per_part_points)
-        # run insert (deterministic ids, ON CONFLICT DO NOTHING) and the dispatched mark
-        ins_points, mark_points, ids_all = [], [], []
-        for size in (500, 1000, 2000, 4000, 8000) * 2:
-            ids = [uuid.uuid4() for _ in range(size)]
-            ids_all += ids
-            t = time.perf_counter()
-            conn.execute(
-                f"""INSERT INTO {SCHEMA}.runs (run_id, job_id, scheduled_at)
-                    SELECT id, 'job', %s FROM unnest(%s::uuid[]) AS id
-                    ON CONFLICT DO NOTHING""",
-                (base, ids),
-            )
-            ins_points.append((size, time.perf_counter() - t))
-            t = time.perf_counter()
-            conn.execute(
-                f"UPDATE {SCHEMA}.runs SET dispatched_at = now(), status = 'dispatched' "
-                "WHERE run_id = ANY(%s)",
-                (ids,),
-            )
-            mark_points.append((size, time.perf_counter() - t))
-        _, out["db_run_insert_per_row_s"] = _fit(ins_points)
-        _, out["db_dispatch_mark_per_row_s"] = _fit(mark_points)
-        out["db_statement_s"] = stmt  # an index probe that finds nothing: the round trip
-        # claim and finish: one statement each, as a worker does them (latency), and the
-        # same statements pipelined (no round trip between them: the database's own work)
-        sample = ids_all[:3000]
-        claim_sql = (
-            f"UPDATE {SCHEMA}.runs SET status = 'running', lease_token = %s, worker_id = 'w', "
-            "lease_expires_at = now() + interval '30 s', started_at = now() "
-            "WHERE run_id = %s AND status IN ('pending', 'dispatched') AND attempt = 1"
+        per_msg = (time.perf_counter() - t0) / (chunks * PUBLISH_CHUNK)
+    finally:
+        stop.set()
+        thread.join(10)
+        publisher.close()
+        if created:
+            AdminClient(client_config(bootstrap)).delete_topics(created, operation_timeout=10)
+    all_e2e = [x for v in e2e.values() for x in v]
+    pub = statistics.median(ack)
+    consume_s = statistics.median(all_e2e) - pub
+    if consume_s <= 0:
+        raise RuntimeError(
+            f"calibrate: end to end {statistics.median(all_e2e):.6f} s is not above the "
+            f"acknowledgement {pub:.6f} s: the method is wrong"
         )
-        finish_sql = (
-            f"UPDATE {SCHEMA}.runs SET status = 'succeeded', finished_at = now(), "
-            "lease_token = NULL WHERE run_id = %s AND lease_token = %s"
-        )
-        lat_c, lat_f = [], []
-        for rid in sample[:1000]:
-            t = time.perf_counter()
-            conn.execute(claim_sql, (f"t{rid}", rid))
-            lat_c.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            conn.execute(finish_sql, (rid, f"t{rid}"))
-            lat_f.append(time.perf_counter() - t)
-        out["claim_s"] = statistics.median(lat_c)
-        out["finish_s"] = statistics.median(lat_f)
-        batch = sample[1000:3000]
-        with conn.cursor() as cur:
-            t = time.perf_counter()
-            cur.executemany(claim_sql, [(f"t{r}", r) for r in batch])
-            out["db_claim_demand_s"] = (time.perf_counter() - t) / len(batch)
-            t = time.perf_counter()
-            cur.executemany(finish_sql, [(r, f"t{r}") for r in batch])
-            out["db_finish_demand_s"] = (time.perf_counter() - t) / len(batch)
-        conn.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
-    return out
+    detail = {
+        "messages": n,
+        "e2e_median_s": statistics.median(all_e2e),
+        "e2e_p99_s": float(sorted(all_e2e)[int(0.99 * (len(all_e2e) - 1))]),
+        "e2e_median_by_tier_s": {t: statistics.median(v) for t, v in e2e.items() if v},
+        "ack_p99_s": float(sorted(ack)[int(0.99 * (len(ack) - 1))]),
+        "topics": [topic_for(t, prefix) for t in tiers] + [dead_letter_topic(prefix)],
+    }
+    return {
+        "kafka_publish_per_msg_s": per_msg,
+        "kafka_publish_latency_s": pub,
+        "kafka_consume_latency_s": consume_s,
+    }, detail
 
 
 def measure_run_rows(url: str, rows: int) -> dict[str, float]:
@@ -307,73 +870,6 @@ def measure_run_rows(url: str, rows: int) -> dict[str, float]:
         "run_row_bytes": total / rows,
         "run_row_heap_bytes": heap / rows,
         "run_row_compact_bytes": compact / rows,
-    }
-
-
-def measure_kafka(bootstrap: str) -> dict[str, float]:
-    from confluent_kafka import Consumer, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({**client_config(bootstrap)})
-    admin.delete_topics([TOPIC], operation_timeout=10)
-    time.sleep(1.0)
-    fut = admin.create_topics([NewTopic(TOPIC, num_partitions=4, replication_factor=1)])
-    for f in fut.values():
-        with contextlib.suppress(Exception):
-            f.result(10)
-    producer = Producer({**client_config(bootstrap), "linger.ms": 5, "acks": "all"})
-    payload = b"x" * 300
-    n = 50_000
-    t = time.perf_counter()
-    for i in range(n):
-        while True:
-            try:
-                producer.produce(TOPIC, payload, key=str(i % 997).encode())
-                break
-            except BufferError:
-                producer.poll(0.01)
-        if i % 1000 == 0:
-            producer.poll(0)
-    producer.flush(30)
-    per_msg = (time.perf_counter() - t) / n
-    # ack latency of one message at a time
-    acks: list[float] = []
-    for _ in range(200):
-        t0 = time.perf_counter()
-        producer.produce(
-            TOPIC, payload, on_delivery=lambda e, m, t0=t0: acks.append(time.perf_counter() - t0)
-        )
-        producer.flush(10)
-    consumer = Consumer(
-        {
-            **client_config(bootstrap),
-            "group.id": f"cal-{uuid.uuid4()}",
-            "auto.offset.reset": "latest",
-            "fetch.wait.max.ms": 10,
-        }
-    )
-    consumer.subscribe([TOPIC])
-    deadline = time.time() + 20
-    while not consumer.assignment() and time.time() < deadline:
-        consumer.poll(0.2)
-    e2e: list[float] = []
-    for i in range(200):
-        marker = f"m{i}".encode()
-        t0 = time.perf_counter()
-        producer.produce(TOPIC, marker)
-        producer.flush(10)
-        while time.perf_counter() - t0 < 5:
-            msg = consumer.poll(0.05)
-            if msg is not None and not msg.error() and msg.value() == marker:
-                e2e.append(time.perf_counter() - t0)
-                break
-    consumer.close()
-    admin.delete_topics([TOPIC], operation_timeout=10)
-    pub = statistics.median(acks)
-    return {
-        "kafka_publish_per_msg_s": per_msg,
-        "kafka_publish_latency_s": pub,
-        "kafka_consume_latency_s": max(0.0, statistics.median(e2e) - pub) if e2e else pub,
     }
 
 
@@ -562,37 +1058,24 @@ def update_profile(
 
 def write_profile(
     path: Path,
-    numbers: dict[str, float],
-    rows: int,
-    history: dict[str, float] | None = None,
-    history_rows: int = 0,
+    numbers: Mapping[str, float],
+    notes: Mapping[str, str],
+    history: Mapping[str, float] | None = None,
 ) -> None:
+    """The profile: [service_times] (seconds), [history] (bytes), and [measured]: how and
+    when each group of keys was measured (`notes`: group -> text)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         "# Calibration profile: service times (seconds) the model charges for each",
-        "# statement, row and message, and the bytes a run row takes in the run history.",
-        "# Written by `cronfleet calibrate`.",
+        "# statement, row, message and fire, and the bytes a run row takes in the run",
+        "# history. Written by `cronfleet calibrate`; [measured] says how and when.",
         "[service_times]",
     ]
     lines += [f"{k} = {v:.9f}" for k, v in sorted(numbers.items())]
     if history:
         lines += ["", "[history]"]
         lines += [f"{k} = {v:.1f}" for k, v in sorted(history.items())]
-    lines += [
-        "",
-        "[measured]",
-        f'source = "cronfleet calibrate on {platform.node()} ({platform.machine()}, '
-        f'{platform.python_version()}) at {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"',
-        f'method = "scratch tables of {rows} triggers; per-row costs fitted over batch sizes; '
-        "claim/finish latency = median single statement; demand = pipelined per statement; "
-        'kafka: 50,000 x 300 B produce, 200 single-message acks and round trips"',
-    ]
-    if history:
-        lines.append(
-            f"history = \"{history_rows} finished runs in the kit's runs table (kit.store.schema: "
-            "columns and indexes), written pending -> running -> succeeded, "
-            "vacuumed; run_row_bytes = table + indexes + TOAST per row (the updates' free "
-            'space kept); run_row_compact_bytes after VACUUM FULL"'
-        )
+    lines += ["", "[measured]"]
+    lines += [f"{k} = {json.dumps(v, ensure_ascii=False)}" for k, v in notes.items() if v]
     lines.append("")
     path.write_text("\n".join(lines))

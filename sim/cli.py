@@ -12,6 +12,7 @@ import resource
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -239,12 +240,16 @@ def storm_main(args: argparse.Namespace, raw: dict[str, Any], seed: int) -> int:
     r["command"] = command
     r["profile_path"] = args.profile or "sim/profiles/default.toml"
     p50, p99, mx = r["start_lag_s"]
-    print(f"{r['scenario']} (seed {seed}): {r['runs']:,} runs due at T on {r['cores']} cores, "
-          f"{r['workers']} workers, scan {r['scan_ahead_s']:g} s ahead")
+    print(
+        f"{r['scenario']} (seed {seed}): {r['runs']:,} runs due at T on {r['cores']} cores, "
+        f"{r['workers']} workers, scan {r['scan_ahead_s']:g} s ahead"
+    )
     print(f"  start lag p50 / p99 / max   {p50} / {p99} / {mx} s")
-    print(f"  all claimed at T{r['all_claimed_s']:+} s, all succeeded at T+{r['all_succeeded_s']} s"
-          if r["all_claimed_s"] is not None and r["all_succeeded_s"] is not None
-          else f"  claimed by T: incomplete; succeeded {r['succeeded']:,}")
+    print(
+        f"  all claimed at T{r['all_claimed_s']:+} s, all succeeded at T+{r['all_succeeded_s']} s"
+        if r["all_claimed_s"] is not None and r["all_succeeded_s"] is not None
+        else f"  claimed by T: incomplete; succeeded {r['succeeded']:,}"
+    )
     print(f"  started {r['started']:,}, succeeded {r['succeeded']:,}, given back {r['given_back']}")
     print("  CPU (s): " + ", ".join(f"{k} {v}" for k, v in r["cpu_s"].items()))
     print(f"  command: {command}")
@@ -377,6 +382,28 @@ def size_windows(base: dict[str, Any], window_s: float, count: int) -> list[dict
     return out
 
 
+NODE_LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+
+def fewest_nodes(meets: Callable[[int], bool], least: int, most: int) -> int | None:
+    """The fewest scheduler nodes from `least` to `most` that meet, more nodes never
+    meeting worse: up the ladder to the first rung that meets, then halving between it
+    and the rung below (which missed). The ladder alone answered 12 where 10 meet."""
+    ladder = [n for n in NODE_LADDER if least <= n <= most]
+    found = next((n for n in ladder if meets(n)), None)
+    if found is None:
+        return None
+    lo = max((n for n in ladder if n < found), default=found)  # missed, or none below
+    hi = found
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if meets(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def size_main(args: argparse.Namespace) -> int:
     """Smallest fleet (fewest nodes, then fewest workers) meeting the target in every
     window checked, each candidate simulated over those windows only. A candidate misses
@@ -444,8 +471,12 @@ def size_main(args: argparse.Namespace) -> int:
     for win in windows:
         if nodes and meets_in(nodes, workers, parts, win):
             continue  # the fleet found so far already meets this window
-        ladder = [n for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32) if max(nodes, 1) <= n <= parts]
-        found = next((n for n in ladder if meets_in(n, max(w_max, workers), parts, win)), None)
+        most_workers = max(w_max, workers)
+
+        def meets_with_most_workers(n: int, w: int = most_workers, win: Any = win) -> bool:
+            return meets_in(n, w, parts, win)
+
+        found = fewest_nodes(meets_with_most_workers, max(nodes, 1), parts)
         if found is None:
             print("no fleet within the search bounds meets the target", file=sys.stderr)
             return 1

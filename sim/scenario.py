@@ -78,7 +78,7 @@ DEFAULTS: dict[str, Any] = {
         "heartbeat_s": defaults.RUN_HEARTBEAT_MS / 1000,
         "scan_ahead_s": -1.0,  # < 0: the core's default (kit.core.dispatch.scan_window)
         "undispatched_grace_s": defaults.UNDISPATCHED_GRACE_MS / 1000,
-        "scan_batch_rows": 50_000,  # most due rows one scan transaction takes
+        "scan_batch_rows": defaults.SCAN_BATCH_ROWS,  # most due rows one scan takes
     },
     "reaper": {"period_s": defaults.REAPER_PERIOD_MS / 1000},
     "history": {"retention_days": 30},  # run history kept (for the size it takes)

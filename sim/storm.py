@@ -59,7 +59,7 @@ STORM_DEFAULTS: dict[str, Any] = {
         "lead_s": 20.0,  # the model starts this long before T (jobs exist, fleet idle)
         "scan_ahead_s": -1.0,  # < 0: the core's default
         "scan_period_s": defaults.SCAN_PERIOD_MS / 1000,
-        "scan_batch_rows": 20_000,  # kit.scheduler.scan.DEFAULT_BATCH
+        "scan_batch_rows": defaults.SCAN_BATCH_ROWS,
         "publish_chunk": 5_000,  # kit.scheduler.node.PUBLISH_CHUNK
         "claim_batch": 2_000,  # kit.worker.worker.CLAIM_BATCH
         "finish_batch": 1_000,  # kit.worker.worker.FINISH_BATCH

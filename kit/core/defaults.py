@@ -18,6 +18,10 @@ REAPER_PERIOD_MS = 5_000  # how often the reaper looks for expired and unpublish
 # a node's publish after its commit. Above the scan-ahead (checked at start).
 UNDISPATCHED_GRACE_MS = 15_000
 SCAN_PERIOD_MS = 1_000  # a scheduler node scans its partitions once a second
+# Most due triggers one scan transaction takes. A scan of 20,000 fires takes ~5-8 s of
+# the node and the database on 2 cores; a 50,000-row one (~19 s) outlasts the partition
+# lease, so the node loses its partitions mid-scan and the fires come late.
+SCAN_BATCH_ROWS = 20_000
 
 
 def misfire_grace_ms(

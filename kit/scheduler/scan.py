@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from kit.core.defaults import MISFIRE_GRACE_MS
+from kit.core.defaults import MISFIRE_GRACE_MS, SCAN_BATCH_ROWS
 from kit.core.dispatch import rescan_at_once, scan_window
 from kit.core.jitter import jitter_offset_ms
 from kit.core.policies import MisfirePolicy, OverlapPolicy
@@ -34,7 +34,7 @@ from kit.store.db import db_now
 from kit.transport.message import RunMessage
 from kit.transport.publisher import EncodedRun, encode
 
-DEFAULT_BATCH = 20_000
+DEFAULT_BATCH = SCAN_BATCH_ROWS
 
 
 @dataclass(frozen=True)

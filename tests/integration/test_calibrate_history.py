@@ -17,7 +17,8 @@ def test_run_row_bytes_measured_on_the_kits_runs_table(db_url, tmp_path):
     assert 100 < m["run_row_compact_bytes"] < m["run_row_bytes"] < 5_000
     assert m["run_row_heap_bytes"] < m["run_row_bytes"]
     profile = tmp_path / "p.toml"
-    write_profile(profile, {"claim_s": 0.001}, 100, m, 3_000)
+    write_profile(profile, {"claim_s": 0.001}, {"history": "a note"}, m)
     read = tomllib.loads(profile.read_text())  # sim.scenario.load_profile reads [history]
     assert read["history"]["run_row_bytes"] == round(m["run_row_bytes"], 1)
     assert read["service_times"]["claim_s"] == 0.001
+    assert read["measured"]["history"] == "a note"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.cli import candidate_meets, size_windows
+from sim.cli import candidate_meets, fewest_nodes, size_windows
 from sim.runs import RunTable
 from sim.scenario import ScenarioError, load_scenario
 from sim.workload import WorkloadStream, due_per_second
@@ -163,3 +163,21 @@ def test_the_lead_in_leaves_the_fleet_warm_not_behind():
     assert first.sum() > 100
     # ~2 minutes of runs queued behind one producer per node would be ~23 ms here
     assert np.nanmax(s["dispatch_lag"][first]) < 1.0  # ms
+
+
+def test_size_finds_the_fewest_nodes_between_the_ladders_rungs():
+    """Nodes go up a ladder (1, 2, 3, 4, 6, 8, 12, ...) and then halve back between the
+    first rung that meets and the one below: 10 is found, not 12; nothing is simulated
+    twice; a fleet that meets from the least asked for is that least."""
+    for needed in (1, 2, 5, 7, 9, 10, 11, 12, 13, 30):
+        asked: list[int] = []
+
+        def meets(n: int, needed: int = needed, asked: list[int] = asked) -> bool:
+            asked.append(n)
+            return n >= needed
+
+        assert fewest_nodes(meets, 1, 1024) == needed
+        assert len(asked) == len(set(asked))
+    assert fewest_nodes(lambda n: n >= 40, 1, 1024) is None  # beyond the ladder's top
+    assert fewest_nodes(lambda n: n >= 3, 4, 1024) == 4
+    assert fewest_nodes(lambda n: n >= 10, 1, 8) is None  # fewer partitions than nodes

@@ -131,3 +131,25 @@ def test_a_terminal_gets_a_progress_bar_and_the_result():
 
     _, result = run_scenario("steady", list(STEADY), 1, None, progress="bar")
     assert result["model"]["runs"] > 0
+
+
+def test_the_scan_charges_the_scheduler_nodes_own_cpu_per_fire():
+    """A node scans on one thread: its own CPU per fire (kit.scheduler.scan's Python between
+    the statements, calibrated as sched_scan_cpu_per_fire_s) adds to each scan's time, so
+    one node's top of the hour comes out otherwise with it than without it (same seed: the
+    model is deterministic, so equal results would mean the key is not charged)."""
+    from sim.metrics import summarise
+    from sim.model import Model
+    from sim.scenario import load_profile, load_scenario
+
+    s = load_scenario("top-of-hour", [*PEAK, "fleet.nodes=1"])
+    profile = load_profile(None, {})
+    assert profile["sched_scan_cpu_per_fire_s"] > 0
+
+    def lags(cpu_per_fire: float) -> dict[str, float]:
+        m = Model(s, {**profile, "sched_scan_cpu_per_fire_s": cpu_per_fire}, 1)
+        m.run()
+        return dict(summarise(m, 1.0)["start_lag_s"])
+
+    charged, free = lags(profile["sched_scan_cpu_per_fire_s"]), lags(0.0)
+    assert charged["p99"] != free["p99"] and charged["max"] != free["max"]
