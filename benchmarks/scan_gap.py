@@ -91,6 +91,7 @@ def main() -> int:
         jobs_create_batch(
             engine, "bench", specs_due_at(args.jobs, due), now=due - timedelta(seconds=5)
         )
+        print(f"kit from {scan_mod.__file__}")
         print(f"{args.jobs} cron jobs due at {due.astimezone(UTC):%H:%M:%S}; "
               f"idle_in_transaction_session_timeout {timeout}")  # fmt: skip
 

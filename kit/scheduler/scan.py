@@ -227,9 +227,8 @@ def scan_partitions(
         due: list[DueTrigger] = []
         ctid_of: dict[int, str] = {}  # id(trigger) -> its row address
         view_of = jobs.view
-        for i, row in enumerate(rows):
-            if i % PROGRESS_EVERY == 0:
-                guard()  # a job's first view parses its schedule (croniter): not free
+        for row in rows:
+            guard()  # every row: a job's first view parses its schedule (croniter), ~10 ms
             (ctid, part, fire_us, job_id, job_version, kind, attempt, rsa_us, version,
              tenant) = row[:10]  # fmt: skip
             trig = DueTrigger(
