@@ -83,7 +83,7 @@ def scheduler_engine(database_url: str, config: NodeConfig, pool_size: int = 4) 
     (found by the chaos drill `scheduler-partition`). Half a lease is far above the gap
     idle for half a lease, and a connection whose sent data goes unacknowledged that long
     (found by the chaos drill `scheduler-partition`). A scan's Python work between two
-    statements grows with its batch (5-7 s for 20,000 varied cron triggers on 2 cores,
+    statements grows with its batch (5-9 s for 20,000 varied cron triggers on 2 cores,
     benchmarks/scan_gap.py), so the scan touches the server every
     `scan_idle_budget_ms` of it (kit.scheduler.scan.IdleGuard)."""
     from kit.store.db import engine_for

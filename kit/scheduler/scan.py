@@ -49,7 +49,7 @@ class IdleGuard:
     lets go of the lease rows it holds FOR SHARE. But a scan's own Python work between
     two statements grows with its batch: reading 20,000 cron triggers of varied
     expressions and zones, then parsing their schedules and computing each next fire,
-    left the transaction idle 5.1-6.7 s on 2 cores (benchmarks/scan_gap.py), past the
+    left the transaction idle 5.1-8.6 s on 2 cores (benchmarks/scan_gap.py), past the
     5 s of the default lease, so the server killed every such scan, the node read the
     same rows the next second and failed again: nothing fired. So the work touches the
     server (`SELECT 1`, ~0.1 ms) once `budget_s` has passed since its last statement.

@@ -2,7 +2,7 @@
 still commits: the server ends a scheduler transaction idle for half a lease
 (kit.scheduler.node.scheduler_engine), and a scan of many due cron triggers once spent
 longer than that between two statements, was killed, and was retried on the same rows
-every second: nothing fired (benchmarks/scan_gap.py: 5.1-6.7 s idle at 20,000 varied
+every second: nothing fired (benchmarks/scan_gap.py: 5.1-8.6 s idle at 20,000 varied
 cron triggers against a 5 s timeout). Here the lease is 1 s (a 500 ms timeout) and each
 job's first parse is made 2 ms slower, so the same code path idles ~1.2 s without the
 guard on any machine."""
