@@ -81,15 +81,31 @@ def scheduler_engine(database_url: str, config: NodeConfig, pool_size: int = 4) 
     client lives: hours of TCP keepalive. So the server ends a node's transaction left
     idle for half a lease, and a connection whose sent data goes unacknowledged that long
     (found by the chaos drill `scheduler-partition`). Half a lease is far above the gap
-    between two statements of a scan, even of a 50,000-run burst."""
+    idle for half a lease, and a connection whose sent data goes unacknowledged that long
+    (found by the chaos drill `scheduler-partition`). A scan's Python work between two
+    statements grows with its batch (5-9 s for 20,000 varied cron triggers on 2 cores,
+    benchmarks/scan_gap.py), so the scan touches the server every
+    `scan_idle_budget_ms` of it (kit.scheduler.scan.IdleGuard)."""
     from kit.store.db import engine_for
 
-    half_lease_ms = max(500, config.lease_ttl_ms // 2)
     session = {
-        "idle_in_transaction_session_timeout": half_lease_ms,
-        "tcp_user_timeout": half_lease_ms,
+        "idle_in_transaction_session_timeout": idle_timeout_ms(config),
+        "tcp_user_timeout": idle_timeout_ms(config),
     }
     return engine_for(database_url, pool_size=pool_size, session=session)
+
+
+def idle_timeout_ms(config: NodeConfig) -> int:
+    """The scheduler sessions' idle-in-transaction (and unacknowledged-send) timeout:
+    half a lease, so a dead node's locks go well before its lease would."""
+    return max(500, config.lease_ttl_ms // 2)
+
+
+def scan_idle_budget_ms(config: NodeConfig) -> int:
+    """The longest a scan lets its transaction sit idle while it computes: a fifth of
+    the timeout, so a chunk of work past the budget, a GC pause or a busy core still
+    leave most of the timeout (1 s of 5 s with the defaults)."""
+    return idle_timeout_ms(config) // 5
 
 
 def wall_ms() -> int:
@@ -139,6 +155,7 @@ class SchedulerNode:
             batch=self.config.scan_batch,
             jobs=self.jobs,
             misfire_grace_ms=self.config.misfire_grace_ms,
+            idle_budget_ms=scan_idle_budget_ms(self.config),
         )
         m.SCAN_SECONDS.labels(self.node_id).observe(time.perf_counter() - started)
         if result.refused:

@@ -9,12 +9,13 @@ partition commits nothing for it.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from kit.core.defaults import MISFIRE_GRACE_MS, SCAN_BATCH_ROWS
 from kit.core.dispatch import rescan_at_once, scan_window
@@ -23,6 +24,7 @@ from kit.core.policies import MisfirePolicy, OverlapPolicy
 from kit.core.schedule import Schedule, parse_schedule
 from kit.core.timeutil import EPOCH, to_epoch_ms
 from kit.core.trigger import (
+    PROGRESS_EVERY,
     DueTrigger,
     JobView,
     TriggerDecision,
@@ -35,6 +37,46 @@ from kit.transport.message import RunMessage
 from kit.transport.publisher import EncodedRun, encode
 
 DEFAULT_BATCH = SCAN_BATCH_ROWS
+# What IdleGuard sends: the cheapest statement, its only use to end an idle stretch.
+_SELECT_1 = text("SELECT 1")
+
+
+class IdleGuard:
+    """Keeps a scan's transaction from looking idle to the server while Python works.
+
+    The scheduler's sessions end a transaction idle for half a lease
+    (kit.scheduler.node.scheduler_engine): that is how a node whose link died mid-scan
+    lets go of the lease rows it holds FOR SHARE. But a scan's own Python work between
+    two statements grows with its batch: reading 20,000 cron triggers of varied
+    expressions and zones, then parsing their schedules and computing each next fire,
+    left the transaction idle 5.1-8.6 s on 2 cores (benchmarks/scan_gap.py), past the
+    5 s of the default lease, so the server killed every such scan, the node read the
+    same rows the next second and failed again: nothing fired. So the work touches the
+    server (`SELECT 1`, ~0.1 ms) once `budget_s` has passed since its last statement.
+
+    Why not the alternatives: a longer timeout would hold other nodes' lease passes
+    behind a dead node's locks for longer; deciding outside the transaction, or
+    committing per chunk, would split the fenced read from the fenced write (or commit
+    runs without the triggers they came from). A dead client sends nothing, so the
+    server still ends its transaction after the timeout, as before."""
+
+    def __init__(self, conn: Any, budget_s: float | None) -> None:
+        self._conn = conn
+        self._budget_s = budget_s
+        self._last = time.monotonic()
+        self.touches = 0
+
+    def sent(self) -> None:
+        """A statement just went to the server."""
+        self._last = time.monotonic()
+
+    def __call__(self) -> None:
+        if self._budget_s is None:
+            return
+        if time.monotonic() - self._last >= self._budget_s:
+            self._conn.execute(_SELECT_1)
+            self.touches += 1
+            self.sent()
 
 
 @dataclass(frozen=True)
@@ -155,11 +197,15 @@ def scan_partitions(
     batch: int = DEFAULT_BATCH,
     jobs: JobViews | None = None,
     misfire_grace_ms: int = MISFIRE_GRACE_MS,
+    idle_budget_ms: int | None = None,
 ) -> ScanResult:
     """Scan `epochs` (partition -> the epoch this node believes it holds) at `now`
-    (None: the database's clock); fires older than `misfire_grace_ms` were missed."""
+    (None: the database's clock); fires older than `misfire_grace_ms` were missed.
+    `idle_budget_ms`: the longest the transaction may go without a statement while
+    the scan computes (IdleGuard); None: as long as it takes."""
     jobs = jobs or JobViews()
     with engine.begin() as conn:
+        guard = IdleGuard(conn, None if idle_budget_ms is None else idle_budget_ms / 1000)
         at = db_now(conn, now)
         result = ScanResult(now=at)
         locked = sql.partitions_lock_own(conn, node_id, epochs)
@@ -171,6 +217,7 @@ def scan_partitions(
         _lo, hi_ms = scan_window(now_ms, scan_ahead_ms)
         overlap_hi_ms = overlap_limit_ms(now_ms, hi_ms)
         rows = sql.triggers_due(conn, locked, hi_ms, batch, overlap_hi_ms=overlap_hi_ms)
+        guard.sent()
         result.triggers = len(rows)
         result.full = len(rows) >= batch
         if not rows:
@@ -181,6 +228,7 @@ def scan_partitions(
         ctid_of: dict[int, str] = {}  # id(trigger) -> its row address
         view_of = jobs.view
         for row in rows:
+            guard()  # every row: a job's first view parses its schedule (croniter), ~10 ms
             (ctid, part, fire_us, job_id, job_version, kind, attempt, rsa_us, version,
              tenant) = row[:10]  # fmt: skip
             trig = DueTrigger(
@@ -200,11 +248,14 @@ def scan_partitions(
                     views[job_id] = view
                     tenants[job_id] = tenant
         overlap_jobs = {j for j, v in views.items() if v.overlap is not OverlapPolicy.allow}
+        guard()
         active = sql.runs_active_counts(conn, overlap_jobs)
+        guard.sent()
         decisions = decide_scan(
-            due, views, active, now_ms, hi_ms, misfire_grace_ms=misfire_grace_ms
+            due, views, active, now_ms, hi_ms, guard, misfire_grace_ms=misfire_grace_ms
         )
-        _write(conn, decisions, ctid_of, views, tenants, epochs, result)
+        guard()
+        _write(conn, decisions, ctid_of, views, tenants, epochs, result, guard)
     return result
 
 
@@ -216,6 +267,7 @@ def _write(
     tenants: Mapping[str, str],
     epochs: Mapping[int, int],
     result: ScanResult,
+    guard: IdleGuard,
 ) -> None:
     sql.runs_cancel_active(conn, {d.trigger.job_id for d in decisions if d.cancel_active})
     rows = sql.RunRows()
@@ -225,7 +277,9 @@ def _write(
     cancels: dict[str, str] = {}
     deletes: list[str] = []
     nexts: list[tuple[int, int, str, int]] = []
-    for d in decisions:
+    for n, d in enumerate(decisions):
+        if n % PROGRESS_EVERY == 0:
+            guard()
         trig = d.trigger
         if not d.delete:
             continue
@@ -262,7 +316,10 @@ def _write(
     sql.triggers_insert(conn, nexts)
     held = result.held
     skipped = result.skipped
+    guard.sent()
     for i, rid in enumerate(rows.run_ids):
+        if i % PROGRESS_EVERY == 0:
+            guard()  # encoding each held run's message, before the commit
         if rid not in inserted:
             continue
         reason = rows.skip_reasons[i]
@@ -273,7 +330,9 @@ def _write(
         else:
             reason = reason or "skipped"
             skipped[reason] = skipped.get(reason, 0) + 1
-    for rid in rearmed:
+    for n, rid in enumerate(rearmed):
+        if n % PROGRESS_EVERY == 0:
+            guard()
         rearm, p = rearm_of[rid]
         held.append(
             HeldRun(
