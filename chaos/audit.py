@@ -219,9 +219,7 @@ def misfire_justified(
     if job.misfire == "run_all":
         return False
     late_at = fire_ms + grace_ms
-    return any(
-        f.stops_scans and f.start_ms <= late_at <= f.heal_ms + slack_ms for f in faults
-    )
+    return any(f.stops_scans and f.start_ms <= late_at <= f.heal_ms + slack_ms for f in faults)
 
 
 def stale_write(write: Write) -> str | None:

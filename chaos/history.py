@@ -24,9 +24,7 @@ def runs_read(engine: Engine) -> list[RunFacts]:
             ),
             {"t": TENANT},
         ).all()
-    return [
-        RunFacts(r[0], r[1], to_epoch_ms(r[2]), r[3], r[4], r[5], r[6], r[7]) for r in rows
-    ]
+    return [RunFacts(r[0], r[1], to_epoch_ms(r[2]), r[3], r[4], r[5], r[6], r[7]) for r in rows]
 
 
 def paused_at(engine: Engine) -> dict[str, int]:

@@ -94,9 +94,7 @@ def _in_scan(ctx: DrillContext, node: str) -> bool:
         return any("triggers" in q or "INSERT INTO runs" in q or "FOR SHARE" in q for q in rows)
 
 
-def scheduler_cut(
-    ctx: DrillContext, cycle: int, node: str, hold_s: float, mid_scan: bool
-) -> None:
+def scheduler_cut(ctx: DrillContext, cycle: int, node: str, hold_s: float, mid_scan: bool) -> None:
     """Cut `node` (running in the drill's namespace) off from PostgreSQL for `hold_s`:
     at a moment it is inside a scan transaction when `mid_scan` (it holds its lease rows
     and has written nothing yet), else now. Its Kafka link stays up."""

@@ -33,8 +33,11 @@ def _default(body: dict) -> str:
     if isinstance(value, bool):
         return "`true`" if value else "`false`"
     if isinstance(value, (list, dict)):
-        return f"`{value}`".replace("'", '"') if value else ("`[]`" if isinstance(value, list)
-                                                            else "`{}`")
+        return (
+            f"`{value}`".replace("'", '"')
+            if value
+            else ("`[]`" if isinstance(value, list) else "`{}`")
+        )
     return f"`{value}`"
 
 

@@ -44,6 +44,7 @@ python3 -m kit.cli stack up
 
 echo "==> ruff"
 python3 -m ruff check .
+python3 -m ruff format --check .
 
 echo "==> mypy (strict on kit/core and sim/, pyproject.toml [tool.mypy])"
 python3 -m mypy

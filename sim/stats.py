@@ -392,9 +392,7 @@ def _pad(row: np.ndarray, b0: int) -> np.ndarray:
     return out
 
 
-def _row_hist(
-    row: np.ndarray, b0: int, n: int, total: float, lo: float, hi: float
-) -> LagHistogram:
+def _row_hist(row: np.ndarray, b0: int, n: int, total: float, lo: float, hi: float) -> LagHistogram:
     h = LagHistogram()
     if n:
         h.add_counts(_pad(row, b0), int(n), float(total), float(lo), float(hi))

@@ -56,9 +56,7 @@ class RandomNemesis(Drill):
     def worker_spec(self, ctx: DrillContext, name: str, args: list[str]) -> ServiceSpec:
         return ServiceSpec(name, "worker", args, skew=ctx.state["skews"].get(name))
 
-    def _fault(
-        self, ctx: DrillContext, kind: str, index: int, at_ms: int
-    ) -> Callable[[], None]:
+    def _fault(self, ctx: DrillContext, kind: str, index: int, at_ms: int) -> Callable[[], None]:
         rng = ctx.rng
         ttl_s = ctx.timings.partition_lease_ttl_ms / 1000
         if kind == "worker_kill":

@@ -298,9 +298,7 @@ def ack_batch(body: AckBatchIn, request: Request, caller: Caller) -> AckBatchOut
     """Up to 1,000 acks per call, in one transaction; each is decided on its own, as the
     one-task ack would decide it, and a refused one (unknown task, stale or expired
     lease) does not refuse the others: its `error` says why."""
-    _check_json_sizes(
-        "acks[{}].result", [a.result for a in body.acks], request.app.state.settings
-    )
+    _check_json_sizes("acks[{}].result", [a.result for a in body.acks], request.app.state.settings)
     outcomes = queue_store.task_ack_many(
         request.app.state.engine,
         caller.tenant,

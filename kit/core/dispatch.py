@@ -18,7 +18,6 @@ from kit.core.errors import FieldError
 T = TypeVar("T")
 
 
-
 class PriorityTier(StrEnum):
     """A job's priority tier, most urgent first (the order is the rank): one Kafka topic
     each, preferred in this order by the workers and the catch-up."""

@@ -158,9 +158,7 @@ TRANSITIONS: tuple[TransitionRule, ...] = (
     TransitionRule(
         _S.running, "release", _S.running, "token matches; lease ends now (worker stopping)"
     ),
-    TransitionRule(
-        _S.running, "return", _S.pending, "token matches; its task never started"
-    ),
+    TransitionRule(_S.running, "return", _S.pending, "token matches; its task never started"),
     TransitionRule(_S.running, "finish_ok", _S.succeeded, "token matches"),
     TransitionRule(
         _S.running, "finish_retry", _S.retry_scheduled, "token matches; failed; retry_at given"

@@ -130,8 +130,7 @@ def check_instant_range(instant: datetime, field: str) -> datetime:
     if not in_range:
         raise FieldError(
             field,
-            f"must be between {MIN_INSTANT.isoformat()} and {MAX_INSTANT.isoformat()} "
-            "(exclusive)",
+            f"must be between {MIN_INSTANT.isoformat()} and {MAX_INSTANT.isoformat()} (exclusive)",
         )
     return instant.astimezone(UTC)
 

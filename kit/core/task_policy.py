@@ -75,9 +75,7 @@ class TaskPolicy:
         tenants = data.get("tenants", {})
         if not isinstance(tenants, Mapping):
             raise FieldError("tenants", "must be a table of tenants")
-        parsed = {
-            str(name): _tenant(f"tenants.{name}", entry) for name, entry in tenants.items()
-        }
+        parsed = {str(name): _tenant(f"tenants.{name}", entry) for name, entry in tenants.items()}
         return cls(parsed, http_allow_hosts)
 
     def for_tenant(self, tenant: str) -> TenantPolicy:

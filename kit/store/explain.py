@@ -1,4 +1,4 @@
-""""Why didn't my job run?" (GET /v1/jobs/{id}/explain): every fire the job's schedule
+""" "Why didn't my job run?" (GET /v1/jobs/{id}/explain): every fire the job's schedule
 owed in a range, matched with its run by id, judged by kit.core.owed.
 
 The schedule in force at each time comes from the job's audit log (its create and the

@@ -442,9 +442,7 @@ def job_record(row: Any) -> JobRecord:
     )
 
 
-def job_read_in(
-    conn: Connection, tenant: str, job_id: str, lock: bool = False
-) -> JobRecord | None:
+def job_read_in(conn: Connection, tenant: str, job_id: str, lock: bool = False) -> JobRecord | None:
     """The tenant's job inside the caller's transaction (locked FOR UPDATE if asked)."""
     if not is_uuid(job_id):
         return None

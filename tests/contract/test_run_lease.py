@@ -97,9 +97,7 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
                 t = core.finish_run(self.core, token, True, self.now_ms, None)
             else:
                 rng = random.Random(0)
-                result = run_finish_failed(
-                    engine, self.run_id, token, "boom", rng, now=self.now
-                )
+                result = run_finish_failed(engine, self.run_id, token, "boom", rng, now=self.now)
                 retry_at = to_epoch_ms(result.retry_at) if result.retry_at else None
                 t = core.finish_run(self.core, token, False, self.now_ms, retry_at)
             assert result.accepted == t.accepted, t.reason

@@ -170,8 +170,15 @@ def _fake_aws(bin_dir: Path, secret: dict[str, str]) -> None:
     script.chmod(0o755)
 
 
-def _values(role: str, root: Path, wheel: Path, db: dict[str, str], ports: dict[str, int],
-            prefix: str, settings_env: str) -> dict[str, object]:
+def _values(
+    role: str,
+    root: Path,
+    wheel: Path,
+    db: dict[str, str],
+    ports: dict[str, int],
+    prefix: str,
+    settings_env: str,
+) -> dict[str, object]:
     return {
         "role": role,
         "prefix": str(root / "opt"),
@@ -210,8 +217,12 @@ def test_rendered_bootstrap_runs_a_job_end_to_end(tmp_path: Path, database: str,
     secret = {"username": url.username, "password": url.password, "engine": "postgres"}
     db = {"host": url.host, "port": str(url.port), "name": database}
     prefix = f"cf.boot.{os.getpid()}.{uuid.uuid4().hex[:6]}"
-    ports = {"api": _free_port(), "scheduler": _free_port(), "worker": _free_port(),
-             "reaper": _free_port()}
+    ports = {
+        "api": _free_port(),
+        "scheduler": _free_port(),
+        "worker": _free_port(),
+        "reaper": _free_port(),
+    }
     kit_settings = {  # what the module's local.kit_settings passes, at this stack's size
         "CRONFLEET_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
         "CRONFLEET_PARTITIONS": "64",
@@ -257,23 +268,48 @@ def test_rendered_bootstrap_runs_a_job_end_to_end(tmp_path: Path, database: str,
         _wait("api healthy", api_up, DEADLINE_S, machines)
         for role in ("scheduler", "worker", "reaper"):
             port = ports[role]
-            _wait(f"{role} metrics", lambda p=port: _answers(f"http://127.0.0.1:{p}/metrics"),
-                  DEADLINE_S, machines)
+            _wait(
+                f"{role} metrics",
+                lambda p=port: _answers(f"http://127.0.0.1:{p}/metrics"),
+                DEADLINE_S,
+                machines,
+            )
 
         # what an operator does on a machine: the wrapper carries settings and secrets
         api_root = by_role["api"].root
-        token = subprocess.run(
-            [str(api_root / "opt/bin/cronfleet-env"), "cronfleet", "tokens", "create",
-             "--tenant", "acme", "--scope", "read", "--scope", "write"],
-            env=by_role["api"].env, capture_output=True, text=True, check=True, timeout=60,
-        ).stdout.strip().splitlines()[-1]
+        token = (
+            subprocess.run(
+                [
+                    str(api_root / "opt/bin/cronfleet-env"),
+                    "cronfleet",
+                    "tokens",
+                    "create",
+                    "--tenant",
+                    "acme",
+                    "--scope",
+                    "read",
+                    "--scope",
+                    "write",
+                ],
+                env=by_role["api"].env,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=60,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         headers = {"Authorization": f"Bearer {token}"}
         at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
         created = httpx.post(
             f"{api}/v1/jobs",
             headers=headers,
-            json={"name": "bootstrap-e2e", "schedule": {"at": at.isoformat()},
-                  "task": {"type": "noop"}},
+            json={
+                "name": "bootstrap-e2e",
+                "schedule": {"at": at.isoformat()},
+                "task": {"type": "noop"},
+            },
             timeout=10,
         )
         assert created.status_code == 201, created.text
@@ -292,8 +328,13 @@ def test_rendered_bootstrap_runs_a_job_end_to_end(tmp_path: Path, database: str,
 
         for m in machines:
             # the health check the systemd timer runs answers for every role
-            health = subprocess.run([str(m.root / "opt/bin/cronfleet-health")], env=m.env,
-                                    capture_output=True, text=True, timeout=30)
+            health = subprocess.run(
+                [str(m.root / "opt/bin/cronfleet-health")],
+                env=m.env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             assert health.returncode == 0, f"{m.role}: {health.stderr}"
             # secrets stay root-only (0600 here; 0640 group cronfleet under systemd)
             secrets_env = m.root / "etc/secrets.env"
@@ -307,7 +348,7 @@ def test_rendered_bootstrap_runs_a_job_end_to_end(tmp_path: Path, database: str,
             wrapper, program, *args = exec_start.removeprefix("ExecStart=").split()
             assert wrapper == str(m.root / "opt/bin/cronfleet-env") and program == "cronfleet"
             cmdline = _service_cmdline(m.proc.pid)
-            assert cmdline[-len(args):] == args, (exec_start, cmdline)
+            assert cmdline[-len(args) :] == args, (exec_start, cmdline)
             assert cmdline[-len(args) - 1].endswith("/opt/bin/cronfleet"), cmdline
         _verify_units([m.root / "systemd" for m in machines])
     finally:
@@ -335,8 +376,7 @@ def _verify_units(dirs: list[Path]) -> None:
         return  # stated in the module docstring: not every machine has systemd's tools
     for d in dirs:
         units = sorted(str(p) for p in d.iterdir())
-        out = subprocess.run([tool, "verify", *units], capture_output=True, text=True,
-                             timeout=60)
+        out = subprocess.run([tool, "verify", *units], capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert not [line for line in out.stderr.splitlines() if "cronfleet" in line], out.stderr
 

@@ -63,8 +63,12 @@ def test_the_modules_and_examples_are_there() -> None:
 
 
 def test_terraform_fmt() -> None:
-    out = subprocess.run([_terraform(), "fmt", "-check", "-recursive", "-diff", str(TERRAFORM)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [_terraform(), "fmt", "-check", "-recursive", "-diff", str(TERRAFORM)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -82,13 +86,14 @@ def test_every_variable_typed_described_and_validated(directory: Path) -> None:
             for check in checks:
                 assert "var." + name in check["condition"], f"{name}: validation ignores it"
                 assert unquote(check["error_message"]).startswith(name), (
-                    f"{name}: the error message should name the variable")
+                    f"{name}: the error message should name the variable"
+                )
 
 
 @pytest.mark.parametrize("directory", ALL_DIRS, ids=IDS)
 def test_readme_lists_exactly_the_variables_and_outputs(directory: Path) -> None:
     text = (directory / "README.md").read_text()
-    documented = text[text.index(BEGIN): text.index(END) + len(END)]
+    documented = text[text.index(BEGIN) : text.index(END) + len(END)]
     assert documented == tables(directory), "run `python scripts/terraform_docs.py`"
     inputs = set(re.findall(r"^\| `([a-z0-9_]+)` \| `", documented.split("## Outputs")[0], re.M))
     outputs = set(re.findall(r"^\| `([a-z0-9_]+)` \|", documented.split("## Outputs")[1], re.M))
@@ -109,8 +114,9 @@ def _check_tfvars(path: Path) -> None:
     assert set(values) == set(sizing), "emitted variables != the example's sizing.tf"
     for name, value in values.items():
         assert sizing[name] == "number" and isinstance(value, int) and value >= 0, name
-    out = subprocess.run([_terraform(), "fmt", "-check", str(path)], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [_terraform(), "fmt", "-check", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -127,11 +133,35 @@ def test_sim_size_emit_tfvars_writes_the_examples_variables(tmp_path: Path) -> N
     """The real command, on a small workload so that it takes seconds."""
     out = tmp_path / "sizing.auto.tfvars"
     run = subprocess.run(
-        [sys.executable, "-m", "kit.cli", "sim", "size", "--target-p99-start", "2s",
-         "top-of-hour", "--set", "workload.schedules=200000", "--set", "workload.runs_per_s=40",
-         "--set", "workload.peak_runs_per_s=1000", "--set", "workload.frequent_jobs=400",
-         "--set", "fleet.workers=10", "--window-s", "30", "--quiet", "--emit-tfvars", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "kit.cli",
+            "sim",
+            "size",
+            "--target-p99-start",
+            "2s",
+            "top-of-hour",
+            "--set",
+            "workload.schedules=200000",
+            "--set",
+            "workload.runs_per_s=40",
+            "--set",
+            "workload.peak_runs_per_s=1000",
+            "--set",
+            "workload.frequent_jobs=400",
+            "--set",
+            "fleet.workers=10",
+            "--window-s",
+            "30",
+            "--quiet",
+            "--emit-tfvars",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     _check_tfvars(out)
@@ -140,24 +170,38 @@ def test_sim_size_emit_tfvars_writes_the_examples_variables(tmp_path: Path) -> N
 def _checkov() -> str:
     tool = os.environ.get("CRONFLEET_CHECKOV") or shutil.which("checkov")
     if not tool:
-        pytest.fail("checkov is missing: `bash scripts/test.sh` installs it (terraform/"
-                    "checkov-requirements.txt) and sets CRONFLEET_CHECKOV")
+        pytest.fail(
+            "checkov is missing: `bash scripts/test.sh` installs it (terraform/"
+            "checkov-requirements.txt) and sets CRONFLEET_CHECKOV"
+        )
     return tool
 
 
 @pytest.mark.slow
 def test_checkov_finds_no_failed_check_and_every_skip_has_a_reason() -> None:
     out = subprocess.run(
-        [_checkov(), "-d", str(TERRAFORM), "--framework", "terraform", "--skip-download",
-         "--compact", "-o", "json"],
-        capture_output=True, text=True, timeout=600,
+        [
+            _checkov(),
+            "-d",
+            str(TERRAFORM),
+            "--framework",
+            "terraform",
+            "--skip-download",
+            "--compact",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     report = json.loads(out.stdout)
     summary = report["summary"]
     assert summary["parsing_errors"] == 0, out.stdout[-2000:]
     assert summary["resource_count"] > 50 and summary["passed"] > 100
-    failed = [(c["check_id"], c["resource"], c["file_path"])
-              for c in report["results"]["failed_checks"]]
+    failed = [
+        (c["check_id"], c["resource"], c["file_path"]) for c in report["results"]["failed_checks"]
+    ]
     assert summary["failed"] == 0 and not failed, failed
     skips = report["results"].get("skipped_checks", [])
     assert skips, "the skips below are inline and reasoned; none found means none were read"
@@ -173,12 +217,13 @@ def _templatefile_keys(module: Path, template: str) -> set[str]:
     """Keys of the map passed to templatefile(".../templates/<template>", {...})."""
     text = (module / "main.tf").read_text()
     start = text.index(f'/templates/{template}", {{')
-    body = text[start: text.index("})", start)]
+    body = text[start : text.index("})", start)]
     return set(re.findall(r"^\s*([a-z0-9_]+)\s*=", body, re.M))
 
 
-@pytest.mark.parametrize("template", ["alerts.yml.tftpl", "prometheus.yml.tftpl",
-                                      "collector.sh.tftpl"])
+@pytest.mark.parametrize(
+    "template", ["alerts.yml.tftpl", "prometheus.yml.tftpl", "collector.sh.tftpl"]
+)
 def test_observability_templates_get_every_variable(template: str) -> None:
     module = MODULES / "observability"
     text = (module / "templates" / template).read_text()
@@ -197,18 +242,29 @@ def _exposed_metric_names() -> set[str]:
     names = {"up"}  # Prometheus adds it to every target
     for registry in (REGISTRY, WorkerMetrics().registry, ReaperMetrics().registry):
         for family in registry.collect():
-            suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"],
-                        "gauge": [""]}.get(family.type, [""])
+            suffixes = {
+                "counter": ["_total"],
+                "histogram": ["_bucket", "_sum", "_count"],
+                "gauge": [""],
+            }.get(family.type, [""])
             names |= {family.name + s for s in suffixes}
     return names
 
 
 def test_alerts_parse_and_name_only_metrics_the_kit_exposes() -> None:
     module = MODULES / "observability"
-    rules = yaml.safe_load(render((module / "templates/alerts.yml.tftpl").read_text(), {
-        "fleet": "cronfleet-test", "partitions": 1024, "start_lag_p99_s": 2,
-        "consumer_lag_max": 50000, "dead_letters_max": 100,
-    }))
+    rules = yaml.safe_load(
+        render(
+            (module / "templates/alerts.yml.tftpl").read_text(),
+            {
+                "fleet": "cronfleet-test",
+                "partitions": 1024,
+                "start_lag_p99_s": 2,
+                "consumer_lag_max": 50000,
+                "dead_letters_max": 100,
+            },
+        )
+    )
     exposed = _exposed_metric_names()
     alerts = {r["alert"]: r for g in rules["groups"] for r in g["rules"]}
     for name, rule in alerts.items():
@@ -218,18 +274,31 @@ def test_alerts_parse_and_name_only_metrics_the_kit_exposes() -> None:
         assert used <= exposed, f"{name}: {used - exposed} not exposed by the kit"
         assert 'fleet="cronfleet-test"' in rule["expr"], f"{name}: not limited to the fleet"
     # what the issue asks alarms on: p99 start lag, unowned partitions, dead letters, lag
-    wanted = {"cronfleet_worker_start_lag_seconds_bucket", "cronfleet_partitions_unowned",
-              "cronfleet_dead_letters_waiting", "cronfleet_worker_consumer_lag"}
-    assert wanted <= {m for r in alerts.values() for m in re.findall(r"cronfleet_[a-z_]+",
-                                                                        r["expr"])}
+    wanted = {
+        "cronfleet_worker_start_lag_seconds_bucket",
+        "cronfleet_partitions_unowned",
+        "cronfleet_dead_letters_waiting",
+        "cronfleet_worker_consumer_lag",
+    }
+    assert wanted <= {
+        m for r in alerts.values() for m in re.findall(r"cronfleet_[a-z_]+", r["expr"])
+    }
 
 
 def test_collector_finds_the_fleet_by_the_tags_the_fleet_sets() -> None:
     module = MODULES / "observability"
-    config = yaml.safe_load(render((module / "templates/prometheus.yml.tftpl").read_text(), {
-        "fleet": "cronfleet-test", "region": "eu-west-1", "metrics_port": 9100,
-        "api_port": 8080, "remote_write_url": "https://aps.example/api/v1/remote_write",
-    }))
+    config = yaml.safe_load(
+        render(
+            (module / "templates/prometheus.yml.tftpl").read_text(),
+            {
+                "fleet": "cronfleet-test",
+                "region": "eu-west-1",
+                "metrics_port": 9100,
+                "api_port": 8080,
+                "remote_write_url": "https://aps.example/api/v1/remote_write",
+            },
+        )
+    )
     (job,) = config["scrape_configs"]
     sd = job["ec2_sd_configs"][0]
     assert sd["port"] == 9100

@@ -453,8 +453,7 @@ def test_critical_runs_start_before_a_low_backlog(
     wait_until(
         "all 25 runs published and overdue",
         lambda: (
-            len(messages(settings, prefix)) == 25
-            and db_now(engine) > low_at + timedelta(seconds=2)
+            len(messages(settings, prefix)) == 25 and db_now(engine) > low_at + timedelta(seconds=2)
         ),
         detail=lambda: statuses(engine) + "\n" + output(fleet),
     )

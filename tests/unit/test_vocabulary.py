@@ -29,6 +29,7 @@ from tests.unit.vocabulary_checks import CHECKED_COLUMNS, quoted
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
 def test_a_member_is_named_by_its_value():
     # psycopg writes an enum member by its name, JSON by its value: they must agree
     for closed in CLOSED_SETS:
@@ -39,8 +40,15 @@ def test_the_index_holds_every_closed_set_once():
     enums = [c.enum for c in CLOSED_SETS]
     assert len(set(enums)) == len(enums)
     assert set(enums) == {
-        RunStatus, TriggerKind, OverlapPolicy, PriorityTier, MisfireKind, Jitter, TaskStatus,
-        AuditAction, SkipReason,
+        RunStatus,
+        TriggerKind,
+        OverlapPolicy,
+        PriorityTier,
+        MisfireKind,
+        Jitter,
+        TaskStatus,
+        AuditAction,
+        SkipReason,
     }
 
 

@@ -49,9 +49,7 @@ def _norm(value: str) -> str:
 def patch_from_form(form: dict[str, str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """(the PATCH body of what changed, problems). Each field is compared with the
     value the page was rendered with (`orig_<field>`)."""
-    changed = {
-        f for f in ALL_FIELDS if _norm(form.get(f, "")) != _norm(form.get(f"orig_{f}", ""))
-    }
+    changed = {f for f in ALL_FIELDS if _norm(form.get(f, "")) != _norm(form.get(f"orig_{f}", ""))}
     patch: dict[str, Any] = {}
     problems: list[tuple[str, str]] = []
     for f in TEXT_FIELDS:

@@ -372,9 +372,7 @@ async def dead_letters_page(
         page = await _call(dead_letter_store.dead_letters_list, engine, tenant, None, cursor, 50)
     except FieldError as exc:
         raise ConsoleError(422, f"{exc.field}: {exc.reason}") from exc
-    names = await _call(
-        list_store.job_names, engine, tenant, [d.job_id for d in page.dead_letters]
-    )
+    names = await _call(list_store.job_names, engine, tenant, [d.job_id for d in page.dead_letters])
     return render(
         request,
         "dead_letters.html",

@@ -115,9 +115,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("session_hash", name=op.f("pk_console_sessions")),
     )
-    op.create_index(
-        op.f("ix_console_sessions_expires_at"), "console_sessions", ["expires_at"]
-    )
+    op.create_index(op.f("ix_console_sessions_expires_at"), "console_sessions", ["expires_at"])
 
     op.create_table(
         "workers",
