@@ -109,36 +109,41 @@ def findings(n, w, p):
     below = [x for x in WORKERS if x < w]
     if below and (n, below[-1], p) in by:
         out.append(f"Just below the knee, {below[-1]} workers give p99 {by[n, below[-1], p].p99_start_s:.3f} s.")
-    short = [m for m in NODES if m < n]
+    short = [m for m in NODES if m < n and not any(r.nodes == m and ok(r) for r in runs)]
     if short:
         m = short[-1]
         best = min((r for r in runs if r.nodes == m), key=lambda r: r.p99_start_s)
         out.append(f"With {m} nodes no fleet in the grid meets the target (best p99 {best.p99_start_s:.3f} s, "
                    f"{best.workers} workers, {best.partitions} partitions): the nodes' CPU scanning and advancing "
                    "the peak's triggers is the bound there.")
+    more = [(m, r) for (m, q), r in sorted(smallest.items()) if m > n and q == p and r.workers > w]
+    more += [(m, None) for m in NODES if m > n and (m, p) not in smallest]
+    for m, r in more:
+        at = by.get((m, w, p))
+        out.append(f"More nodes are not always better: {m} nodes at {p} partitions "
+                   + (f"need {r.workers} workers" if r else "meet with no worker count in the grid")
+                   + (f" ({w} workers give p99 {at.p99_start_s:.3f} s)." if at else "."))
     others = [q for q in PARTITIONS if q != p and (n, w, q) in by]
     if others:
         out.append("The partition count matters: at the same fleet, " + ", ".join(
             f"{q} partitions give p99 {by[n, w, q].p99_start_s:.3f} s" for q in others) + ".")
     return " ".join(out)
 
+first = min(rows, key=lambda row: (row[0], row[1]))  # the smallest that meets: what `sim size` answers
+n, w, p, p99, dn, dw, a, b, s = first
+answer = (f"**Answer.** The smallest fleet that meets p99 ≤ {TARGET_P99_S} s at the peak is **{n} scheduler "
+          f"nodes, {w} workers x 256 slots, {p} partitions** (p99 {p99:.3f} s). With the headroom "
+          f"`cronfleet sim size` adds (**{dn} nodes, {dw} workers**) it keeps p99 {a:.3f} s after losing a node "
+          f"and {b:.3f} s after losing a tenth of its workers: it **{'survives both' if s else 'does not survive both'}**. ")
+if not s:
+    answer += f"A tenth of {dw} workers is more than the {dw - w} added, and the curve has a knee near {w}. "
 good = [row for row in rows if row[8]]
-if good:
-    n, w, p, p99, dn, dw, a, b, _ = min(good, key=lambda row: (row[4], row[5]))
-    answer = (f"**Answer.** The smallest fleet that meets p99 ≤ {TARGET_P99_S} s at the peak is **{n} scheduler "
-              f"nodes, {w} workers x 256 slots, {p} partitions** (p99 {p99:.3f} s). Deploy it with headroom, "
-              f"**{dn} nodes and {dw} workers**: after losing one node it keeps p99 {a:.3f} s, after losing a "
-              f"tenth of its workers {b:.3f} s. {findings(n, w, p)}")
-else:
-    n, w, p, p99, dn, dw, a, b, _ = min(rows, key=lambda row: (row[4], row[5]))
-    need = math.ceil(w / 0.9)
-    answer = (f"**Answer.** The smallest fleet that meets p99 ≤ {TARGET_P99_S} s at the peak is **{n} scheduler "
-              f"nodes, {w} workers x 256 slots, {p} partitions** (p99 {p99:.3f} s); one node alone cannot scan and "
-              f"advance the peak's triggers. The headroom `cronfleet sim size` suggests ({dn} nodes, {dw} workers) "
-              f"survives losing a node (p99 {a:.3f} s) but **not** losing a tenth of its workers (p99 {b:.3f} s): "
-              f"the curve has a knee at about {w} workers, and a tenth of {dw} is more than the {dw - w} added. "
-              f"To survive both, deploy at least {need} workers (the knee / 0.9) with {dn} nodes. "
-              f"{findings(n, w, p)}")
+if good and not s:
+    g = min(good, key=lambda row: (row[4], row[5]))
+    answer += (f"The smallest deployment in the grid that survives both is {g[4]} nodes and {g[5]} workers with "
+               f"{g[2]} partitions (sized from {g[0]} nodes, {g[1]} workers; p99 {g[6]:.3f} s after a node's loss, "
+               f"{g[7]:.3f} s after a tenth of the workers'). ")
+answer += findings(n, w, p)
 display(Markdown(answer))"""),
 ]
 
