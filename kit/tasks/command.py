@@ -17,7 +17,9 @@ override.
 The run owns the group: on timeout or cancel the whole group gets SIGTERM, then
 SIGKILL after a short grace, so a child's children die with it; and when the command
 exits, members it left behind in the group are stopped the same way, so nothing of a
-run outlives it. Output is drained by threads that keep only a bounded tail, scrubbed
+run outlives it. That holds when the worker dies too, even by SIGKILL with no cleanup
+run: a keeper process (see `_Keeper`) stops the group once the worker is gone. Output
+is drained by threads that keep only a bounded tail, scrubbed
 of the job's secret values before it is reported.
 """
 
@@ -30,6 +32,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -204,6 +207,7 @@ def _run(
         )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         return TaskResult(False, scrub(f"cannot start {argv[0]!r}: {exc}", ctx.secrets))
+    keeper = _Keeper(proc.pid, kill_grace_s)
     stdout, stderr = _Tail(proc.stdout), _Tail(proc.stderr)
     failure: TaskResult | None = None
     while proc.poll() is None:
@@ -213,6 +217,7 @@ def _run(
             proc.wait(timeout=0.05)
     _stop_group(proc, kill_grace_s)  # the command, or whatever it left behind
     code = proc.wait()
+    keeper.release()
     out, err = stdout.text(ctx.secrets), stderr.text(ctx.secrets)
     detail = f"exit code {code}" + (f"; stdout: {out}" if out else "")
     if failure is not None:
@@ -222,6 +227,60 @@ def _run(
         return TaskResult(True, None, detail)
     what = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
     return TaskResult(False, what + (f"; stderr: {err}" if err else ""), detail)
+
+
+# The keeper: stdin is a pipe only the worker writes to. EOF with no "done" first means
+# the worker died: SIGTERM the group, SIGKILL what is left after the grace.
+_KEEPER = """import os, signal, sys, time
+pgid, grace = int(sys.argv[1]), float(sys.argv[2])
+if sys.stdin.buffer.read() != b"done":
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+        end = time.monotonic() + grace
+        while time.monotonic() < end:
+            os.killpg(pgid, 0)
+            time.sleep(0.05)
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+"""
+
+
+class _Keeper:
+    """Stops the task's group when the worker dies by any means, SIGKILL included.
+
+    A small process of the worker's own user, in its own session (so a signal to the
+    worker's group spares it), reads a pipe whose only writer is the worker; the
+    kernel closes it when the worker dies, and the keeper then signals the whole group.
+    Not PR_SET_PDEATHSIG: it reaches only the direct child (not `sleep` under `sh -c`),
+    fires when the forking *thread* ends rather than the worker, and needs a preexec_fn,
+    unsafe in a threaded worker. Being the worker's user (root where run_as applies),
+    the keeper may signal a group that changed identity. A worker killed between the
+    two spawns leaves the task unkept: a window of one fork.
+    """
+
+    def __init__(self, pgid: int, grace_s: float) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _KEEPER, str(pgid), str(grace_s)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:  # the task runs on, kept by the worker alone
+            log.warning("cannot start the keeper of task group %d: %s", pgid, exc)
+
+    def release(self) -> None:
+        """The run stopped its group itself: the keeper leaves without a signal."""
+        if self._proc is None or self._proc.stdin is None:
+            return
+        with contextlib.suppress(OSError):
+            self._proc.stdin.write(b"done")
+        with contextlib.suppress(OSError):
+            self._proc.stdin.close()
+        self._proc.wait()
 
 
 def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:

@@ -25,6 +25,7 @@ from kit.core.timeutil import to_epoch_ms
 from kit.reaper.reaper import Reaper
 from kit.settings import Settings
 from kit.store.schema import jobs, triggers
+from kit.tasks.command import group_alive
 from kit.transport import RunMessage, RunPublisher, TieredConsumer
 from kit.worker.worker import Worker, WorkerMetrics, task_executor
 from tests.integration.waiting import wait_until
@@ -289,6 +290,50 @@ def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
     row = wait_for(engine, rid, "succeeded")
     assert (row.worker_id, row.attempt) == ("rescuer", 2)
     assert ledger.read_text().split() == [rid]  # the effect, once
+
+
+def test_a_sigkilled_worker_takes_its_hung_task_group_with_it(
+    engine: Engine,
+    publisher: RunPublisher,
+    tmp_path: Path,
+    settings: Settings,
+    db_url: str,
+    prefix: str,
+) -> None:
+    """Only the worker dies (not its host): the task it ran, a shell whose `sleep` hangs,
+    must not run on as an orphan (the chaos drill poison-flood left 21 `sleep 3600`)."""
+    started = tmp_path / "started"
+    script = f'echo $$ > "{started}.tmp"; mv "{started}.tmp" "{started}"; sleep 3600; :'
+    job = make_job(engine, task={"type": "command", "argv": ["/bin/sh", "-c", script]})
+    rid = make_run(engine, job)
+    env = {
+        **os.environ,
+        "CRONFLEET_DATABASE_URL": db_url,
+        "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
+    }
+    argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "doomed"]
+    argv += ["--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    pgid = None
+    try:
+        publish(publisher, engine, rid)
+        wait_until("the task to start", started_by(proc, started))
+        pgid = os.getpgid(int(started.read_text()))
+        assert group_alive(pgid)
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker's own group: not the task's
+        proc.wait(timeout=10)
+        wait_until(
+            "the killed worker's task group (sh and its sleep) to end",
+            lambda: not group_alive(pgid),
+            WAIT_S,
+        )
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        if pgid is not None and group_alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)  # do not leave it behind for the next test
 
 
 def test_sigterm_finishes_the_in_flight_run_and_exits(
