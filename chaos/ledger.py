@@ -21,6 +21,9 @@ tasks never interleave within a line.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +64,37 @@ def task_spec(ledger: Path, mode: str, pre_s: float = 0.0, window_s: float = 0.0
 
 def _num(seconds: float) -> str:
     return "0" if seconds <= 0 else f"{seconds:g}"
+
+
+def leftover_tasks(ledger: Path) -> list[int]:
+    """Live processes of tasks writing to `ledger` (by their argv), from /proc."""
+    mark = ["chaos-task", str(ledger)]
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if all(m in argv for m in mark) and state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_leftover_tasks(ledger: Path) -> list[int]:
+    """SIGKILL the process group of every task of `ledger` still alive (a worker that
+    died without stopping it, say); returns their pids. Never the caller's own group."""
+    pids = leftover_tasks(ledger)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            pgid = os.getpgid(pid)
+            if pgid == os.getpgrp():
+                os.kill(pid, signal.SIGKILL)
+            else:
+                os.killpg(pgid, signal.SIGKILL)
+    return pids
 
 
 def prepare(ledger: Path) -> None:

@@ -125,6 +125,8 @@ def run_drill(drill: Drill, stack: ChaosStack, opts: RunOptions, command: str) -
             with contextlib.suppress(Exception):
                 drill.heal_all(ctx)
             ctx.fleet.stop_all()
+            # a task its worker did not stop (a worker dead before its keeper started)
+            ledger.kill_leftover_tasks(ctx.ledger_dir)
             drill.teardown(ctx)
             ctx.api.close()
             ctx.engine.dispose()

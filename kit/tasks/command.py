@@ -17,7 +17,9 @@ override.
 The run owns the group: on timeout or cancel the whole group gets SIGTERM, then
 SIGKILL after a short grace, so a child's children die with it; and when the command
 exits, members it left behind in the group are stopped the same way, so nothing of a
-run outlives it. Output is drained by threads that keep only a bounded tail, scrubbed
+run outlives it. That holds when the worker dies too, even by SIGKILL with no cleanup
+run: the worker's keeper process (see `_Keeper`) stops the group once the worker is gone. Output
+is drained by threads that keep only a bounded tail, scrubbed
 of the job's secret values before it is reported.
 """
 
@@ -30,6 +32,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -204,6 +207,7 @@ def _run(
         )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         return TaskResult(False, scrub(f"cannot start {argv[0]!r}: {exc}", ctx.secrets))
+    _keeper.register(proc.pid, kill_grace_s)
     stdout, stderr = _Tail(proc.stdout), _Tail(proc.stderr)
     failure: TaskResult | None = None
     while proc.poll() is None:
@@ -213,6 +217,7 @@ def _run(
             proc.wait(timeout=0.05)
     _stop_group(proc, kill_grace_s)  # the command, or whatever it left behind
     code = proc.wait()
+    _keeper.unregister(proc.pid)
     out, err = stdout.text(ctx.secrets), stderr.text(ctx.secrets)
     detail = f"exit code {code}" + (f"; stdout: {out}" if out else "")
     if failure is not None:
@@ -222,6 +227,122 @@ def _run(
         return TaskResult(True, None, detail)
     what = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
     return TaskResult(False, what + (f"; stderr: {err}" if err else ""), detail)
+
+
+# The keeper: stdin is a pipe only the worker writes to, a line per change: "+PGID GRACE"
+# when a task group starts, "-PGID" when the run stopped it itself. EOF means the worker
+# is gone: SIGTERM every group still registered, SIGKILL each one left after its grace.
+_KEEPER = """import os, signal, sys, time
+groups = {}
+for line in sys.stdin.buffer:
+    f = line[1:].split()
+    if line[:1] == b"+" and len(f) == 2:
+        groups[int(f[0])] = float(f[1])
+    elif line[:1] == b"-" and len(f) == 1:
+        groups.pop(int(f[0]), None)
+def alive(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        return False
+    return True
+now = time.monotonic()
+left = {p: now + g for p, g in groups.items() if alive(p, signal.SIGTERM)}
+while left:
+    time.sleep(0.05)
+    now = time.monotonic()
+    for p, end in list(left.items()):
+        if not alive(p, 0):
+            del left[p]
+        elif now >= end:
+            alive(p, signal.SIGKILL)
+            del left[p]
+"""
+
+
+class _Keeper:
+    """Stops the worker's task groups when the worker dies by any means, SIGKILL included.
+
+    One small process per worker process, started on the first command task: of the
+    worker's own user, in its own session (so a signal to the worker's group spares it),
+    it reads a pipe whose only writer is the worker. The worker registers each task group
+    right after spawning it and unregisters it once the run stopped it; the kernel closes
+    the pipe when the worker dies, and the keeper then stops every group still registered.
+    The write end is non-inheritable and Popen closes other fds in the child (close_fds),
+    so no task holds the pipe open after the worker is gone. Writes are one lock's (tasks
+    run on many threads). If the keeper died (a write fails, or it exited), the next
+    write starts a new one and registers the live groups again; if that fails too, it
+    is logged and the tasks run on, kept by the worker alone.
+
+    Not PR_SET_PDEATHSIG: it reaches only the direct child (not `sleep` under `sh -c`),
+    fires when the forking *thread* ends rather than the worker, and needs a preexec_fn,
+    unsafe in a threaded worker. Being the worker's user (root where run_as applies),
+    the keeper may signal a group that changed identity. A worker killed between a
+    task's spawn and its registration leaves that task unkept: a window of one line.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._groups: dict[int, float] = {}
+        os.register_at_fork(after_in_child=self._forget)
+
+    def register(self, pgid: int, grace_s: float) -> None:
+        with self._lock:
+            self._groups[pgid] = grace_s
+            self._send(f"+{pgid} {grace_s}\n".encode())
+
+    def unregister(self, pgid: int) -> None:
+        with self._lock:
+            if self._groups.pop(pgid, None) is not None:
+                self._send(f"-{pgid}\n".encode())
+
+    def _send(self, line: bytes) -> None:
+        """Write a line under the lock; a dead keeper is replaced, told every live group."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None and proc.stdin is not None:
+            try:
+                os.write(proc.stdin.fileno(), line)  # under PIPE_BUF: one atomic write
+                return
+            except OSError as exc:
+                log.warning("the keeper of command task groups is gone (%s): restarting", exc)
+        self._restart()
+
+    def _restart(self) -> None:
+        if self._proc is not None:
+            with contextlib.suppress(OSError):
+                self._proc.kill()
+            with contextlib.suppress(OSError):
+                self._proc.communicate()  # closes its stdin, reaps it
+            self._proc = None
+        if not self._groups:
+            return
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _KEEPER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            assert self._proc.stdin is not None
+            lines = "".join(f"+{p} {g}\n" for p, g in self._groups.items())
+            self._proc.stdin.write(lines.encode())
+            self._proc.stdin.flush()
+        except OSError as exc:  # the tasks run on, kept by the worker alone
+            log.warning("cannot start the keeper of command task groups: %s", exc)
+
+    def _forget(self) -> None:
+        """In a forked child: the pipe and the groups are the parent's, not its own."""
+        self._lock = threading.Lock()
+        if self._proc is not None and self._proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()  # else this child would keep the keeper waiting
+        self._proc = None
+        self._groups = {}
+
+
+_keeper = _Keeper()
 
 
 def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from chaos.drills import DRILLS
+from chaos.ledger import leftover_tasks
 from chaos.stack import ChaosStack
 from tests.chaos.conftest import drill_run
 
@@ -39,6 +40,7 @@ def test_drill_passes_and_its_fault_happened(
     assert len(result.history.faults) >= CI_CYCLES, "the drill never injected its fault"
     assert (tmp_path / name / "report.md").is_file()
     assert result.passed
+    assert leftover_tasks(tmp_path / name / "ledger") == [], "the drill left tasks running"
 
 
 def test_a_worker_acking_before_the_effect_is_caught_as_lost(

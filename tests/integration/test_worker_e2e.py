@@ -25,6 +25,7 @@ from kit.core.timeutil import to_epoch_ms
 from kit.reaper.reaper import Reaper
 from kit.settings import Settings
 from kit.store.schema import jobs, triggers
+from kit.tasks.command import group_alive
 from kit.transport import RunMessage, RunPublisher, TieredConsumer
 from kit.worker.worker import Worker, WorkerMetrics, task_executor
 from tests.integration.waiting import wait_until
@@ -289,6 +290,80 @@ def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
     row = wait_for(engine, rid, "succeeded")
     assert (row.worker_id, row.attempt) == ("rescuer", 2)
     assert ledger.read_text().split() == [rid]  # the effect, once
+
+
+def _sigkill_worker_running_hung_tasks(
+    engine: Engine,
+    publisher: RunPublisher,
+    tmp_path: Path,
+    settings: Settings,
+    db_url: str,
+    prefix: str,
+    tasks: int,
+) -> None:
+    """A worker process runs `tasks` shells whose `sleep` hangs, all at once, and is
+    SIGKILLed: every one of their groups must end (its keeper stops them)."""
+    started = [tmp_path / f"started-{i}" for i in range(tasks)]
+    env = {
+        **os.environ,
+        "CRONFLEET_DATABASE_URL": db_url,
+        "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
+    }
+    argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "doomed"]
+    argv += ["--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
+    argv += ["--concurrency", str(tasks)]
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    pgids: list[int] = []
+    try:
+        for path in started:
+            script = f'echo $$ > "{path}.tmp"; mv "{path}.tmp" "{path}"; sleep 3600; :'
+            task = {"type": "command", "argv": ["/bin/sh", "-c", script]}
+            job = make_job(engine, task=task, name=path.name)
+            publish(publisher, engine, make_run(engine, job))
+        for path in started:
+            wait_until(f"the task writing {path.name} to start", started_by(proc, path))
+            pgids.append(os.getpgid(int(path.read_text())))
+        assert len(set(pgids)) == tasks and all(group_alive(g) for g in pgids)
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker's own group: not the tasks'
+        proc.wait(timeout=10)
+        wait_until(
+            "the killed worker's task groups (each sh and its sleep) to end",
+            lambda: not any(group_alive(g) for g in pgids),
+            WAIT_S,
+        )
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        for pgid in pgids:
+            if group_alive(pgid):
+                os.killpg(pgid, signal.SIGKILL)  # do not leave it behind for the next test
+
+
+def test_a_sigkilled_worker_takes_its_hung_task_group_with_it(
+    engine: Engine,
+    publisher: RunPublisher,
+    tmp_path: Path,
+    settings: Settings,
+    db_url: str,
+    prefix: str,
+) -> None:
+    """Only the worker dies (not its host): the task it ran, a shell whose `sleep` hangs,
+    must not run on as an orphan (the chaos drill poison-flood left 21 `sleep 3600`)."""
+    _sigkill_worker_running_hung_tasks(engine, publisher, tmp_path, settings, db_url, prefix, 1)
+
+
+def test_a_sigkilled_worker_takes_all_its_hung_task_groups_with_it(
+    engine: Engine,
+    publisher: RunPublisher,
+    tmp_path: Path,
+    settings: Settings,
+    db_url: str,
+    prefix: str,
+) -> None:
+    """Two hung tasks of one worker share its one keeper: both groups end."""
+    _sigkill_worker_running_hung_tasks(engine, publisher, tmp_path, settings, db_url, prefix, 2)
 
 
 def test_sigterm_finishes_the_in_flight_run_and_exits(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kit.core.task_policy import CommandPermit
-from kit.tasks import RunContext, execute
+from kit.tasks import RunContext, command, execute
 from kit.tasks.command import group_alive, run_command
 
 PY = sys.executable
@@ -135,3 +137,41 @@ def test_members_left_behind_after_exit_are_stopped(tmp_path: Path) -> None:
 def test_group_alive_sees_own_group() -> None:
     assert group_alive(os.getpgid(0))
     assert not group_alive(2**22 + 12345)  # no such group
+
+
+def test_the_keeper_pipe_does_not_leak_into_a_task() -> None:
+    """A task holding the keeper's pipe would keep it open after the worker died."""
+    assert run_command({"argv": [PY, "-c", "pass"]}, ctx()).ok  # the keeper is up
+    keeper = command._keeper._proc
+    assert keeper is not None and keeper.stdin is not None
+    pipe = f"pipe:[{os.fstat(keeper.stdin.fileno()).st_ino}]"
+    code = "import os\nfor f in range(256):\n try: print(os.readlink(f'/proc/self/fd/{f}'))\n"
+    code += " except OSError: pass"
+    result = run_command({"argv": [PY, "-c", code]}, ctx())
+    assert result.ok and result.detail is not None and "pipe:[" in result.detail
+    assert pipe not in result.detail
+
+
+def test_a_dead_keeper_is_replaced_and_told_every_live_group() -> None:
+    """The new keeper stops the groups registered before the old one died, too."""
+    sleepers = [subprocess.Popen(["sleep", "60"], start_new_session=True) for _ in range(2)]
+    keeper = command._Keeper()
+    try:
+        keeper.register(sleepers[0].pid, 0.5)
+        first = keeper._proc
+        assert first is not None
+        first.kill()
+        first.wait()
+        keeper.register(sleepers[1].pid, 0.5)  # the write finds it dead: a new one
+        second = keeper._proc
+        assert second is not None and second.pid != first.pid and second.poll() is None
+        assert second.stdin is not None
+        second.stdin.close()  # as the worker's death would
+        second.wait(timeout=10)
+        for sleeper in sleepers:
+            assert sleeper.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        for sleeper in sleepers:
+            if sleeper.poll() is None:
+                sleeper.kill()
+                sleeper.wait()
