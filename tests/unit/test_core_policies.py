@@ -92,7 +92,7 @@ def test_a_runs_end_releases_the_oldest_queued_runs_first() -> None:
     assert queued_to_release(queued, 1) == ["c"]
     assert queued_to_release(queued, 2) == ["c", "a"]  # same time: by run id
     assert queued_to_release(queued, 9) == ["c", "a", "b"]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^ended must not be negative$"):
         queued_to_release(queued, -1)
 
 
@@ -105,3 +105,6 @@ def test_an_orphaned_queued_run_is_released_only_with_nothing_busy_after_the_gra
     assert orphaned_queued_to_release(queued, 0, 10_000, 5_000) == "old"
     assert orphaned_queued_to_release(queued, 0, 6_000, 5_000) is None  # 1_000 is not < 1_000
     assert orphaned_queued_to_release([], 0, 10_000, 5_000) is None
+    # of several past the grace, the oldest by scheduled time (not by id or by commit)
+    several = [QueuedRun("a", 3000, 500), QueuedRun("c", 1000, 2_000), QueuedRun("b", 1000, 900)]
+    assert orphaned_queued_to_release(several, 0, 10_000, 5_000) == "b"

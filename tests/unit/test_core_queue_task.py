@@ -15,6 +15,7 @@ from kit.core.queue_task import (
     ack_task,
     heartbeat_task,
     leasable,
+    lease_order,
     lease_task,
     nack_task,
 )
@@ -165,3 +166,16 @@ def test_every_accepted_event_is_in_the_table() -> None:
     for before, result in moves:
         assert result.accepted
         assert (before.status, result.event, result.task.status) in events
+
+
+def test_lease_order_takes_longest_visible_first_ties_by_task_id() -> None:
+    # the store's ORDER BY visible_at, task_id: the earlier visible task goes first even
+    # when its id sorts later; equal visible times fall back to the id
+    tasks = [
+        queued(task_id="a", visible_at_ms=T0 + 2),
+        queued(task_id="z", visible_at_ms=T0),
+        queued(task_id="b", visible_at_ms=T0 + 2),
+        queued(task_id="m", visible_at_ms=T0 + 1),
+    ]
+    assert [t.task_id for t in sorted(tasks, key=lease_order)] == ["z", "m", "a", "b"]
+    assert lease_order(queued(task_id="q", visible_at_ms=T0 + 5)) == (T0 + 5, "q")
