@@ -20,7 +20,7 @@ import uuid
 from datetime import UTC, timedelta
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 
 from kit.core.policies import MisfirePolicy
@@ -29,8 +29,8 @@ from kit.core.schedule import CronSchedule
 from kit.scheduler import scan as scan_mod
 from kit.scheduler.node import NodeConfig, SchedulerNode, scheduler_engine
 from kit.settings import load_settings
-from kit.store import migrate
 from kit.store.jobs import JobSpec, jobs_create_batch
+from kit.store.scratch import migrated_database
 
 ZONES = (
     "UTC", "Europe/Paris", "Europe/London", "America/New_York", "America/Los_Angeles",
@@ -76,12 +76,8 @@ def main() -> int:
     settings = load_settings()
     admin_url = make_url(settings.database_url)
     name = f"cf_bench_gap_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = admin_url.set(database=name).render_as_string(hide_password=False)
-    try:
-        migrate.upgrade(url)
+    with migrated_database(admin_url, name) as db:  # dropped on the way out
+        url = db.render_as_string(hide_password=False)
         config = NodeConfig() if not args.batch else NodeConfig(scan_batch=args.batch)
         engine = scheduler_engine(url, config)
         with engine.connect() as conn:
@@ -138,9 +134,6 @@ def main() -> int:
         for g, a, b in gaps[:3]:
             print(f"  idle {g:.3f} s between [{a}] and [{b}]")
         engine.dispose()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     return 0
 
 

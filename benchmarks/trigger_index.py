@@ -57,6 +57,7 @@ import psycopg
 from scratch_db import drop_database, log, pg_url, recreate_database, server_facts
 from sqlalchemy.engine import URL, make_url
 
+from kit.calibrate import SCAN_CALLS
 from kit.core.defaults import SCAN_AHEAD_MS
 from kit.core.partitions import PARTITION_COUNT, partition_of
 from kit.core.trigger import OVERLAP_HORIZON_MS
@@ -325,17 +326,7 @@ def vacuum_analyze(url: str) -> float:
 
 # ---------------------------------------------------------------- the kit's scan, timed
 
-SQL_CALLS = (
-    "partitions_lock_own",
-    "triggers_due",
-    "runs_active_counts",
-    "runs_cancel_active",
-    "runs_insert",
-    "runs_rearm",
-    "runs_cancel_retries",
-    "triggers_delete",
-    "triggers_insert",
-)
+SQL_CALLS = SCAN_CALLS  # the store calls of one scan, as `cronfleet calibrate` times them
 
 
 class SqlTimer:
