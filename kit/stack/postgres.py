@@ -23,17 +23,15 @@ from pathlib import Path
 
 from kit.settings import cronfleet_home
 from kit.stack.process import (
-    BIND_ATTEMPTS,
     StackError,
     alive,
     choose_port,
     load_state,
-    log_size,
     log_tail,
-    lost_bind_race,
     progress,
     read_pid,
     save_state,
+    start_again_on_bind_race,
     wait_until,
 )
 
@@ -161,19 +159,7 @@ class Postgres:
                 (self.data / "postmaster.pid").unlink()
 
     def _start(self, bin_dir: Path) -> None:
-        for attempt in range(1, BIND_ATTEMPTS + 1):
-            since = log_size(self.log)
-            try:
-                self._start_once(bin_dir)
-                return
-            except StackError:
-                if attempt == BIND_ATTEMPTS or not lost_bind_race(self.log, since):
-                    raise
-                progress(
-                    "postgres: the port chosen free was taken before the server bound it "
-                    f"(an outgoing connection's ephemeral port); starting again ({attempt + 1}"
-                    f" of {BIND_ATTEMPTS})"
-                )
+        start_again_on_bind_race("postgres", self.log, lambda: self._start_once(bin_dir))
 
     def _start_once(self, bin_dir: Path) -> None:
         port = choose_port(self.port, "postgres")

@@ -95,6 +95,24 @@ def lost_bind_race(log: Path, since: int) -> bool:
     return "Address already in use" in text
 
 
+def start_again_on_bind_race(name: str, log: Path, start: Callable[[], None]) -> None:
+    """`start()` (it chooses its ports), again while what it logged says a port it chose
+    was taken before the bind (`lost_bind_race`), at most BIND_ATTEMPTS times."""
+    for attempt in range(1, BIND_ATTEMPTS + 1):
+        since = log_size(log)
+        try:
+            start()
+            return
+        except StackError:
+            if attempt == BIND_ATTEMPTS or not lost_bind_race(log, since):
+                raise
+            progress(
+                f"{name}: a port chosen free was taken before the server bound it (an "
+                f"outgoing connection's ephemeral port); starting again ({attempt + 1} of "
+                f"{BIND_ATTEMPTS})"
+            )
+
+
 def log_size(path: Path) -> int:
     try:
         return path.stat().st_size

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from kit.stack.process import log_size, lost_bind_race, port_free
+from kit.stack.process import (
+    BIND_ATTEMPTS,
+    StackError,
+    log_size,
+    lost_bind_race,
+    port_free,
+    start_again_on_bind_race,
+)
 
 
 def test_a_port_found_free_is_lost_to_a_connection_made_before_the_bind() -> None:
@@ -51,3 +58,27 @@ def test_only_what_this_start_logged_counts(tmp_path: Path) -> None:
 def test_a_missing_log_is_no_race(tmp_path: Path) -> None:
     assert log_size(tmp_path / "none.log") == 0
     assert not lost_bind_race(tmp_path / "none.log", 0)
+
+
+def test_a_start_that_lost_the_race_is_started_again_and_only_that(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("an earlier start: Address already in use\n")
+    tries: list[int] = []
+
+    def start(fail: tuple[str, ...]) -> None:
+        tries.append(len(tries))
+        if len(tries) <= len(fail):
+            with log.open("a") as f:
+                f.write(fail[len(tries) - 1] + "\n")
+            raise StackError("server exited during start")
+
+    start_again_on_bind_race("srv", log, lambda: start(("bind: Address already in use",)))
+    assert len(tries) == 2  # lost once, started again
+    tries.clear()
+    with pytest.raises(StackError):  # another failure is not retried
+        start_again_on_bind_race("srv", log, lambda: start(("data directory is corrupt",)))
+    assert len(tries) == 1
+    tries.clear()
+    with pytest.raises(StackError):  # nor forever
+        start_again_on_bind_race("srv", log, lambda: start(("Address already in use",) * 9))
+    assert len(tries) == BIND_ATTEMPTS

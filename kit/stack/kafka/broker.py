@@ -21,17 +21,15 @@ from pathlib import Path
 
 from kit.settings import cronfleet_home
 from kit.stack.process import (
-    BIND_ATTEMPTS,
     StackError,
     alive,
     choose_port,
     load_state,
-    log_size,
     log_tail,
-    lost_bind_race,
     progress,
     read_pid,
     save_state,
+    start_again_on_bind_race,
     terminate,
     wait_until,
 )
@@ -178,29 +176,18 @@ class Broker:
             self._wait(lambda: self.pid() is not None)
             return
         self.fetch_jars()
-        for attempt in range(1, BIND_ATTEMPTS + 1):
-            port = choose_port(self.port, "kafka")
-            controller_port = choose_port(self.controller_port, "kafka controller", avoid=(port,))
-            tls_port = choose_port(self.tls_port, "kafka tls", avoid=(port, controller_port))
-            save_state(
-                kafka_port=port, kafka_controller_port=controller_port, kafka_tls_port=tls_port
-            )
-            self._write_keystore(java)
-            self._write_config()
-            self._format(java)
-            since = log_size(self.log)
-            try:
-                self._start(java)
-                return
-            except StackError:
-                if attempt == BIND_ATTEMPTS or not lost_bind_race(self.log, since):
-                    raise
-                progress(
-                    "kafka: a port chosen free was taken before the broker bound it "
-                    f"(an outgoing connection's ephemeral port); starting again ({attempt + 1}"
-                    f" of {BIND_ATTEMPTS})"
-                )
-                self.pid_file.unlink(missing_ok=True)
+        start_again_on_bind_race("kafka", self.log, lambda: self._choose_ports_and_start(java))
+
+    def _choose_ports_and_start(self, java: str) -> None:
+        self.pid_file.unlink(missing_ok=True)  # a failed attempt's, if any
+        port = choose_port(self.port, "kafka")
+        controller_port = choose_port(self.controller_port, "kafka controller", avoid=(port,))
+        tls_port = choose_port(self.tls_port, "kafka tls", avoid=(port, controller_port))
+        save_state(kafka_port=port, kafka_controller_port=controller_port, kafka_tls_port=tls_port)
+        self._write_keystore(java)
+        self._write_config()
+        self._format(java)
+        self._start(java)
 
     def fetch_jars(self) -> None:
         """Resolve the broker's jars once per version; a stamp marks a complete copy."""
