@@ -247,7 +247,17 @@ class Phase:
 
 
 @contextmanager
-def phase(name: str, args: argparse.Namespace, nodes: int, out_dir: Path) -> Iterator[Phase]:
+def phase(
+    name: str,
+    args: argparse.Namespace,
+    nodes: int,
+    out_dir: Path,
+    *,
+    env_extra: dict[str, str] | None = None,
+    commands: tuple[str, ...] = ("/bin/sh",),
+) -> Iterator[Phase]:
+    """A scratch database and topics, the fleet's processes on them (with `env_extra`
+    added to their environment: another PYTHONPATH runs another kit), warmed up."""
     settings = load_settings()
     admin_url = make_url(settings.database_url)
     database = f"cf_bench_life_{uuid.uuid4().hex[:8]}"
@@ -262,7 +272,7 @@ def phase(name: str, args: argparse.Namespace, nodes: int, out_dir: Path) -> Ite
     )
     log = out_dir / f"{name}.services.log"
     policy = out_dir / "tasks.toml"  # --ledger: the bench tenant may run /bin/sh
-    policy.write_text('[tenants.bench]\ncommands = ["/bin/sh"]\n')
+    policy.write_text(f"[tenants.bench]\ncommands = {json.dumps(list(commands))}\n")
     env = {
         **os.environ,
         "CRONFLEET_TASK_POLICY_FILE": str(policy),
@@ -270,6 +280,7 @@ def phase(name: str, args: argparse.Namespace, nodes: int, out_dir: Path) -> Ite
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_RUN_TOPIC_PARTITIONS": str(partitions),
         "CRONFLEET_LOG_LEVEL": "WARNING",
+        **(env_extra or {}),
     }
     log_file = log.open("w")
     fleet = Fleet(out=log_file, env=env)

@@ -4,15 +4,49 @@ The run id is the idempotency key: every task passes it on, so a duplicate deliv
 or a retry of a run whose effect already happened can be recognised by the target.
 `cancel` is set by the worker when the run is cancelled or its lease is lost; a task
 stops soon after (a process group is killed, a request abandoned, a sleep cut short).
+A task on an event loop cannot wait on a threading.Event, so the worker's flag is a
+`Cancel`, which also calls back whoever asked (the loop then cancels the task at once).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kit.core.task_policy import CommandPermit
+
+
+class Cancel(threading.Event):
+    """A run's cancel flag that calls back on set, from the setting thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks_lock = threading.Lock()
+
+    def set(self) -> None:
+        with self._callbacks_lock:
+            super().set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` when the flag is set (now, if it is); returns how to take the
+        callback back."""
+        with self._callbacks_lock:
+            if not self.is_set():
+                self._callbacks.append(callback)
+                return lambda: self._forget(callback)
+        callback()
+        return lambda: None
+
+    def _forget(self, callback: Callable[[], None]) -> None:
+        with self._callbacks_lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
 
 
 @dataclass(frozen=True)
@@ -20,7 +54,7 @@ class RunContext:
     run_id: str
     attempt: int
     timeout_s: float
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=Cancel)
     # hosts/CIDRs the http task may reach though private: the operator's, for this tenant
     allow_hosts: str = ""
     tenant: str = ""

@@ -18,10 +18,12 @@ not. An IP literal is the tenant's own text, so its refusal names the kind of ra
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 from kit.core.errors import FieldError
 
@@ -104,6 +106,9 @@ def _name_refused(host: str) -> EgressRefused:
     )
 
 
+_Infos = list[tuple[Any, Any, Any, Any, Any]]
+
+
 def resolve(host: str, port: int) -> list[IPAddress]:
     """Every address of `host` (an IP literal resolves to itself), in resolver order."""
     literal = _literal(host)
@@ -113,6 +118,23 @@ def resolve(host: str, port: int) -> list[IPAddress]:
         infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError):
         raise _name_refused(host) from None
+    return _addresses(infos)
+
+
+async def resolve_async(host: str, port: int) -> list[IPAddress]:
+    """`resolve` on an event loop: the lookup runs in the loop's executor."""
+    literal = _literal(host)
+    if literal is not None:
+        return [literal]
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        raise _name_refused(host) from None
+    return _addresses(infos)
+
+
+def _addresses(infos: _Infos) -> list[IPAddress]:
     seen: dict[IPAddress, None] = {}
     for _family, _type, _proto, _canon, sockaddr in infos:
         seen[ipaddress.ip_address(str(sockaddr[0]).split("%")[0])] = None
@@ -121,7 +143,16 @@ def resolve(host: str, port: int) -> list[IPAddress]:
 
 def checked_address(host: str, port: int, allow: AllowList) -> IPAddress:
     """Resolve once and check every address; the one to connect to, or EgressRefused."""
-    addresses = resolve(host, port)
+    return checked(host, resolve(host, port), allow)
+
+
+async def checked_address_async(host: str, port: int, allow: AllowList) -> IPAddress:
+    """`checked_address` on an event loop."""
+    return checked(host, await resolve_async(host, port), allow)
+
+
+def checked(host: str, addresses: list[IPAddress], allow: AllowList) -> IPAddress:
+    """Every address `host` resolved to must pass; the first is the one to connect to."""
     if not addresses:
         raise _name_refused(host)
     for address in addresses:

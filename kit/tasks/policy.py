@@ -31,7 +31,7 @@ from kit.core.redaction import scrub, secret_values
 from kit.core.task_policy import DENY_ALL, TaskPolicy
 from kit.tasks.context import RunContext, TaskResult
 from kit.tasks.egress import AllowList
-from kit.tasks.registry import execute
+from kit.tasks.registry import execute, execute_async
 
 log = logging.getLogger(__name__)
 SETTING = "task_policy_file"
@@ -115,9 +115,31 @@ def run_task(
     its run-as user, its egress; the result scrubbed of the job's secret values and of
     the worker's own (`worker_secrets`: the database URL and its password). Whatever the
     task type, what it may run and reach comes from here, never from the spec."""
+    ctx = under_policy(spec, ctx, policy, worker_secrets)
+    return _scrubbed(execute(spec, ctx), ctx.secrets)
+
+
+async def run_task_async(
+    spec: Mapping[str, Any],
+    ctx: RunContext,
+    policy: TaskPolicy = DENY_ALL,
+    worker_secrets: tuple[str, ...] = (),
+) -> TaskResult:
+    """`run_task` for a type that runs on the worker's task loop (registry.ASYNC)."""
+    ctx = under_policy(spec, ctx, policy, worker_secrets)
+    return _scrubbed(await execute_async(spec, ctx), ctx.secrets)
+
+
+def under_policy(
+    spec: Mapping[str, Any],
+    ctx: RunContext,
+    policy: TaskPolicy,
+    worker_secrets: tuple[str, ...] = (),
+) -> RunContext:
+    """The run's context with what the operator allows `ctx.tenant` (commands, egress)
+    and the values to scrub from what it reports; nothing of it comes from the spec."""
     tenant = policy.for_tenant(ctx.tenant)
-    secrets = (*secret_values(spec), *worker_secrets)
-    ctx = RunContext(
+    return RunContext(
         run_id=ctx.run_id,
         attempt=ctx.attempt,
         timeout_s=ctx.timeout_s,
@@ -125,9 +147,11 @@ def run_task(
         allow_hosts=tenant.http_allow_hosts,
         tenant=ctx.tenant,
         commands=tenant.commands,
-        secrets=secrets,
+        secrets=(*secret_values(spec), *worker_secrets),
     )
-    result = execute(spec, ctx)
+
+
+def _scrubbed(result: TaskResult, secrets: tuple[str, ...]) -> TaskResult:
     if result.error is None:
         return result
     return TaskResult(result.ok, scrub(result.error, secrets), result.detail)

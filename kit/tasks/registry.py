@@ -14,12 +14,13 @@ has read the list (`task_types`, `names`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
 from kit.tasks import command, http, noop, sleep
 from kit.tasks.context import RunContext, TaskResult
-from kit.tasks.spec import InlineRunner, Runner, TaskType
+from kit.tasks.spec import AsyncRunner, InlineRunner, Runner, TaskType
 
 BUILTIN: tuple[TaskType, ...] = (http.TASK, command.TASK, noop.TASK, sleep.TASK)
 
@@ -28,6 +29,7 @@ _read = False
 # Views for the per-run lookups (a dict each, as the worker's hot path wants).
 RUNNERS: dict[str, Runner] = {}
 INLINE: dict[str, InlineRunner] = {}
+ASYNC: dict[str, AsyncRunner] = {}
 
 
 def register(task: TaskType) -> None:
@@ -44,6 +46,8 @@ def register(task: TaskType) -> None:
     RUNNERS[task.name] = task.run
     if task.inline is not None:
         INLINE[task.name] = task.inline
+    if task.run_async is not None:
+        ASYNC[task.name] = task.run_async
 
 
 for _task in BUILTIN:
@@ -71,3 +75,21 @@ def execute(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
     if ctx.cancel.is_set():
         return TaskResult(False, "cancelled")
     return runner(spec, ctx)
+
+
+async def execute_async(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
+    """`execute` on an event loop, for a type with an async runner (ASYNC)."""
+    if not isinstance(spec, Mapping):
+        return TaskResult(False, "task: must be a JSON object")
+    runner = ASYNC.get(spec.get("type"))  # type: ignore[arg-type]
+    if runner is None:
+        return TaskResult(False, f"task.type: {spec.get('type')!r} does not run on a loop")
+    if ctx.cancel.is_set():
+        return TaskResult(False, "cancelled")
+    return await runner(spec, ctx)
+
+
+async def release_loop() -> None:
+    """Close what task types keep on the running loop: the http task's kept-alive
+    connections (the worker's task loop calls this before it stops)."""
+    await http.targets_of(asyncio.get_running_loop()).close()

@@ -13,7 +13,7 @@ it in the RunContext.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
@@ -28,6 +28,9 @@ Runner = Callable[[Mapping[str, Any], RunContext], TaskResult]
 # A task with no effect and no wait, run where the worker starts runs: no context, no
 # policy, no thread.
 InlineRunner = Callable[[Mapping[str, Any]], TaskResult]
+# One attempt as a coroutine on the worker's task loop (kit.worker.task_loop): a task that
+# mostly waits on the network, thousands at once without a thread each.
+AsyncRunner = Callable[[Mapping[str, Any], RunContext], Awaitable[TaskResult]]
 
 
 class TaskSpec(BaseModel):
@@ -47,6 +50,9 @@ class TaskType:
     # Set only for a type with no effect and no wait (noop): the worker then runs it on
     # its hold thread, many at a time, without a run context or the task policy.
     inline: InlineRunner | None = None
+    # Set for a type whose attempt is a coroutine: the worker runs it on its task loop
+    # (`run` stays, for callers without a loop).
+    run_async: AsyncRunner | None = None
 
     def __post_init__(self) -> None:
         field = self.spec.model_fields.get("type")

@@ -42,7 +42,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -71,12 +71,15 @@ from kit.store.claims import (
 )
 from kit.store.worker_link import WorkerLink
 from kit.tasks.command import KILL_GRACE_S
+from kit.tasks.context import Cancel
+from kit.tasks.registry import release_loop
 from kit.transport import RunMessage, RunPublisher, TieredConsumer
 from kit.transport.consumer import Rejected
 from kit.transport.message import topic_for
 from kit.transport.republish import publish_pointers
 from kit.worker.clock import DbClock
 from kit.worker.journal import ExecutionJournal
+from kit.worker.task_loop import TaskLoop
 
 if TYPE_CHECKING:
     from kit.tasks.policy import PolicySource
@@ -86,6 +89,9 @@ _T = TypeVar("_T")
 
 # (task spec, run id, attempt, timeout_s, cancel, tenant) -> (ok, error)
 Execute = Callable[[dict[str, Any], str, int, int, threading.Event, str], tuple[bool, str | None]]
+AsyncExecute = Callable[
+    [dict[str, Any], str, int, int, threading.Event, str], Awaitable[tuple[bool, str | None]]
+]
 
 _RETRY_DB_S = 1.0
 _CLOCK_SAMPLE_S = 1.0
@@ -110,8 +116,8 @@ def task_executor(
     The task types that run inline are the registry's (kit.tasks.registry.INLINE), read
     when the executor is made."""
     from kit.tasks import RunContext
-    from kit.tasks.policy import PolicySource, run_task
-    from kit.tasks.registry import INLINE
+    from kit.tasks.policy import PolicySource, run_task, run_task_async
+    from kit.tasks.registry import ASYNC, INLINE
 
     source = policy or PolicySource(None)
 
@@ -131,8 +137,22 @@ def task_executor(
         result = INLINE[spec["type"]](spec)
         return bool(result.ok), result.error
 
+    async def run_async(
+        spec: dict[str, Any],
+        run_id: str,
+        attempt: int,
+        timeout_s: int,
+        cancel: threading.Event,
+        tenant: str,
+    ) -> tuple[bool, str | None]:
+        ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant)
+        result = await run_task_async(spec, ctx, source.current(), worker_secrets)
+        return bool(result.ok), result.error
+
     run.inline_tasks = frozenset(INLINE)  # type: ignore[attr-defined]
     run.run_inline = run_inline  # type: ignore[attr-defined]
+    run.async_tasks = frozenset(ASYNC)  # type: ignore[attr-defined]
+    run.run_async = run_async  # type: ignore[attr-defined]
     return run
 
 
@@ -198,7 +218,7 @@ def _ahead_s(run: ClaimedRun) -> float:
 class _InFlight:
     run: ClaimedRun
     confirmed_until: float  # monotonic: the lease is known to hold until then
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: Cancel = field(default_factory=Cancel)  # also stops a task on the task loop
     deadline: float = 0.0  # monotonic; the backstop for the task's own timeout (once started)
     started: bool = False
     started_ms: int | None = None  # when the task began, on the database's clock (estimate)
@@ -250,6 +270,15 @@ class Worker:
         self._run_inline: Callable[[dict[str, Any]], tuple[bool, str | None]] | None = getattr(
             self.execute, "run_inline", None
         )
+        # task types whose attempt is a coroutine (http): run on one loop thread, up to
+        # `concurrency` at once, not on the pool (kit.worker.task_loop)
+        self.async_tasks: frozenset[str] = getattr(self.execute, "async_tasks", frozenset())
+        self._run_async: AsyncExecute | None = getattr(self.execute, "run_async", None)
+        self._task_loop: TaskLoop[_InFlight] | None = None
+        if self.async_tasks and self._run_async is not None:
+            self._task_loop = TaskLoop(
+                concurrency, self._began_on_loop, self._execute_async, self._ended, release_loop
+            )
         self._lags: deque[float] = deque()  # start lags, observed off the starting path
         self.rng = rng or random.Random()
         self.metrics = metrics or WorkerMetrics()
@@ -284,6 +313,8 @@ class Worker:
             threading.Thread(target=self._clock_loop, name="clock", daemon=True),
         ]
         self.link.start()
+        if self._task_loop is not None:
+            self._task_loop.start()
         finisher = threading.Thread(target=self._finish_loop, name="finisher", daemon=True)
         for t in [*threads, finisher]:
             t.start()
@@ -311,6 +342,8 @@ class Worker:
                 self._hold(claimed)
         finally:
             self._drain(drain_s)
+            if self._task_loop is not None:
+                self._task_loop.stop()
             self._finisher_stop.set()
             finisher.join(timeout=self.lease_ttl_s)
             self._beating.set()
@@ -458,12 +491,18 @@ class Worker:
         """Start runs whose second has come: pool tasks go to the pool (in this order),
         inline ones run here, in one batch."""
         inline: list[_InFlight] = []
+        on_loop: list[_InFlight] = []
         for entry in due:
             spec = entry.run.task_spec
-            if spec is not None and spec.get("type") in self.inline_tasks:
+            kind = spec.get("type") if spec is not None else None
+            if kind in self.inline_tasks:
                 inline.append(entry)
+            elif kind in self.async_tasks and self._task_loop is not None:
+                on_loop.append(entry)
             else:
                 self._pool.submit(self._execute, entry)
+        if on_loop:
+            self._task_loop.submit(on_loop)  # type: ignore[union-attr]
         if inline:
             self._execute_inline(inline)
 
@@ -504,9 +543,11 @@ class Worker:
         for entry, error in failed:
             self._pool.submit(self._finish_failed, entry, error)
 
-    def _began(self, entry: _InFlight) -> bool:
+    def _began(self, entry: _InFlight, on_loop: bool = False) -> bool:
         """The task's first instruction: the run leaves the waiting count, its lease must
-        still be confirmed far enough ahead, and the instant is its start."""
+        still be confirmed far enough ahead, and the instant is its start. On the task
+        loop a run that may not start is given back from the pool (the loop never waits
+        on the database)."""
         with self._lock:
             self._waiting -= 1
             self.metrics.held.set(self._waiting)
@@ -514,7 +555,10 @@ class Worker:
             return False
         if time.monotonic() > entry.confirmed_until - self.fence_margin_s:
             self._fence(entry, "lease not confirmed far enough ahead to start")
-            self._give_back(entry)
+            if on_loop:
+                self._pool.submit(self._give_back, entry)
+            else:
+                self._give_back(entry)
             return False
         run = entry.run
         entry.started = True
@@ -572,6 +616,37 @@ class Worker:
         finally:
             if not handed_off:
                 self._free([entry])
+
+    def _began_on_loop(self, entry: _InFlight) -> bool:
+        return self._began(entry, on_loop=True)
+
+    async def _execute_async(self, entry: _InFlight) -> tuple[bool, str | None]:
+        run = entry.run
+        assert self._run_async is not None and run.task_spec is not None
+        return await self._run_async(
+            dict(run.task_spec),
+            run.run_id,
+            run.attempt,
+            run.timeout_s or 3600,
+            entry.cancel,
+            run.tenant,
+        )
+
+    def _ended(self, entry: _InFlight, ok: bool, error: str | None) -> None:
+        """A run's task on the loop returned: as `_execute` after its task, without
+        waiting on the database here (successes go to the finisher, the rest to the pool)."""
+        if entry.fenced:
+            self._pool.submit(self._give_back, entry)
+            return
+        if entry.releasing:
+            self._free([entry])  # the shutdown gives it back
+            return
+        entry.done = True
+        if ok:
+            self._succeeded.append(entry)
+            self._success_ready.set()
+        else:
+            self._pool.submit(self._finish_failed, entry, error or "failed")
 
     def _finish_failed(self, entry: _InFlight, error: str) -> None:
         """A failed inline task: its failure written like any other (on a pool thread)."""

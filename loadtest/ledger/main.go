@@ -6,6 +6,8 @@
 //
 //	ledger -addr 127.0.0.1:0 -out ledger.tsv -port-file port.txt
 //
+// A request with ?delay_ms=N is answered N ms after it arrived (a slow target).
+//
 // Each line of -out: key <TAB> arrival (Unix µs) <TAB> method <TAB> path. Lines are
 // buffered and flushed every 100 ms and on SIGTERM/SIGINT. GET /count answers how many
 // requests were recorded so far.
@@ -89,6 +91,11 @@ func main() {
 		arrival := time.Now().UnixMicro()
 		records <- record{r.Header.Get("Idempotency-Key"), arrival, r.Method, r.URL.Path}
 		count.Add(1)
+		// ?delay_ms=N: answer after N ms (at most a minute), as a slow target would; the
+		// arrival is recorded first, so an overload's lag is the kit's, not the target's
+		if d, err := strconv.Atoi(r.URL.Query().Get("delay_ms")); err == nil && d > 0 {
+			time.Sleep(time.Duration(min(d, 60_000)) * time.Millisecond)
+		}
 		w.Header().Set("Content-Type", "text/plain")
 		w.Write([]byte("ok\n"))
 	})

@@ -1,0 +1,207 @@
+"""http tasks through a real worker's task loop (kit.worker.task_loop), on the real
+PostgreSQL and Kafka, against a local HTTP server that records every request.
+
+What the loop must keep from the thread-per-run design: each run's request leaves once
+with its idempotency key, at most `concurrency` requests are out at once, a failure is
+recorded through the retry path, a cancel or a lease the worker can no longer confirm
+stops the request at once, and a graceful stop gives back what has not finished."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from sqlalchemy import Engine
+
+from kit.core.task_policy import TaskPolicy
+from kit.reaper.reaper import Reaper
+from kit.settings import Settings
+from kit.tasks.policy import PolicySource
+from kit.transport import RunPublisher, TieredConsumer
+from kit.worker.worker import Worker, task_executor
+from tests.integration.test_worker_e2e import Running, publish, wait_for
+from tests.integration.waiting import wait_until
+from tests.integration.worker_rows import make_job, make_run, run_row
+
+pytestmark = pytest.mark.integration
+LOOPBACK = PolicySource.fixed(TaskPolicy.parse({}, http_allow_hosts="127.0.0.1"))
+
+
+@dataclass
+class Target:
+    port: int = 0
+    keys: list[str] = field(default_factory=list)
+    now: int = 0  # requests being answered
+    most: int = 0  # the most at once
+    release: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@pytest.fixture
+def target() -> Iterator[Target]:
+    state = Target()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as real targets do
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            with state.lock:
+                state.keys.append(self.headers.get("Idempotency-Key", ""))
+                state.now += 1
+                state.most = max(state.most, state.now)
+            try:
+                if self.path.startswith("/slow"):
+                    time.sleep(0.3)
+                if self.path.startswith("/hang"):
+                    state.release.wait(30)
+                status, payload = (500, b"broken") if self.path == "/fail" else (200, b"ok")
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            finally:
+                with state.lock:
+                    state.now -= 1
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    state.port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    state.release.set()
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def http_worker(
+    settings: Settings, engine: Engine, prefix: str, publisher: RunPublisher
+) -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(
+        concurrency: int = 4, ttl_ms: int = 30_000, heartbeat_ms: int | None = None
+    ) -> Running:
+        consumer = TieredConsumer(
+            settings.kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", topic_prefix=prefix
+        )
+        worker = Worker(
+            engine,
+            consumer,
+            publisher,
+            "w-http",
+            concurrency=concurrency,
+            lease_ttl_ms=ttl_ms,
+            heartbeat_ms=heartbeat_ms,
+            execute=task_executor(LOOPBACK),
+        )
+        running = Running(worker, consumer)
+        running.thread.start()
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop.set()
+    for running in started:
+        running.thread.join(timeout=20)
+        running.consumer.close()
+
+
+def http_task(url: str) -> dict:
+    return {"type": "http", "method": "POST", "url": url, "body": "{}"}
+
+
+def test_http_runs_leave_once_each_at_most_concurrency_at_once(
+    engine: Engine, publisher: RunPublisher, http_worker: Callable[..., Running], target: Target
+) -> None:
+    job = make_job(engine, task=http_task(target.url("/slow")))
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    runs = [make_run(engine, job, scheduled_at=base - timedelta(seconds=i)) for i in range(10)]
+    running = http_worker(concurrency=3)
+    assert running.worker._task_loop is not None  # http runs on the loop, not the pool
+    for rid in runs:
+        publish(publisher, engine, rid)
+    for rid in runs:
+        wait_for(engine, rid, "succeeded")
+    assert sorted(target.keys) == sorted(runs)  # each once, with its run id as the key
+    assert 1 < target.most <= 3, f"{target.most} requests were out at once (concurrency 3)"
+    assert running.metrics.value("cronfleet_worker_runs_total", outcome="succeeded") == 10
+
+
+def test_a_failed_response_goes_through_the_retry_path(
+    engine: Engine, publisher: RunPublisher, http_worker: Callable[..., Running], target: Target
+) -> None:
+    retry = {"max_attempts": 3, "base_s": 60.0, "cap_s": 60.0, "jitter": "none"}
+    rid = make_run(engine, make_job(engine, task=http_task(target.url("/fail")), retry=retry))
+    http_worker()
+    publish(publisher, engine, rid)
+    row = wait_for(engine, rid, "retry_scheduled")
+    assert row.errors[-1]["error"] == "HTTP 500; body: broken"
+    assert target.keys == [rid]
+
+
+def test_a_cancel_stops_the_request_at_once(
+    engine: Engine, publisher: RunPublisher, http_worker: Callable[..., Running], target: Target
+) -> None:
+    rid = make_run(engine, make_job(engine, task=http_task(target.url("/hang"))))
+    running = http_worker()
+    publish(publisher, engine, rid)
+    wait_until("the request to arrive", lambda: target.keys == [rid])
+    assert running.worker.stop_cancelled([rid]) == {rid}
+    wait_until("the request to be abandoned", lambda: running.worker.in_flight() == 0, 5.0)
+
+
+def test_a_lease_not_confirmed_stops_the_request_and_gives_the_run_back(
+    engine: Engine, publisher: RunPublisher, http_worker: Callable[..., Running], target: Target
+) -> None:
+    """It never heartbeats, so its lease runs out while the target hangs: the worker
+    stops the request before the lease ends and gives the run back to the reaper."""
+    rid = make_run(engine, make_job(engine, task=http_task(target.url("/hang"))))
+    running = http_worker(ttl_ms=1000, heartbeat_ms=600_000)
+    publish(publisher, engine, rid)
+    wait_until("the request to arrive", lambda: target.keys == [rid])
+    wait_until(
+        "the worker to fence itself",
+        lambda: running.metrics.value("cronfleet_worker_fenced_total") >= 1,
+    )
+    wait_until("the request to be abandoned", lambda: running.worker.in_flight() == 0, 5.0)
+    reaper = Reaper(engine, publisher, 10_000)
+    wait_until("the reaper to re-queue it", lambda: reaper.tick().requeued, poll_s=0.1)
+    assert running.metrics.value("cronfleet_worker_stale_finishes_total") == 0
+    row = run_row(engine, rid)
+    assert row.attempt == 2 and row.errors[0]["error"].startswith("lease expired")
+
+
+def test_a_graceful_stop_gives_back_a_request_still_out(
+    engine: Engine, publisher: RunPublisher, http_worker: Callable[..., Running], target: Target
+) -> None:
+    """The drain (5 s here) ends with the target still holding the request: the run is
+    released to the reaper, not recorded as a failure of its task."""
+    rid = make_run(engine, make_job(engine, task=http_task(target.url("/hang"))))
+    running = http_worker()
+    publish(publisher, engine, rid)
+    wait_until("the request to arrive", lambda: target.keys == [rid])
+    running.stop.set()
+    running.thread.join(timeout=20)
+    assert not running.thread.is_alive()
+    row = run_row(engine, rid)
+    assert (row.status, row.errors) == ("running", []), row
+    reaper = Reaper(engine, publisher, 10_000)
+    assert reaper.tick().requeued == 1  # its lease was ended at the stop
+    assert run_row(engine, rid).attempt == 2
