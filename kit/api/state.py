@@ -11,6 +11,7 @@ from sqlalchemy import Engine
 
 from kit.settings import Settings
 from kit.store.db import on_loop
+from kit.store.pg_async import AsyncPool
 from kit.transport.message import DEFAULT_TOPIC_PREFIX
 
 
@@ -32,6 +33,11 @@ async def in_store(
     (kit.store.db.on_loop). The hot routes (the queue's, the jobs CRUD) use it; the rest
     are sync handlers on `engine_of` in the thread pool."""
     return await on_loop(request.app.state.async_engine, fn, *args, **kwargs)
+
+
+def queue_pool(request: Request) -> AsyncPool:
+    """The queue routes' async connections (kit.store.queues' `*_async` functions)."""
+    return request.app.state.queue_pool
 
 
 def settings_of(request: Request) -> Settings:
