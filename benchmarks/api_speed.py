@@ -196,8 +196,8 @@ def series(args: argparse.Namespace) -> None:
             proc = serve(source, processes, port, Path(tmp) / f"api-{label}-{processes}.log")
             try:
                 for mix in MIXES:
-                    if label == "baseline" and mix == BATCHED:
-                        continue  # no batch endpoints before the change
+                    if label == "baseline" and mix == BATCHED and args.baseline_unbatched:
+                        continue  # a baseline from before the batch endpoints
                     out = Path(tmp) / f"{label}-{processes}-{len(results)}"
                     summary = run_mix(mix, port, args.duration, out)
                     row = {
@@ -293,7 +293,14 @@ def main() -> None:
     parser.add_argument(
         "--processes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4]
     )
-    parser.add_argument("--baseline-ref", default="73cd88d")
+    parser.add_argument(
+        "--baseline-ref", default="4640567", help="the code before the change (git ref)"
+    )
+    parser.add_argument(
+        "--baseline-unbatched",
+        action="store_true",
+        help="the baseline has no batch endpoints: skip the batched mix for it",
+    )
     parser.add_argument("--duration", type=int, default=12, help="seconds per mix")
     parser.add_argument("--report", action="store_true", help="print the table only")
     parser.add_argument("--plot", default="")
