@@ -38,7 +38,7 @@ def engine_for(
     PostgreSQL's default (`jit = on`) a batched finish crossed the JIT thresholds at ~13
     partitions and took 3.5-4.8 s to compile instead of ~1 ms to run
     (docs/run-history.md)."""
-    return create_engine(database_url, **_pool_options(pool_size, session))
+    return create_engine(database_url, hide_parameters=True, **_pool_options(pool_size, session))
 
 
 def _pool_options(pool_size: int, session: dict[str, int | str] | None) -> dict[str, Any]:
@@ -48,7 +48,6 @@ def _pool_options(pool_size: int, session: dict[str, int | str] | None) -> dict[
         "pool_size": pool_size,
         "max_overflow": pool_size,
         "pool_pre_ping": True,
-        "hide_parameters": True,
         "connect_args": connect_args,
     }
 
@@ -58,7 +57,9 @@ def async_engine_for(
 ) -> AsyncEngine:
     """The same engine as `engine_for` (same options), on psycopg's async connection: for
     a service on an event loop (the API), whose store calls go through `on_loop`."""
-    return create_async_engine(database_url, **_pool_options(pool_size, session))
+    return create_async_engine(
+        database_url, hide_parameters=True, **_pool_options(pool_size, session)
+    )
 
 
 async def on_loop(
