@@ -27,14 +27,27 @@ LAYERS = {
     "framework (starlette, fastapi routing and dependencies)": ("starlette/", "fastapi/"),
     "validation and JSON (pydantic, json)": ("pydantic", "json/", "orjson"),
     "thread hop (anyio worker threads, futures)": ("anyio/", "concurrent/futures", "threading.py"),
+    "greenlet bridge (sqlalchemy.util concurrency, greenlet)": ("concurrency.py", "greenlet"),
     "SQL building and results (sqlalchemy)": ("sqlalchemy/",),
     "driver (psycopg, socket waits)": ("psycopg/", "psycopg_pool"),
     "kit code (kit/)": ("/kit/",),
 }
 
 
+OTHER = "other (standard library: asyncio, selectors, ...)"
+
+
+def _layer_of(frame: str) -> str:
+    """The layer whose code a leaf frame is (the first that matches, in LAYERS' order)."""
+    for layer, marks in LAYERS.items():
+        if any(m in frame for m in marks):
+            return layer
+    return OTHER
+
+
 def summarize(raw: Path) -> str:
     inclusive: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
     leaves: collections.Counter[str] = collections.Counter()
     total = 0
     for line in raw.read_text().splitlines():
@@ -48,10 +61,15 @@ def summarize(raw: Path) -> str:
         for layer, marks in LAYERS.items():
             if any(m in f for f in frames for m in marks):
                 inclusive[layer] += n
+        own[_layer_of(frames[-1])] += n
     lines = [f"{total:,} samples of the thread holding the GIL (py-spy --gil, 200 Hz)", ""]
-    lines += ["| layer (inclusive) | share of samples |", "| --- | ---: |"]
-    for layer in LAYERS:
-        lines.append(f"| {layer} | {inclusive[layer] / max(1, total):.0%} |")
+    lines += [
+        "| layer | inclusive (on the stack) | self (the sampled frame is its code) |",
+        "| --- | ---: | ---: |",
+    ]
+    for layer in [*LAYERS, OTHER]:
+        share = inclusive[layer] / max(1, total) if layer in LAYERS else float("nan")
+        lines.append(f"| {layer} | {share:.0%} | {own[layer] / max(1, total):.0%} |")
     lines += ["", "| leaf function (self) | share |", "| --- | ---: |"]
     for frame, n in leaves.most_common(15):
         lines.append(f"| `{frame}` | {n / max(1, total):.1%} |")
@@ -108,6 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--out", default="")
+    parser.add_argument("--mix", default="queue, one call per task", choices=list(api_speed.MIXES))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cf-api-profile-") as tmp:
         port = api_speed.free_port()
@@ -138,7 +157,7 @@ def main() -> None:
             )
             load = threading.Thread(
                 target=api_speed.run_mix,
-                args=("queue, one call per task", port, args.duration, Path(tmp) / "q"),
+                args=(args.mix, port, args.duration, Path(tmp) / "q"),
             )
             load.start()
             spy.wait()
@@ -149,8 +168,8 @@ def main() -> None:
     print(text)
     if args.out:
         Path(args.out).write_text(
-            "# Where the API's CPU goes (queue mix, one call per task, 1 process)\n\n"
-            "    python benchmarks/api_profile.py --out docs/benchmarks/api_profile.md\n\n"
+            f"# Where the API's CPU goes ({args.mix}, 1 process)\n\n"
+            f"    python benchmarks/api_profile.py --mix '{args.mix}' --out {args.out}\n\n"
             + text
             + "\n"
         )

@@ -85,14 +85,31 @@ def baseline_tree(ref: str, into: Path) -> Path:
 
 
 def serve(source: Path | None, processes: int, port: int, log: Path) -> subprocess.Popen:
-    env = dict(os.environ)
-    if source is not None:  # the baseline: its own kit package first on the path
-        env["PYTHONPATH"] = str(source)
+    # `python -m` puts the working directory first on sys.path, ahead of PYTHONPATH: the
+    # server must start in the tree it is to serve, or a baseline run serves this tree's
+    # kit (the first round's "baseline" rows, api_speed_round1.json, were this code).
+    tree = source if source is not None else REPO
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    served = subprocess.run(
+        [sys.executable, "-c", "import kit; print(kit.__file__)"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not served.startswith(str(tree)):
+        raise RuntimeError(f"would serve {served}, not the tree {tree}")
     argv = [sys.executable, "-m", "kit.cli", "api", "--port", str(port)]
-    if source is None:
+    if processes > 1:
         argv += ["--workers", str(processes)]
     proc = subprocess.Popen(
-        argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+        argv,
+        cwd=tree,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -196,8 +213,8 @@ def series(args: argparse.Namespace) -> None:
             proc = serve(source, processes, port, Path(tmp) / f"api-{label}-{processes}.log")
             try:
                 for mix in MIXES:
-                    if label == "baseline" and mix == BATCHED:
-                        continue  # no batch endpoints before the change
+                    if label == "baseline" and mix == BATCHED and args.baseline_unbatched:
+                        continue  # a baseline from before the batch endpoints
                     out = Path(tmp) / f"{label}-{processes}-{len(results)}"
                     summary = run_mix(mix, port, args.duration, out)
                     row = {
@@ -293,7 +310,14 @@ def main() -> None:
     parser.add_argument(
         "--processes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4]
     )
-    parser.add_argument("--baseline-ref", default="73cd88d")
+    parser.add_argument(
+        "--baseline-ref", default="4640567", help="the code before the change (git ref)"
+    )
+    parser.add_argument(
+        "--baseline-unbatched",
+        action="store_true",
+        help="the baseline has no batch endpoints: skip the batched mix for it",
+    )
     parser.add_argument("--duration", type=int, default=12, help="seconds per mix")
     parser.add_argument("--report", action="store_true", help="print the table only")
     parser.add_argument("--plot", default="")

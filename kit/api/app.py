@@ -29,7 +29,8 @@ from kit.api.routes import router
 from kit.api.run_cancel import router as run_cancel_router
 from kit.api.schedule_preview import router as schedule_preview_router
 from kit.settings import Settings, load_settings
-from kit.store.db import engine_for
+from kit.store.db import async_engine_for, engine_for
+from kit.store.pg_async import AsyncPool, conninfo_of
 from kit.tasks.policy import policy_source
 
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -52,6 +53,13 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     task_policy = policy_source(settings.task_policy_file, settings.http_allow_hosts)
     owned_engine = engine is None
     engine = engine or engine_for(settings.database_url, pool_size=settings.api_db_pool_size)
+    # The hot routes (jobs CRUD, runs, token checks) run their store calls on the
+    # event loop through this engine (same database, same options); the others are sync
+    # handlers on `engine` in the thread pool.
+    async_engine = async_engine_for(engine.url, pool_size=settings.api_db_pool_size)
+    # The queue's routes, the hottest, skip SQLAlchemy: psycopg's async connections,
+    # pipelined (kit.store.pg_async; the same statements as the sync store functions).
+    queue_pool = AsyncPool(conninfo_of(engine.url), size=settings.api_db_pool_size)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -59,6 +67,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         # queue on the pool while contending for the GIL
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_db_pool_size
         yield
+        await queue_pool.close()
+        await async_engine.dispose()
         if owned_engine:
             engine.dispose()
 
@@ -75,6 +85,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     )
     app.state.settings = settings
     app.state.engine = engine
+    app.state.async_engine = async_engine
+    app.state.queue_pool = queue_pool
     app.state.task_policy = task_policy  # the operator's file, re-read when it changes
     errors.install(app)
     app.include_router(router, responses=_ERROR_RESPONSES)
@@ -93,7 +105,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     # Outermost first: authenticate, then bound the body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.state.token_cache = TokenCache(settings.api_token_cache_s)
-    app.add_middleware(BearerAuth, engine=lambda: app.state.engine, cache=app.state.token_cache)
+    app.add_middleware(
+        BearerAuth, engine=lambda: app.state.async_engine, cache=app.state.token_cache
+    )
     app.add_middleware(RequestMetrics)  # outermost: counts refused requests too
     app.add_route("/metrics", metrics_endpoint, include_in_schema=False)
 

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
-from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
-from starlette.concurrency import run_in_threadpool
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kit.api.errors import ApiError, database_unavailable, error_response
+from kit.store.db import on_loop
 from kit.store.tokens import TokenInfo, token_verify
 
 PROTECTED_PREFIX = "/v1"
@@ -70,7 +70,7 @@ class TokenCache:
 
 class BearerAuth:
     def __init__(
-        self, app: ASGIApp, engine: Callable[[], Engine], cache: TokenCache | None = None
+        self, app: ASGIApp, engine: Callable[[], AsyncEngine], cache: TokenCache | None = None
     ) -> None:
         self.app = app
         self.engine = engine
@@ -109,7 +109,7 @@ class BearerAuth:
         if info is None:
             read_began = self.cache.clock()
             try:
-                info = await run_in_threadpool(token_verify, self.engine(), token)
+                info = await on_loop(self.engine(), token_verify, token)
             except OperationalError:
                 return database_unavailable(), None
             if info is not None:

@@ -2,9 +2,12 @@
 uvicorn (HTTPS with --ssl-certfile/--ssl-keyfile; the console's cookie is then Secure).
 
 Concurrency: N processes (`--workers`, default `CRONFLEET_API_WORKERS`, 1) share the
-port; each runs one event loop (uvloop when installed) and its handlers in a thread pool
-as large as its database pool. Processes, not threads, are what use more than one core:
-the handlers are Python, and one process holds one GIL."""
+port; each runs one event loop (uvloop when installed). The hot handlers (the queue's,
+the jobs CRUD, runs) are async and wait on the database without a thread: the queue's on
+psycopg's async connections (kit.store.pg_async), the others on SQLAlchemy's async engine
+(kit.store.db.on_loop); the rest are sync handlers in a thread pool as large as the
+database pool. Processes, not threads, are what use more than one core: the handlers are
+Python, and one process holds one GIL."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -163,11 +164,12 @@ def install(app: FastAPI) -> None:
             ApiError(409, exc.reason, [("Idempotency-Key", exc.reason)], code="idempotency_key")
         )
 
-    async def on_database_down(request: Request, exc: OperationalError) -> JSONResponse:
+    async def on_database_down(request: Request, exc: Exception) -> JSONResponse:
         return error_response(database_unavailable())
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(OperationalError, on_database_down)
+    app.add_exception_handler(psycopg.OperationalError, on_database_down)  # the queue routes
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(FieldError, on_field_error)
     app.add_exception_handler(StarletteHTTPException, on_http)

@@ -20,6 +20,7 @@ from kit.api.auth import Caller, IdempotencyKey, principal
 from kit.api.body import StrictJsonRoute
 from kit.api.errors import ApiError
 from kit.api.models import QueueTaskStatus
+from kit.api.state import queue_pool
 from kit.core.errors import FieldError
 from kit.core.queue_task import MAX_ATTEMPTS
 from kit.store import queues as queue_store
@@ -186,7 +187,7 @@ def _not_found() -> ApiError:
     summary="Enqueue a task",
     responses={200: {"model": TaskCreatedOut, "description": "idempotent replay"}},
 )
-def enqueue_task(
+async def enqueue_task(
     queue: QueueName,
     body: TaskIn,
     request: Request,
@@ -210,7 +211,7 @@ def enqueue_task(
         idempotency_key=idempotency_key,
         request_hash=request_hash,
     )
-    created = queue_store.task_enqueue(request.app.state.engine, params)
+    created = await queue_store.task_enqueue_async(queue_pool(request), params)
     if not created.created:
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"
@@ -223,7 +224,7 @@ def enqueue_task(
     response_model=TaskBatchOut,
     summary="Enqueue many tasks at once, all or nothing",
 )
-def enqueue_tasks_batch(
+async def enqueue_tasks_batch(
     queue: QueueName, body: TaskBatchIn, request: Request, caller: Caller
 ) -> TaskBatchOut:
     """Up to 1,000 tasks per call, written in one transaction: any invalid task refuses
@@ -243,7 +244,9 @@ def enqueue_tasks_batch(
         )
         for item in body.tasks
     ]
-    created = queue_store.task_enqueue_many(request.app.state.engine, caller.tenant, queue, params)
+    created = await queue_store.task_enqueue_many_async(
+        queue_pool(request), caller.tenant, queue, params
+    )
     return TaskBatchOut(tasks=[TaskCreatedOut(task_id=c.task_id, status=c.status) for c in created])
 
 
@@ -252,7 +255,9 @@ def enqueue_tasks_batch(
     response_model=LeaseOut,
     summary="Lease up to max_tasks visible tasks, oldest first",
 )
-def lease_tasks(queue: QueueName, body: LeaseIn, request: Request, caller: Caller) -> LeaseOut:
+async def lease_tasks(
+    queue: QueueName, body: LeaseIn, request: Request, caller: Caller
+) -> LeaseOut:
     """Concurrent lessees never get the same task. An empty list means nothing is visible
     now. A task whose lease expired is leased again (its attempt counts) or, after its
     last attempt, dead-lettered."""
@@ -263,7 +268,7 @@ def lease_tasks(queue: QueueName, body: LeaseIn, request: Request, caller: Calle
         max_tasks=body.max_tasks,
         lease_s=body.lease_sec,
     )
-    leased = queue_store.task_lease(request.app.state.engine, params)
+    leased = await queue_store.task_lease_async(queue_pool(request), params)
     return LeaseOut(
         tasks=[
             LeasedTaskOut(
@@ -279,12 +284,12 @@ def lease_tasks(queue: QueueName, body: LeaseIn, request: Request, caller: Calle
 
 
 @router.post("/tasks/{task_id}/ack", response_model=AckOut, summary="Finish a task")
-def ack(task_id: str, body: AckIn, request: Request, caller: Caller) -> AckOut:
+async def ack(task_id: str, body: AckIn, request: Request, caller: Caller) -> AckOut:
     """Repeating an ack with the same token answers 200 again and changes nothing."""
     _check_json_size("result", body.result, request.app.state.settings.max_queue_payload_bytes)
     try:
-        queue_store.task_ack(
-            request.app.state.engine, caller.tenant, task_id, body.lease_token, body.result
+        await queue_store.task_ack_async(
+            queue_pool(request), caller.tenant, task_id, body.lease_token, body.result
         )
     except queue_store.TaskNotFound as exc:
         raise _not_found() from exc
@@ -294,13 +299,13 @@ def ack(task_id: str, body: AckIn, request: Request, caller: Caller) -> AckOut:
 
 
 @router.post("/tasks:ack", response_model=AckBatchOut, summary="Finish many tasks, each on its own")
-def ack_batch(body: AckBatchIn, request: Request, caller: Caller) -> AckBatchOut:
+async def ack_batch(body: AckBatchIn, request: Request, caller: Caller) -> AckBatchOut:
     """Up to 1,000 acks per call, in one transaction; each is decided on its own, as the
     one-task ack would decide it, and a refused one (unknown task, stale or expired
     lease) does not refuse the others: its `error` says why."""
     _check_json_sizes("acks[{}].result", [a.result for a in body.acks], request.app.state.settings)
-    outcomes = queue_store.task_ack_many(
-        request.app.state.engine,
+    outcomes = await queue_store.task_ack_many_async(
+        queue_pool(request),
         caller.tenant,
         [queue_store.AckItem(a.task_id, a.lease_token, a.result) for a in body.acks],
     )
@@ -319,12 +324,12 @@ def ack_batch(body: AckBatchIn, request: Request, caller: Caller) -> AckBatchOut
 
 
 @router.post("/tasks/{task_id}/nack", response_model=NackOut, summary="Fail an attempt")
-def nack(task_id: str, body: NackIn, request: Request, caller: Caller) -> NackOut:
+async def nack(task_id: str, body: NackIn, request: Request, caller: Caller) -> NackOut:
     """Retryable: leasable again after exponential backoff with full jitter (base 1 s,
     cap 300 s). Not retryable, or the last attempt: dead letter."""
     try:
-        nacked = queue_store.task_nack(
-            request.app.state.engine,
+        nacked = await queue_store.task_nack_async(
+            queue_pool(request),
             caller.tenant,
             task_id,
             body.lease_token,
@@ -347,11 +352,17 @@ def nack(task_id: str, body: NackIn, request: Request, caller: Caller) -> NackOu
 @router.post(
     "/tasks/{task_id}/heartbeat", response_model=HeartbeatOut, summary="Extend a live lease"
 )
-def heartbeat(task_id: str, body: HeartbeatIn, request: Request, caller: Caller) -> HeartbeatOut:
+async def heartbeat(
+    task_id: str, body: HeartbeatIn, request: Request, caller: Caller
+) -> HeartbeatOut:
     """The lease runs to now + extend_sec, but never past the attempt's timeout_sec."""
     try:
-        expires = queue_store.task_heartbeat(
-            request.app.state.engine, caller.tenant, task_id, body.lease_token, body.extend_sec
+        expires = await queue_store.task_heartbeat_async(
+            queue_pool(request),
+            caller.tenant,
+            task_id,
+            body.lease_token,
+            body.extend_sec,
         )
     except queue_store.TaskNotFound as exc:
         raise _not_found() from exc
@@ -361,8 +372,8 @@ def heartbeat(task_id: str, body: HeartbeatIn, request: Request, caller: Caller)
 
 
 @router.get("/queues/{queue}/stats", response_model=QueueStatsOut, summary="Queue depth")
-def stats(queue: QueueName, request: Request, caller: Caller) -> QueueStatsOut:
-    counts = queue_store.queue_stats(request.app.state.engine, caller.tenant, queue)
+async def stats(queue: QueueName, request: Request, caller: Caller) -> QueueStatsOut:
+    counts = await queue_store.queue_stats_async(queue_pool(request), caller.tenant, queue)
     return QueueStatsOut(
         queue=queue,
         queued=counts.queued,

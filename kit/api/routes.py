@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy import Engine
-from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, IdempotencyKey, principal
 from kit.api.body import StrictJsonRoute
@@ -30,6 +29,7 @@ from kit.api.models import (
     check_one_off_grace,
     check_task_size,
 )
+from kit.api.state import in_store
 from kit.core.errors import FieldError
 from kit.settings import Settings
 from kit.store import jobs as job_store
@@ -103,7 +103,7 @@ async def create_job(
         request_hash=request_hash,
         actor=caller.token_id,
     )
-    result = await run_in_threadpool(job_store.job_create, _engine(request), params)
+    result = await in_store(request, job_store.job_create, params)
     if not result.created:
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"
@@ -162,8 +162,8 @@ def create_jobs_batch(body: JobBatchIn, request: Request, caller: Caller) -> Job
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, tags=["jobs"], summary="Get a job")
-def get_job(job_id: str, request: Request, caller: Caller) -> JobOut:
-    return JobOut.of(job_store.job_get(_engine(request), caller.tenant, job_id))
+async def get_job(job_id: str, request: Request, caller: Caller) -> JobOut:
+    return JobOut.of(await in_store(request, job_store.job_get, caller.tenant, job_id))
 
 
 @router.patch(
@@ -172,7 +172,7 @@ def get_job(job_id: str, request: Request, caller: Caller) -> JobOut:
     tags=["jobs"],
     summary="Edit a job (also pause and resume); bumps its version",
 )
-def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) -> JobOut:
+async def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) -> JobOut:
     """Send only the fields to change. The job's trigger is replaced by one of the new
     version in the same transaction, so the old version never fires."""
     settings = _settings(request)
@@ -190,7 +190,7 @@ def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) ->
         partitions=settings.partitions,
         actor=caller.token_id,
     )
-    return JobOut.of(job_store.job_update(_engine(request), params))
+    return JobOut.of(await in_store(request, job_store.job_update, params))
 
 
 @router.delete(
@@ -200,8 +200,8 @@ def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) ->
     tags=["jobs"],
     summary="Delete a job and its triggers (its run history stays)",
 )
-def delete_job(job_id: str, request: Request, caller: Caller) -> Response:
-    job_store.job_delete(_engine(request), caller.tenant, job_id, actor=caller.token_id)
+async def delete_job(job_id: str, request: Request, caller: Caller) -> Response:
+    await in_store(request, job_store.job_delete, caller.tenant, job_id, actor=caller.token_id)
     return Response(status_code=204)
 
 
@@ -211,7 +211,7 @@ def delete_job(job_id: str, request: Request, caller: Caller) -> Response:
     tags=["runs"],
     summary="A job's runs, newest first",
 )
-def list_runs(
+async def list_runs(
     job_id: str,
     request: Request,
     caller: Caller,
@@ -219,7 +219,9 @@ def list_runs(
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=run_store.MAX_PAGE)] = 50,
 ) -> RunPageOut:
-    page = run_store.runs_list(_engine(request), caller.tenant, job_id, status, cursor, limit)
+    page = await in_store(
+        request, run_store.runs_list, caller.tenant, job_id, status, cursor, limit
+    )
     return RunPageOut(runs=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor)
 
 
@@ -231,7 +233,7 @@ def list_runs(
     summary="Run a job now (a manual run, dispatched asynchronously)",
     responses={200: {"model": RunOut, "description": "idempotent replay of an earlier run-now"}},
 )
-def run_job_now(
+async def run_job_now(
     job_id: str,
     request: Request,
     response: Response,
@@ -240,8 +242,9 @@ def run_job_now(
 ) -> RunOut:
     """A retried run-now with the same `Idempotency-Key` returns the run the first call
     made (200); the same key for another job, or one used by a job create, is a 409."""
-    run, created = run_store.run_now(
-        _engine(request),
+    run, created = await in_store(
+        request,
+        run_store.run_now,
         caller.tenant,
         job_id,
         actor=caller.token_id,
@@ -254,5 +257,5 @@ def run_job_now(
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, tags=["runs"], summary="Get a run")
-def get_run(run_id: str, request: Request, caller: Caller) -> RunOut:
-    return RunOut.of(run_store.run_get(_engine(request), caller.tenant, run_id))
+async def get_run(run_id: str, request: Request, caller: Caller) -> RunOut:
+    return RunOut.of(await in_store(request, run_store.run_get, caller.tenant, run_id))

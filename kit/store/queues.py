@@ -5,6 +5,12 @@ kit.core.queue_task on the row read under `FOR UPDATE`; this module only reads a
 writes. Time is the database's (`now()` of the transaction) unless a caller passes
 `now` (tests, the model). Concurrent lessees lock candidate rows with `FOR UPDATE SKIP
 LOCKED`, so two of them never get the same task and neither waits for the other.
+
+Every operation is written once, as steps (kit.store.pg_async: statements yielded, rows
+received, decisions in between), and offered twice: on a SQLAlchemy Engine
+(`task_ack(engine, ...)`, for tests and tooling) and on an async pool
+(`task_ack_async(pool, ...)`, what the HTTP API runs, pipelined and without a thread
+hop). The statement text is the module's `*_SQL` constants, shared by both.
 """
 
 from __future__ import annotations
@@ -14,11 +20,11 @@ import secrets
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, DateTime, Engine, bindparam, func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from psycopg.types.json import Jsonb
+from sqlalchemy import Engine, select
 
 from kit.core.queue_task import (
     LEASABLE,
@@ -31,9 +37,9 @@ from kit.core.queue_task import (
     nack_task,
 )
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
-from kit.store.db import db_now, is_uuid
 from kit.store.errors import IdempotencyConflict, StoreError
-from kit.store.schema import queue_tasks
+from kit.store.pg_async import AsyncPool, Execute, Query, Steps, run_steps, run_steps_async
+from kit.store.schema import LEASABLE_TASKS, queue_tasks
 
 MAX_LEASE_TASKS = 100
 # A lease request keeps looking past expired tasks it dead-letters, but not forever:
@@ -109,56 +115,6 @@ class QueueStats:
     oldest_age_s: float  # how long the longest-waiting visible task has waited; 0 if none
 
 
-# The hot statements, built once: a statement built per call costs its construction and
-# its cache key every time (a quarter of a queue call's CPU in the API, profiled).
-_NOW = func.coalesce(bindparam("now", type_=DateTime(timezone=True)), func.now())
-_LOCKED_ONE = (
-    select(queue_tasks, _NOW.label("db_now"))
-    .where(queue_tasks.c.tenant == bindparam("tenant"), queue_tasks.c.task_id == bindparam("id"))
-    .with_for_update()
-)
-_LOCKED_MANY = (
-    select(queue_tasks, _NOW.label("db_now"))
-    .where(
-        queue_tasks.c.tenant == bindparam("tenant"),
-        queue_tasks.c.task_id.in_(bindparam("ids", expanding=True)),
-    )
-    .order_by(queue_tasks.c.task_id)
-    .with_for_update()
-)
-_LEASE_CANDIDATES = (
-    select(queue_tasks, _NOW.label("db_now"))
-    .where(
-        queue_tasks.c.tenant == bindparam("tenant"),
-        queue_tasks.c.queue == bindparam("queue"),
-        queue_tasks.c.status.in_([s.value for s in LEASABLE]),
-        queue_tasks.c.visible_at <= _NOW,
-    )
-    .order_by(queue_tasks.c.visible_at, queue_tasks.c.task_id)
-    .limit(bindparam("want"))
-    .with_for_update(skip_locked=True)
-)
-_ENQUEUE = (
-    insert(queue_tasks)
-    .values(
-        task_id=bindparam("task_id"),
-        tenant=bindparam("tenant"),
-        queue=bindparam("queue"),
-        payload=bindparam("payload", type_=queue_tasks.c.payload.type),
-        status=TaskStatus.queued.value,
-        attempt=0,
-        max_attempts=bindparam("max_attempts"),
-        timeout_s=bindparam("timeout_s"),
-        visible_at=_NOW + func.make_interval(0, 0, 0, 0, 0, 0, bindparam("delay_s")),
-        idempotency_key=bindparam("idempotency_key"),
-        request_hash=bindparam("request_hash"),
-        created_at=_NOW,
-    )
-    .on_conflict_do_nothing(index_elements=["tenant", "idempotency_key"])
-    .returning(queue_tasks.c.task_id)
-)
-
-
 def _ms(instant: datetime | None) -> int | None:
     return None if instant is None else to_epoch_ms(instant)
 
@@ -202,40 +158,159 @@ def _error_entry(attempt: int, error: str, now: datetime) -> list[dict[str, Any]
 
 
 # ---------------------------------------------------------------------------
-# Enqueue
+# The statements, in one place: the sync functions (on an Engine) and the async ones (on
+# an AsyncPool, the API's) run the same step functions below, so the same text.
+# Parameters are psycopg's named ones. `now` is NULL in production: the database's clock.
+
+_NOW = "coalesce(%(now)s::timestamptz, now())"
+_STATE = (
+    "task_id, status, attempt, max_attempts, timeout_s, visible_at, lease_token, "
+    "lease_expires_at, deadline_at, worker_id, dead_reason"
+)
+_QUEUED = TaskStatus.queued.value
+_STATS_STATUSES = ", ".join(f"'{s}'" for s in (*LEASABLE, TaskStatus.dead))
+
+ENQUEUE_SQL = f"""
+INSERT INTO queue_tasks (task_id, tenant, queue, payload, status, attempt, max_attempts,
+    timeout_s, visible_at, idempotency_key, request_hash, created_at)
+VALUES (%(task_id)s::uuid, %(tenant)s, %(queue)s, %(payload)s, '{_QUEUED}', 0,
+    %(max_attempts)s, %(timeout_s)s, {_NOW} + make_interval(secs => %(delay_s)s),
+    %(idempotency_key)s, %(request_hash)s, {_NOW})
+ON CONFLICT (tenant, idempotency_key) DO NOTHING
+RETURNING task_id"""
+
+ENQUEUED_EARLIER_SQL = """
+SELECT task_id, status, request_hash FROM queue_tasks
+WHERE tenant = %(tenant)s AND idempotency_key = %(idempotency_key)s"""
+
+# A batch: one statement whatever its size (arrays, one element per task, in order).
+ENQUEUE_MANY_SQL = f"""
+INSERT INTO queue_tasks (task_id, tenant, queue, payload, status, attempt, max_attempts,
+    timeout_s, visible_at, created_at)
+SELECT t.task_id, %(tenant)s, %(queue)s, t.payload, '{_QUEUED}', 0, t.max_attempts,
+    t.timeout_s, n.at + make_interval(secs => t.delay_s), n.at
+FROM (SELECT {_NOW} AS at) AS n,
+    unnest(%(task_id)s::uuid[], %(payload)s::jsonb[], %(max_attempts)s::int[],
+        %(timeout_s)s::int[], %(delay_s)s::int[])
+        WITH ORDINALITY AS t(task_id, payload, max_attempts, timeout_s, delay_s, n)
+ORDER BY t.n"""
+
+# What a lease request considers (kit.core.queue_task.leasable), in its order
+# (lease_order); LEASABLE_TASKS is the partial index's predicate, so the scan reads it.
+LEASE_CANDIDATES_SQL = f"""
+SELECT {_STATE}, payload, {_NOW} AS db_now FROM queue_tasks
+WHERE tenant = %(tenant)s AND queue = %(queue)s AND {LEASABLE_TASKS}
+    AND visible_at <= {_NOW}
+ORDER BY visible_at, task_id
+LIMIT %(want)s
+FOR UPDATE SKIP LOCKED"""
+
+# The rows acks, nacks and heartbeats decide on, locked in id order (two batches
+# sharing tasks cannot deadlock), with the transaction's clock.
+LOCKED_SQL = f"""
+SELECT {_STATE}, {_NOW} AS db_now FROM queue_tasks
+WHERE tenant = %(tenant)s AND task_id = ANY(%(task_id)s::uuid[])
+ORDER BY task_id
+FOR UPDATE"""
+
+# Every transition's write, for any number of tasks in one statement: the columns the
+# core's new state sets, a finish time and a result once (NULL: keep), and an entry
+# appended to the error history ('[]': none).
+APPLY_SQL = """
+UPDATE queue_tasks AS q SET
+    status = u.status, attempt = u.attempt, visible_at = u.visible_at,
+    lease_token = u.lease_token, lease_expires_at = u.lease_expires_at,
+    deadline_at = u.deadline_at, worker_id = u.worker_id, dead_reason = u.dead_reason,
+    finished_at = coalesce(u.finished_at, q.finished_at),
+    result = coalesce(u.result, q.result),
+    errors = q.errors || u.error
+FROM unnest(%(task_id)s::uuid[], %(status)s::text[], %(attempt)s::int[],
+    %(visible_at)s::timestamptz[], %(lease_token)s::text[],
+    %(lease_expires_at)s::timestamptz[], %(deadline_at)s::timestamptz[],
+    %(worker_id)s::text[], %(dead_reason)s::text[], %(finished_at)s::timestamptz[],
+    %(result)s::jsonb[], %(error)s::jsonb[])
+    AS u(task_id, status, attempt, visible_at, lease_token, lease_expires_at, deadline_at,
+        worker_id, dead_reason, finished_at, result, error)
+WHERE q.task_id = u.task_id"""
+
+STATS_SQL = f"""
+SELECT
+    count(*) FILTER (WHERE status = 'queued'
+        OR (status = 'leased' AND lease_expires_at <= {_NOW})) AS queued,
+    count(*) FILTER (WHERE status = 'leased' AND lease_expires_at > {_NOW}) AS leased,
+    count(*) FILTER (WHERE status = 'dead') AS dlq,
+    min(visible_at) FILTER (WHERE {LEASABLE_TASKS} AND visible_at <= {_NOW})
+        AS oldest_visible_at,
+    {_NOW} AS db_now
+FROM queue_tasks
+WHERE tenant = %(tenant)s AND queue = %(queue)s AND status IN ({_STATS_STATUSES})"""
+
+_APPLY_COLUMNS = (
+    "task_id",
+    "status",
+    "attempt",
+    "visible_at",
+    "lease_token",
+    "lease_expires_at",
+    "deadline_at",
+    "worker_id",
+    "dead_reason",
+    "finished_at",
+    "result",
+    "error",
+)
+_NO_ERROR = Jsonb([])
 
 
-def task_enqueue(engine: Engine, params: TaskEnqueue) -> TaskEnqueued:
-    """Insert the task, visible after its delay; with an Idempotency-Key, a retry of the
-    same request returns the task created first, another request with the key is refused.
+def _change(
+    task: QueueTask,
+    finished_at: datetime | None = None,
+    result: Jsonb | None = None,
+    error: Jsonb = _NO_ERROR,
+) -> dict[str, Any]:
+    """One task's write: the columns the core's new state sets, and what else changes."""
+    return {
+        "task_id": task.task_id,
+        **_lease_values(task),
+        "finished_at": finished_at,
+        "result": result,
+        "error": error,
+    }
 
-    A concurrent request with the same key blocks on the unique index until the first
-    commits, then finds its row, so two retries cannot both create."""
+
+def _apply(changes: Sequence[Mapping[str, Any]]) -> Execute:
+    return Execute(APPLY_SQL, {c: [change[c] for change in changes] for c in _APPLY_COLUMNS})
+
+
+# ---------------------------------------------------------------------------
+# The operations, as steps (kit.store.pg_async): each runs in one transaction.
+
+
+def _enqueue(params: TaskEnqueue) -> Steps[TaskEnqueued]:
     task_id = str(uuid.uuid4())
-    with engine.begin() as conn:
-        inserted = conn.execute(
-            _ENQUEUE,
-            {
-                "task_id": task_id,
-                "tenant": params.tenant,
-                "queue": params.queue,
-                "payload": params.payload,
-                "max_attempts": params.max_attempts,
-                "timeout_s": params.timeout_s,
-                "delay_s": params.delay_s,
-                "idempotency_key": params.idempotency_key,
-                "request_hash": params.request_hash,
-                "now": params.now,
-            },
-        ).first()
-        if inserted is not None:
-            return TaskEnqueued(task_id, TaskStatus.queued.value, created=True)
-        earlier = conn.execute(
-            select(queue_tasks.c.task_id, queue_tasks.c.status, queue_tasks.c.request_hash).where(
-                queue_tasks.c.tenant == params.tenant,
-                queue_tasks.c.idempotency_key == params.idempotency_key,
-            )
-        ).one()
+    inserted = yield Query(
+        ENQUEUE_SQL,
+        {
+            "task_id": task_id,
+            "tenant": params.tenant,
+            "queue": params.queue,
+            "payload": Jsonb(params.payload),
+            "max_attempts": params.max_attempts,
+            "timeout_s": params.timeout_s,
+            "delay_s": params.delay_s,
+            "idempotency_key": params.idempotency_key,
+            "request_hash": params.request_hash,
+            "now": params.now,
+        },
+    )
+    if inserted:
+        return TaskEnqueued(task_id, TaskStatus.queued.value, created=True)
+    (earlier,) = (
+        yield Query(
+            ENQUEUED_EARLIER_SQL,
+            {"tenant": params.tenant, "idempotency_key": params.idempotency_key},
+        )
+    ) or ()
     if earlier.request_hash != params.request_hash:
         raise IdempotencyConflict(
             "this Idempotency-Key was already used with a different request body"
@@ -246,143 +321,88 @@ def task_enqueue(engine: Engine, params: TaskEnqueue) -> TaskEnqueued:
 MAX_BATCH_TASKS = 1000
 
 
-def task_enqueue_many(
-    engine: Engine, tenant: str, queue: str, tasks: Sequence[TaskEnqueue]
-) -> list[TaskEnqueued]:
-    """Insert many tasks of one queue in one transaction (all or none), in order; they
-    carry no Idempotency-Key (a retried batch enqueues again). `tenant` and `queue` of
-    the items are ignored: the batch's own apply."""
+def _enqueue_many(
+    tenant: str, queue: str, tasks: Sequence[TaskEnqueue]
+) -> Steps[list[TaskEnqueued]]:
     if not 1 <= len(tasks) <= MAX_BATCH_TASKS:
         raise ValueError(f"a batch has 1 to {MAX_BATCH_TASKS} tasks")
     ids = [str(uuid.uuid4()) for _ in tasks]
-    with engine.begin() as conn:
-        now = db_now(conn, tasks[0].now)
-        conn.execute(
-            insert(queue_tasks),
-            [
-                {
-                    "task_id": task_id,
-                    "tenant": tenant,
-                    "queue": queue,
-                    "payload": item.payload,
-                    "status": TaskStatus.queued.value,
-                    "attempt": 0,
-                    "max_attempts": item.max_attempts,
-                    "timeout_s": item.timeout_s,
-                    "visible_at": now + timedelta(seconds=item.delay_s),
-                    "created_at": now,
-                }
-                for task_id, item in zip(ids, tasks, strict=True)
-            ],
-        )
+    yield Execute(
+        ENQUEUE_MANY_SQL,
+        {
+            "tenant": tenant,
+            "queue": queue,
+            "now": tasks[0].now,
+            "task_id": ids,
+            "payload": [Jsonb(t.payload) for t in tasks],
+            "max_attempts": [t.max_attempts for t in tasks],
+            "timeout_s": [t.timeout_s for t in tasks],
+            "delay_s": [t.delay_s for t in tasks],
+        },
+    )
     return [TaskEnqueued(task_id, TaskStatus.queued.value, created=True) for task_id in ids]
 
 
-# ---------------------------------------------------------------------------
-# Lease
-
-
-_apply = (
-    update(queue_tasks)
-    .where(queue_tasks.c.task_id == bindparam("b_task_id"))
-    .values(
-        status=bindparam("status"),
-        attempt=bindparam("attempt"),
-        visible_at=bindparam("visible_at"),
-        lease_token=bindparam("lease_token"),
-        lease_expires_at=bindparam("lease_expires_at"),
-        deadline_at=bindparam("deadline_at"),
-        worker_id=bindparam("worker_id"),
-        dead_reason=bindparam("dead_reason"),
-    )
-)
-
-
-def task_lease(engine: Engine, params: TaskLease) -> list[LeasedTask]:
-    """Lease up to `max_tasks` visible tasks of the queue, oldest visible first.
-
-    Candidates are locked with SKIP LOCKED: a concurrent lessee skips them instead of
-    waiting, and never gets the same task. An expired lease found on its last attempt is
-    dead-lettered here, and the search goes on for live work.
-    """
+def _lease(params: TaskLease) -> Steps[list[LeasedTask]]:
     if not 1 <= params.max_tasks <= MAX_LEASE_TASKS:
         raise ValueError(f"max_tasks must be between 1 and {MAX_LEASE_TASKS}")
     leased: list[LeasedTask] = []
-    with engine.begin() as conn:
-        for _ in range(_LEASE_ROUNDS):
-            want = params.max_tasks - len(leased)
-            # the transaction's now(), read with the candidates: no round trip of its own
-            rows = conn.execute(
-                _LEASE_CANDIDATES,
-                {"tenant": params.tenant, "queue": params.queue, "want": want, "now": params.now},
-            ).all()
-            if not rows:
-                break
-            now = rows[0].db_now
-            now_ms = to_epoch_ms(now)
-            moves: list[dict[str, Any]] = []
-            dead: list[TaskTransition] = []
-            for row in rows:
-                token = secrets.token_urlsafe(24)
-                result = lease_task(
-                    _task(row), params.worker_id, token, now_ms, params.lease_s * 1000
+    for _ in range(_LEASE_ROUNDS):
+        want = params.max_tasks - len(leased)
+        # the transaction's now(), read with the candidates: no round trip of its own
+        rows = yield Query(
+            LEASE_CANDIDATES_SQL,
+            {"tenant": params.tenant, "queue": params.queue, "want": want, "now": params.now},
+        )
+        if not rows:
+            break
+        now = rows[0].db_now
+        now_ms = to_epoch_ms(now)
+        changes: list[dict[str, Any]] = []
+        dead = 0
+        for row in rows:
+            token = secrets.token_urlsafe(24)
+            result = lease_task(_task(row), params.worker_id, token, now_ms, params.lease_s * 1000)
+            if not result.accepted:  # cannot happen for a row the query chose
+                continue
+            task = result.task
+            if result.event == "expire_dead":
+                dead += 1
+                entry = _error_entry(task.attempt, task.dead_reason or "", now)
+                changes.append(_change(task, finished_at=now, error=Jsonb(entry)))
+                continue
+            changes.append(_change(task))
+            assert task.lease_expires_at_ms is not None
+            leased.append(
+                LeasedTask(
+                    task_id=task.task_id,
+                    lease_token=token,
+                    payload=row.payload,
+                    attempt=task.attempt,
+                    lease_expires_at=from_epoch_ms(task.lease_expires_at_ms),
                 )
-                if not result.accepted:  # cannot happen for a row the query chose
-                    continue
-                moves.append({"b_task_id": row.task_id, **_lease_values(result.task)})
-                if result.event == "expire_dead":
-                    dead.append(result)
-                else:
-                    assert result.task.lease_expires_at_ms is not None
-                    leased.append(
-                        LeasedTask(
-                            task_id=result.task.task_id,
-                            lease_token=token,
-                            payload=row.payload,
-                            attempt=result.task.attempt,
-                            lease_expires_at=from_epoch_ms(result.task.lease_expires_at_ms),
-                        )
-                    )
-            if moves:
-                conn.execute(_apply, moves)
-            if dead:
-                _dead_letter_expired(conn, dead, now)
-            if len(rows) < want or not dead:
-                break
+            )
+        if changes:
+            yield _apply(changes)
+        if len(rows) < want or not dead:
+            break
     return leased
 
 
-def _dead_letter_expired(conn: Connection, dead: list[TaskTransition], now: datetime) -> None:
-    for result in dead:
-        task = result.task
-        conn.execute(
-            update(queue_tasks)
-            .where(queue_tasks.c.task_id == task.task_id)
-            .values(
-                finished_at=now,
-                errors=queue_tasks.c.errors.op("||")(
-                    _json_list(task.attempt, task.dead_reason or "", now)
-                ),
-            )
-        )
+def _locked(tenant: str, task_ids: Sequence[str], now: datetime | None) -> Steps[Sequence[Any]]:
+    """The tasks' rows under FOR UPDATE (ids canonical UUIDs), each with `db_now`."""
+    if not task_ids:
+        return []
+    rows = yield Query(LOCKED_SQL, {"tenant": tenant, "task_id": list(task_ids), "now": now})
+    return rows or []
 
 
-def _json_list(attempt: int, error: str, now: datetime) -> Any:
-    return bindparam(None, _error_entry(attempt, error, now), type_=queue_tasks.c.errors.type)
-
-
-# ---------------------------------------------------------------------------
-# Ack, nack, heartbeat
-
-
-def _locked(conn: Connection, tenant: str, task_id: str, now: datetime | None) -> Any:
-    """The task's row under FOR UPDATE, with the transaction's clock as `db_now`."""
-    if not is_uuid(task_id):
+def _locked_one(tenant: str, task_id: str, now: datetime | None) -> Steps[Any]:
+    canonical = _canonical(task_id)
+    rows = (yield from _locked(tenant, [canonical], now)) if canonical is not None else []
+    if not rows:
         raise TaskNotFound(task_id)
-    row = conn.execute(_LOCKED_ONE, {"tenant": tenant, "id": task_id, "now": now}).first()
-    if row is None:
-        raise TaskNotFound(task_id)
-    return row
+    return rows[0]
 
 
 def _decided(result: TaskTransition) -> QueueTask:
@@ -406,51 +426,33 @@ class AckOutcome:
     reason: str | None = None
 
 
-# An ack writes what the core's decision changed, the result and the finish time.
-_ack_apply = _apply.values(
-    result=bindparam("result", type_=queue_tasks.c.result.type),
-    finished_at=bindparam("finished_at"),
-)
-
-
-def task_ack_many(
-    engine: Engine, tenant: str, items: Sequence[AckItem], now: datetime | None = None
-) -> list[AckOutcome]:
-    """Ack many tasks in one transaction, each decided on its own (one refused ack does
-    not refuse the others); one outcome per item, in order. Rows are locked in id order,
-    so two batches sharing tasks cannot deadlock."""
+def _ack_many(
+    tenant: str, items: Sequence[AckItem], now: datetime | None
+) -> Steps[list[AckOutcome]]:
     ids = {item.task_id: _canonical(item.task_id) for item in items}
     wanted = sorted({i for i in ids.values() if i is not None})
+    rows = yield from _locked(tenant, wanted, now)
+    current = {str(row.task_id): _task(row) for row in rows}
+    at = rows[0].db_now if rows else None
+    changes: dict[str, dict[str, Any]] = {}
     outcomes: list[AckOutcome] = []
-    with engine.begin() as conn:
-        rows = []
-        if wanted:
-            rows = conn.execute(_LOCKED_MANY, {"tenant": tenant, "ids": wanted, "now": now}).all()
-        current = {str(row.task_id): _task(row) for row in rows}
-        at = rows[0].db_now if rows else None
-        changes: dict[str, dict[str, Any]] = {}
-        for item in items:
-            task_id = ids[item.task_id]
-            task = current.get(task_id) if task_id is not None else None
-            if task is None or at is None:
-                outcomes.append(AckOutcome(item.task_id, None, "not_found", "no such task"))
-                continue
-            decision = ack_task(task, item.lease_token, to_epoch_ms(at))
-            if not decision.accepted:
-                reason = decision.reason or "refused"
-                outcomes.append(AckOutcome(item.task_id, None, "lease_refused", reason))
-                continue
-            if decision.event == "ack":
-                changes[task_id] = {
-                    "b_task_id": task_id,
-                    **_lease_values(decision.task),
-                    "result": item.result,
-                    "finished_at": at,
-                }
-            current[task_id] = decision.task
-            outcomes.append(AckOutcome(item.task_id, decision.task.status.value))
-        if changes:
-            conn.execute(_ack_apply, list(changes.values()))
+    for item in items:
+        task_id = ids[item.task_id]
+        task = current.get(task_id) if task_id is not None else None
+        if task is None or task_id is None or at is None:
+            outcomes.append(AckOutcome(item.task_id, None, "not_found", "no such task"))
+            continue
+        decision = ack_task(task, item.lease_token, to_epoch_ms(at))
+        if not decision.accepted:
+            reason = decision.reason or "refused"
+            outcomes.append(AckOutcome(item.task_id, None, "lease_refused", reason))
+            continue
+        if decision.event == "ack":
+            changes[task_id] = _change(decision.task, finished_at=at, result=Jsonb(item.result))
+        current[task_id] = decision.task
+        outcomes.append(AckOutcome(item.task_id, decision.task.status.value))
+    if changes:
+        yield _apply(list(changes.values()))
     return outcomes
 
 
@@ -459,6 +461,118 @@ def _canonical(task_id: str) -> str | None:
         return str(uuid.UUID(task_id))
     except (ValueError, TypeError, AttributeError):
         return None
+
+
+def _ack_one(outcome: AckOutcome) -> str:
+    if outcome.refusal == "not_found":
+        raise TaskNotFound(outcome.task_id)
+    if outcome.refusal is not None:
+        raise LeaseRefused(outcome.reason or "refused")
+    assert outcome.status is not None
+    return outcome.status
+
+
+def _nack(
+    tenant: str,
+    task_id: str,
+    lease_token: str,
+    retryable: bool,
+    error: str,
+    now: datetime | None,
+    rng: random.Random,
+) -> Steps[TaskNacked]:
+    row = yield from _locked_one(tenant, task_id, now)
+    at = row.db_now
+    task = _decided(nack_task(_task(row), lease_token, retryable, to_epoch_ms(at), rng))
+    dead = task.status is TaskStatus.dead
+    entry = Jsonb(_error_entry(row.attempt, error, at))
+    yield _apply([_change(task, finished_at=at if dead else None, error=entry)])
+    return TaskNacked(
+        task_id=task.task_id,
+        status=task.status.value,
+        attempt=task.attempt,
+        visible_at=None if dead else from_epoch_ms(task.visible_at_ms),
+        dead_reason=task.dead_reason,
+    )
+
+
+def _heartbeat(
+    tenant: str, task_id: str, lease_token: str, extend_s: int, now: datetime | None
+) -> Steps[datetime]:
+    row = yield from _locked_one(tenant, task_id, now)
+    at_ms = to_epoch_ms(row.db_now)
+    task = _decided(heartbeat_task(_task(row), lease_token, at_ms, extend_s * 1000))
+    yield _apply([_change(task)])
+    assert task.lease_expires_at_ms is not None
+    return from_epoch_ms(task.lease_expires_at_ms)
+
+
+def _stats(tenant: str, queue: str, now: datetime | None) -> Steps[QueueStats]:
+    (row,) = (yield Query(STATS_SQL, {"tenant": tenant, "queue": queue, "now": now})) or ()
+    oldest = row.oldest_visible_at
+    age_s = 0.0 if oldest is None else max(0.0, (row.db_now - oldest).total_seconds())
+    return QueueStats(queued=row.queued, leased=row.leased, dlq=row.dlq, oldest_age_s=age_s)
+
+
+# ---------------------------------------------------------------------------
+# The API of this module: each operation on an Engine (sync) and on an AsyncPool (the
+# HTTP API's), the same steps under both.
+
+
+def task_enqueue(engine: Engine, params: TaskEnqueue) -> TaskEnqueued:
+    """Insert the task, visible after its delay; with an Idempotency-Key, a retry of the
+    same request returns the task created first, another request with the key is refused.
+
+    A concurrent request with the same key blocks on the unique index until the first
+    commits, then finds its row, so two retries cannot both create."""
+    return run_steps(engine, _enqueue(params))
+
+
+async def task_enqueue_async(pool: AsyncPool, params: TaskEnqueue) -> TaskEnqueued:
+    return await run_steps_async(pool, _enqueue(params))
+
+
+def task_enqueue_many(
+    engine: Engine, tenant: str, queue: str, tasks: Sequence[TaskEnqueue]
+) -> list[TaskEnqueued]:
+    """Insert many tasks of one queue in one statement (all or none), in order; they
+    carry no Idempotency-Key (a retried batch enqueues again). `tenant` and `queue` of
+    the items are ignored: the batch's own apply."""
+    return run_steps(engine, _enqueue_many(tenant, queue, tasks))
+
+
+async def task_enqueue_many_async(
+    pool: AsyncPool, tenant: str, queue: str, tasks: Sequence[TaskEnqueue]
+) -> list[TaskEnqueued]:
+    return await run_steps_async(pool, _enqueue_many(tenant, queue, tasks))
+
+
+def task_lease(engine: Engine, params: TaskLease) -> list[LeasedTask]:
+    """Lease up to `max_tasks` visible tasks of the queue, oldest visible first.
+
+    Candidates are locked with SKIP LOCKED: a concurrent lessee skips them instead of
+    waiting, and never gets the same task. An expired lease found on its last attempt is
+    dead-lettered here, and the search goes on for live work.
+    """
+    return run_steps(engine, _lease(params))
+
+
+async def task_lease_async(pool: AsyncPool, params: TaskLease) -> list[LeasedTask]:
+    return await run_steps_async(pool, _lease(params))
+
+
+def task_ack_many(
+    engine: Engine, tenant: str, items: Sequence[AckItem], now: datetime | None = None
+) -> list[AckOutcome]:
+    """Ack many tasks in one transaction, each decided on its own (one refused ack does
+    not refuse the others); one outcome per item, in order."""
+    return run_steps(engine, _ack_many(tenant, items, now))
+
+
+async def task_ack_many_async(
+    pool: AsyncPool, tenant: str, items: Sequence[AckItem], now: datetime | None = None
+) -> list[AckOutcome]:
+    return await run_steps_async(pool, _ack_many(tenant, items, now))
 
 
 def task_ack(
@@ -471,13 +585,20 @@ def task_ack(
 ) -> str:
     """Mark the task done with its result; returns the status ("done"). Repeating the
     ack with the same token is accepted and changes nothing."""
-    (outcome,) = task_ack_many(engine, tenant, [AckItem(task_id, lease_token, result)], now)
-    if outcome.refusal == "not_found":
-        raise TaskNotFound(task_id)
-    if outcome.refusal is not None:
-        raise LeaseRefused(outcome.reason or "refused")
-    assert outcome.status is not None
-    return outcome.status
+    item = AckItem(task_id, lease_token, result)
+    return _ack_one(run_steps(engine, _ack_many(tenant, [item], now))[0])
+
+
+async def task_ack_async(
+    pool: AsyncPool,
+    tenant: str,
+    task_id: str,
+    lease_token: str,
+    result: Any = None,
+    now: datetime | None = None,
+) -> str:
+    item = AckItem(task_id, lease_token, result)
+    return _ack_one((await run_steps_async(pool, _ack_many(tenant, [item], now)))[0])
 
 
 def task_nack(
@@ -492,24 +613,22 @@ def task_nack(
 ) -> TaskNacked:
     """Record the failure; the task is leasable again after a full-jitter backoff, or
     dead when not retryable or out of attempts."""
-    rng = rng or random.Random()
-    with engine.begin() as conn:
-        row = _locked(conn, tenant, task_id, now)
-        at = row.db_now
-        task = _decided(nack_task(_task(row), lease_token, retryable, to_epoch_ms(at), rng))
-        values: dict[str, Any] = _lease_values(task)
-        values["errors"] = queue_tasks.c.errors.op("||")(_json_list(row.attempt, error, at))
-        if task.status is TaskStatus.dead:
-            values["finished_at"] = at
-        conn.execute(update(queue_tasks).where(queue_tasks.c.task_id == task_id).values(**values))
-    dead = task.status is TaskStatus.dead
-    return TaskNacked(
-        task_id=task.task_id,
-        status=task.status.value,
-        attempt=task.attempt,
-        visible_at=None if dead else from_epoch_ms(task.visible_at_ms),
-        dead_reason=task.dead_reason,
-    )
+    steps = _nack(tenant, task_id, lease_token, retryable, error, now, rng or random.Random())
+    return run_steps(engine, steps)
+
+
+async def task_nack_async(
+    pool: AsyncPool,
+    tenant: str,
+    task_id: str,
+    lease_token: str,
+    retryable: bool,
+    error: str,
+    now: datetime | None = None,
+    rng: random.Random | None = None,
+) -> TaskNacked:
+    steps = _nack(tenant, task_id, lease_token, retryable, error, now, rng or random.Random())
+    return await run_steps_async(pool, steps)
 
 
 def task_heartbeat(
@@ -521,49 +640,30 @@ def task_heartbeat(
     now: datetime | None = None,
 ) -> datetime:
     """Extend a live lease; returns the new expiry (capped at the attempt's timeout)."""
-    with engine.begin() as conn:
-        row = _locked(conn, tenant, task_id, now)
-        at = row.db_now
-        task = _decided(heartbeat_task(_task(row), lease_token, to_epoch_ms(at), extend_s * 1000))
-        conn.execute(
-            update(queue_tasks)
-            .where(queue_tasks.c.task_id == task_id)
-            .values(**_lease_values(task))
-        )
-    assert task.lease_expires_at_ms is not None
-    return from_epoch_ms(task.lease_expires_at_ms)
+    return run_steps(engine, _heartbeat(tenant, task_id, lease_token, extend_s, now))
 
 
-# ---------------------------------------------------------------------------
-# Stats
+async def task_heartbeat_async(
+    pool: AsyncPool,
+    tenant: str,
+    task_id: str,
+    lease_token: str,
+    extend_s: int,
+    now: datetime | None = None,
+) -> datetime:
+    return await run_steps_async(pool, _heartbeat(tenant, task_id, lease_token, extend_s, now))
 
 
 def queue_stats(engine: Engine, tenant: str, queue: str, now: datetime | None = None) -> QueueStats:
     """Counts of one queue as a lessee would see them now. An expired lease counts as
     queued: the next lease request takes it (or dead-letters it on its last attempt)."""
-    t = queue_tasks.c
-    with engine.begin() as conn:
-        at = db_now(conn, now)
-        expired = (t.status == "leased") & (t.lease_expires_at <= at)
-        row = conn.execute(
-            select(
-                func.count().filter((t.status == "queued") | expired).label("queued"),
-                func.count()
-                .filter((t.status == "leased") & (t.lease_expires_at > at))
-                .label("leased"),
-                func.count().filter(t.status == "dead").label("dlq"),
-                func.min(t.visible_at)
-                .filter(t.status.in_(("queued", "leased")) & (t.visible_at <= at))
-                .label("oldest_visible_at"),
-            ).where(
-                t.tenant == tenant,
-                t.queue == queue,
-                t.status.in_(("queued", "leased", "dead")),
-            )
-        ).one()
-    oldest = row.oldest_visible_at
-    age_s = 0.0 if oldest is None else max(0.0, (at - oldest).total_seconds())
-    return QueueStats(queued=row.queued, leased=row.leased, dlq=row.dlq, oldest_age_s=age_s)
+    return run_steps(engine, _stats(tenant, queue, now))
+
+
+async def queue_stats_async(
+    pool: AsyncPool, tenant: str, queue: str, now: datetime | None = None
+) -> QueueStats:
+    return await run_steps_async(pool, _stats(tenant, queue, now))
 
 
 def task_row(engine: Engine, tenant: str, task_id: str) -> Mapping[str, Any] | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -98,6 +99,19 @@ def cursor_decode(cursor: str) -> tuple[datetime, str]:
     return at, run_id
 
 
+# A job's first page of runs, newest first (limit + 1 rows: one more says a next page
+# exists), and whether the job exists when it has none: built once, see jobs._JOB_SELECT.
+_FIRST_PAGE = (
+    select(runs)
+    .where(runs.c.tenant == bindparam("tenant"), runs.c.job_id == bindparam("job_id"))
+    .order_by(runs.c.scheduled_at.desc(), runs.c.run_id.desc())
+    .limit(bindparam("limit"))
+)
+_JOB_EXISTS = select(jobs.c.job_id).where(
+    jobs.c.tenant == bindparam("tenant"), jobs.c.job_id == bindparam("job_id")
+)
+
+
 def runs_list(
     engine: Engine,
     tenant: str,
@@ -118,6 +132,13 @@ def runs_list(
     after = cursor_decode(cursor) if cursor else None
     if not is_uuid(job_id):
         raise JobNotFound(job_id)
+    if status is None and after is None:  # the common first page: statements built once
+        with engine.begin() as conn:
+            args = {"tenant": tenant, "job_id": job_id}
+            rows = conn.execute(_FIRST_PAGE, {**args, "limit": limit + 1}).all()
+            if not rows and conn.execute(_JOB_EXISTS, args).first() is None:
+                raise JobNotFound(job_id)
+        return _page(rows, limit)
     query = (
         select(runs)
         .where(runs.c.tenant == tenant, runs.c.job_id == job_id)
@@ -142,6 +163,10 @@ def runs_list(
             ).first()
             if exists is None:
                 raise JobNotFound(job_id)
+    return _page(rows, limit)
+
+
+def _page(rows: Sequence[Any], limit: int) -> RunPage:
     page = [run_record(row) for row in rows[:limit]]
     next_cursor = None
     if len(rows) > limit:

@@ -1,7 +1,9 @@
 """The pull queue's task, side by side: every step goes to kit.core.queue_task (the
 transitions the docs describe) and to the PostgreSQL store (kit.store.queues, the
 statements the HTTP API runs), with the same explicit time, and the two must agree after
-every step, refusal reasons included.
+every step, refusal reasons included. The store is driven both ways it can run: its sync
+functions on an Engine, and its `*_async` functions on the async pool (what the HTTP API
+runs), so neither driver can drift from the core.
 
 The store decides each transition with the core on the row it locked, so what this
 holds is everything around that call: which tasks the lease scan's SQL selects and in
@@ -12,7 +14,9 @@ and the counts the stats report.
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +29,7 @@ from kit.core import queue_task as core
 from kit.core.queue_task import QueueTask, TaskStatus
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.store import queues as store
+from kit.store.pg_async import AsyncPool, conninfo_of
 from kit.store.queues import AckItem, LeaseRefused, TaskEnqueue, TaskLease
 from kit.store.schema import queue_tasks
 from tests.contract.replay import replay
@@ -57,7 +62,28 @@ def row_state(row: Any) -> QueueTask:
     )
 
 
-def queue_task_machine(engine: Engine) -> type[RuleBasedStateMachine]:
+class AsyncStore:
+    """The store's `*_async` functions behind the sync ones' signatures (the engine
+    argument ignored), run to completion on one event loop and one pool."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.pool = AsyncPool(conninfo_of(engine.url), size=2)
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        fn = getattr(store, f"{name}_async")
+
+        def call(_engine: Engine, *args: Any, **kwargs: Any) -> Any:
+            return self.loop.run_until_complete(fn(self.pool, *args, **kwargs))
+
+        return call
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.pool.close())
+        self.loop.close()
+
+
+def queue_task_machine(engine: Engine, ops: Any = store) -> type[RuleBasedStateMachine]:
     class QueueTaskContract(RuleBasedStateMachine):
         @initialize()
         def an_empty_queue(self) -> None:
@@ -121,9 +147,9 @@ def queue_task_machine(engine: Engine) -> type[RuleBasedStateMachine]:
                 now=self.now,
             )
             if many:
-                made = store.task_enqueue_many(engine, TENANT, self.queue, [item] * (many + 1))
+                made = ops.task_enqueue_many(engine, TENANT, self.queue, [item] * (many + 1))
             else:
-                made = [store.task_enqueue(engine, item)]
+                made = [ops.task_enqueue(engine, item)]
             for m in made:
                 assert m.status == TaskStatus.queued.value
                 self._new(m.task_id, delay_s, max_attempts, timeout_s)
@@ -134,7 +160,7 @@ def queue_task_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             lease_s=st.integers(1, 20),
         )
         def lease(self, worker: str, max_tasks: int, lease_s: int) -> None:
-            got = store.task_lease(
+            got = ops.task_lease(
                 engine,
                 TaskLease(TENANT, self.queue, worker, max_tasks, lease_s, now=self.now),
             )
@@ -175,7 +201,7 @@ def queue_task_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             task_id, lease_token = self._task(task), self._token(token)
             t = core.heartbeat_task(self.core[task_id], lease_token, self.now_ms, extend_s * 1000)
             try:
-                expires = store.task_heartbeat(
+                expires = ops.task_heartbeat(
                     engine, TENANT, task_id, lease_token, extend_s, self.now
                 )
             except LeaseRefused as refused:
@@ -195,7 +221,7 @@ def queue_task_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             if not self.order:
                 return
             items = [AckItem(self._task(a), self._token(b), {"ok": True}) for a, b in picks]
-            outcomes = store.task_ack_many(engine, TENANT, items, self.now)
+            outcomes = ops.task_ack_many(engine, TENANT, items, self.now)
             for item, outcome in zip(items, outcomes, strict=True):
                 t = core.ack_task(self.core[item.task_id], item.lease_token, self.now_ms)
                 assert (outcome.status is not None) == t.accepted, (outcome, t.reason)
@@ -219,7 +245,7 @@ def queue_task_machine(engine: Engine) -> type[RuleBasedStateMachine]:
                 self.core[task_id], lease_token, retryable, self.now_ms, random.Random(seed)
             )
             try:
-                nacked = store.task_nack(
+                nacked = ops.task_nack(
                     engine,
                     TENANT,
                     task_id,
@@ -242,7 +268,7 @@ def queue_task_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 
         @rule()
         def stats(self) -> None:
-            got = store.queue_stats(engine, TENANT, self.queue, self.now)
+            got = ops.queue_stats(engine, TENANT, self.queue, self.now)
             tasks = list(self.core.values())
             live = [
                 t
@@ -278,5 +304,15 @@ def queue_task_machine(engine: Engine) -> type[RuleBasedStateMachine]:
     return QueueTaskContract
 
 
-def test_queue_task_store_equals_core(engine: Engine) -> None:
-    replay(queue_task_machine(engine), examples=120, steps=30)
+@pytest.fixture(params=["sync", "async"])
+def ops(request: pytest.FixtureRequest, engine: Engine) -> Iterator[Any]:
+    if request.param == "sync":
+        yield store
+        return
+    async_store = AsyncStore(engine)
+    yield async_store
+    async_store.close()
+
+
+def test_queue_task_store_equals_core(engine: Engine, ops: Any) -> None:
+    replay(queue_task_machine(engine, ops), examples=120, steps=30)

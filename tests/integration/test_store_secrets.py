@@ -43,10 +43,9 @@ def test_every_engine_the_kit_creates_hides_parameters() -> None:
     missing = []
     for path in sorted((ROOT / "kit").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Call)
-                and getattr(node.func, "id", getattr(node.func, "attr", None)) == "create_engine"
-            ):
+            if isinstance(node, ast.Call) and getattr(
+                node.func, "id", getattr(node.func, "attr", None)
+            ) in ("create_engine", "create_async_engine"):
                 hides = any(
                     k.arg == "hide_parameters"
                     and isinstance(k.value, ast.Constant)

@@ -10,6 +10,7 @@ State changes are POST forms with the session's CSRF token, answered with a redi
 from __future__ import annotations
 
 import hmac
+import inspect
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -67,8 +68,11 @@ TASK_TYPES = registry.names()  # the jobs filter's choices
 
 
 async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """A store call, off the event loop; not-found becomes the console's 404 page."""
+    """A store call, off the event loop (an API route that is async itself is awaited
+    here); not-found becomes the console's 404 page."""
     try:
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args, **kwargs)
         return await run_in_threadpool(lambda: fn(*args, **kwargs))
     except (JobNotFound, RunNotFound) as exc:
         raise NOT_FOUND from exc
