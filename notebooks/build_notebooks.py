@@ -48,9 +48,9 @@ SCHEDULES = 10_000_000
 RUNS_PER_S = 2_000         # average over the hour
 PEAK_RUNS_PER_S = 50_000   # the top-of-the-hour window
 TARGET_P99_S = 2.0
-NODES = [10, 11, 12]        # around `cronfleet sim size`'s answer (11 nodes, 134 workers, 1,024 partitions)
-WORKERS = [120, 128, 132, 134, 140, 150, 160]
-PARTITIONS = [64, 1024]
+NODES = [6, 7, 8]           # around `cronfleet sim size`'s answer (7 nodes, 150 workers, 112 partitions)
+WORKERS = [130, 140, 145, 150, 155, 165, 180]
+PARTITIONS = [112, 1024]
 if fm.SMALL:
     SCHEDULES, RUNS_PER_S, PEAK_RUNS_PER_S = SCHEDULES // 50, RUNS_PER_S / 50, PEAK_RUNS_PER_S / 50
     NODES, WORKERS, PARTITIONS = [1, 2], [2, 3, 4, 6], [64]
@@ -162,8 +162,8 @@ around the peak, the fault 2 s before it) run through `cronfleet sim`."""),
     new_code_cell("""\
 # Inputs
 SCHEDULES, RUNS_PER_S, PEAK_RUNS_PER_S = 10_000_000, 2_000, 50_000
-FLEETS = [(11, 134), (12, 148), (14, 180)]  # (scheduler nodes, workers): sized, deployed with headroom, larger
-PARTITIONS = 1024  # as sized
+FLEETS = [(7, 150), (8, 165), (10, 200)]  # (scheduler nodes, workers): sized, deployed with headroom, larger
+PARTITIONS = 112  # as sized
 FAULTS = {"node loss": "scenarios/peak-node-loss.toml",
           "database stall 10 s": "scenarios/peak-db-stall.toml",
           "broker outage 30 s": "scenarios/peak-broker-outage.toml"}
