@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.transport.kafka_client import client_config
+from sim.scenario import scan_cost_keys
 
 SCHEMA = "cronfleet_calibrate"
 
@@ -182,18 +183,21 @@ def _us(x: float) -> str:
 def _scan_note(d: dict[str, Any], when: str) -> str:
     pc = d["per_class"]
     classes = "; ".join(
-        f"{c}: CPU {_us(v['cpu_per_fire'])}, database {_us(v['advance'] + v['insert'])}"
+        f"{c} ({class_kind(c)}): CPU {_us(v['cpu_per_fire'])}, database "
+        f"{_us(v['advance'] + v['insert'])}"
         for c, v in pc.items()
     )
     sql = ", ".join(f"{k} {_us(v)}" for k, v in d["sql_wait_per_fire"].items())
     return (
         f"kit.scheduler.scan.scan_partitions on a scratch database migrated with the kit's "
         f"migrations, one node holding all 1,024 partitions, {d['scans']} scans of 250 to "
-        f"8,000 fires ({d['fires']:,} fires) of the top-of-hour scenario's jobs (~1 KB, "
-        f"overlap allow, misfire run_once), twice each, shuffled; CPU = this process's "
-        f"process time over the scan (sched_scan_*), database = the store calls' wall time "
-        f"less the CPU inside them (db_*); per fire = the slope over batch sizes, by class "
-        f"({classes}) and weighted by the top-of-hour window's fires ({PEAK_SHARES}); per "
+        f"8,000 fires ({d['fires']:,} fires): the top-of-hour scenario's cron jobs, "
+        f"interval jobs and one-off jobs (~1 KB, overlap allow, misfire run_once), twice "
+        f"each, shuffled; CPU = this process's process time over the scan "
+        f"(sched_scan_*), database = the store calls' wall time less the CPU inside them "
+        f"(db_*); per fire = the slope over batch sizes, by class ({classes}), and by "
+        f"schedule kind (the keys' _cron_, _interval_, _one_off_: a kind's classes, the "
+        f"cron ones weighted by the top-of-hour window's fires, {PEAK_SHARES}); per "
         f"statement wait per fire, all classes: {sql}; db_scan_fixed_s and "
         f"db_per_partition_s from {d['empty_scans']} empty scans over 16..1,024 partitions; "
         f"the model's scan (database + CPU) against each scan measured: median error "
@@ -242,11 +246,17 @@ def _starts_note(starts: int, when: str) -> str:
 
 DB_NAME = "cronfleet_calibrate"
 NODE = "calibrate-node"
-# The jobs of the top-of-hour scenario (sim/scenarios/top-of-hour.toml, the `cohort`
+# The jobs the scan is measured on, one class at a time, each of one schedule kind
+# (kit.core.schedule.ScheduleKind: the profile has each kind's costs per fire). The cron
+# classes are the top-of-hour scenario's (sim/scenarios/top-of-hour.toml, the `cohort`
 # workload of sim/workload.py): hourly jobs jittered over 10 s, every-minute jobs, and the
-# sparse rest of the 10 million schedules (crons of every kind, in several zones). All with
-# overlap `allow` and misfire `run_once`, as the scenario has them.
-JOB_CLASSES: dict[str, tuple[tuple[str, str, int], ...]] = {
+# sparse rest of the 10 million schedules (crons of every kind, in several zones). Then
+# interval jobs (`every_s`, anchored at their fire: each job's schedule text its own) and
+# one-off jobs (`at`: their fire time, each its own), as the kit's API writes them. All
+# with overlap `allow` and misfire `run_once`, as the scenario has them.
+# A variant: (schedule, zone, jitter_s); a cron's schedule is its expression, an
+# interval's its every_s, a one-off's None (its `at` is the trigger's fire time).
+JOB_CLASSES: dict[str, tuple[tuple[str | int | None, str, int], ...]] = {
     "hourly": (("0 * * * *", "UTC", 10),),
     "minute": (("* * * * *", "UTC", 0),),
     "sparse": (
@@ -259,12 +269,55 @@ JOB_CLASSES: dict[str, tuple[tuple[str, str, int], ...]] = {
         ("45 * * * *", "America/Sao_Paulo", 0),
         ("10 22 * * 0", "Asia/Kolkata", 0),
     ),
+    # every_s of at least a minute: each job's next fire is after the last scan's window
+    "interval": ((60, "UTC", 0), (300, "UTC", 0), (3600, "UTC", 0)),
+    "one_off": ((None, "UTC", 0),),
 }
-# Each class's share of the fires in the scenario's top-of-hour window (50,000 runs/s:
-# 481,337 hourly jobs over 10 s, 20,000 every-minute jobs, the sparse rest of the 2,000
-# runs/s average): what the capacity model's peak charges per fire.
+# Each cron class's share of the fires in the scenario's top-of-hour window (50,000
+# runs/s: 481,337 hourly jobs over 10 s, 20,000 every-minute jobs, the sparse rest of the
+# 2,000 runs/s average): the cron kind's cost per fire is these classes' weighed by them,
+# what decides the peak's p99 and the sizing. A kind of one class is that class.
 PEAK_SHARES = {"hourly": 0.9627, "minute": 0.0067, "sparse": 0.0306}
+
+
+def class_schedule(job_class: str, variant: int, fire: dt.datetime) -> Any:
+    """The schedule (kit.core.schedule) of a class's job whose trigger fires at `fire`."""
+    from kit.core.schedule import CronSchedule, IntervalSchedule, OneOffSchedule
+
+    what, tz, _jitter = JOB_CLASSES[job_class][variant]
+    if isinstance(what, str):
+        return CronSchedule(what, tz)
+    if isinstance(what, int):
+        return IntervalSchedule(what, fire.replace(microsecond=0))
+    return OneOffSchedule(fire)
+
+
+def class_kind(job_class: str) -> str:
+    """The schedule kind (kit.core.schedule.ScheduleKind) of a class's jobs."""
+    from kit.core.schedule import schedule_kind
+
+    kinds = {
+        schedule_kind(class_schedule(job_class, v, dt.datetime(2030, 1, 1, tzinfo=dt.UTC)))
+        for v in range(len(JOB_CLASSES[job_class]))
+    }
+    if len(kinds) != 1:
+        raise ValueError(f"job class {job_class}: schedules of several kinds {kinds}")
+    return str(kinds.pop())
+
+
+def kind_shares(kind: str) -> dict[str, float]:
+    """The classes a kind's cost per fire is weighed from, and their weights."""
+    mine = [c for c in JOB_CLASSES if class_kind(c) == kind]
+    if not mine:
+        raise ValueError(f"no job class of kind {kind}")
+    if len(mine) == 1:
+        return {mine[0]: 1.0}
+    total = sum(PEAK_SHARES[c] for c in mine)
+    return {c: PEAK_SHARES[c] / total for c in mine}
+
+
 SCAN_SIZES = (250, 500, 1000, 2000, 4000, 8000)
+SCAN_WINDOW_MS = 500  # each scan's fires are due within this much of each other
 SCAN_CALLS = (
     "partitions_lock_own",
     "triggers_due",
@@ -335,14 +388,22 @@ class ScanSample:
         return sum(self.call_wall[n] - self.call_cpu[n] for n in names)
 
 
-def _job_rows(job_class: str, n: int, rng: random.Random, base: int) -> list[tuple[Any, ...]]:
-    """COPY rows of `jobs`: ~1 KB each (the requirements' size), the class's crons."""
+def _job_rows(
+    job_class: str, fires: Sequence[dt.datetime], rng: random.Random, base: int
+) -> list[tuple[Any, ...]]:
+    """COPY rows of `jobs`, one per fire time: ~1 KB each (the requirements' size), the
+    class's schedules written as the kit writes them (kit.store.jobs: schedule_to_dict,
+    the cron's zone or UTC)."""
+    from kit.core.schedule import CronSchedule, schedule_to_dict
+
     body = "report=daily&region=eu-west-1&format=csv&include=all&" * 14
     out = []
     variants = JOB_CLASSES[job_class]
-    for i in range(n):
+    for i, fire in enumerate(fires):
         job_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-        cron, tz, jitter = variants[i % len(variants)]
+        schedule = class_schedule(job_class, i % len(variants), fire)
+        tz = schedule.timezone if isinstance(schedule, CronSchedule) else "UTC"
+        jitter = variants[i % len(variants)][2]
         task = {
             "type": "http",
             "method": "POST",
@@ -355,7 +416,7 @@ def _job_rows(job_class: str, n: int, rng: random.Random, base: int) -> list[tup
                 job_id,
                 f"tenant-{(base + i) % 100:03d}",
                 f"{job_class}-{base + i:08d}",
-                json.dumps({"cron": cron, "timezone": tz}),
+                json.dumps(schedule_to_dict(schedule)),
                 tz,
                 json.dumps(task),
                 json.dumps({"max_attempts": 3, "base_s": 1.0, "cap_s": 300.0, "jitter": "full"}),
@@ -373,14 +434,15 @@ def measure_scan(admin_url: str, seed: int = 15) -> tuple[dict[str, float], dict
     """The kit's scan (kit.scheduler.scan.scan_partitions, the function a node calls once
     a second) on a scratch database migrated with the kit's migrations, one node holding
     all 1,024 partitions: for each job class, batches of SCAN_SIZES fires (twice each, in
-    a shuffled order), each due in its own second, scanned with the kit's scan-ahead.
-    Per scan: wall time, this process's CPU time (the scheduler's own work: deciding each
-    trigger, computing its next fire, building the statements' arrays, reading the rows),
-    and each store call's wall and CPU time (its wait = the database). Costs per fire are
-    least-squares slopes over the batch sizes. Then empty scans over 16..1,024 partitions
-    (the per-scan and per-partition wait), then the worker's claim and finish statements
-    (kit.store.claims) on the runs the scans made."""
+    a shuffled order), each due in its own SCAN_WINDOW_MS, scanned with the kit's
+    scan-ahead. Per scan: wall time, this process's CPU time (the scheduler's own work:
+    deciding each trigger, computing its next fire, building the statements' arrays,
+    reading the rows), and each store call's wall and CPU time (its wait = the database).
+    Costs per fire are least-squares slopes over the batch sizes. Then empty scans over
+    16..1,024 partitions (the per-scan and per-partition wait), then the worker's claim
+    and finish statements (kit.store.claims) on the runs the scans made."""
     import psycopg
+    from sqlalchemy import text
     from sqlalchemy.engine import make_url
 
     from kit.core.defaults import SCAN_AHEAD_MS
@@ -396,15 +458,18 @@ def measure_scan(admin_url: str, seed: int = 15) -> tuple[dict[str, float], dict
     rng = random.Random(seed)
     plan = [(c, n) for c in JOB_CLASSES for n in SCAN_SIZES for _ in range(2)]
     rng.shuffle(plan)
-    # Scan k takes the fires of [M + 11 s + k s, M + 12 s + k s), M a top of the hour: each
-    # job's next fire (the hourly ones' nominal time is at most 10 s of jitter earlier, so
-    # the next hour; the every-minute ones' M + 60 s) is after the last window, so no scan
-    # reads another's triggers.
+    # Scan k takes the fires of [M + 11 s + k w, M + 11 s + (k + 1) w), M a top of the
+    # hour, w = SCAN_WINDOW_MS: each job's next fire (the hourly ones' nominal time is at
+    # most 10 s of jitter earlier, so the next hour; the every-minute ones' M + 60 s; an
+    # interval's a minute or more later; a one-off's none) is after the last window, so no
+    # scan reads another's triggers.
     top = dt.datetime(2030, 1, 7, 0, 0, tzinfo=dt.UTC)
     m_ms = int(top.timestamp() * 1000)
     first_ms = m_ms + 11_000
-    if len(plan) > 48:
+    if first_ms + len(plan) * SCAN_WINDOW_MS > m_ms + 60_000:
         raise ValueError("too many scans for one minute's windows")
+    # the trigger rows the one-off classes leave behind: none (no next fire)
+    left_behind = sum(n for c, n in plan if class_kind(c) != "one_off")
     with migrated_database(make_url(admin_url), DB_NAME) as db:
         url = pg_url(db)
         engine = engine_for(db.render_as_string(hide_password=False), pool_size=2)
@@ -418,7 +483,9 @@ def measure_scan(admin_url: str, seed: int = 15) -> tuple[dict[str, float], dict
                 base = 0
                 trig_rows = []
                 for k, (job_class, n) in enumerate(plan):
-                    jobs = _job_rows(job_class, n, rng, base)
+                    lo = first_ms + SCAN_WINDOW_MS * k
+                    fires = [from_epoch_ms(lo + rng.randrange(SCAN_WINDOW_MS)) for _ in range(n)]
+                    jobs = _job_rows(job_class, fires, rng, base)
                     base += n
                     with (
                         conn.cursor() as cur,
@@ -430,9 +497,7 @@ def measure_scan(admin_url: str, seed: int = 15) -> tuple[dict[str, float], dict
                     ):
                         for row in jobs:
                             copy.write_row(row)
-                    lo = first_ms + 1000 * k
-                    for row in jobs:
-                        at = from_epoch_ms(lo + rng.randrange(1000))
+                    for row, at in zip(jobs, fires, strict=True):
                         trig_rows.append((partition_of(row[0]), at, row[0]))
                 with (
                     conn.cursor() as cur,
@@ -476,7 +541,7 @@ def measure_scan(admin_url: str, seed: int = 15) -> tuple[dict[str, float], dict
                         empty.append((k, w, c))
                 timer.take()
                 for k, (job_class, n) in enumerate(plan):
-                    r, w, c = scan(first_ms + 1000 * k + 999, epochs)
+                    r, w, c = scan(first_ms + SCAN_WINDOW_MS * (k + 1) - 1, epochs)
                     call_wall, call_cpu = timer.take()
                     if r.triggers != n or len(r.held) != n:
                         raise RuntimeError(
@@ -484,6 +549,10 @@ def measure_scan(admin_url: str, seed: int = 15) -> tuple[dict[str, float], dict
                         )
                     samples.append(ScanSample(job_class, n, len(r.held), w, c, call_wall, call_cpu))
                     held_runs.extend(r.held)
+            with engine.connect() as conn:
+                left = conn.execute(text("SELECT count(*) FROM triggers")).scalar_one()
+            if left != left_behind:  # each cron and interval fire inserted its next trigger
+                raise RuntimeError(f"calibrate: {left} triggers left, expected {left_behind}")
             claims = measure_claims(engine, [h.run_id for h in held_runs], rng)
             statement = measure_statement(engine)
         finally:
@@ -578,6 +647,7 @@ def _scan_numbers(
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """The profile's keys from the samples, and the detail the profile's notes quote."""
     from kit.core.partitions import PARTITION_COUNT
+    from kit.core.schedule import ScheduleKind
 
     per_class: dict[str, dict[str, float]] = {}
     for job_class in JOB_CLASSES:
@@ -585,8 +655,9 @@ def _scan_numbers(
         cpu0, cpu1 = _fit_raw([(s.fires, s.cpu_s) for s in mine])
         _, ins = _fit_raw([(s.fires, s.call_wait(("runs_insert",))) for s in mine])
         wait0, wait1 = _fit_raw([(s.fires, s.wait_s) for s in mine])
-        # the trigger's advance: its read, delete and insert, and the rest of the wait that
-        # grows with the fires (the commit's WAL), so the two add up to the scan's wait
+        # the trigger's advance: its read, delete and next insert (a one-off has none), and
+        # the rest of the wait that grows with the fires (the commit's WAL), so the two add
+        # up to the scan's wait
         adv = wait1 - ins
         wall0, wall1 = _fit_raw([(s.fires, s.wall_s) for s in mine])
         per_class[job_class] = {
@@ -599,8 +670,14 @@ def _scan_numbers(
             "wall_fixed": wall0,
             "wall_per_fire": wall1,
         }
-    peak = {
-        k: sum(PEAK_SHARES[c] * per_class[c][k] for c in JOB_CLASSES) for k in per_class["hourly"]
+    # each schedule kind's costs: its classes' weighed (the cron kind: by the peak's
+    # shares); every kind the model may charge has its keys
+    per_kind = {
+        kind.value: {
+            k: sum(w * per_class[c][k] for c, w in kind_shares(kind).items())
+            for k in per_class[next(iter(per_class))]
+        }
+        for kind in ScheduleKind
     }
     wait_fixed, per_part = _fit_raw([(k, w - c) for k, w, c in empty])
     cpu_fixed, _ = _fit_raw([(k, c) for k, _w, c in empty])
@@ -611,18 +688,20 @@ def _scan_numbers(
     _, claim_cpu = _fit_raw([(n, c) for n, _w, c in claims["claim"]])
     _, finish_cpu = _fit_raw([(n, c) for n, _w, c in claims["finish"]])
     numbers = {
-        "sched_scan_cpu_per_fire_s": peak["cpu_per_fire"],
         "sched_scan_cpu_fixed_s": max(cpu_fixed, 0.0),
         "db_scan_fixed_s": wait_fixed,
         "db_per_partition_s": per_part,
-        "db_scan_advance_per_row_s": peak["advance"],
-        "db_run_insert_per_row_s": peak["insert"],
         "db_statement_s": statement_s,
         "claim_s": one_claim,
         "finish_s": one_finish,
         "db_claim_demand_s": claim_row,
         "db_finish_demand_s": finish_row,
     }
+    for kind, costs in per_kind.items():
+        cpu_key, advance_key, insert_key = scan_cost_keys(kind)
+        numbers[cpu_key] = costs["cpu_per_fire"]
+        numbers[advance_key] = costs["advance"]
+        numbers[insert_key] = costs["insert"]
     bad = {k: v for k, v in numbers.items() if v <= 0}
     if bad:  # a cost cannot be negative or nothing: the measurement went wrong
         raise RuntimeError(f"calibrate: non-positive costs measured: {bad}")
@@ -641,7 +720,7 @@ def _scan_numbers(
         errors.append((predicted - s.wall_s) / s.wall_s)
     detail = {
         "per_class": per_class,
-        "peak": peak,
+        "per_kind": per_kind,
         "scans": len(samples),
         "fires": sum(s.fires for s in samples),
         "empty_scans": len(empty),

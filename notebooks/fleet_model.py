@@ -30,6 +30,7 @@ class ModelRun:
     p50_start_s: float
     p99_start_s: float
     max_start_s: float
+    p99_dispatch_s: float  # scheduled time to the publish done
     fired: int
     dropped: int
     duplicated: int
@@ -73,6 +74,7 @@ def simulate(scenario: str, sets: dict[str, object], seed: int = 1) -> ModelRun:
         p50_start_s=float(lag["p50"] or 0.0),
         p99_start_s=float(lag["p99"] or 0.0),
         max_start_s=float(lag["max"] or 0.0),
+        p99_dispatch_s=float(r["dispatch_lag_s"]["p99"] or 0.0),
         fired=int(audit["fired"]),
         dropped=int(audit["dropped"]),
         duplicated=int(audit["duplicated"]),

@@ -149,6 +149,7 @@ def population(m: Model) -> list[dict[str, Any]]:
             {
                 "class": t.name,
                 "schedule": t.expr or str(t.schedule),
+                "kind": t.kind.value,  # what a scan charges per fire
                 "jitter_s": t.jitter_ms / 1000,
                 "jobs": 0,
                 "zones": 0,
@@ -158,7 +159,13 @@ def population(m: Model) -> list[dict[str, Any]]:
         e["zones"] += 1
     out = list(by.values())
     if m.stream.sparse_rate:
-        out.append({"class": "sparse (no identity)", "runs_per_s": m.stream.sparse_rate})
+        out.append(
+            {
+                "class": "sparse (no identity)",
+                "kind": m.stream.sparse_kind.value,
+                "runs_per_s": m.stream.sparse_rate,
+            }
+        )
     return out
 
 

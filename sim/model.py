@@ -61,8 +61,9 @@ from sim.runs import (
     TERMINAL,
     RunTable,
 )
+from sim.scenario import scan_cost_keys
 from sim.stats import RunStats
-from sim.workload import WINDOW_MS, TaskDurations, WorkloadStream
+from sim.workload import SCHEDULE_KINDS, WINDOW_MS, TaskDurations, WorkloadStream
 
 # A SimPy process: a generator of the events it waits on.
 Process = Generator[simpy.Event, Any, None]
@@ -118,6 +119,13 @@ class Model:
         poison = [(f.at_ms, f.share) for f in self.faults if f.kind == "poison_jobs"]
         self.stream = WorkloadStream(scenario, seed, poison)
         self.duration_ms = self.stream.duration_ms
+        # what a scan costs per fire of each schedule kind (SCHEDULE_KINDS order): the
+        # database's (trigger advance + run insert) and the node's own CPU
+        costs = [scan_cost_keys(k) for k in SCHEDULE_KINDS]
+        self.scan_db_per_fire = np.array([profile[a] + profile[i] for _, a, i in costs])
+        self.scan_cpu_per_fire = np.array([profile[c] for c, _, _ in costs])
+        used = self.stream.kinds
+        self.scan_one_kind = SCHEDULE_KINDS.index(used.pop()) if len(used) == 1 else None
         self.runs = RunTable(1 << 22)
         self.stats = RunStats(self.duration_ms, keep_samples)
         self.counters: dict[str, int] = {
@@ -264,6 +272,17 @@ class Model:
         lat = (self.p["kafka_publish_latency_s"] + self.p["kafka_consume_latency_s"]) * 1000
         v = publish_done_ms + lat
         return self.broker.after_array(v) if self.broker else v
+
+    def fires_by_kind(self, rows: np.ndarray) -> np.ndarray:
+        """How many of these runs (ids) are fires of each schedule kind (SCHEDULE_KINDS)."""
+        if self.scan_one_kind is not None:  # one kind: no need to look
+            out = np.zeros(len(SCHEDULE_KINDS), np.int64)
+            out[self.scan_one_kind] = rows.size
+            return out
+        t = self.runs
+        kinds = t.kind[rows - t.origin]
+        counted: np.ndarray = np.bincount(kinds, minlength=len(SCHEDULE_KINDS))
+        return counted
 
     def generate_through(self, t_ms: float) -> None:
         """Generate workload windows until every run due up to t_ms exists."""
@@ -856,15 +875,18 @@ class SchedulerNode:
             rows = rows[t.fire[rows - t.origin] <= hi]
         n_parts = parts.size
         p = m.p
+        fires = m.fires_by_kind(rows)
         service = (
             p["db_scan_fixed_s"]
             + n_parts * p["db_per_partition_s"]
-            + rows.size * (p["db_scan_advance_per_row_s"] + p["db_run_insert_per_row_s"])
+            + float(fires @ m.scan_db_per_fire)
         )
         # and the node's own CPU between the statements (deciding each trigger, its next
         # fire, the statements' arrays): one thread on the node's own core, not the
-        # database's, so it adds to the scan's time without loading the database
-        cpu = p["sched_scan_cpu_fixed_s"] + rows.size * p["sched_scan_cpu_per_fire_s"]
+        # database's, so it adds to the scan's time without loading the database. Each
+        # fire costs its job's schedule kind's (a cron fire computes its next time with
+        # croniter, a one-off fire has none)
+        cpu = p["sched_scan_cpu_fixed_s"] + float(fires @ m.scan_cpu_per_fire)
         yield m.env.timeout(m.db.book(service) + cpu)
         m.counters["db_statements"] += 3
         if not self.alive or self.cut:

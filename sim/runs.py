@@ -27,6 +27,7 @@ WORKLOAD_COLUMNS: dict[str, type] = {
     "tier": np.int8,  # kit.core.dispatch.PRIORITY_TIERS rank
     "cls": np.int8,  # task class
     "job": np.int32,  # job key; -1: a job seen once (no overlap/misfire identity)
+    "kind": np.int8,  # the job's schedule kind (sim.workload.SCHEDULE_KINDS rank)
     "poison": np.bool_,
 }
 STATE_COLUMNS: dict[str, tuple[type, float]] = {
@@ -49,6 +50,7 @@ class RunTable:
     tier: np.ndarray
     cls: np.ndarray
     job: np.ndarray
+    kind: np.ndarray
     poison: np.ndarray
     status: np.ndarray
     attempt: np.ndarray

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.core import defaults
+from kit.core.schedule import ScheduleKind
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -44,6 +45,12 @@ DEFAULTS: dict[str, Any] = {
         "peak_runs_per_s": 50000.0,  # total rate in the top-of-hour window
         "peak_spread_s": 10,  # jitter window of the hourly jobs (kit.core.jitter)
         "frequent_jobs": 20000,  # every-minute jobs (these can miss several fires)
+        # cohort and poisson: each population's schedule kind (kit.core.schedule.
+        # ScheduleKind: cron, interval, one_off), what a scan charges per fire of it (the
+        # profile's per-kind keys). The fire times are the population's whatever its kind,
+        # except that one-off hourly jobs fire once (at the peak), not every hour; every-
+        # minute jobs are cron or interval. A cron population's jobs are cron.
+        "schedule_kind": {"hourly": "cron", "frequent": "cron", "sparse": "cron"},
         "arrival_rate": 0.0,  # poisson only
         "tiers": {"critical": 0.05, "high": 0.15, "normal": 0.6, "low": 0.2},
         "misfire": "run_once",
@@ -260,6 +267,7 @@ def validate(s: Mapping[str, Any]) -> None:
         raise ScenarioError("workload.arrivals: must be cron, cohort or poisson")
     if s["workload"]["arrivals"] == "cron":
         _validate_cron(s["workload"])
+    _validate_schedule_kinds(s["workload"]["schedule_kind"])
     try:
         start = datetime.fromisoformat(str(s["start"]).replace("Z", "+00:00"))
     except ValueError:
@@ -302,6 +310,51 @@ def _validate_cron(w: Mapping[str, Any]) -> None:
         raise ScenarioError("workload.zones: shares must add up to 1")
 
 
+SCHEDULE_KINDS = tuple(k.value for k in ScheduleKind)
+POPULATIONS = ("hourly", "frequent", "sparse")
+
+
+def _validate_schedule_kinds(kinds: Mapping[str, Any]) -> None:
+    for population in POPULATIONS:
+        if population not in kinds:
+            raise ScenarioError(f"workload.schedule_kind.{population}: missing")
+    for population, kind in kinds.items():
+        if population not in POPULATIONS:
+            raise ScenarioError(
+                f"workload.schedule_kind.{population}: unknown population "
+                f"(known: {', '.join(POPULATIONS)})"
+            )
+        if kind not in SCHEDULE_KINDS:
+            raise ScenarioError(
+                f"workload.schedule_kind.{population}: {kind!r} is not a schedule kind "
+                f"(must be one of {', '.join(SCHEDULE_KINDS)})"
+            )
+    if kinds["frequent"] == ScheduleKind.one_off:
+        raise ScenarioError(
+            "workload.schedule_kind.frequent: every-minute jobs fire every minute: "
+            "cron or interval, not one_off"
+        )
+
+
+def scan_cost_keys(kind: str) -> tuple[str, str, str]:
+    """The profile's keys of what a scan costs per fire of a schedule kind: the scheduler
+    node's CPU, the database's trigger advance, the run insert (written by `cronfleet
+    calibrate`, charged by sim/model.py's scan)."""
+    return (
+        f"sched_scan_cpu_per_fire_{kind}_s",
+        f"db_scan_advance_per_row_{kind}_s",
+        f"db_run_insert_per_row_{kind}_s",
+    )
+
+
+# keys of profiles before the per-kind scan costs (one cost for every fire)
+_BEFORE_KINDS = (
+    "sched_scan_cpu_per_fire_s",
+    "db_scan_advance_per_row_s",
+    "db_run_insert_per_row_s",
+)
+
+
 def load_profile(path: str | Path | None, overrides: Mapping[str, Any]) -> dict[str, float]:
     """The calibration profile (service times in seconds, run row bytes), with the
     scenario's overrides."""
@@ -312,6 +365,14 @@ def load_profile(path: str | Path | None, overrides: Mapping[str, Any]) -> dict[
     numbers = {k: float(v) for k, v in data.get("service_times", {}).items()}
     # bytes a run row takes in the run history (absent from older profiles)
     numbers.update({k: float(v) for k, v in data.get("history", {}).items()})
+    missing = [k for kind in SCHEDULE_KINDS for k in scan_cost_keys(kind) if k not in numbers]
+    if missing:
+        older = [k for k in _BEFORE_KINDS if k in numbers]
+        why = f" (it has {', '.join(older)}: one cost for every fire)" if older else ""
+        raise ScenarioError(
+            f"profile: {p} has no {', '.join(missing)}{why}; re-calibrate: "
+            "cronfleet calibrate (docs/calibration.md)"
+        )
     for key, value in overrides.items():
         if key not in numbers:
             raise ScenarioError(f"profile.{key}: unknown service time")

@@ -43,6 +43,8 @@ import numpy as np
 import simpy
 
 from kit.core import defaults, dispatch, leases
+from kit.core.schedule import ScheduleKind
+from sim.scenario import scan_cost_keys
 
 # A SimPy process: a generator of the events it waits on.
 Process = Generator[simpy.Event, Any, None]
@@ -156,7 +158,9 @@ class Costs:
             )
         # PostgreSQL's scan-ahead work: the scan's insert and trigger advance, then the
         # claim, in the proportion the calibration measured them statement by statement
-        insert = p["db_run_insert_per_row_s"] + p["db_scan_advance_per_row_s"]
+        # (the storm's jobs are one-off: a one-off fire's scan costs)
+        _cpu, advance, run_insert = scan_cost_keys(ScheduleKind.one_off)
+        insert = p[run_insert] + p[advance]
         scan_share = insert / (insert + p["db_claim_demand_s"])
         pg_ahead = p["storm_ahead_postgres_cpu_per_run_s"]
         after_worker = p["storm_after_worker_cpu_per_run_s"]

@@ -16,6 +16,14 @@ Three kinds of population:
   population arriving at a steady rate on hash-weighted partitions.
 - `poisson` (M/M/c checks): Poisson arrivals on uniform partitions.
 
+Every run carries its job's schedule kind (`kind`: an index into SCHEDULE_KINDS,
+kit.core.schedule.ScheduleKind), which is what the scan charges for its fire: a cron
+population's are cron; a cohort's or poisson's are the scenario's
+`workload.schedule_kind` of each population (hourly, frequent, sparse). The cohort's
+hourly and every-minute jobs fire on interval schedules whatever their kind (an hour or a
+minute from the peak, the same fire times as the crons they stand for), except one-off
+hourly jobs, which fire once, at the peak.
+
 Randomness (tiers, task classes of jobs; sparse arrivals and poison per window) comes
 from generators seeded by (seed, stream, template or window), so a window is the same
 whenever it is generated.
@@ -34,13 +42,17 @@ from kit.core import dispatch, jitter, partitions
 from kit.core.schedule import (
     CronSchedule,
     IntervalSchedule,
+    OneOffSchedule,
     Schedule,
+    ScheduleKind,
     fires_in,
     parse_cron,
     parse_timezone,
 )
 from kit.core.timeutil import to_epoch_ms
 
+SCHEDULE_KINDS = tuple(ScheduleKind)  # a run's `kind` is an index into these
+KIND_INDEX = {k: i for i, k in enumerate(SCHEDULE_KINDS)}
 HOUR_S = 3600
 HOUR_MS = HOUR_S * 1000
 WINDOW_MS = 60_000
@@ -108,6 +120,7 @@ class Template:
     jobs: int
     key0: int  # job key of the first job
     id_prefix: str
+    kind: ScheduleKind  # what a scan charges per fire (the fire times are `schedule`'s)
     expr: str = ""
     # filled by `ready`: jobs in offset order
     offset: np.ndarray | None = None
@@ -141,6 +154,8 @@ class WorkloadStream:
         self.poison = poison or []
         self.templates: list[Template] = []
         self.sparse_rate = 0.0  # runs/s without identity
+        kinds = w["schedule_kind"]
+        self.sparse_kind = ScheduleKind(kinds["sparse"])
         self.sparse_weights: np.ndarray | None = None  # None: uniform partitions
         self.generated_to = -int(float(s.get("lead_in_s", 0)) * 1000)
         self.window_index = 0
@@ -164,8 +179,23 @@ class WorkloadStream:
     def source_names(self) -> list[str]:
         return [f"{t.name} {t.zone}" for t in self.templates] + ["sparse"]
 
+    @property
+    def kinds(self) -> set[ScheduleKind]:
+        """The schedule kinds of the runs this workload generates."""
+        out = {t.kind for t in self.templates}
+        if self.sparse_rate > 0:
+            out.add(self.sparse_kind)
+        return out
+
     def _add(
-        self, name: str, zone: str, sched: Schedule, jitter_s: float, jobs: int, expr: str = ""
+        self,
+        name: str,
+        zone: str,
+        sched: Schedule,
+        jitter_s: float,
+        jobs: int,
+        kind: ScheduleKind,
+        expr: str = "",
     ) -> None:
         if jobs <= 0:
             return
@@ -180,6 +210,7 @@ class WorkloadStream:
                 jobs=int(jobs),
                 key0=key0,
                 id_prefix=f"{name}.{zone}.",
+                kind=kind,
                 expr=expr,
             )
         )
@@ -194,16 +225,23 @@ class WorkloadStream:
             for zone, zshare in zones.items():
                 parse_timezone(zone, f"workload.zones.{zone}")
                 jobs = round(n_class * zshare / zsum)
-                self._add(c["name"], zone, CronSchedule(expr, zone), c["jitter_s"], jobs, expr)
+                sched = CronSchedule(expr, zone)
+                self._add(c["name"], zone, sched, c["jitter_s"], jobs, ScheduleKind.cron, expr)
 
     def _cohort_population(self, s: dict[str, Any], w: dict[str, Any]) -> None:
         hourly = hourly_job_count(w)
         peak_ms = int(float(s["peak_at_s"]) * 1000)
+        kinds = w["schedule_kind"]
+        hourly_kind = ScheduleKind(kinds["hourly"])
         anchor = self.start + timedelta(milliseconds=peak_ms % HOUR_MS)
-        self._add("job-h", "", IntervalSchedule(HOUR_S, anchor), w["peak_spread_s"], hourly)
+        every_hour: Schedule = IntervalSchedule(HOUR_S, anchor)
+        if hourly_kind is ScheduleKind.one_off:  # fires once, at the peak
+            every_hour = OneOffSchedule(self.start + timedelta(milliseconds=peak_ms))
+        self._add("job-h", "", every_hour, w["peak_spread_s"], hourly, hourly_kind)
         base_rate = (float(w["runs_per_s"]) * HOUR_S - hourly) / HOUR_S
         frequent = min(int(w["frequent_jobs"]), int(base_rate * 60))
-        self._add("job-m", "", IntervalSchedule(60, self.start), 60, frequent)
+        every_minute = IntervalSchedule(60, self.start)
+        self._add("job-m", "", every_minute, 60, frequent, ScheduleKind(kinds["frequent"]))
         for t in self.templates:  # the model's first ids: job-h0, job-m0, ...
             t.id_prefix = t.name
         self.sparse_rate = max(0.0, base_rate - frequent / 60.0)
@@ -248,7 +286,7 @@ class WorkloadStream:
         """Every run with fire time in [a, b) ms, sorted by fire time."""
         b = min(b, self.duration_ms)
         pieces: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("fire", "part", "tier", "cls", "job")
+            k: [] for k in ("fire", "part", "tier", "cls", "job", "kind")
         }
         hour = min(a // HOUR_MS, self.hours - 1)  # < 0: the lead-in, not counted
         for t in self.templates:
@@ -269,6 +307,7 @@ class WorkloadStream:
                 pieces["tier"].append(t.tier[i0:i1])
                 pieces["cls"].append(t.cls[i0:i1])
                 pieces["job"].append(t.key[i0:i1])
+                pieces["kind"].append(np.full(i1 - i0, KIND_INDEX[t.kind], np.int8))
             if hour >= 0:
                 self.offered[hour, t.index] += sum(x.size for x in pieces["fire"]) - n_before
         rng = np.random.default_rng([self.seed, STREAM_WINDOW, _window_key(a)])
@@ -284,6 +323,7 @@ class WorkloadStream:
             pieces["tier"].append(rng.choice(len(self.tier_p), n, p=self.tier_p).astype(np.int8))
             pieces["cls"].append(rng.choice(len(self.class_p), n, p=self.class_p).astype(np.int8))
             pieces["job"].append(np.full(n, -1, np.int32))
+            pieces["kind"].append(np.full(n, KIND_INDEX[self.sparse_kind], np.int8))
             if hour >= 0:
                 self.offered[hour, -1] += n
         if not pieces["fire"]:
@@ -291,7 +331,7 @@ class WorkloadStream:
         fire = np.concatenate(pieces["fire"])
         order = np.argsort(fire, kind="stable")
         out = {"fire": fire[order]}
-        for k in ("part", "tier", "cls", "job"):
+        for k in ("part", "tier", "cls", "job", "kind"):
             out[k] = np.concatenate(pieces[k])[order]
         poison = np.zeros(fire.size, bool)
         if self.poison:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
@@ -67,6 +68,26 @@ class OneOffSchedule:
 
 
 Schedule = CronSchedule | IntervalSchedule | OneOffSchedule
+
+
+class ScheduleKind(StrEnum):
+    """Which of the three a schedule is. What a fire costs a scan depends on it: a cron
+    fire computes its next time with croniter, an interval fire by arithmetic, a one-off
+    fire has no next time and leaves no trigger behind (kit.scheduler.scan); the
+    calibration measures each and the capacity model charges each fire by its kind."""
+
+    cron = "cron"
+    interval = "interval"
+    one_off = "one_off"
+
+
+def schedule_kind(schedule: Schedule) -> ScheduleKind:
+    """The kind of a parsed schedule."""
+    if isinstance(schedule, CronSchedule):
+        return ScheduleKind.cron
+    if isinstance(schedule, IntervalSchedule):
+        return ScheduleKind.interval
+    return ScheduleKind.one_off
 
 
 def parse_timezone(name: str, field: str = "timezone") -> ZoneInfo:

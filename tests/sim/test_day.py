@@ -120,6 +120,7 @@ def test_the_runs_table_keeps_ids_across_compaction():
                 "tier": np.zeros(n, np.int8),
                 "cls": np.zeros(n, np.int8),
                 "job": np.full(n, k, np.int32),
+                "kind": np.zeros(n, np.int8),
                 "poison": np.zeros(n, bool),
             }
         )

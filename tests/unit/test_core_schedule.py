@@ -10,12 +10,14 @@ from kit.core.schedule import (
     CronSchedule,
     IntervalSchedule,
     OneOffSchedule,
+    ScheduleKind,
     next_fire,
     next_fires,
     parse_cron,
     parse_instant,
     parse_schedule,
     parse_timezone,
+    schedule_kind,
     schedule_to_dict,
 )
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
@@ -36,6 +38,19 @@ def test_parse_each_kind_and_roundtrip():
     assert one == OneOffSchedule(utc(2025, 6, 2, 8))
     for s in (cron, interval, one):
         assert parse_schedule(schedule_to_dict(s), NOW) == s
+
+
+def test_each_parsed_schedule_names_its_own_kind():
+    # the calibration measures a scan's fires by this kind, the model charges by it
+    kinds = {
+        schedule_kind(parse_schedule({"cron": "0 * * * *"}, NOW)),
+        schedule_kind(parse_schedule({"every_s": 60}, NOW)),
+        schedule_kind(parse_schedule({"at": "2025-06-02T10:00:00Z"}, NOW)),
+    }
+    assert schedule_kind(CronSchedule("* * * * *")) is ScheduleKind.cron
+    assert schedule_kind(IntervalSchedule(1, NOW)) is ScheduleKind.interval
+    assert schedule_kind(OneOffSchedule(NOW)) is ScheduleKind.one_off
+    assert kinds == set(ScheduleKind) and len(ScheduleKind) == 3
 
 
 @pytest.mark.parametrize(
