@@ -49,12 +49,14 @@ from life_of_a_run import (
     CHUNK,
     CpuWindow,
     Phase,
+    Profiler,
     check_alive,
     cpu_dict,
     db_now,
     load_line,
     pct,
     phase,
+    profile_targets,
     say,
     scalar,
     spec,
@@ -220,9 +222,22 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
     run_dir.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(run_dir, args.task)
     env = {"CRONFLEET_HTTP_ALLOW_HOSTS": "127.0.0.1"}
-    if code:
-        env["PYTHONPATH"] = code
+    # the fleet's `python -m kit.cli` puts its working directory ahead of PYTHONPATH: it
+    # runs from the tree it is to run, and says which kit it imported
+    tree = code or str(REPO)
+    env["PYTHONPATH"] = tree
+    imported = subprocess.run(
+        [sys.executable, "-c", "import kit; print(kit.__file__)"],
+        cwd=tree,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    say(f"[{name}] the fleet imports {imported}")
     args.jobs = args.jobs if args.mode == "burst" else args.rate
+    here = os.getcwd()
+    os.chdir(tree)
     try:
         with phase(name, args, 1, run_dir, env_extra=env, commands=("/bin/bash",)) as p:
             task = ledger.task_spec(args.delay_ms)
@@ -249,6 +264,7 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
             cpu = CpuWindow()
             cpu.start(p.fleet, p.engine, p.database)
             target0 = cpu_of_pid(ledger.pid())
+            profiler = Profiler(run_dir, profile_targets(p), rate=250) if args.profile else None
             if args.mode == "sustain":
                 end = at + timedelta(seconds=args.seconds)
                 while db_now(p.engine) < end:
@@ -257,10 +273,12 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
                 with p.engine.begin() as conn:  # no trigger fires again
                     conn.execute(text("DELETE FROM triggers"))
             left, progress = wait_done(p, ledger, expected, args.max_wait_s)
+            profile = profiler.stop() if profiler else {}
             cpu.stop(p.fleet, p.engine, p.database)
             target_cpu = cpu_of_pid(ledger.pid()) - target0
             result = audit(p, ledger)
     finally:
+        os.chdir(here)
         ledger.close()
     done = sum(v for k, v in result["statuses"].items() if k in DONE)
     workers = sum(v for k, v in cpu.by_service.items() if k.startswith("worker"))
@@ -282,6 +300,7 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
                 1000 * (cpu.services + cpu.postgres + cpu.kafka) / max(1, done), 3
             ),
             "progress": progress,
+            "profile": profile,
             "load": load_line(),
         }
     )
@@ -366,10 +385,12 @@ def main() -> int:
     ap.add_argument("--prefetch", type=int, default=0, help="0: the kit's default rule")
     ap.add_argument("--topic-partitions", type=int, default=6)
     ap.add_argument("--max-wait-s", type=float, default=240, help="bound on the wait")
+    ap.add_argument("--profile", action="store_true", help="py-spy the scheduler and worker-1")
     ap.add_argument("--series", type=int, default=1, help="rounds (baseline, then this code)")
     ap.add_argument("--baseline-ref", default="", help="also run the kit at this commit")
     ap.add_argument("--out", type=Path, default=Path("/tmp/cf_http_tasks"))
     args = ap.parse_args()
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
@@ -396,6 +417,10 @@ def main() -> int:
     for r in results:
         say(f"{r['phase']}: statuses {r['statuses']}; CPU s {r['cpu_s']}")
         say(f"  the target's own CPU {r['target_cpu_s']} s")
+        for who, lines in r.get("profile", {}).items():
+            say(f"  py-spy {who}:")
+            for line in lines:
+                say(f"    {line}")
     (args.out / "summary.json").write_text(
         json.dumps([{k: v for k, v in r.items() if k != "lags"} for r in results], default=str)
     )

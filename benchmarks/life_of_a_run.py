@@ -173,7 +173,7 @@ class CpuWindow:
 class Profiler:
     """py-spy record on some service pids, stopped with SIGINT; hottest frames."""
 
-    def __init__(self, out_dir: Path, targets: dict[str, int]) -> None:
+    def __init__(self, out_dir: Path, targets: dict[str, int], rate: int = 50) -> None:
         self.procs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
         spy = shutil.which("py-spy")
         if spy is None:
@@ -181,7 +181,7 @@ class Profiler:
             return
         for name, pid in targets.items():
             path = out_dir / f"pyspy-{name}.txt"
-            argv = [spy, "record", "--pid", str(pid), "--rate", "50", "--nonblocking"]
+            argv = [spy, "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking"]
             argv += ["--format", "raw", "--threads", "-o", str(path)]
             self.procs[name] = (
                 subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),

@@ -91,6 +91,7 @@ def refusal(address: IPAddress) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def _literal(host: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(host.strip("[]"))

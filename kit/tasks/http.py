@@ -35,7 +35,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Literal, get_args
 
 import aiohttp
@@ -63,6 +63,7 @@ _OWN_HEADERS = (
     "x-cronfleet-attempt",
 )
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # a header name (RFC 9110)
+_NO_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=None, sock_read=None, sock_connect=None)
 _CANCEL_POLL_S = 0.05  # a plain threading.Event (not a Cancel) is looked at this often
 
 
@@ -111,13 +112,7 @@ class _Request:
         method = str(spec.get("method", "GET")).upper()
         if method not in METHODS:
             raise ValueError(f"task.method: must be one of {', '.join(sorted(METHODS))}")
-        try:
-            url = URL(str(spec.get("url", "")))
-            host = url.raw_host
-        except (ValueError, UnicodeError) as exc:
-            raise ValueError(f"task.url: not a URL ({exc})") from None
-        if url.scheme not in ("http", "https") or not host or not url.is_absolute():
-            raise ValueError("task.url: must be an absolute http:// or https:// URL")
+        url, host, port = _target(str(spec.get("url", "")))
         headers = {
             str(k): str(v)
             for k, v in dict(spec.get("headers") or {}).items()
@@ -138,9 +133,23 @@ class _Request:
         self.method = method
         self.url = url
         self.host = host
-        self.port = url.port or (443 if url.scheme == "https" else 80)
+        self.port = port
         self.headers = headers
         self.body = body.encode() if isinstance(body, str) else None
+
+
+@lru_cache(maxsize=4096)
+def _target(text: str) -> tuple[URL, str, int]:
+    """A job's URL parsed once per worker (a job fires again and again): URL, the host
+    as resolved and checked (IDNA-encoded), port."""
+    try:
+        url = URL(text)
+        host = url.raw_host
+    except (ValueError, UnicodeError) as exc:
+        raise ValueError(f"task.url: not a URL ({exc})") from None
+    if url.scheme not in ("http", "https") or not host or not url.is_absolute():
+        raise ValueError("task.url: must be an absolute http:// or https:// URL")
+    return url, host, url.port or (443 if url.scheme == "https" else 80)
 
 
 class _Pinned(AbstractResolver):
@@ -202,6 +211,7 @@ class HttpTargets:
             cookie_jar=aiohttp.DummyCookieJar(),  # no cookie carried between requests
             auto_decompress=False,
             trust_env=False,  # no proxy from the environment around the guard
+            timeout=_NO_TIMEOUT,  # the run's own timeout bounds the whole request
             skip_auto_headers=("User-Agent",),
         )
         self._sessions[key] = session
