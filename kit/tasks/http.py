@@ -1,11 +1,8 @@
 """The http task: one request, the run id as Idempotency-Key, no redirects.
 
 A worker runs every http task of its process on one event loop (kit.worker.task_loop),
-with connections kept alive per target: at a top-of-hour burst of webhooks the cost of
-a request is what decides how late the last one leaves. aiohttp rather than httpx: on
-this machine, 5,000 POSTs to a loopback target through one kept-alive pool cost ~0.2 ms
-of CPU each with aiohttp and 6-7 ms with httpx's AsyncClient (its pool slows with many
-requests waiting in it); a thread per request with httpx, as before, cost ~3.7 ms.
+with connections kept alive per target (kit.tasks.http_client): at a top-of-hour burst of
+webhooks the cost of a request is what decides how late the last one leaves.
 
 What a request may reach is decided before it is sent, for every request: the host is
 resolved once, every address checked by the SSRF guard (kit.tasks.egress, the tenant's
@@ -16,7 +13,8 @@ address is never lent to a request for another, and a request whose check refuse
 address never reaches a pool. No cookie is kept, no proxy from the environment is used,
 a redirect is not followed (a 3xx is a failure naming its status and Location), and only
 a bounded excerpt of the response body is read (a connection with a body left unread is
-closed, not reused).
+closed, not reused). Header names and values are checked (ASCII, no line breaks) so a
+job cannot inject a header or a second request.
 
 The run's timeout bounds the whole request (lookup, waiting for a connection, sending,
 reading); the worker's cancel stops it at once. A failed response's status and the start
@@ -28,8 +26,8 @@ Authorization header.
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
-import socket
 import ssl
 import threading
 import weakref
@@ -38,14 +36,13 @@ from collections.abc import Callable, Mapping
 from functools import cache, lru_cache
 from typing import Any, Literal, get_args
 
-import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
 from pydantic import Field, field_validator, model_validator
 from yarl import URL
 
 from kit.core.redaction import ALWAYS_SECRET_HEADERS, MASK, scrub, scrub_excerpt
 from kit.tasks.context import Cancel, RunContext, TaskResult
 from kit.tasks.egress import AllowList, EgressRefused, IPAddress, checked_address_async
+from kit.tasks.http_client import ConnectionLost, ProtocolError, Response, TargetPool
 from kit.tasks.spec import TaskSpec, TaskType, names_present, no_mask
 
 EXCERPT_BYTES = 2048
@@ -63,7 +60,6 @@ _OWN_HEADERS = (
     "x-cronfleet-attempt",
 )
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # a header name (RFC 9110)
-_NO_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=None, sock_read=None, sock_connect=None)
 _CANCEL_POLL_S = 0.05  # a plain threading.Event (not a Cancel) is looked at this often
 
 
@@ -106,7 +102,8 @@ def _tls() -> ssl.SSLContext:
 
 
 class _Request:
-    """A spec turned into what is sent, before anything is resolved or connected."""
+    """A spec turned into the bytes that are sent, before anything is resolved or
+    connected; ValueError names the field at fault."""
 
     def __init__(self, spec: Mapping[str, Any], ctx: RunContext) -> None:
         method = str(spec.get("method", "GET")).upper()
@@ -124,18 +121,32 @@ class _Request:
                     "task.headers: names and values must be ASCII, names tokens, values "
                     "without line breaks"
                 )
-        headers.setdefault("User-Agent", USER_AGENT)
-        headers["Accept-Encoding"] = "identity"  # the excerpt is raw bytes: no decompression
-        headers["Idempotency-Key"] = ctx.run_id
-        headers["X-Cronfleet-Run-Id"] = ctx.run_id
-        headers["X-Cronfleet-Attempt"] = str(ctx.attempt)
+        folded = {k.lower() for k in headers}
         body = spec.get("body")
+        payload = body.encode() if isinstance(body, str) else b""
+        lines = [
+            f"{method} {url.raw_path_qs or '/'} HTTP/1.1",
+            f"Host: {url.host_port_subcomponent}",
+        ]
+        if url.user is not None and "authorization" not in folded:
+            basic = base64.b64encode(f"{url.user}:{url.password or ''}".encode()).decode()
+            lines.append(f"Authorization: Basic {basic}")
+        if "user-agent" not in folded:
+            lines.append(f"User-Agent: {USER_AGENT}")
+        lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() != "content-length"]
+        lines += [
+            "Accept-Encoding: identity",  # the excerpt is raw bytes: no decompression
+            f"Idempotency-Key: {ctx.run_id}",
+            f"X-Cronfleet-Run-Id: {ctx.run_id}",
+            f"X-Cronfleet-Attempt: {ctx.attempt}",
+        ]
+        if payload or method in ("POST", "PUT", "PATCH"):
+            lines.append(f"Content-Length: {len(payload)}")
+        self.bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload
         self.method = method
-        self.url = url
+        self.scheme = url.scheme
         self.host = host
         self.port = port
-        self.headers = headers
-        self.body = body.encode() if isinstance(body, str) else None
 
 
 @lru_cache(maxsize=4096)
@@ -152,34 +163,6 @@ def _target(text: str) -> tuple[URL, str, int]:
     return url, host, url.port or (443 if url.scheme == "https" else 80)
 
 
-class _Pinned(AbstractResolver):
-    """A resolver that knows one name: the address the SSRF guard checked for it."""
-
-    def __init__(self, host: str, address: IPAddress) -> None:
-        self.host = host
-        self.address = address
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        if host != self.host:  # never asked: a pool serves one target
-            raise OSError(f"{host} is not this pool's target")
-        fam = socket.AF_INET6 if self.address.version == 6 else socket.AF_INET
-        return [
-            ResolveResult(
-                hostname=host,
-                host=str(self.address),
-                port=port,
-                family=fam,
-                proto=0,
-                flags=socket.AI_NUMERICHOST,
-            )
-        ]
-
-    async def close(self) -> None:
-        pass
-
-
 class HttpTargets:
     """Kept-alive connections of one event loop, a pool per target (scheme, host name,
     checked address, port), the least recently used closed past `kept` targets."""
@@ -187,43 +170,31 @@ class HttpTargets:
     def __init__(self, per_target: int = CONNECTIONS_PER_TARGET, kept: int = TARGETS_KEPT) -> None:
         self.per_target = per_target
         self.kept = kept
-        self._sessions: OrderedDict[tuple[str, str, str, int], aiohttp.ClientSession] = (
-            OrderedDict()
-        )
+        self._pools: OrderedDict[tuple[str, str, str, int], TargetPool] = OrderedDict()
 
-    def session(
-        self, scheme: str, host: str, address: IPAddress, port: int
-    ) -> aiohttp.ClientSession:
+    def pool(self, scheme: str, host: str, address: IPAddress, port: int) -> TargetPool:
         key = (scheme, host, str(address), port)
-        session = self._sessions.get(key)
-        if session is not None and not session.closed:
-            self._sessions.move_to_end(key)
-            return session
-        connector = aiohttp.TCPConnector(
+        pool = self._pools.get(key)
+        if pool is not None:
+            self._pools.move_to_end(key)
+            return pool
+        pool = self._pools[key] = TargetPool(
+            str(address),
+            port,
+            server_hostname=host,
+            tls=_tls() if scheme == "https" else None,
             limit=self.per_target,
-            ssl=_tls() if scheme == "https" else False,
-            resolver=_Pinned(host, address),
-            use_dns_cache=False,
-            enable_cleanup_closed=scheme == "https",
+            excerpt=EXCERPT_BYTES + 1,  # one byte more says the body went on
         )
-        session = aiohttp.ClientSession(
-            connector=connector,
-            cookie_jar=aiohttp.DummyCookieJar(),  # no cookie carried between requests
-            auto_decompress=False,
-            trust_env=False,  # no proxy from the environment around the guard
-            timeout=_NO_TIMEOUT,  # the run's own timeout bounds the whole request
-            skip_auto_headers=("User-Agent",),
-        )
-        self._sessions[key] = session
-        while len(self._sessions) > self.kept:
-            _, old = self._sessions.popitem(last=False)
-            asyncio.get_running_loop().create_task(old.close())
-        return session
+        while len(self._pools) > self.kept:
+            _, old = self._pools.popitem(last=False)
+            old.close()  # idle connections go; requests in flight finish on theirs
+        return pool
 
     async def close(self) -> None:
-        sessions, self._sessions = list(self._sessions.values()), OrderedDict()
-        for session in sessions:
-            await session.close()
+        pools, self._pools = list(self._pools.values()), OrderedDict()
+        for pool in pools:
+            pool.close()
 
 
 _loop_targets: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HttpTargets] = (
@@ -277,10 +248,11 @@ async def _run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
             address = await checked_address_async(
                 request.host, request.port, AllowList.parse(ctx.allow_hosts)
             )
-            session = targets_of(asyncio.get_running_loop()).session(
-                request.url.scheme, request.host, address, request.port
+            pool = targets_of(asyncio.get_running_loop()).pool(
+                request.scheme, request.host, address, request.port
             )
-            return await _send(session, request, ctx.secrets)
+            response = await pool.request(request.bytes, head_only=request.method == "HEAD")
+            return _result(response, ctx.secrets)
     except EgressRefused as exc:
         return TaskResult(False, str(exc))
     except TimeoutError:
@@ -290,7 +262,7 @@ async def _run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
             raise  # the loop is stopping: not this task's outcome
         task.uncancel()
         return TaskResult(False, "cancelled")
-    except (aiohttp.ClientError, OSError, ValueError) as exc:
+    except (ConnectionLost, ProtocolError, OSError) as exc:
         return TaskResult(False, f"request failed: {_kind(exc)}: {exc}")
     finally:
         stop_watching()
@@ -323,33 +295,17 @@ def _watch(cancel: Any, task: asyncio.Task[Any]) -> Callable[[], None]:
 
 def _kind(exc: BaseException) -> str:
     """A stable name for what failed (the run's error is read by tenants and tests)."""
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
+    if isinstance(exc, ssl.SSLError | ssl.CertificateError):
         return "TLSError"
-    if isinstance(exc, aiohttp.ClientConnectorError | ConnectionError):
-        return "ConnectError"
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+    if isinstance(exc, ConnectionLost):
         return "RemoteProtocolError"
-    return type(exc).__name__
+    if isinstance(exc, ProtocolError):
+        return "ProtocolError"
+    return "ConnectError"
 
 
-async def _send(
-    session: aiohttp.ClientSession, request: _Request, secrets: tuple[str, ...]
-) -> TaskResult:
-    async with session.request(
-        request.method,
-        request.url,
-        headers=request.headers,
-        data=request.body,
-        allow_redirects=False,
-    ) as response:
-        excerpt = bytearray()
-        while len(excerpt) <= EXCERPT_BYTES:
-            chunk = await response.content.read(EXCERPT_BYTES + 1 - len(excerpt))
-            if not chunk:
-                break
-            excerpt += chunk
-        status = response.status
-        location = response.headers.get("Location", "?")
+def _result(response: Response, secrets: tuple[str, ...]) -> TaskResult:
+    excerpt, status, location = response.excerpt, response.status, response.location or "?"
     cut = len(excerpt) > EXCERPT_BYTES
     text = bytes(excerpt[:EXCERPT_BYTES]).decode("utf-8", errors="replace")
     text = scrub_excerpt(text, secrets, cut_head=False, cut_tail=cut)
