@@ -37,7 +37,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -171,14 +171,18 @@ def wait_done(p: Phase, ledger: Ledger, expected: int, until_s: float) -> tuple[
     return left, progress
 
 
-def audit(p: Phase, ledger: Ledger) -> dict[str, Any]:
-    """Runs against arrivals: lag of each run's first arrival, dropped, twice, attempts."""
+def audit(p: Phase, ledger: Ledger, before: datetime | None = None) -> dict[str, Any]:
+    """Runs (scheduled before `before`, if given: a sustained run's last seconds were
+    scanned ahead before its triggers went) against arrivals: lag of each run's first
+    arrival, dropped, twice, attempts, and why the first few runs took a second attempt."""
     with p.engine.connect() as conn:
         runs = conn.execute(
             text(
-                "SELECT run_id::text, extract(epoch FROM scheduled_at), attempt, status "
-                "FROM runs WHERE tenant = 'bench'"
-            )
+                "SELECT run_id::text, extract(epoch FROM scheduled_at), attempt, status, "
+                "errors FROM runs WHERE tenant = 'bench' "
+                "AND scheduled_at < coalesce(CAST(:before AS timestamptz), 'infinity')"
+            ),
+            {"before": before},
         ).all()
     arrivals = ledger.arrivals()
     seen = Counter(k for k, _ in arrivals)
@@ -197,6 +201,7 @@ def audit(p: Phase, ledger: Ledger) -> dict[str, Any]:
         "arrived_twice": sum(1 for k in scheduled if seen[k] > 1),
         "unexpected_keys": sum(1 for k in seen if k not in scheduled),
         "attempt_2_or_more": sum(1 for r in runs if r[2] > 1),
+        "why_attempt_2": [str(r[4])[:300] for r in runs if r[2] > 1][:5],
         "lag_s": [pct(lags, 0.5), pct(lags, 0.99), max(lags, default=float("nan"))],
         "lags": lags,
         "arrivals": sorted(first[k] - scheduled[k] for k in scheduled if k in first),
@@ -276,7 +281,7 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
             profile = profiler.stop() if profiler else {}
             cpu.stop(p.fleet, p.engine, p.database)
             target_cpu = cpu_of_pid(ledger.pid()) - target0
-            result = audit(p, ledger)
+            result = audit(p, ledger, end if args.mode == "sustain" else None)
     finally:
         os.chdir(here)
         ledger.close()
@@ -417,6 +422,8 @@ def main() -> int:
     for r in results:
         say(f"{r['phase']}: statuses {r['statuses']}; CPU s {r['cpu_s']}")
         say(f"  the target's own CPU {r['target_cpu_s']} s")
+        for why in r.get("why_attempt_2", []):
+            say(f"  a run at attempt 2 or more: {why}")
         for who, lines in r.get("profile", {}).items():
             say(f"  py-spy {who}:")
             for line in lines:

@@ -38,6 +38,7 @@ dead-letter topic with its reason before its offset is committed; the worker mov
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -219,7 +220,10 @@ class _InFlight:
     run: ClaimedRun
     confirmed_until: float  # monotonic: the lease is known to hold until then
     cancel: Cancel = field(default_factory=Cancel)  # also stops a task on the task loop
-    deadline: float = 0.0  # monotonic; the backstop for the task's own timeout (once started)
+    # monotonic; the backstop for the task's own timeout, set before `started` (the fence
+    # thread reads the two without a lock: a started run with no deadline yet was once
+    # cancelled as "overran its timeout" at its first instruction, and ran twice)
+    deadline: float = math.inf
     started: bool = False
     started_ms: int | None = None  # when the task began, on the database's clock (estimate)
     done: bool = False  # the task returned: its outcome is written, whatever happens next
@@ -561,15 +565,16 @@ class Worker:
                 self._give_back(entry)
             return False
         run = entry.run
+        now = time.monotonic()
+        entry.deadline = now + (run.timeout_s or 3600) + _TIMEOUT_GRACE_S
+        entry.started_ms = int(self.clock.db_ms(now))
         entry.started = True
-        entry.started_ms = int(self.clock.db_ms(time.monotonic()))
         if self.journal is not None:
             self.journal.started(run.run_id, run.attempt, entry.started_ms)
         if run.attempt == 1:  # a spawned task costs far more than this; observed at once
             self.metrics.start_lag.observe(
                 max(0.0, entry.started_ms / 1000 - run.scheduled_at.timestamp())
             )
-        entry.deadline = time.monotonic() + (run.timeout_s or 3600) + _TIMEOUT_GRACE_S
         return True
 
     # -- one run ------------------------------------------------------------------------
@@ -838,19 +843,21 @@ class Worker:
         to a database behind a dead link hangs; this thread does not wait for it)."""
         period = min(0.25, self.lease_ttl_s / 10)
         while not self._beating.wait(period):
-            now = time.monotonic()
-            with self._lock:
-                entries = list(self._in_flight.values())
-            for entry in entries:
-                if entry.done or entry.fenced or entry.releasing:
-                    continue
-                if now > entry.confirmed_until - self.fence_margin_s:
-                    self._fence(entry, "lease not confirmed")
-                    if not entry.started:
-                        self._give_back(entry)
-                elif entry.started and now > entry.deadline and not entry.cancel.is_set():
-                    log.warning("run %s overran its timeout; cancelling", entry.run.run_id)
-                    entry.cancel.set()
+            self._fence_pass(time.monotonic())
+
+    def _fence_pass(self, now: float) -> None:
+        with self._lock:
+            entries = list(self._in_flight.values())
+        for entry in entries:
+            if entry.done or entry.fenced or entry.releasing:
+                continue
+            if now > entry.confirmed_until - self.fence_margin_s:
+                self._fence(entry, "lease not confirmed")
+                if not entry.started:
+                    self._give_back(entry)
+            elif entry.started and now > entry.deadline and not entry.cancel.is_set():
+                log.warning("run %s overran its timeout; cancelling", entry.run.run_id)
+                entry.cancel.set()
 
     def _fence(self, entry: _InFlight, why: str) -> None:
         entry.fenced = True

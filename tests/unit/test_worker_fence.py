@@ -1,0 +1,51 @@
+"""The worker's fence pass (kit.worker.worker.Worker._fence_pass) on runs it holds, with no
+database: what it stops, and what it must not."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import create_engine
+
+from kit.store.claims import ClaimedRun
+from kit.worker.worker import Worker, _InFlight
+
+
+def worker() -> Worker:
+    engine = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")  # never connected
+    return Worker(engine, None, None, "w", concurrency=4, lease_ttl_ms=30_000)  # type: ignore[arg-type]
+
+
+def held(w: Worker, **kw: Any) -> _InFlight:
+    now = datetime.now(UTC)
+    run = ClaimedRun("r1", "j1", "acme", 1, "tok", "normal", now, now, {"type": "http"}, 60)
+    entry = _InFlight(run, confirmed_until=time.monotonic() + 30, **kw)
+    w._in_flight[run.run_id] = entry
+    return entry
+
+
+def test_a_run_marked_started_before_its_deadline_is_set_is_not_cancelled() -> None:
+    """The fence thread reads `started` and `deadline` without the worker's lock. A run
+    seen started before its deadline was written used to be cancelled as "overran its
+    timeout" at its first instruction (its deadline was 0.0): found by the sustained http
+    benchmark, 7 runs in 180,000 failed 'cancelled' and 2 reached their target twice."""
+    w = worker()
+    entry = held(w, started=True)  # as the fence may see it, half-way through _began
+    w._fence_pass(time.monotonic())
+    assert not entry.cancel.is_set()
+
+
+def test_a_started_run_past_its_deadline_is_cancelled() -> None:
+    w = worker()
+    entry = held(w, started=True, deadline=time.monotonic() - 1)
+    w._fence_pass(time.monotonic())
+    assert entry.cancel.is_set() and not entry.fenced
+
+
+def test_a_run_whose_lease_is_not_confirmed_is_fenced() -> None:
+    w = worker()
+    entry = held(w, started=True, deadline=time.monotonic() + 60)
+    w._fence_pass(entry.confirmed_until)  # within the margin of its lease's end
+    assert entry.fenced and entry.cancel.is_set()
