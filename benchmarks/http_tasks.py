@@ -269,7 +269,9 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
             cpu = CpuWindow()
             cpu.start(p.fleet, p.engine, p.database)
             target0 = cpu_of_pid(ledger.pid())
-            profiler = Profiler(run_dir, profile_targets(p), rate=250) if args.profile else None
+            profiler = (
+                Profiler(run_dir, profile_targets(p), rate=250, gil=True) if args.profile else None
+            )
             if args.mode == "sustain":
                 end = at + timedelta(seconds=args.seconds)
                 while db_now(p.engine) < end:
@@ -390,7 +392,9 @@ def main() -> int:
     ap.add_argument("--prefetch", type=int, default=0, help="0: the kit's default rule")
     ap.add_argument("--topic-partitions", type=int, default=6)
     ap.add_argument("--max-wait-s", type=float, default=240, help="bound on the wait")
-    ap.add_argument("--profile", action="store_true", help="py-spy the scheduler and worker-1")
+    ap.add_argument(
+        "--profile", action="store_true", help="py-spy the scheduler and worker-1 (--gil)"
+    )
     ap.add_argument("--series", type=int, default=1, help="rounds (baseline, then this code)")
     ap.add_argument("--baseline-ref", default="", help="also run the kit at this commit")
     ap.add_argument("--out", type=Path, default=Path("/tmp/cf_http_tasks"))

@@ -173,7 +173,9 @@ class CpuWindow:
 class Profiler:
     """py-spy record on some service pids, stopped with SIGINT; hottest frames."""
 
-    def __init__(self, out_dir: Path, targets: dict[str, int], rate: int = 50) -> None:
+    def __init__(
+        self, out_dir: Path, targets: dict[str, int], rate: int = 50, gil: bool = False
+    ) -> None:
         self.procs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
         spy = shutil.which("py-spy")
         if spy is None:
@@ -183,6 +185,7 @@ class Profiler:
             path = out_dir / f"pyspy-{name}.txt"
             argv = [spy, "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking"]
             argv += ["--format", "raw", "--threads", "-o", str(path)]
+            argv += ["--gil"] if gil else []  # only the thread holding the interpreter lock
             self.procs[name] = (
                 subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
                 path,

@@ -14,38 +14,76 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kit.core.task_policy import CommandPermit
 
 
-class Cancel(threading.Event):
-    """A run's cancel flag that calls back on set, from the setting thread."""
+class CancelFlag(Protocol):
+    """What a task reads of its run's cancel flag (a threading.Event is one)."""
+
+    def is_set(self) -> bool: ...
+
+    def set(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+_CANCEL_LOCK = threading.Lock()  # one for every flag: setting and watching are rare and short
+
+
+class Cancel:
+    """A run's cancel flag that calls back on set (from the setting thread). Made for every
+    run a worker claims, so it is light: no lock or event of its own until a task waits."""
+
+    __slots__ = ("_callbacks", "_event", "_flag")
 
     def __init__(self) -> None:
-        super().__init__()
-        self._callbacks: list[Callable[[], None]] = []
-        self._callbacks_lock = threading.Lock()
+        self._flag = False
+        self._callbacks: list[Callable[[], None]] | None = None
+        self._event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._flag
 
     def set(self) -> None:
-        with self._callbacks_lock:
-            super().set()
-            callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
+        with _CANCEL_LOCK:
+            if self._flag:
+                return
+            self._flag = True
+            callbacks, self._callbacks = self._callbacks, None
+            event = self._event
+        if event is not None:
+            event.set()
+        for callback in callbacks or ():
             callback()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._flag:
+            return True
+        with _CANCEL_LOCK:
+            if self._flag:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call `callback` when the flag is set (now, if it is); returns how to take the
         callback back."""
-        with self._callbacks_lock:
-            if not self.is_set():
+        with _CANCEL_LOCK:
+            if not self._flag:
+                if self._callbacks is None:
+                    self._callbacks = []
                 self._callbacks.append(callback)
                 return lambda: self._forget(callback)
         callback()
         return lambda: None
 
     def _forget(self, callback: Callable[[], None]) -> None:
-        with self._callbacks_lock:
-            if callback in self._callbacks:
+        with _CANCEL_LOCK:
+            if self._callbacks is not None and callback in self._callbacks:
                 self._callbacks.remove(callback)
 
 
@@ -54,7 +92,7 @@ class RunContext:
     run_id: str
     attempt: int
     timeout_s: float
-    cancel: threading.Event = field(default_factory=Cancel)
+    cancel: CancelFlag = field(default_factory=Cancel)
     # hosts/CIDRs the http task may reach though private: the operator's, for this tenant
     allow_hosts: str = ""
     tenant: str = ""

@@ -29,7 +29,6 @@ import asyncio
 import base64
 import re
 import ssl
-import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -40,7 +39,7 @@ from pydantic import Field, field_validator, model_validator
 from yarl import URL
 
 from kit.core.redaction import ALWAYS_SECRET_HEADERS, MASK, scrub, scrub_excerpt
-from kit.tasks.context import Cancel, RunContext, TaskResult
+from kit.tasks.context import Cancel, CancelFlag, RunContext, TaskResult
 from kit.tasks.egress import AllowList, EgressRefused, IPAddress, checked_address_async
 from kit.tasks.http_client import ConnectionLost, ProtocolError, Response, TargetPool
 from kit.tasks.spec import TaskSpec, TaskType, names_present, no_mask
@@ -268,9 +267,9 @@ async def _run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
         stop_watching()
 
 
-def _watch(cancel: Any, task: asyncio.Task[Any]) -> Callable[[], None]:
+def _watch(cancel: CancelFlag, task: asyncio.Task[Any]) -> Callable[[], None]:
     """Cancel `task` when the run's flag is set: at once through a `Cancel`'s callback,
-    or by looking at a plain threading.Event every 50 ms."""
+    or by looking at another flag (a threading.Event) every 50 ms."""
     loop = task.get_loop()
     if isinstance(cancel, Cancel):
 
@@ -278,7 +277,6 @@ def _watch(cancel: Any, task: asyncio.Task[Any]) -> Callable[[], None]:
             loop.call_soon_threadsafe(task.cancel)
 
         return cancel.on_set(stop)
-    assert isinstance(cancel, threading.Event)
 
     async def poll() -> None:
         while not cancel.is_set():

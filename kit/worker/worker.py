@@ -72,7 +72,7 @@ from kit.store.claims import (
 )
 from kit.store.worker_link import WorkerLink
 from kit.tasks.command import KILL_GRACE_S
-from kit.tasks.context import Cancel
+from kit.tasks.context import Cancel, CancelFlag
 from kit.tasks.registry import release_loop
 from kit.transport import RunMessage, RunPublisher, TieredConsumer
 from kit.transport.consumer import Rejected
@@ -89,9 +89,9 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 # (task spec, run id, attempt, timeout_s, cancel, tenant) -> (ok, error)
-Execute = Callable[[dict[str, Any], str, int, int, threading.Event, str], tuple[bool, str | None]]
+Execute = Callable[[dict[str, Any], str, int, int, CancelFlag, str], tuple[bool, str | None]]
 AsyncExecute = Callable[
-    [dict[str, Any], str, int, int, threading.Event, str], Awaitable[tuple[bool, str | None]]
+    [dict[str, Any], str, int, int, CancelFlag, str], Awaitable[tuple[bool, str | None]]
 ]
 
 _RETRY_DB_S = 1.0
@@ -127,7 +127,7 @@ def task_executor(
         run_id: str,
         attempt: int,
         timeout_s: int,
-        cancel: threading.Event,
+        cancel: CancelFlag,
         tenant: str,
     ) -> tuple[bool, str | None]:
         ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant)
@@ -143,7 +143,7 @@ def task_executor(
         run_id: str,
         attempt: int,
         timeout_s: int,
-        cancel: threading.Event,
+        cancel: CancelFlag,
         tenant: str,
     ) -> tuple[bool, str | None]:
         ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant)
