@@ -64,6 +64,11 @@ class TenantPolicy:
 class TaskPolicy:
     tenants: Mapping[str, TenantPolicy] = field(default_factory=dict)
     http_allow_hosts: str = ""  # every tenant's holes (CRONFLEET_HTTP_ALLOW_HOSTS)
+    # for_tenant's answers: a worker asks for every run it starts, and a policy never
+    # changes (an edited file is a new policy)
+    _joined: dict[str, TenantPolicy] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def parse(cls, data: Mapping[str, object], http_allow_hosts: str = "") -> TaskPolicy:
@@ -80,9 +85,12 @@ class TaskPolicy:
 
     def for_tenant(self, tenant: str) -> TenantPolicy:
         """This tenant's policy, its HTTP holes joined with everyone's."""
-        own = self.tenants.get(tenant, TenantPolicy())
-        hosts = ",".join(h for h in (self.http_allow_hosts, own.http_allow_hosts) if h)
-        return TenantPolicy(own.commands, hosts)
+        joined = self._joined.get(tenant)
+        if joined is None:
+            own = self.tenants.get(tenant, TenantPolicy())
+            hosts = ",".join(h for h in (self.http_allow_hosts, own.http_allow_hosts) if h)
+            joined = self._joined[tenant] = TenantPolicy(own.commands, hosts)
+        return joined
 
     def command_refusal(self, tenant: str, argv: Sequence[str]) -> tuple[str, str] | None:
         """(field, reason) if this tenant may not run this argv, else None."""

@@ -32,6 +32,7 @@ import ssl
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any, Literal, get_args
 
@@ -51,12 +52,22 @@ TARGETS_KEPT = 256  # targets whose connections a worker keeps; the least used g
 USER_AGENT = "cronfleet-worker"
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
 METHODS = frozenset(get_args(Method))
-_OWN_HEADERS = (
-    "host",
-    "accept-encoding",
-    "idempotency-key",
-    "x-cronfleet-run-id",
-    "x-cronfleet-attempt",
+_OWN_HEADERS = frozenset(
+    (
+        "host",
+        "accept-encoding",
+        "idempotency-key",
+        "x-cronfleet-run-id",
+        "x-cronfleet-attempt",
+        # the message's framing and the connection are the client's
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+    )
 )
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # a header name (RFC 9110)
 _CANCEL_POLL_S = 0.05  # a plain threading.Event (not a Cancel) is looked at this often
@@ -105,47 +116,69 @@ class _Request:
     connected; ValueError names the field at fault."""
 
     def __init__(self, spec: Mapping[str, Any], ctx: RunContext) -> None:
-        method = str(spec.get("method", "GET")).upper()
-        if method not in METHODS:
-            raise ValueError(f"task.method: must be one of {', '.join(sorted(METHODS))}")
-        url, host, port = _target(str(spec.get("url", "")))
-        headers = {
-            str(k): str(v)
-            for k, v in dict(spec.get("headers") or {}).items()
-            if str(k).lower() not in _OWN_HEADERS
-        }
-        for name, value in headers.items():
-            if not _TOKEN.match(name) or not value.isascii() or any(c in value for c in "\r\n\0"):
-                raise ValueError(
-                    "task.headers: names and values must be ASCII, names tokens, values "
-                    "without line breaks"
-                )
-        folded = {k.lower() for k in headers}
+        headers = spec.get("headers") or {}
         body = spec.get("body")
-        payload = body.encode() if isinstance(body, str) else b""
-        lines = [
-            f"{method} {url.raw_path_qs or '/'} HTTP/1.1",
-            f"Host: {url.host_port_subcomponent}",
-        ]
-        if url.user is not None and "authorization" not in folded:
-            basic = base64.b64encode(f"{url.user}:{url.password or ''}".encode()).decode()
-            lines.append(f"Authorization: Basic {basic}")
-        if "user-agent" not in folded:
-            lines.append(f"User-Agent: {USER_AGENT}")
-        lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() != "content-length"]
-        lines += [
-            "Accept-Encoding: identity",  # the excerpt is raw bytes: no decompression
-            f"Idempotency-Key: {ctx.run_id}",
-            f"X-Cronfleet-Run-Id: {ctx.run_id}",
-            f"X-Cronfleet-Attempt: {ctx.attempt}",
-        ]
-        if payload or method in ("POST", "PUT", "PATCH"):
-            lines.append(f"Content-Length: {len(payload)}")
-        self.bytes = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload
-        self.method = method
-        self.scheme = url.scheme
-        self.host = host
-        self.port = port
+        prepared = _prepared(
+            str(spec.get("method", "GET")).upper(),
+            str(spec.get("url", "")),
+            tuple((str(k), str(v)) for k, v in dict(headers).items()),
+            body if isinstance(body, str) else None,
+        )
+        run_id = ctx.run_id
+        own = (
+            f"Idempotency-Key: {run_id}\r\nX-Cronfleet-Run-Id: {run_id}\r\n"
+            f"X-Cronfleet-Attempt: {ctx.attempt}\r\n\r\n"
+        )
+        self.bytes = prepared.head + own.encode("latin-1") + prepared.payload
+        self.method, self.scheme = prepared.method, prepared.scheme
+        self.host, self.port = prepared.host, prepared.port
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    method: str
+    scheme: str
+    host: str
+    port: int
+    head: bytes  # the request line and every header but the run's own
+    payload: bytes
+
+
+@lru_cache(maxsize=4096)
+def _prepared(
+    method: str, url_text: str, headers: tuple[tuple[str, str], ...], body: str | None
+) -> _Prepared:
+    """What a job's request is whatever the run (a job fires again and again): built and
+    checked once per worker."""
+    if method not in METHODS:
+        raise ValueError(f"task.method: must be one of {', '.join(sorted(METHODS))}")
+    url, host, port = _target(url_text)
+    for name, value in headers:
+        if not _TOKEN.match(name) or not value.isascii() or any(c in value for c in "\r\n\0"):
+            raise ValueError(
+                "task.headers: names and values must be ASCII, names tokens, values "
+                "without line breaks"
+            )
+    # the job's headers, less those the kit sets and those that frame the message (a
+    # job's Transfer-Encoding beside our Content-Length would let it smuggle a request)
+    mine = [(k, v) for k, v in headers if k.lower() not in _OWN_HEADERS]
+    folded = {k.lower() for k, _ in mine}
+    payload = body.encode() if body is not None else b""
+    lines = [
+        f"{method} {url.raw_path_qs or '/'} HTTP/1.1",
+        f"Host: {url.host_port_subcomponent}",
+    ]
+    if url.user is not None and "authorization" not in folded:
+        basic = base64.b64encode(f"{url.user}:{url.password or ''}".encode()).decode()
+        lines.append(f"Authorization: Basic {basic}")
+    if "user-agent" not in folded:
+        lines.append(f"User-Agent: {USER_AGENT}")
+    lines += [f"{k}: {v}" for k, v in mine]
+    lines.append("Accept-Encoding: identity")  # the excerpt is raw bytes: no decompression
+    if payload or method in ("POST", "PUT", "PATCH"):
+        lines.append(f"Content-Length: {len(payload)}")
+    head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+    return _Prepared(method, url.scheme, host, port, head, payload)
 
 
 @lru_cache(maxsize=4096)

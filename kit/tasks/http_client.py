@@ -92,7 +92,10 @@ class _Connection(asyncio.Protocol):
             self._fail(ProtocolError("the target asked to switch protocols"))
             return
         except httptools.HttpParserError as exc:
-            self._fail(ProtocolError(f"malformed response: {exc}"))
+            if self._head_bytes > self.max_head:
+                self._fail(ProtocolError(f"response headers over {self.max_head} bytes"))
+            else:
+                self._fail(ProtocolError(f"malformed response: {exc}"))
             return
         if not self._headers_done:  # bytes fed and the head still not over
             self._head_bytes += len(data)
@@ -118,6 +121,9 @@ class _Connection(asyncio.Protocol):
             self.close()
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > self.max_head:
+            raise ProtocolError("headers too long")  # stops the parser (data_received)
         if name.lower() == b"location":
             self._location = value.decode("latin-1")
 

@@ -571,10 +571,12 @@ class Worker:
         entry.started = True
         if self.journal is not None:
             self.journal.started(run.run_id, run.attempt, entry.started_ms)
-        if run.attempt == 1:  # a spawned task costs far more than this; observed at once
-            self.metrics.start_lag.observe(
-                max(0.0, entry.started_ms / 1000 - run.scheduled_at.timestamp())
-            )
+        if run.attempt == 1:
+            lag = entry.started_ms / 1000 - run.scheduled_at.timestamp()
+            if on_loop:  # thousands a second: observed by the finisher, off the loop
+                self._lags.append(lag)
+            else:  # a spawned task costs far more than this; observed at once
+                self.metrics.start_lag.observe(max(0.0, lag))
         return True
 
     # -- one run ------------------------------------------------------------------------

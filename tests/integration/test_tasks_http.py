@@ -3,18 +3,20 @@ explicitly: by default the SSRF guard refuses loopback)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kit.tasks import RunContext, execute
+from kit.tasks import RunContext, TaskResult, execute
 from kit.tasks.http import EXCERPT_BYTES
 
 pytestmark = pytest.mark.integration
@@ -231,6 +233,192 @@ def test_tls_is_verified_with_the_shared_context(tmp_path: Path) -> None:
             result = execute({"type": "http", "method": "GET", "url": url}, ctx())
             assert not result.ok
             assert "CERTIFICATE_VERIFY_FAILED" in (result.error or ""), result.error
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+# -- the client's own edges (kit/tasks/http_client.py) ------------------------------------
+
+
+@dataclass
+class RawServer:
+    """A TCP server answering each connection with `reply(request_bytes)`, or closing it
+    when that returns None; records what it got and how many connections it saw."""
+
+    reply: Any
+    port: int = 0
+    requests: list[bytes] = field(default_factory=list)
+    connections: int = 0
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Callable[[Any], RawServer]]:
+    servers: list[socket.socket] = []
+
+    def start(reply: Any) -> RawServer:
+        state = RawServer(reply)
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        state.port = listener.getsockname()[1]
+        servers.append(listener)
+
+        def serve_one(conn: socket.socket) -> None:
+            with conn:
+                while True:
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            return
+                        data += chunk
+                    state.requests.append(data)
+                    answer = state.reply(data)
+                    if answer is None:
+                        return  # close without answering
+                    conn.sendall(answer)
+                    if b"Connection: close" in answer:
+                        return
+
+        def accept() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                state.connections += 1
+                threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
+
+        threading.Thread(target=accept, daemon=True).start()
+        return state
+
+    yield start
+    for listener in servers:
+        listener.close()
+
+
+def post(port: int, path: str = "/", **extra: Any) -> dict:
+    return {"type": "http", "method": "POST", "url": f"http://127.0.0.1:{port}{path}", **extra}
+
+
+def test_a_chunked_response_is_read_and_its_excerpt_kept(raw_server: Any) -> None:
+    body = b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+    server = raw_server(lambda _: b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
+    result = execute(post(server.port), ctx())
+    assert result.ok and result.detail == "HTTP 200; body: hello world"
+
+
+def test_a_kept_alive_connection_is_reused_and_one_the_target_closed_is_not(
+    raw_server: Any,
+) -> None:
+    """Runs of one loop share the target's pool: two requests, one connection. When the
+    target then closes it (as servers close idle connections), the next request dials
+    again rather than writing into the closed one."""
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    closing = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+    replies = iter([ok, closing, ok])
+    server = raw_server(lambda _: next(replies))
+
+    async def three() -> list[TaskResult]:
+        from kit.tasks.http import run_http_async, targets_of
+
+        loop = asyncio.get_running_loop()
+        try:
+            out = []
+            for _ in range(3):
+                out.append(await run_http_async(post(server.port), ctx()))
+                await asyncio.sleep(0.1)  # the close reaches the loop
+            return out
+        finally:
+            await targets_of(loop).close()
+
+    results = asyncio.run(three())
+    assert [r.ok for r in results] == [True, True, True], results
+    assert server.connections == 2
+
+
+def test_a_target_that_closes_without_answering_fails_the_request(raw_server: Any) -> None:
+    server = raw_server(lambda _: None)
+    result = execute(post(server.port), ctx())
+    assert not result.ok
+    assert (result.error or "").startswith("request failed: RemoteProtocolError")
+
+
+def test_headers_past_the_bound_abort_the_request(raw_server: Any) -> None:
+    huge = b"X-Big: " + b"a" * 70_000 + b"\r\n"
+    server = raw_server(lambda _: b"HTTP/1.1 200 OK\r\n" + huge + b"Content-Length: 0\r\n\r\n")
+    result = execute(post(server.port), ctx())
+    assert not result.ok and "response headers over" in (result.error or "")
+
+
+def test_a_job_cannot_set_the_framing_or_inject_a_header(raw_server: Any) -> None:
+    server = raw_server(lambda _: b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+    framed = {"Transfer-Encoding": "chunked", "Content-Length": "999", "Connection": "close"}
+    assert execute(post(server.port, headers=framed, body="{}"), ctx()).ok
+    [sent] = server.requests
+    head = sent.split(b"\r\n\r\n")[0].lower()
+    assert b"transfer-encoding" not in head and b"content-length: 2" in head
+    assert b"connection" not in head and b"content-length: 999" not in head
+    injected = execute(post(server.port, headers={"X-A": "1\r\nX-Evil: 2"}), ctx())
+    assert not injected.ok and (injected.error or "").startswith("task.headers:")
+    assert len(server.requests) == 1
+
+
+def test_a_head_request_reads_no_body_and_credentials_in_the_url_become_basic_auth(
+    raw_server: Any,
+) -> None:
+    server = raw_server(lambda _: b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+    url = f"http://user:pw@127.0.0.1:{server.port}/h"
+    assert execute({"type": "http", "method": "HEAD", "url": url}, ctx(5.0)).ok
+    head = server.requests[0].split(b"\r\n\r\n")[0]
+    assert head.startswith(b"HEAD /h HTTP/1.1") and b"Authorization: Basic dXNlcjpwdw==" in head
+
+
+def test_tls_is_verified_for_the_urls_name_on_the_checked_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A certificate for `localhost` from a CA the worker trusts: https://localhost passes
+    (the pool dials 127.0.0.1, the address the guard checked, and verifies the name);
+    the same server reached as https://127.0.0.1 is refused (not its name)."""
+    from kit.tasks import http
+
+    def run(command: str) -> None:
+        argv = ["openssl", *command.split()]
+        subprocess.run(argv, check=True, capture_output=True, cwd=tmp_path)
+
+    run("req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca -keyout ca.key -out ca.pem")
+    run("req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout srv.key -out srv.csr")
+    (tmp_path / "ext").write_text("subjectAltName=DNS:localhost\n")
+    run(
+        "x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
+        "-extfile ext -out srv.pem"
+    )
+    trusting = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    monkeypatch.setattr(http, "_tls", lambda: trusting)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(tmp_path / "srv.pem", tmp_path / "srv.key")
+
+    class Ok(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    try:
+        named = {"type": "http", "method": "GET", "url": f"https://localhost:{port}/"}
+        assert execute(named, ctx(allow="localhost")).ok
+        by_ip = {"type": "http", "method": "GET", "url": f"https://127.0.0.1:{port}/"}
+        refused = execute(by_ip, ctx())
+        assert not refused.ok and "TLSError" in (refused.error or ""), refused.error
     finally:
         httpd.shutdown()
         httpd.server_close()
