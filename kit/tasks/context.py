@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -100,6 +100,10 @@ class RunContext:
     commands: CommandPermit | None = None
     # values to scrub from what the task reports (kit.core.redaction)
     secrets: tuple[str, ...] = ()
+    # An async task calls this right before its effect (the http request goes out): the
+    # worker marks the run's start there, or refuses it (False: do nothing, return).
+    # None: begin at once (callers that are not a worker's task loop).
+    begin: Callable[[], Awaitable[bool]] | None = None
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,13 @@ from yarl import URL
 from kit.core.redaction import ALWAYS_SECRET_HEADERS, MASK, scrub, scrub_excerpt
 from kit.tasks.context import Cancel, CancelFlag, RunContext, TaskResult
 from kit.tasks.egress import AllowList, EgressRefused, IPAddress, checked_address_async
-from kit.tasks.http_client import ConnectionLost, ProtocolError, Response, TargetPool
+from kit.tasks.http_client import (
+    Connection,
+    ConnectionLost,
+    ProtocolError,
+    Response,
+    TargetPool,
+)
 from kit.tasks.spec import TaskSpec, TaskType, names_present, no_mask
 
 EXCERPT_BYTES = 2048
@@ -71,6 +77,11 @@ _OWN_HEADERS = frozenset(
 )
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # a header name (RFC 9110)
 _CANCEL_POLL_S = 0.05  # a plain threading.Event (not a Cancel) is looked at this often
+# What an async task answers when the worker refused its start (a lease it could not
+# confirm, a stop): nothing was sent, and the worker gives the run back itself.
+NOT_STARTED = TaskResult(
+    False, "not started"
+)  # a plain threading.Event (not a Cancel) is looked at this often
 
 
 class HttpTask(TaskSpec):
@@ -199,8 +210,8 @@ class HttpTargets:
     """Kept-alive connections of one event loop, a pool per target (scheme, host name,
     checked address, port), the least recently used closed past `kept` targets."""
 
-    def __init__(self, per_target: int = CONNECTIONS_PER_TARGET, kept: int = TARGETS_KEPT) -> None:
-        self.per_target = per_target
+    def __init__(self, per_target: int | None = None, kept: int = TARGETS_KEPT) -> None:
+        self.per_target = per_target or CONNECTIONS_PER_TARGET
         self.kept = kept
         self._pools: OrderedDict[tuple[str, str, str, int], TargetPool] = OrderedDict()
 
@@ -266,27 +277,55 @@ async def run_http_async(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult
 
 
 async def _run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
+    """The lookup, the guard and a connection first (the kit's own wait, bounded by the
+    run's timeout on a clock of its own), then the run begins (`ctx.begin`: the worker
+    marks its start, or refuses it), then the request, bounded by the run's timeout: a
+    run never spends its timeout queueing for a connection and then times out with its
+    request at the target (which ran 127 of 20,000 runs twice against a slow target)."""
+    began = False
+
+    async def begin() -> bool:
+        nonlocal began
+        began = ctx.begin is None or await ctx.begin()
+        return began
+
+    async def failed(error: str) -> TaskResult:
+        if not began and not await begin():
+            return NOT_STARTED
+        return TaskResult(False, error)
+
     try:
         request = _Request(spec, ctx)
     except ValueError as exc:
-        return TaskResult(False, str(exc))
+        return await failed(str(exc))
     if ctx.cancel.is_set():
         return TaskResult(False, "cancelled")
     task = asyncio.current_task()
     assert task is not None
     stop_watching = _watch(ctx.cancel, task)
+    pool: TargetPool | None = None
+    unsent: Connection | None = None
     try:
+        try:
+            async with asyncio.timeout(ctx.timeout_s):
+                address = await checked_address_async(
+                    request.host, request.port, AllowList.parse(ctx.allow_hosts)
+                )
+                pool = targets_of(asyncio.get_running_loop()).pool(
+                    request.scheme, request.host, address, request.port
+                )
+                unsent = await pool.acquire()
+        except TimeoutError:
+            where = f"{request.host}:{request.port}"
+            return await failed(f"no connection to {where} within {ctx.timeout_s:g} s")
+        if not await begin():
+            return NOT_STARTED
+        conn, unsent = unsent, None
         async with asyncio.timeout(ctx.timeout_s):
-            address = await checked_address_async(
-                request.host, request.port, AllowList.parse(ctx.allow_hosts)
-            )
-            pool = targets_of(asyncio.get_running_loop()).pool(
-                request.scheme, request.host, address, request.port
-            )
-            response = await pool.request(request.bytes, head_only=request.method == "HEAD")
-            return _result(response, ctx.secrets)
+            response = await pool.exchange(conn, request.bytes, request.method == "HEAD")
+        return _result(response, ctx.secrets)
     except EgressRefused as exc:
-        return TaskResult(False, str(exc))
+        return await failed(str(exc))
     except TimeoutError:
         return TaskResult(False, f"timed out after {ctx.timeout_s:g} s")
     except asyncio.CancelledError:
@@ -295,8 +334,10 @@ async def _run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
         task.uncancel()
         return TaskResult(False, "cancelled")
     except (ConnectionLost, ProtocolError, OSError) as exc:
-        return TaskResult(False, f"request failed: {_kind(exc)}: {exc}")
+        return await failed(f"request failed: {_kind(exc)}: {exc}")
     finally:
+        if unsent is not None and pool is not None:
+            pool.release(unsent)
         stop_watching()
 
 

@@ -53,7 +53,7 @@ class Response:
     cut: bool  # the body went on past the excerpt
 
 
-class _Connection(asyncio.Protocol):
+class Connection(asyncio.Protocol):
     """One connection; one request at a time."""
 
     def __init__(self, excerpt: int, max_head: int) -> None:
@@ -185,8 +185,10 @@ class _Connection(asyncio.Protocol):
 
 
 class TargetPool:
-    """Kept-alive connections to one checked address, at most `limit` open at once;
-    requests beyond that wait for one, first come first served."""
+    """Kept-alive connections to one checked address, at most `limit` open at once.
+    Requests beyond that wait their turn, first come first served: a freed connection is
+    handed to the longest waiter (a newcomer never takes it first), so under a slow target
+    no request waits longer than those before it."""
 
     def __init__(
         self,
@@ -203,78 +205,107 @@ class TargetPool:
         self.tls = tls
         self.limit = limit
         self.excerpt, self.max_head = excerpt, max_head
-        self._idle: deque[_Connection] = deque()
-        self._open = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._idle: deque[Connection] = deque()
+        self._open = 0  # connections open or being opened, idle ones included
+        # a waiter is handed a connection, or None: room to open one of its own
+        self._waiters: deque[asyncio.Future[Connection | None]] = deque()
         self.closed = False
 
-    async def request(self, request: bytes, head_only: bool = False) -> Response:
-        conn = await self._acquire()
-        try:
-            response = await conn.exchange(request, head_only)
-        except BaseException:
-            self._release(conn)
-            raise
-        self._release(conn)
-        return response
+    def waiting(self) -> int:
+        return sum(1 for w in self._waiters if not w.done())
 
-    async def _acquire(self) -> _Connection:
-        while True:
-            now = time.monotonic()
-            while self._idle:
-                conn = self._idle.pop()  # the most recently used: the least likely stale
-                if conn.closed or now - conn.idle_since > IDLE_S:
-                    self._forget(conn)
-                    continue
+    async def request(self, request: bytes, head_only: bool = False) -> Response:
+        conn = await self.acquire()
+        return await self.exchange(conn, request, head_only)
+
+    async def exchange(self, conn: Connection, request: bytes, head_only: bool) -> Response:
+        """One request on a connection from `acquire`, which goes back to the pool."""
+        try:
+            return await conn.exchange(request, head_only)
+        finally:
+            self.release(conn)
+
+    async def acquire(self) -> Connection:
+        """A live connection: an idle one, a new one, or the next one freed."""
+        if not self._waiters:
+            conn = self._idle_one()
+            if conn is not None:
                 return conn
             if self._open < self.limit:
                 self._open += 1
-                try:
-                    return await self._connect()
-                except BaseException:
+                return await self._open_one()
+        waiter: asyncio.Future[Connection | None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            handed = await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():  # handed something, then cancelled
+                got = waiter.result()
+                if got is None:
                     self._open -= 1
-                    self._wake()
-                    raise
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            except BaseException:
-                if not waiter.cancelled() and waiter.done():
-                    self._wake()  # pass on the turn it was given
-                raise
+                    self._hand_on()
+                else:
+                    self.release(got)
+            raise
+        if handed is not None:
+            return handed
+        return await self._open_one()  # a slot was handed: its count is already ours
 
-    async def _connect(self) -> _Connection:
+    def _idle_one(self) -> Connection | None:
+        now = time.monotonic()
+        while self._idle:
+            conn = self._idle.pop()  # the most recently used: the least likely stale
+            if conn.closed or now - conn.idle_since > IDLE_S:
+                conn.close()
+                self._open -= 1
+                continue
+            return conn
+        return None
+
+    async def _open_one(self) -> Connection:
         loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(
-            lambda: _Connection(self.excerpt, self.max_head),
-            host=self.address,
-            port=self.port,
-            ssl=self.tls,
-            server_hostname=self.server_hostname if self.tls is not None else None,
-        )
+        try:
+            _, conn = await loop.create_connection(
+                lambda: Connection(self.excerpt, self.max_head),
+                host=self.address,
+                port=self.port,
+                ssl=self.tls,
+                server_hostname=self.server_hostname if self.tls is not None else None,
+            )
+        except BaseException:
+            self._open -= 1
+            self._hand_on()
+            raise
         return conn
 
-    def _release(self, conn: _Connection) -> None:
+    def release(self, conn: Connection) -> None:
+        """A connection back: to the longest waiter, to the idle ones, or closed."""
         if conn.reusable and not conn.closed and not self.closed:
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(conn)
+                    return
             conn.idle_since = time.monotonic()
             self._idle.append(conn)
-        else:
-            self._forget(conn)
-        self._wake()
-
-    def _forget(self, conn: _Connection) -> None:
+            return
         conn.close()
         self._open -= 1
+        self._hand_on()
 
-    def _wake(self) -> None:
+    def _hand_on(self) -> None:
+        """Room for one more connection: to the longest waiter, who opens it."""
+        if self._open >= self.limit:
+            return
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
+                self._open += 1
                 waiter.set_result(None)
                 return
 
     def close(self) -> None:
         self.closed = True
         while self._idle:
-            self._forget(self._idle.pop())
+            self._idle.pop().close()
+            self._open -= 1

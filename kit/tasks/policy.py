@@ -148,6 +148,7 @@ def under_policy(
         tenant=ctx.tenant,
         commands=tenant.commands,
         secrets=(*secret_values(spec), *worker_secrets),
+        begin=ctx.begin,
     )
 
 

@@ -4,9 +4,9 @@ type that declares an async runner (http) executes.
 A thread per run, as before, made 5,000 webhooks due at one second into 5,000 threads
 fighting for one interpreter lock: on this machine the fleet reached ~400 requests a
 second. On a loop a waiting request costs a few objects, so the limit is the CPU of the
-requests themselves. At most `limit` runs are started at once (the worker's
-concurrency); the rest wait here, in the order they came, and start as others end, so a
-run's start is still the moment its task begins.
+requests themselves. Every run submitted gets its coroutine at once; how many begin at
+a time is the worker's to decide (the task asks, `RunContext.begin`, right before its
+effect), so a run waiting for a slow target's connection holds nobody else's place.
 
 The loop never blocks on the database: what must be written when a run ends (a failure,
 a run given back) is handed to the worker's thread pool by the callbacks.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
 
@@ -36,29 +35,26 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 class TaskLoop(Generic[E]):
-    """Runs entries on a loop thread: `begin(entry)` (False: do not run it), then
-    `await run(entry)`, then `done(entry, ok, error)`; `closing()` runs on the loop before
-    it stops (closing kept-alive connections)."""
+    """Runs entries on a loop thread: `await run(entry)`, then `done(entry, ok, error)`;
+    `closing()` runs on the loop before it stops (closing kept-alive connections)."""
 
     def __init__(
         self,
-        limit: int,
-        begin: Callable[[E], bool],
         run: Callable[[E], Awaitable[Outcome]],
         done: Callable[[E, bool, str | None], None],
         closing: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        self.limit = limit
-        self._begin, self._run, self._done, self._closing = begin, run, done, closing
-        self._queue: deque[E] = deque()
-        self._running = 0
+        self._run, self._done, self._closing = run, done, closing
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stopping = False
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "the task loop is not started"
+        return self._loop
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._serve, name="task-loop", daemon=True)
@@ -76,45 +72,31 @@ class TaskLoop(Generic[E]):
             loop.close()
 
     def submit(self, entries: Iterable[E]) -> None:
-        """From any thread: queue these to start, in this order, as room allows."""
+        """From any thread: run these, each as a task of its own, in this order."""
         batch = list(entries)
         if batch and self._loop is not None:
             self._loop.call_soon_threadsafe(self._take, batch)
 
-    def waiting(self) -> int:
-        return len(self._queue)
-
     def _take(self, entries: list[E]) -> None:
-        self._queue.extend(entries)
-        self._pump()
-
-    def _pump(self) -> None:
-        loop = self._loop
-        assert loop is not None
-        while self._queue and self._running < self.limit and not self._stopping:
-            entry = self._queue.popleft()
-            self._running += 1
+        loop = self.loop
+        for entry in entries:
+            if self._stopping:
+                return
             task = loop.create_task(self._one(entry))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     async def _one(self, entry: E) -> None:
         try:
-            if not self._begin(entry):
-                return
-            try:
-                ok, error = await self._run(entry)
-            except asyncio.CancelledError:
-                if self._stopping:
-                    raise  # the worker is stopping: it gives the run back itself
-                ok, error = False, "cancelled"
-            except Exception as exc:  # a task bug is a failed attempt, not a dead worker
-                log.exception("task on the loop raised")
-                ok, error = False, f"{type(exc).__name__}: {exc}"
-            self._done(entry, ok, error)
-        finally:
-            self._running -= 1
-            self._pump()
+            ok, error = await self._run(entry)
+        except asyncio.CancelledError:
+            if self._stopping:
+                raise  # the worker is stopping: it gives the run back itself
+            ok, error = False, "cancelled"
+        except Exception as exc:  # a task bug is a failed attempt, not a dead worker
+            log.exception("task on the loop raised")
+            ok, error = False, f"{type(exc).__name__}: {exc}"
+        self._done(entry, ok, error)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Cancel what still runs (the worker has given those runs back), close the
@@ -127,7 +109,6 @@ class TaskLoop(Generic[E]):
 
     async def _wind_down(self) -> None:
         self._stopping = True
-        self._queue.clear()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

@@ -37,6 +37,7 @@ dead-letter topic with its reason before its offset is committed; the worker mov
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import random
@@ -90,8 +91,10 @@ _T = TypeVar("_T")
 
 # (task spec, run id, attempt, timeout_s, cancel, tenant) -> (ok, error)
 Execute = Callable[[dict[str, Any], str, int, int, CancelFlag, str], tuple[bool, str | None]]
+# the same, on the task loop, with the run's begin (kit.tasks.context.RunContext.begin)
 AsyncExecute = Callable[
-    [dict[str, Any], str, int, int, CancelFlag, str], Awaitable[tuple[bool, str | None]]
+    [dict[str, Any], str, int, int, CancelFlag, str, Callable[[], Awaitable[bool]]],
+    Awaitable[tuple[bool, str | None]],
 ]
 
 _RETRY_DB_S = 1.0
@@ -145,8 +148,9 @@ def task_executor(
         timeout_s: int,
         cancel: CancelFlag,
         tenant: str,
+        begin: Callable[[], Awaitable[bool]],
     ) -> tuple[bool, str | None]:
-        ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant)
+        ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant, begin=begin)
         result = await run_task_async(spec, ctx, source.current(), worker_secrets)
         return bool(result.ok), result.error
 
@@ -229,6 +233,8 @@ class _InFlight:
     done: bool = False  # the task returned: its outcome is written, whatever happens next
     fenced: bool = False  # lease not confirmed in time: stopped and given back
     releasing: bool = False  # shutdown gave up on it: release, do not finish
+    counted_out: bool = False  # left the worker's waiting count (it began, or never will)
+    holds_slot: bool = False  # a task on the loop holds one of the concurrency slots
 
 
 class Worker:
@@ -280,9 +286,8 @@ class Worker:
         self._run_async: AsyncExecute | None = getattr(self.execute, "run_async", None)
         self._task_loop: TaskLoop[_InFlight] | None = None
         if self.async_tasks and self._run_async is not None:
-            self._task_loop = TaskLoop(
-                concurrency, self._began_on_loop, self._execute_async, self._ended, release_loop
-            )
+            self._task_loop = TaskLoop(self._execute_async, self._ended, release_loop)
+        self._begin_slots: asyncio.Semaphore | None = None  # made on the task loop
         self._lags: deque[float] = deque()  # start lags, observed off the starting path
         self.rng = rng or random.Random()
         self.metrics = metrics or WorkerMetrics()
@@ -517,6 +522,8 @@ class Worker:
         with self._lock:
             self._waiting -= len(entries)
             self.metrics.held.set(self._waiting)
+            for entry in entries:
+                entry.counted_out = True
         run_inline = self._run_inline
         assert run_inline is not None
         clock_ms, monotonic, margin = self.clock.db_ms, time.monotonic, self.fence_margin_s
@@ -552,9 +559,7 @@ class Worker:
         still be confirmed far enough ahead, and the instant is its start. On the task
         loop a run that may not start is given back from the pool (the loop never waits
         on the database)."""
-        with self._lock:
-            self._waiting -= 1
-            self.metrics.held.set(self._waiting)
+        self._count_out(entry)
         if entry.releasing or entry.fenced:
             return False
         if time.monotonic() > entry.confirmed_until - self.fence_margin_s:
@@ -624,8 +629,25 @@ class Worker:
             if not handed_off:
                 self._free([entry])
 
-    def _began_on_loop(self, entry: _InFlight) -> bool:
-        return self._began(entry, on_loop=True)
+    def _count_out(self, entry: _InFlight) -> None:
+        """The run leaves the waiting count (once: it begins, or it ends without)."""
+        with self._lock:
+            if not entry.counted_out:
+                entry.counted_out = True
+                self._waiting -= 1
+                self.metrics.held.set(self._waiting)
+
+    async def _begin_on_loop(self, entry: _InFlight) -> bool:
+        """A task on the loop is about to have its effect: wait for one of `concurrency`
+        slots (first come first served), then begin as any run does (`_began`)."""
+        if self._begin_slots is None:
+            self._begin_slots = asyncio.Semaphore(self.concurrency)
+        await self._begin_slots.acquire()
+        if not self._began(entry, on_loop=True):
+            self._begin_slots.release()
+            return False
+        entry.holds_slot = True
+        return True
 
     async def _execute_async(self, entry: _InFlight) -> tuple[bool, str | None]:
         run = entry.run
@@ -637,11 +659,22 @@ class Worker:
             run.timeout_s or 3600,
             entry.cancel,
             run.tenant,
+            lambda: self._begin_on_loop(entry),
         )
 
     def _ended(self, entry: _InFlight, ok: bool, error: str | None) -> None:
         """A run's task on the loop returned: as `_execute` after its task, without
-        waiting on the database here (successes go to the finisher, the rest to the pool)."""
+        waiting on the database here (successes go to the finisher, the rest to the pool).
+        A run that never began (its start refused, its lease lost or the run cancelled
+        while it waited for a connection) wrote nothing: only its place is freed."""
+        if entry.holds_slot and self._begin_slots is not None:
+            entry.holds_slot = False
+            self._begin_slots.release()
+        if not entry.started:
+            self._count_out(entry)
+            if not entry.fenced:  # a fenced one is being given back, which frees it
+                self._free([entry])
+            return
         if entry.fenced:
             self._pool.submit(self._give_back, entry)
             return
@@ -907,6 +940,8 @@ class Worker:
                 entry.cancel.set()
             self._wheel = TimerWheel()  # what was held is in `left`: given back below
             self._waiting = 0
+            for entry in self._in_flight.values():
+                entry.counted_out = True
             self.metrics.held.set(0)
         self._pool.shutdown(wait=True, cancel_futures=False)  # cancelled tasks end first
         if left:

@@ -64,7 +64,9 @@ def target() -> Iterator[Target]:
                 state.now += 1
                 state.most = max(state.most, state.now)
             try:
-                if self.path.startswith("/slow"):
+                if self.path.startswith("/slow2"):
+                    time.sleep(0.6)
+                elif self.path.startswith("/slow"):
                     time.sleep(0.3)
                 if self.path.startswith("/hang"):
                     state.release.wait(30)
@@ -205,3 +207,30 @@ def test_a_graceful_stop_gives_back_a_request_still_out(
     reaper = Reaper(engine, publisher, 10_000)
     assert reaper.tick().requeued == 1  # its lease was ended at the stop
     assert run_row(engine, rid).attempt == 2
+
+
+def test_waiting_for_a_connection_does_not_spend_the_runs_timeout(
+    engine: Engine,
+    publisher: RunPublisher,
+    http_worker: Callable[..., Running],
+    target: Target,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One connection to a target that takes 0.6 s, two runs of timeout 1 s due at once:
+    the second waits 0.6 s for the connection and then has its whole second for the
+    request. When the wait counted against the timeout, the second run timed out while
+    its request was at the target, and its retry reached the target twice."""
+    from kit.tasks import http
+
+    monkeypatch.setattr(http, "CONNECTIONS_PER_TARGET", 1)
+    job = make_job(engine, task=http_task(target.url("/slow2")), timeout_s=1)
+    base = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    runs = [make_run(engine, job, scheduled_at=base - timedelta(seconds=i)) for i in range(2)]
+    http_worker(concurrency=4)
+    for rid in runs:
+        publish(publisher, engine, rid)
+    for rid in runs:
+        row = wait_for(engine, rid, "succeeded", "retry_scheduled")
+        assert row.status == "succeeded", row.errors
+    assert sorted(target.keys) == sorted(runs)
+    assert target.most == 1
