@@ -53,6 +53,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from sqlalchemy import Engine
 from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 
+from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.dispatch import TimerWheel, catch_up_order
 from kit.core.partitions import PARTITION_COUNT
 from kit.core.timeutil import to_epoch_ms
@@ -234,6 +235,8 @@ class _InFlight:
     fenced: bool = False  # lease not confirmed in time: stopped and given back
     releasing: bool = False  # shutdown gave up on it: release, do not finish
     counted_out: bool = False  # left the worker's waiting count (it began, or never will)
+    slotted: bool = True  # needs a slot (pool or loop) to start: not an inline task
+    holds_start: bool = False  # began and counted as running until freed
     holds_slot: bool = False  # a task on the loop holds one of the concurrency slots
 
 
@@ -299,6 +302,11 @@ class Worker:
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="run")
         self._wheel: TimerWheel[_InFlight] = TimerWheel()  # due: database-clock ms
         self._waiting = 0  # claimed, not started (in the wheel or queued for a pool slot)
+        # of those, the ones that need a slot to start; begun and not freed; begun so far
+        self._slotted_waiting = 0
+        self._slotted_running = 0
+        self._starts = 0
+        self._start_rate = StartRate()  # runs needing a slot started per s, when saturated
         self._held_changed = threading.Condition(self._lock)
         self._starting = threading.Event()  # the hold thread is starting a second's runs
         self._beating = threading.Event()
@@ -375,8 +383,20 @@ class Worker:
             return min(free, CLAIM_BATCH) if not stop.is_set() else 0
 
     def _room(self) -> int:
+        """The prefetch left, within what the worker can start in half its lease
+        (kit.core.backlog): at that budget it claims nothing, and others take the rest."""
         running = len(self._in_flight) - self._waiting
-        return min(self.prefetch - self._waiting, self.prefetch + self.concurrency - running)
+        self._start_rate.observe(
+            int(time.monotonic() * 1000),
+            self._starts,
+            self._slotted_running >= self.concurrency and self._slotted_waiting > 0,
+        )
+        budget = start_budget(self.concurrency, self.lease_ttl_ms, self._start_rate.per_s)
+        return min(
+            self.prefetch - self._waiting,
+            self.prefetch + self.concurrency - running,
+            claim_room(self._slotted_waiting, budget),
+        )
 
     def _sample_clock(self, stop: threading.Event | None = None) -> None:
         """One sample of the database's clock (the first one is waited for)."""
@@ -463,6 +483,9 @@ class Worker:
                 self._in_flight[run.run_id] = entry
                 due = run.due_at or run.scheduled_at
                 self._wheel.add(to_epoch_ms(due), entry, run.priority)
+                spec = run.task_spec
+                entry.slotted = spec is None or spec.get("type") not in self.inline_tasks
+                self._slotted_waiting += entry.slotted
             self._waiting += len(entries)
             self.metrics.in_flight.set(len(self._in_flight))
             self.metrics.held.set(self._waiting)
@@ -574,6 +597,10 @@ class Worker:
         entry.deadline = now + (run.timeout_s or 3600) + _TIMEOUT_GRACE_S
         entry.started_ms = int(self.clock.db_ms(now))
         entry.started = True
+        with self._lock:
+            entry.holds_start = True
+            self._slotted_running += 1
+            self._starts += 1
         if self.journal is not None:
             self.journal.started(run.run_id, run.attempt, entry.started_ms)
         if run.attempt == 1:
@@ -635,6 +662,7 @@ class Worker:
             if not entry.counted_out:
                 entry.counted_out = True
                 self._waiting -= 1
+                self._slotted_waiting -= entry.slotted
                 self.metrics.held.set(self._waiting)
 
     async def _begin_on_loop(self, entry: _InFlight) -> bool:
@@ -714,6 +742,9 @@ class Worker:
         with self._slot:
             for entry in entries:
                 self._in_flight.pop(entry.run.run_id, None)
+                if entry.holds_start:
+                    entry.holds_start = False
+                    self._slotted_running -= 1
             self.metrics.in_flight.set(len(self._in_flight))
             self._slot.notify_all()
 
@@ -939,7 +970,7 @@ class Worker:
                 entry.releasing = True
                 entry.cancel.set()
             self._wheel = TimerWheel()  # what was held is in `left`: given back below
-            self._waiting = 0
+            self._waiting = self._slotted_waiting = 0
             for entry in self._in_flight.values():
                 entry.counted_out = True
             self.metrics.held.set(0)

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from kit.core.task_policy import TaskPolicy
 from kit.reaper.reaper import Reaper
@@ -234,3 +234,74 @@ def test_waiting_for_a_connection_does_not_spend_the_runs_timeout(
         assert row.status == "succeeded", row.errors
     assert sorted(target.keys) == sorted(runs)
     assert target.most == 1
+
+
+def test_a_worker_takes_on_only_what_it_can_start_within_half_its_lease(
+    settings: Settings, engine: Engine
+) -> None:
+    """40 runs of 0.5 s due at once (40 jobs, spread over the topic's partitions), two
+    workers of 2 slots and a 4 s lease: each holds unstarted at most its budget
+    (kit.core.backlog: 2 slots turned over once a second until measured, then the
+    measured ~4 starts a second, for half the lease: ~8; the bound below allows the
+    moving average half again) and leaves the rest in the queue: the other worker takes
+    its share; every run once. Without the budget a worker held all it was sent."""
+    from kit.transport import ensure_topics
+
+    prefix = f"cf.wk.{uuid.uuid4().hex[:10]}"
+    ensure_topics(settings.kafka_bootstrap, 4, prefix=prefix)  # room for two consumers
+    publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    workers: list[Running] = []
+    for name in ("w-a", "w-b"):
+        consumer = TieredConsumer(settings.kafka_bootstrap, group, topic_prefix=prefix)
+        worker = Worker(
+            engine, consumer, publisher, name, concurrency=2, lease_ttl_ms=4000,
+            execute=task_executor(LOOPBACK),
+        )  # fmt: skip
+        workers.append(Running(worker, consumer))
+    for running in workers:
+        running.thread.start()
+    most = {r.worker.worker_id: 0 for r in workers}
+    try:
+
+        def normal_tier(running: Running) -> set[int]:
+            tier = next(t for t in running.consumer._tiers if t.name == "normal")
+            return tier.assigned or set()
+
+        wait_until(  # both in the group before anything is sent
+            "both workers to be assigned partitions",
+            lambda: all(normal_tier(r) for r in workers),
+            60.0,
+        )
+        base = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+        sleep = {"type": "sleep", "seconds": 0.5}
+        runs = [
+            make_run(engine, make_job(engine, task=sleep, name=f"j{i}"), scheduled_at=base)
+            for i in range(40)
+        ]
+        for rid in runs:
+            publish(publisher, engine, rid)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for running in workers:
+                name = running.worker.worker_id
+                most[name] = max(most[name], running.worker._slotted_waiting)
+            with engine.begin() as conn:
+                left = conn.execute(
+                    text("SELECT count(*) FROM runs WHERE status <> 'succeeded'")
+                ).scalar_one()
+            if left == 0:
+                break
+            time.sleep(0.02)
+        rows = [run_row(engine, rid) for rid in runs]
+        assert [r.status for r in rows] == ["succeeded"] * 40
+        assert all(r.attempt == 1 for r in rows)
+        assert max(most.values()) <= 12, most
+        assert {r.worker_id for r in rows} == {"w-a", "w-b"}
+    finally:
+        for running in workers:
+            running.stop.set()
+        for running in workers:
+            running.thread.join(timeout=20)
+            running.consumer.close()
+        publisher.close()
