@@ -230,6 +230,21 @@ def heartbeat_run(run: RunLease, token: str, now_ms: int, ttl_ms: int) -> Transi
     return _move(run, "heartbeat", expires_at_ms=max(now_ms + ttl_ms, run.expires_at_ms or 0))
 
 
+def beat_wanted(
+    started: bool, confirmed_until_ms: int, deadline_ms: int | None, now_ms: int, ttl_ms: int
+) -> bool:
+    """Whether a worker's next heartbeat extends this run's lease. A run held unstarted is
+    beaten only once its lease (granted past its second) would run out before a fresh one
+    (beating thousands held ahead cost the database more than running them), and then
+    whether or not a slot is free: a waiting run keeps its lease. A started run is beaten
+    until its task's timeout and the time to stop it have passed (`deadline_ms`), and not
+    after: the lease follows the task's timeout, so a task that will not stop does not
+    keep its run from the reaper for as long as the worker lives."""
+    if not started:
+        return confirmed_until_ms < now_ms + ttl_ms
+    return deadline_ms is None or now_ms <= deadline_ms
+
+
 def release_run(run: RunLease, token: str, now_ms: int) -> Transition:
     """A stopping worker gives a run back unfinished: its lease ends now, so the reaper's
     next pass re-queues it (attempt + 1) like any expired one."""

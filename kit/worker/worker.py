@@ -55,6 +55,7 @@ from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 
 from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.dispatch import TimerWheel, catch_up_order
+from kit.core.leases import beat_wanted
 from kit.core.partitions import PARTITION_COUNT
 from kit.core.timeutil import to_epoch_ms
 from kit.store.claims import (
@@ -837,12 +838,22 @@ class Worker:
         not beaten before its second: at 2,000 runs/s, beating the ~20,000 held ahead
         cost the database more than running them. Returns the run ids told to stop."""
         sent = time.monotonic()
-        horizon = sent + self.lease_ttl_s
+        now_ms = int(sent * 1000)
         with self._lock:
             entries = [
                 e
                 for e in self._in_flight.values()
-                if not (e.fenced or e.releasing) and (e.started or e.confirmed_until < horizon)
+                if not (e.fenced or e.releasing)
+                and (
+                    e.done  # a finished task's outcome is still to be written under its lease
+                    or beat_wanted(
+                        e.started,
+                        int(e.confirmed_until * 1000),
+                        None if math.isinf(e.deadline) else int(e.deadline * 1000),
+                        now_ms,
+                        self.lease_ttl_ms,
+                    )
+                )
             ]
         if not entries:
             return set()

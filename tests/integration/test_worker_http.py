@@ -305,3 +305,43 @@ def test_a_worker_takes_on_only_what_it_can_start_within_half_its_lease(
             running.thread.join(timeout=20)
             running.consumer.close()
         publisher.close()
+
+
+def test_a_task_that_will_not_stop_loses_its_lease_after_its_timeout(
+    settings: Settings, engine: Engine, prefix: str, publisher: RunPublisher
+) -> None:
+    """The lease follows the task's timeout (kit.core.leases.beat_wanted): a task that
+    ignores its cancel is beaten until its timeout and the time to stop it have passed,
+    then no more, so the reaper takes the run back while the task still hangs, instead of
+    the run being held for as long as the worker lives."""
+    release = threading.Event()
+    entered = threading.Event()
+
+    def stubborn(*_args: object) -> tuple[bool, str | None]:
+        entered.set()
+        release.wait(60)  # ignores the run's cancel
+        return True, None
+
+    rid = make_run(engine, make_job(engine, task={"type": "sleep", "seconds": 0}, timeout_s=1))
+    consumer = TieredConsumer(
+        settings.kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", topic_prefix=prefix
+    )
+    worker = Worker(
+        engine, consumer, publisher, "w-stuck", concurrency=1, lease_ttl_ms=2000,
+        heartbeat_ms=300, execute=stubborn,
+    )  # fmt: skip
+    running = Running(worker, consumer)
+    running.thread.start()
+    try:
+        publish(publisher, engine, rid)
+        wait_until("the task to start", entered.is_set)
+        reaper = Reaper(engine, publisher, 10_000)
+        # timeout 1 s + 5 s to stop it, then at most one lease: well before the task ends
+        wait_until("the reaper to take the run back", lambda: reaper.tick().requeued, 20.0)
+        assert not release.is_set() and worker.in_flight() == 1  # the task still hangs
+        assert run_row(engine, rid).attempt == 2
+    finally:
+        release.set()
+        running.stop.set()
+        running.thread.join(timeout=20)
+        consumer.close()

@@ -310,3 +310,24 @@ def test_every_end_of_an_attempt_drops_its_lease():
         None,
         None,
     )
+
+
+def test_a_held_run_is_beaten_only_when_its_lease_would_run_out_first() -> None:
+    from kit.core.leases import beat_wanted
+
+    assert not beat_wanted(
+        False, confirmed_until_ms=50_000, deadline_ms=None, now_ms=0, ttl_ms=30_000
+    )
+    assert beat_wanted(False, confirmed_until_ms=29_999, deadline_ms=None, now_ms=0, ttl_ms=30_000)
+
+
+def test_a_started_run_is_beaten_until_its_timeout_has_passed_and_not_after() -> None:
+    """The lease follows the task's timeout: a task that will not stop does not keep its
+    run from the reaper while the worker lives."""
+    from kit.core.leases import beat_wanted
+
+    assert beat_wanted(True, confirmed_until_ms=0, deadline_ms=65_000, now_ms=65_000, ttl_ms=30_000)
+    assert not beat_wanted(
+        True, confirmed_until_ms=0, deadline_ms=65_000, now_ms=65_001, ttl_ms=30_000
+    )
+    assert beat_wanted(True, confirmed_until_ms=0, deadline_ms=None, now_ms=10**12, ttl_ms=30_000)
