@@ -202,6 +202,7 @@ def audit(p: Phase, ledger: Ledger, before: datetime | None = None) -> dict[str,
         "unexpected_keys": sum(1 for k in seen if k not in scheduled),
         "attempt_2_or_more": sum(1 for r in runs if r[2] > 1),
         "why_attempt_2": [str(r[4])[:300] for r in runs if r[2] > 1][:5],
+        "why_twice": [f"{r[0]} {r[3]} {str(r[4])[:300]}" for r in runs if seen[r[0]] > 1][:5],
         "lag_s": [pct(lags, 0.5), pct(lags, 0.99), max(lags, default=float("nan"))],
         "lags": lags,
         "arrivals": sorted(first[k] - scheduled[k] for k in scheduled if k in first),
@@ -428,6 +429,8 @@ def main() -> int:
         say(f"  the target's own CPU {r['target_cpu_s']} s")
         for why in r.get("why_attempt_2", []):
             say(f"  a run at attempt 2 or more: {why}")
+        for why in r.get("why_twice", []):
+            say(f"  a run whose key arrived twice: {why}")
         for who, lines in r.get("profile", {}).items():
             say(f"  py-spy {who}:")
             for line in lines:

@@ -225,15 +225,16 @@ class TargetPool:
         finally:
             self.release(conn)
 
-    async def acquire(self) -> Connection:
-        """A live connection: an idle one, a new one, or the next one freed."""
+    async def acquire(self, connect_timeout_s: float | None = None) -> Connection:
+        """A live connection: an idle one, a new one, or the next one freed (however long
+        that takes); opening one gives up after `connect_timeout_s` (TimeoutError)."""
         if not self._waiters:
             conn = self._idle_one()
             if conn is not None:
                 return conn
             if self._open < self.limit:
                 self._open += 1
-                return await self._open_one()
+                return await self._open_one(connect_timeout_s)
         waiter: asyncio.Future[Connection | None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
@@ -249,7 +250,7 @@ class TargetPool:
             raise
         if handed is not None:
             return handed
-        return await self._open_one()  # a slot was handed: its count is already ours
+        return await self._open_one(connect_timeout_s)  # a slot was handed: already counted
 
     def _idle_one(self) -> Connection | None:
         now = time.monotonic()
@@ -262,16 +263,17 @@ class TargetPool:
             return conn
         return None
 
-    async def _open_one(self) -> Connection:
+    async def _open_one(self, timeout_s: float | None) -> Connection:
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(
-                lambda: Connection(self.excerpt, self.max_head),
-                host=self.address,
-                port=self.port,
-                ssl=self.tls,
-                server_hostname=self.server_hostname if self.tls is not None else None,
-            )
+            async with asyncio.timeout(timeout_s):
+                _, conn = await loop.create_connection(
+                    lambda: Connection(self.excerpt, self.max_head),
+                    host=self.address,
+                    port=self.port,
+                    ssl=self.tls,
+                    server_hostname=self.server_hostname if self.tls is not None else None,
+                )
         except BaseException:
             self._open -= 1
             self._hand_on()

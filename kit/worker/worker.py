@@ -237,7 +237,7 @@ class _InFlight:
     releasing: bool = False  # shutdown gave up on it: release, do not finish
     counted_out: bool = False  # left the worker's waiting count (it began, or never will)
     slotted: bool = True  # needs a slot (pool or loop) to start: not an inline task
-    holds_start: bool = False  # began and counted as running until freed
+    due_waiting: bool = False  # its second has come and it waits to begin
     holds_slot: bool = False  # a task on the loop holds one of the concurrency slots
 
 
@@ -303,9 +303,10 @@ class Worker:
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="run")
         self._wheel: TimerWheel[_InFlight] = TimerWheel()  # due: database-clock ms
         self._waiting = 0  # claimed, not started (in the wheel or queued for a pool slot)
-        # of those, the ones that need a slot to start; begun and not freed; begun so far
+        # of those, the ones that need a slot to start; of those, the ones whose second has
+        # come; runs needing a slot begun so far
         self._slotted_waiting = 0
-        self._slotted_running = 0
+        self._due_waiting = 0
         self._starts = 0
         self._start_rate = StartRate()  # runs needing a slot started per s, when saturated
         self._held_changed = threading.Condition(self._lock)
@@ -387,11 +388,9 @@ class Worker:
         """The prefetch left, within what the worker can start in half its lease
         (kit.core.backlog): at that budget it claims nothing, and others take the rest."""
         running = len(self._in_flight) - self._waiting
-        self._start_rate.observe(
-            int(time.monotonic() * 1000),
-            self._starts,
-            self._slotted_running >= self.concurrency and self._slotted_waiting > 0,
-        )
+        # at capacity while runs whose second has come wait to begin, whatever holds them
+        # back: the slots, or a slow target's connections
+        self._start_rate.observe(int(time.monotonic() * 1000), self._starts, self._due_waiting > 0)
         budget = start_budget(self.concurrency, self.lease_ttl_ms, self._start_rate.per_s)
         return min(
             self.prefetch - self._waiting,
@@ -525,6 +524,11 @@ class Worker:
         inline ones run here, in one batch."""
         inline: list[_InFlight] = []
         on_loop: list[_InFlight] = []
+        with self._lock:  # due and waiting to begin: the start rate is measured then
+            for entry in due:
+                if entry.slotted and not entry.counted_out:
+                    entry.due_waiting = True
+                    self._due_waiting += 1
         for entry in due:
             spec = entry.run.task_spec
             kind = spec.get("type") if spec is not None else None
@@ -599,8 +603,6 @@ class Worker:
         entry.started_ms = int(self.clock.db_ms(now))
         entry.started = True
         with self._lock:
-            entry.holds_start = True
-            self._slotted_running += 1
             self._starts += 1
         if self.journal is not None:
             self.journal.started(run.run_id, run.attempt, entry.started_ms)
@@ -664,6 +666,7 @@ class Worker:
                 entry.counted_out = True
                 self._waiting -= 1
                 self._slotted_waiting -= entry.slotted
+                self._due_waiting -= entry.due_waiting
                 self.metrics.held.set(self._waiting)
 
     async def _begin_on_loop(self, entry: _InFlight) -> bool:
@@ -743,9 +746,6 @@ class Worker:
         with self._slot:
             for entry in entries:
                 self._in_flight.pop(entry.run.run_id, None)
-                if entry.holds_start:
-                    entry.holds_start = False
-                    self._slotted_running -= 1
             self.metrics.in_flight.set(len(self._in_flight))
             self._slot.notify_all()
 
@@ -981,7 +981,7 @@ class Worker:
                 entry.releasing = True
                 entry.cancel.set()
             self._wheel = TimerWheel()  # what was held is in `left`: given back below
-            self._waiting = self._slotted_waiting = 0
+            self._waiting = self._slotted_waiting = self._due_waiting = 0
             for entry in self._in_flight.values():
                 entry.counted_out = True
             self.metrics.held.set(0)
