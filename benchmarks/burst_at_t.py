@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -52,6 +53,13 @@ SLOT_S = 0.02
 def worker_pids() -> list[int]:
     out = subprocess.run(
         ["pgrep", "-f", "worker --topic-prefix cf_bench_life"], capture_output=True
+    )
+    return sorted(int(p) for p in out.stdout.split())
+
+
+def scheduler_pids() -> list[int]:
+    out = subprocess.run(
+        ["pgrep", "-f", "scheduler --topic-prefix cf_bench_life"], capture_output=True
     )
     return sorted(int(p) for p in out.stdout.split())
 
@@ -107,10 +115,12 @@ def main() -> None:
     if due is None:
         sys.exit("the benchmark did not say when T is")
     t = due.timestamp()
-    time.sleep(max(0.0, t - 3 - time.time()))
+    # name the threads once the fleet is warm (its threads exist), before sampling starts
+    time.sleep(max(0.0, min(t - 3, t - args.before - 2) - time.time()))
     names = {pid: thread_names(pid) for pid in worker_pids()}
-    owners = socket_owners([*names, *fleet_pids(), bench.pid])
-    sampler = Sampler(names, bench.pid, owners)
+    sched = {pid: thread_names(pid) for pid in scheduler_pids()}
+    owners = socket_owners([*names, *sched, *fleet_pids(), bench.pid])
+    sampler = Sampler(names, bench.pid, owners, sched)
     time.sleep(max(0.0, t - args.before - time.time()))
     sampler.run(t, t - args.before, t + args.after, args.period_ms / 1000)
     for line in bench.stdout:
@@ -120,7 +130,7 @@ def main() -> None:
     samples = [(at, pid, tid, on, wait) for at, pid, tid, on, wait in sampler.samples if at >= -0.2]
     for pid, threads in names.items():
         report(pid, threads, [s for s in samples if s[1] == pid])
-    report_all(sampler, args.out / "all_at_t.json")
+    report_all(sampler, args.out / "all_at_t.json", args.after)
 
 
 def report(
@@ -216,8 +226,15 @@ class Sampler:
     task named by what it is: a worker's thread, the scheduler, a PostgreSQL backend and
     the client it serves, the broker, the benchmark, this sampler, the rest."""
 
-    def __init__(self, workers: dict[int, dict[int, str]], bench: int, owners: dict[int, int]):
+    def __init__(
+        self,
+        workers: dict[int, dict[int, str]],
+        bench: int,
+        owners: dict[int, int],
+        schedulers: dict[int, dict[int, str]] | None = None,
+    ):
         self.workers = workers
+        self.schedulers = schedulers or {}
         self.bench = bench
         self.owners = owners
         self.fds: dict[tuple[int, int], int] = {}
@@ -236,6 +253,8 @@ class Sampler:
             return "benchmark", thread
         if pid in self.workers:
             return f"worker-{self.worker_no[pid]}", self.workers[pid].get(tid, thread)
+        if pid in self.schedulers:
+            return "scheduler", self.schedulers[pid].get(tid, thread)
         cmd = cmdline(pid)
         if (m := FLEET.search(cmd)) is not None:
             return m.group(1), thread
@@ -301,23 +320,54 @@ class Sampler:
             time.sleep(max(0.0, since + k * period_s - time.time()))
 
 
-def report_all(s: Sampler, out: Path) -> None:
-    """Per category: ms on a core and ms in the run queue, T-0.3..T, T..T+0.3, T+0.3..T+1,
-    per 20 ms slot from T-0.1, and the busiest tasks from T to T+0.3 s."""
+# the scan-ahead phase as benchmarks/life_of_a_run.py's cpu_by_phase_s counts it (from the
+# scan-ahead + 0.5 s before T), and after T
+AHEAD_S = 10.5
+TIMELINE_SLOT_S = 0.25
+
+
+def role(cat: str, thread: str) -> str:
+    """A worker's or the scheduler's thread by what it does: the worker's hold and finisher
+    threads, its main thread (consume, claim, into the wheel: the claim path), librdkafka's
+    own threads (`rdk:*`, no interpreter lock) and the rest (fence, heartbeat, clock,
+    link); the scheduler's scan and publish threads, librdkafka's, the rest."""
+    if cat.startswith("worker-"):
+        if thread in ("hold", "finisher"):
+            return f"{cat} {thread}"
+        if thread == "MainThread":
+            return f"{cat} main"
+        return f"{cat} native" if thread.startswith("rdk:") else f"{cat} other"
+    if cat == "scheduler":
+        for part in ("scan", "publish"):
+            if thread.endswith(f"-{part}"):
+                return f"scheduler {part}"
+        return "scheduler native" if thread.startswith("rdk:") else "scheduler other"
+    return cat
+
+
+def report_all(s: Sampler, out: Path, after_s: float = 1.0) -> None:
+    """Per category: ms on a core and ms in the run queue, T-0.3..T, T..T+0.3, T+0.3..T+1
+    (and, when sampled that long, the scan-ahead phase and after T), per 20 ms slot from
+    T-0.1, per 250 ms slot over the whole sampled time, and the busiest tasks from T to
+    T+0.3 s."""
     rows: dict[tuple[int, int], list[tuple[float, int, int]]] = defaultdict(list)
     for at, pid, tid, on, wait in s.samples:
         rows[pid, tid].append((at, on, wait))
     windows = {"T-0.3..T": (-0.3, 0.0), "T..T+0.3": (0.0, 0.3), "T+0.3..T+1": (0.3, 1.0)}
+    first = s.machine[0][0] if s.machine else 0.0
+    if first <= -AHEAD_S + 0.05:  # sampled from the scan-ahead phase's start
+        windows["ahead"] = (-AHEAD_S, 0.0)
+        windows["after"] = (0.0, after_s)
     by_cat: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     by_task: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
     slots: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     hold_wait: dict[int, float] = defaultdict(float)
+    timeline: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     for key, r in rows.items():
-        cat, thread = s.label[key]
-        if cat.startswith("worker-") and thread in ("hold", "finisher"):
-            cat = f"{cat} {thread}"
+        cat = role(*s.label[key])
         for (a0, on0, w0), (_, on1, w1) in pairwise(r):
             on_ms, wait_ms = (on1 - on0) / 1e6, (w1 - w0) / 1e6
+            timeline[cat][math.floor(a0 / TIMELINE_SLOT_S)] += on_ms
             for w, (lo, hi) in windows.items():
                 if lo <= a0 < hi:
                     by_cat[cat][w][0] += on_ms
@@ -333,6 +383,7 @@ def report_all(s: Sampler, out: Path) -> None:
     mslots: dict[int, float] = defaultdict(float)
     for (a0, b0), (_, b1) in pairwise(s.machine):
         ms = (b1 - b0) * s.tick_s * 1000
+        timeline["machine busy (/proc/stat)"][math.floor(a0 / TIMELINE_SLOT_S)] += ms
         for w, (lo, hi) in windows.items():
             if lo <= a0 < hi:
                 machine[w] += ms
@@ -362,7 +413,15 @@ def report_all(s: Sampler, out: Path) -> None:
     print("\nbusiest tasks, T..T+0.3 s (ms on a core / waiting):")
     for key, (on, wait) in sorted(by_task.items(), key=lambda kv: -kv[1][0])[:20]:
         cat, thread = s.label[key]
-        print(f"  {cat:<28} {thread:<26} {on:7.1f} / {wait:6.1f}")
+        print(f"  {role(cat, thread):<28} {thread:<26} {on:7.1f} / {wait:6.1f}")
+    if "ahead" in windows:
+        print(f"\nper {TIMELINE_SLOT_S * 1000:.0f} ms slot, ms on a core:")
+        tcols = [c for c in cats if sum(timeline[c].values()) >= 20.0]
+        tcols.append("machine busy (/proc/stat)")
+        print("  slot    " + "".join(f"{c[:14]:>15}" for c in tcols))
+        for k in sorted({k for c in tcols for k in timeline[c]}):
+            cells = "".join(f"{timeline[c].get(k, 0.0):15.1f}" for c in tcols)
+            print(f"  T{k * TIMELINE_SLOT_S:+6.2f}{cells}")
     out.write_text(
         json.dumps(
             {
@@ -380,6 +439,11 @@ def report_all(s: Sampler, out: Path) -> None:
                 "sampled_s": [s.machine[0][0], s.machine[-1][0]] if s.machine else [],
                 "slots_ms": {
                     c: {f"{k * SLOT_S - 0.1:+.2f}": v for k, v in slots[c].items()} for c in cols
+                },
+                "timeline_slot_s": TIMELINE_SLOT_S,
+                "timeline_ms": {
+                    c: {f"{k * TIMELINE_SLOT_S:+.2f}": round(v, 3) for k, v in sorted(t.items())}
+                    for c, t in timeline.items()
                 },
                 "tasks_t_to_t03_ms": [
                     [*s.label[k], on, wait]

@@ -492,6 +492,15 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
             "dispatch_lag_s": [pct(dispatch, 0.5), pct(dispatch, 0.99), max(dispatch, default=0)],
             "start_lag_s": [pct(start, 0.5), pct(start, 0.99), max(start, default=0)],
             "all_succeeded_s": max(finished) if ok >= args.jobs and finished else None,
+            # when the runs were published (first message's broker timestamp) and claimed,
+            # against T: the scan-ahead's timeline (sim/storm.py models it)
+            "dispatch_lag_quantiles_s": {
+                str(q): pct(dispatch, q) for q in (0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
+            },
+            "progress": [  # s after T (database clock), runs claimed, started, succeeded
+                [round(t, 3), c, st, o] for t, c, st, o in progress
+            ],
+            "kit_imported": kit_imported(p.fleet),
             "cpu_s": cpu_dict(cpu),
             "cpu_ms_per_run": 1000 * cpu.services / max(1, ok),
             "cpu_by_phase_s": phases,
@@ -502,6 +511,25 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
             plot_burst(out_dir / f"{name}.png", name, progress, start)
             (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2, default=str))
         return result
+
+
+def kit_imported(fleet: Fleet) -> dict[str, str]:
+    """Where each service process imports the kit from: `python -m` puts its working
+    directory ahead of PYTHONPATH, so a benchmark run elsewhere runs another tree."""
+    out: dict[str, str] = {}
+    for c in fleet.children:
+        pid = c.proc.pid
+        try:
+            paths = [os.readlink(f"/proc/{pid}/cwd")]
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(b"PYTHONPATH="):
+                paths += [x for x in item[11:].decode().split(":") if x]
+        found = next((q for q in paths if (Path(q) / "kit" / "__init__.py").exists()), None)
+        out[c.service.name] = str(Path(found) / "kit") if found else "site-packages"
+    return out
 
 
 def profile_targets(p: Phase) -> dict[str, int]:
@@ -728,8 +756,22 @@ def print_burst(results: list[dict[str, Any]]) -> None:
         ("all succeeded after T, s", [r["all_succeeded_s"] for r in results]),
         ("CPU ms per run (services)", [f"{r['cpu_ms_per_run']:.2f}" for r in results]),
         ("CPU s by process", [r["cpu_s"] for r in results]),
+        ("first / last published, s", [first_last(r) for r in results]),
+        ("all claimed, s", [all_claimed(r) for r in results]),
+        ("kit imported from", [sorted(set(r["kit_imported"].values())) for r in results]),
     ]
     table(cols, rows)
+
+
+def first_last(r: dict[str, Any]) -> str:
+    q = r.get("dispatch_lag_quantiles_s", {})
+    return f"T{q.get('0.0', float('nan')):+.2f} / T{r['dispatch_lag_s'][2]:+.2f}"
+
+
+def all_claimed(r: dict[str, Any]) -> str:
+    """The first progress poll that saw every run claimed (every 0.25 s)."""
+    at = next((t for t, c, _, _ in r.get("progress", []) if c >= r["jobs"]), None)
+    return "-" if at is None else f"by T{at:+.2f}"
 
 
 def print_sustain(results: list[dict[str, Any]]) -> None:
