@@ -17,10 +17,13 @@ prints each category's time on a core and in the run queue before T, in the firs
 and after, per 20 ms slot, and the busiest tasks; all_at_t.json in --out keeps them.
 The sampler's own CPU (about a fifth of a core at 5 ms) is printed as `sampler`.
 
-A calibration run of the storm model (docs/sim-storm.md) samples every 100 ms, so the
-sampler hardly loads the machine it measures, and feeds both files to the calibration:
+A calibration run of the storm model (docs/sim-storm.md) samples every 100 ms from the
+scan-ahead's start (T - 11 s) to T + 3 s, so the sampler hardly loads the machine it
+measures and every step of the scan-ahead is seen thread by thread (the `ahead` and
+`after` windows, a 250 ms timeline), and feeds both files to the calibration:
 
-    scripts/quiet python benchmarks/burst_at_t.py --period-ms 100 --out /tmp/cal
+    scripts/quiet python benchmarks/burst_at_t.py --before 11 --after 3 --period-ms 100 \
+        --out /tmp/cal
     cronfleet calibrate --only-worker-starts --storm-cpu /tmp/cal/burst-1node.json \
         --storm-at-t /tmp/cal/all_at_t.json --out sim/profiles/default.toml
 
@@ -261,6 +264,11 @@ class Sampler:
         if cmd.startswith("postgres: "):
             if "cf_bench_life_" in cmd and (port := PG_PORT.search(cmd)) is not None:
                 owner = self.owners.get(int(port.group(1)))
+                if owner is None:  # a connection opened since: look its client up again
+                    self.owners.update(
+                        socket_owners([*self.workers, *self.schedulers, *fleet_pids(), self.bench])
+                    )
+                    owner = self.owners.get(int(port.group(1)))
                 if owner in self.worker_no:
                     return f"postgres for worker-{self.worker_no[owner]}", str(pid)
                 if owner == self.bench:
@@ -327,12 +335,12 @@ TIMELINE_SLOT_S = 0.25
 
 
 def role(cat: str, thread: str) -> str:
-    """A worker's or the scheduler's thread by what it does: the worker's hold and finisher
-    threads, its main thread (consume, claim, into the wheel: the claim path), librdkafka's
-    own threads (`rdk:*`, no interpreter lock) and the rest (fence, heartbeat, clock,
+    """A worker's or the scheduler's thread by what it does: the worker's hold, finisher and
+    fence threads, its main thread (consume, claim, into the wheel: the claim path),
+    librdkafka's own threads (`rdk:*`, no interpreter lock) and the rest (heartbeat, clock,
     link); the scheduler's scan and publish threads, librdkafka's, the rest."""
     if cat.startswith("worker-"):
-        if thread in ("hold", "finisher"):
+        if thread in ("hold", "finisher", "fence"):
             return f"{cat} {thread}"
         if thread == "MainThread":
             return f"{cat} main"

@@ -469,6 +469,20 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
                     "FROM runs WHERE tenant = 'bench'"
                 )
             ).all()
+            # each worker's share and its start lag p50 / p99 / max (the burst's p99 is the
+            # slower worker's last starts)
+            by_worker = {
+                w: {"runs": n, "start_lag_s": [float(a or 0), float(b or 0), float(c or 0)]}
+                for w, n, a, b, c in conn.execute(
+                    text(
+                        "SELECT coalesce(worker_id, '-'), count(*), "
+                        "percentile_disc(0.5) WITHIN GROUP (ORDER BY lag), "
+                        "percentile_disc(0.99) WITHIN GROUP (ORDER BY lag), max(lag) FROM "
+                        "(SELECT worker_id, extract(epoch FROM started_at - scheduled_at) "
+                        "AS lag FROM runs WHERE tenant = 'bench') r GROUP BY 1 ORDER BY 1"
+                    )
+                ).all()
+            }
         sent, first_ms = kafka_counts(p)
         dispatch = [first_ms[r[0]] / 1000 - float(r[1]) for r in got if r[0] in first_ms]
         start = [float(r[2]) for r in got if r[2] is not None]
@@ -501,6 +515,7 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
                 [round(t, 3), c, st, o] for t, c, st, o in progress
             ],
             "kit_imported": kit_imported(p.fleet),
+            "runs_by_worker": by_worker,
             "cpu_s": cpu_dict(cpu),
             "cpu_ms_per_run": 1000 * cpu.services / max(1, ok),
             "cpu_by_phase_s": phases,

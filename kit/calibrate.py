@@ -65,8 +65,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--storm-cpu",
         default=None,
         metavar="JSON",
-        help="with --only-worker-starts: also set the storm's CPU per run by phase from a "
-        "`benchmarks/life_of_a_run.py --mode burst` result (its cpu_by_phase_s)",
+        help="with --only-worker-starts or --only-storm, and --storm-at-t: also set the "
+        "storm's CPU per run of each step from a burst sampled by `benchmarks/burst_at_t.py "
+        "--before 11 --after 3 --period-ms 100` (its burst-1node.json: CPU by phase)",
     )
     p.add_argument(
         "--only-storm",
@@ -78,9 +79,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--storm-at-t",
         default=None,
         metavar="JSON",
-        help="with --storm-cpu: also set what the storm's second costs from the same run "
-        "sampled by `benchmarks/burst_at_t.py --period-ms 100` (its all_at_t.json): the hold "
-        "threads' CPU per run started, and the rest of the machine's CPU from T to T + 0.3 s",
+        help="with --storm-cpu: the same run's all_at_t.json (every task's CPU by thread): "
+        "the scan-ahead's steps thread by thread, the hold threads' CPU per run started, "
+        "and the rest of the machine's CPU from T to T + 0.3 s",
     )
     p.set_defaults(func=main)
 
@@ -89,28 +90,30 @@ def main(args: argparse.Namespace) -> int:
     from kit.settings import load_settings
 
     out = Path(args.out)
-    if args.only_storm:
-        if not args.storm_cpu:
+    if args.only_storm or args.only_worker_starts:
+        if args.only_storm and not args.storm_cpu:
             raise SystemExit("--only-storm: needs --storm-cpu (a burst's JSON)")
-        at_t = storm_at_t(Path(args.storm_at_t)) if args.storm_at_t else None
-        storm = storm_cpu(Path(args.storm_cpu), at_t)
-        source = args.storm_cpu + (f" and {args.storm_at_t}" if args.storm_at_t else "")
-        update_profile(out, {}, 0, storm, source, starts_measured=False)
-        for k, v in storm.items():
-            print(f"  {k:<28} {v * 1e6:10.2f} us")
-        print(f"updated {args.out}")
-        return 0
-    if args.only_worker_starts:
-        if args.storm_at_t and not args.storm_cpu:
-            raise SystemExit("--storm-at-t: needs --storm-cpu (the same run's burst JSON)")
-        starts = measure_worker_starts(args.starts)
-        at_t = storm_at_t(Path(args.storm_at_t)) if args.storm_at_t else None
-        storm = storm_cpu(Path(args.storm_cpu), at_t) if args.storm_cpu else {}
-        source = args.storm_cpu + (f" and {args.storm_at_t}" if args.storm_at_t else "")
-        update_profile(out, starts, args.starts, storm, source if storm else None)
-        starts = {**starts, **storm}
-        for k, v in starts.items():
-            print(f"  {k:<28} {v * 1e6:10.2f} us")
+        if bool(args.storm_cpu) != bool(args.storm_at_t):
+            raise SystemExit(
+                "--storm-cpu and --storm-at-t: both, from the same sampled run "
+                "(benchmarks/burst_at_t.py: its burst-1node.json and all_at_t.json)"
+            )
+        starts = {} if args.only_storm else measure_worker_starts(args.starts)
+        storm: dict[str, float] = {}
+        if args.storm_cpu:
+            at_t = storm_at_t(Path(args.storm_at_t))
+            storm = storm_cpu(Path(args.storm_cpu), at_t)
+            if at_t.get("ahead_unknown_postgres_s", 0.0) > 0.05:
+                print(
+                    f"  (PostgreSQL CPU of unknown clients in the scan-ahead: "
+                    f"{at_t['ahead_unknown_postgres_s']:.2f} s, counted as the rest's)"
+                )
+        source = f"{args.storm_cpu} and {args.storm_at_t}" if storm else None
+        update_profile(
+            out, starts, args.starts, storm or None, source, starts_measured=not args.only_storm
+        )
+        for k, v in {**starts, **storm}.items():
+            print(f"  {k:<44} {v * 1e6:10.2f} us")
         print(f"updated {args.out}")
         return 0
     old = _read_profile(out) if out.exists() else None
@@ -236,9 +239,11 @@ def _history_note(rows: int, when: str) -> str:
 
 def _starts_note(starts: int, when: str) -> str:
     return (
-        "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: kit.worker.Worker's "
-        f"hold, wheel pop and inline start of {starts} noop runs due at the same second, "
-        f"median of 5 rounds, measured by cronfleet calibrate on {when}"
+        "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s, "
+        "worker_fence_pass_per_run_s, worker_observe_lag_s: kit.worker.Worker's hold, wheel "
+        f"pop and inline start of {starts} noop runs due at the same second, its fence "
+        "pass over them held (per run) and the finisher's observation of their start lags "
+        f"(per run), median of 5 rounds, measured by cronfleet calibrate on {when}"
     )
 
 
@@ -955,8 +960,11 @@ def measure_run_rows(url: str, rows: int) -> dict[str, float]:
 def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
     """CPU per run of the worker's own hold-and-start path (kit.worker.Worker), for runs
     claimed ahead and due at the same second: into the hold wheel, popped from it at the
-    second, started inline (noop). Runs the kit's code in this process, no database, no
-    broker; the median of `repeats` rounds of n runs (one worker's share of a burst)."""
+    second, started inline (noop); and of what else takes the worker's interpreter lock
+    while it holds them: a pass of the fence thread over the held runs (per run held), the
+    finisher's observation of the start lags (per run started). Runs the kit's code in this
+    process, no database, no broker; the median of `repeats` rounds of n runs (one
+    worker's share of a burst)."""
     from sqlalchemy import create_engine
 
     from kit.store.claims import ClaimedRun
@@ -968,6 +976,8 @@ def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
     add: list[float] = []
     pop: list[float] = []
     start: list[float] = []
+    fence: list[float] = []
+    observe: list[float] = []
     for _ in range(repeats):
         w = Worker(engine, None, None, "calibrate", 1024, 30_000, execute=task_executor())  # type: ignore[arg-type]
         w._pool.shutdown(wait=False)
@@ -994,94 +1004,130 @@ def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
         t0 = time.perf_counter()
         w._hold(entries)
         t1 = time.perf_counter()
+        w._fence_pass(time.monotonic())  # every held run walked, none due to be fenced
+        tf = time.perf_counter()
         with w._held_changed:
             popped = w._wheel.pop_due(int(due.timestamp() * 1000))
         t2 = time.perf_counter()
         w._execute_inline(popped)
         t3 = time.perf_counter()
-        if len(popped) != n or len(w._succeeded) != n:
+        w._observe_lags()  # the finisher's: every start's lag into the histogram
+        t4 = time.perf_counter()
+        if len(popped) != n or len(w._succeeded) != n or w._lags:
             raise RuntimeError("the worker did not start every held run")
         add.append((t1 - t0) / n)
-        pop.append((t2 - t1) / n)
+        fence.append((tf - t1) / n)
+        pop.append((t2 - tf) / n)
         start.append((t3 - t2) / n)
+        observe.append((t4 - t3) / n)
     return {
         "worker_hold_add_s": statistics.median(add),
         "worker_wheel_pop_s": statistics.median(pop),
         "worker_start_inline_s": statistics.median(start),
+        "worker_fence_pass_per_run_s": statistics.median(fence),
+        "worker_observe_lag_s": statistics.median(observe),
     }
 
 
-STORM_PROCESSES = {
-    "scheduler": "scheduler",
-    "worker": "worker",
-    "postgres": "postgres_backends",
-    "broker": "kafka_broker",
-}
-
-
 # What the storm model runs itself at the second (burst_at_t.py's categories): the workers'
-# hold and finisher threads and their PostgreSQL backends; and the sampler, which the
-# compared runs do not have. The rest is charged as the machine's CPU at T.
-AT_T_MODELLED = re.compile(r"worker-\d+ (hold|finisher)|postgres for worker-\d+|sampler")
+# hold, finisher and fence threads and their PostgreSQL backends; and the sampler, which
+# the compared runs do not have. The rest is charged as the machine's CPU at T.
+AT_T_MODELLED = re.compile(r"worker-\d+ (hold|finisher|fence)|postgres for worker-\d+|sampler")
 AT_T_WINDOW = "T..T+0.3"
+AT_T_WINDOWS = ("T-0.3..T", "T..T+0.3", "T+0.3..T+1")  # disjoint: where the hold threads run
+# The scan-ahead's steps the model runs, by burst_at_t.py's categories (threads by role):
+# profile key -> the categories whose CPU in the `ahead` window it is, per run
+AHEAD_STEPS: dict[str, str] = {
+    "storm_ahead_scheduler_scan_cpu_per_run_s": r"scheduler scan",
+    "storm_ahead_scheduler_publish_cpu_per_run_s": r"scheduler publish",
+    "storm_ahead_scheduler_native_cpu_per_run_s": r"scheduler native",
+    "storm_ahead_postgres_scan_cpu_per_run_s": r"postgres for scheduler",
+    "storm_ahead_postgres_claim_cpu_per_run_s": r"postgres for worker-\d+",
+    "storm_ahead_worker_claim_cpu_per_run_s": r"worker-\d+ main",
+    "storm_ahead_worker_native_cpu_per_run_s": r"worker-\d+ native",
+    "storm_ahead_worker_fence_cpu_per_run_s": r"worker-\d+ fence",
+    "storm_ahead_broker_cpu_per_run_s": r"broker",
+}
+AHEAD = "ahead"
 
 
-def storm_at_t(path: Path) -> dict[str, float]:
-    """What the second itself costs in a storm, from `benchmarks/burst_at_t.py`'s
+def storm_at_t(path: Path) -> dict[str, Any]:
+    """What the storm costs thread by thread, from `benchmarks/burst_at_t.py`'s
     all_at_t.json: the workers' hold threads' CPU (pop and start at T, as the storm's heap
     and caches make it, which the isolated measurement does not see), the CPU the rest of
-    the machine takes from T to T + 0.3 s while they start, and the sampler's own CPU."""
+    the machine takes from T to T + 0.3 s while they start, the sampler's own CPU; and, from
+    a run sampled from the scan-ahead's start (`--before 11`), each step's CPU in the
+    scan-ahead (`ahead`: categories' ms) and the machine's busy CPU then."""
     import json
 
     d = json.loads(path.read_text())
     cats = d.get("by_category_ms")
-    if not cats or AT_T_WINDOW not in d.get("windows", {}):
+    windows = d.get("windows", {})
+    if not cats or AT_T_WINDOW not in windows:
         raise SystemExit(f"--storm-at-t: {path} has no by_category_ms over {AT_T_WINDOW}")
     hold = [c for c in cats if re.fullmatch(r"worker-\d+ hold", c)]
     if not hold:
         raise SystemExit(f"--storm-at-t: {path} names no worker's hold thread (py-spy missing?)")
-    lo, hi = d["windows"][AT_T_WINDOW]
+    lo, hi = windows[AT_T_WINDOW]
     rest = sum(v[AT_T_WINDOW][0] for c, v in cats.items() if not AT_T_MODELLED.fullmatch(c))
-    return {
-        "hold_cpu_s": sum(v[0] for c in hold for v in cats[c].values()) / 1000,
+    out: dict[str, Any] = {
+        "hold_cpu_s": sum(cats[c].get(w, [0.0])[0] for c in hold for w in AT_T_WINDOWS) / 1000,
         "storm_at_t_cpu_s": rest / 1000,
         "storm_at_t_window_s": float(hi) - float(lo),
         "sampler_cpu_s": float(d.get("sampler_cpu_ms", 0.0)) / 1000,
     }
+    if AHEAD in windows:
+        a_lo, a_hi = windows[AHEAD]
+        out["ahead_wall_s"] = float(a_hi) - float(a_lo)
+        out["ahead_cpu_s"] = {c: v.get(AHEAD, [0.0])[0] / 1000 for c, v in cats.items()}
+        out["ahead_machine_busy_s"] = float(d["machine_busy_ms"][AHEAD]) / 1000
+        out["ahead_unknown_postgres_s"] = out["ahead_cpu_s"].get("postgres for ?", 0.0)
+    return out
 
 
-def storm_cpu(path: Path, at_t: dict[str, float] | None = None) -> dict[str, float]:
-    """CPU seconds per run of each process in each phase of a measured storm (the
-    scan-ahead up to T, after T), and the CPU per second the rest of the machine took
-    meanwhile (other stacks and agents, PostgreSQL's own background processes); with the
-    same run's `storm_at_t`, what its second cost (the sampler's CPU not counted)."""
+def storm_cpu(path: Path, at_t: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds per run of each step of the storm the model runs: in the scan-ahead, by
+    thread (the same run sampled from the scan-ahead's start: `at_t`, `storm_at_t`), after
+    T by process (the burst's cpu_by_phase_s); the CPU per second the rest of the machine
+    took in the scan-ahead (other stacks and agents, the benchmark's polls and their
+    backend, PostgreSQL's own processes, the workers' and scheduler's other threads, the
+    broker's idle work), the sampler left out; and what the second cost."""
     import json
 
     r = json.loads(path.read_text())
     phases = r.get("cpu_by_phase_s")
-    if not phases or not {"ahead", "after"} <= set(phases):
-        raise SystemExit(f"--storm-cpu: {path} has no cpu_by_phase_s with ahead and after")
-    if not all("machine_busy" in phases[ph] for ph in ("ahead", "after")):
-        raise SystemExit(f"--storm-cpu: {path} has no machine_busy (an older benchmark)")
+    if not phases or not {"idle", "ahead", "after"} <= set(phases):
+        raise SystemExit(f"--storm-cpu: {path} has no cpu_by_phase_s with idle, ahead and after")
+    if "ahead_cpu_s" not in at_t:
+        raise SystemExit(
+            "--storm-at-t: not sampled from the scan-ahead's start "
+            "(benchmarks/burst_at_t.py --before 11 --after 3 --period-ms 100)"
+        )
     runs = int(r["succeeded"])
+    # the broker's own rate with no storm (the burst's idle phase): not a run's cost
+    idle = phases["idle"]
+    broker_idle_per_s = float(idle["kafka_broker"]) / float(idle["wall_s"])
     out: dict[str, float] = {}
-    other = wall = 0.0
-    for phase in ("ahead", "after"):
-        ph = phases[phase]
-        ours = float(ph["this_benchmark"])
-        for name, key in STORM_PROCESSES.items():
-            used = float(ph.get(key, 0.0))
-            ours += used
-            out[f"storm_{phase}_{name}_cpu_per_run_s"] = used / runs
-        ours += float(ph.get("reaper", 0.0))
-        other += max(0.0, float(ph["machine_busy"]) - ours)
-        wall += float(ph["wall_s"])
-    if at_t is not None:
-        other = max(0.0, other - at_t["sampler_cpu_s"])
-        out["storm_at_t_start_cpu_per_run_s"] = at_t["hold_cpu_s"] / runs
-        out["storm_at_t_cpu_s"] = at_t["storm_at_t_cpu_s"]
-        out["storm_at_t_window_s"] = at_t["storm_at_t_window_s"]
-    out["storm_other_cpu_per_s"] = other / wall
+    ahead: dict[str, float] = at_t["ahead_cpu_s"]
+    modelled = 0.0
+    for key, pattern in AHEAD_STEPS.items():
+        used = sum(v for c, v in ahead.items() if re.fullmatch(pattern, c))
+        modelled += used
+        if key == "storm_ahead_broker_cpu_per_run_s":
+            used = max(0.0, used - broker_idle_per_s * at_t["ahead_wall_s"])
+        out[key] = used / runs
+    other = at_t["ahead_machine_busy_s"] - modelled - ahead.get("sampler", 0.0)
+    # the rest of the machine includes the broker's idle rate (taken out of its step)
+    other += broker_idle_per_s * at_t["ahead_wall_s"]
+    out["storm_other_cpu_per_s"] = max(0.0, other) / at_t["ahead_wall_s"]
+    after = phases["after"]
+    out["storm_after_worker_cpu_per_run_s"] = float(after["worker"]) / runs
+    out["storm_after_postgres_cpu_per_run_s"] = float(after["postgres_backends"]) / runs
+    broker_after = float(after["kafka_broker"]) - broker_idle_per_s * float(after["wall_s"])
+    out["storm_after_broker_cpu_per_run_s"] = max(0.0, broker_after) / runs
+    out["storm_at_t_start_cpu_per_run_s"] = at_t["hold_cpu_s"] / runs
+    out["storm_at_t_cpu_s"] = at_t["storm_at_t_cpu_s"]
+    out["storm_at_t_window_s"] = at_t["storm_at_t_window_s"]
     return out
 
 
@@ -1119,19 +1165,20 @@ def update_profile(
         out.pop()
     stamp = f"{platform.node()} at {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
     if starts_measured:
-        out.append(
-            f'worker_starts = "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: '
-            f"kit.worker.Worker's hold, wheel pop and inline start of {starts} noop runs due "
-            f'at the same second, median of 5 rounds, measured by cronfleet calibrate on {stamp}"'
-        )
+        out.append(f"worker_starts = {json.dumps(_starts_note(starts, stamp))}")
     if storm:
-        out.append(
-            f'storm_cpu = "storm_*: CPU per run of each process in the scan-ahead up to T and '
-            f"after T, the rest of the machine's CPU per second, and (storm_at_t_*) the hold "
-            f"threads' CPU per run at T and the rest's CPU from T to T + 0.3 s, from the kit's "
-            f"CPU of "
-            f'a 50,000-run storm: {storm_source}, set by cronfleet calibrate on {stamp}"'
+        note = (
+            "storm_*: from a 50,000-run storm of the kit sampled by benchmarks/burst_at_t.py "
+            "(every task's time on a core, each thread by what it does): the scan-ahead's "
+            "CPU per run of each step (storm_ahead_*: the scheduler's scan, publish and "
+            "librdkafka threads, PostgreSQL's backends of the scan and of the claims, the "
+            "workers' main (claim) and librdkafka threads, the broker less its idle rate), "
+            "the rest of the machine's CPU per second then, the hold threads' CPU per run at "
+            "T and the rest's CPU from T to T + 0.3 s (storm_at_t_*); after T (storm_after_*) "
+            f"from the same run's CPU by process: {storm_source}, set by cronfleet calibrate "
+            f"on {stamp}"
         )
+        out.append(f"storm_cpu = {json.dumps(note)}")
     path.write_text("\n".join(out) + "\n")
 
 

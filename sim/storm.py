@@ -43,8 +43,6 @@ import numpy as np
 import simpy
 
 from kit.core import defaults, dispatch, leases
-from kit.core.schedule import ScheduleKind
-from sim.scenario import scan_cost_keys
 
 # A SimPy process: a generator of the events it waits on.
 Process = Generator[simpy.Event, Any, None]
@@ -82,6 +80,10 @@ STORM_DEFAULTS: dict[str, Any] = {
 }
 
 
+# the slot of the CPU timeline, as benchmarks/burst_at_t.py's (timeline_ms)
+TIMELINE_SLOT_S = 0.25
+
+
 class ScenarioShapeError(ValueError):
     pass
 
@@ -94,6 +96,8 @@ class Cpu:
     cores: int
     quantum_s: float
     busy: dict[str, float] = field(default_factory=dict)
+    # CPU seconds by who and by TIMELINE_SLOT_S slot of time (slot k: k * slot from T)
+    timeline: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.res = simpy.Resource(self.env, self.cores)
@@ -108,7 +112,10 @@ class Cpu:
                 yield g
             c = self.res.request()
             yield c
+            slot = math.floor(self.env.now / TIMELINE_SLOT_S)
             yield self.env.timeout(q)
+            line = self.timeline.setdefault(who, {})
+            line[slot] = line.get(slot, 0.0) + q
             self.res.release(c)
             if g is not None:
                 gil.release(g)  # type: ignore[union-attr]
@@ -118,19 +125,25 @@ class Cpu:
 
 @dataclass
 class Costs:
-    """CPU seconds per run of each step, and each process's idle CPU rate (profile)."""
+    """CPU seconds per run of each step (profile), thread by thread as the kit runs them,
+    and the rest of the machine's CPU rate."""
 
-    sched_scan: float  # node: scan and insert (Python)
-    sched_publish: float  # node: publish (Python)
-    pg_scan: float  # PostgreSQL: trigger advance and run insert
-    pg_claim: float  # PostgreSQL: the claim
-    pg_finish: float  # PostgreSQL: the success's update
-    broker: float  # produce and fetch
-    worker_claim: float  # worker: consume, claim statement, decode
-    worker_finish: float  # worker: the finish statement
+    sched_scan: float  # node's scan thread: decide, build, read (its interpreter lock)
+    pg_scan: float  # PostgreSQL, the scan's backend: trigger read, run insert, advance
+    sched_publish: float  # node's publish thread: produce, delivery reports (its lock)
+    sched_native: float  # node's librdkafka threads (no interpreter lock)
+    broker: float  # the broker, for the publish and the workers' fetch (less its idle)
+    broker_after: float  # the broker after T (less its idle)
+    worker_native: float  # a worker's librdkafka threads: fetch (no interpreter lock)
+    worker_claim: float  # a worker's main thread: consume, claim statement, decode, commit
+    pg_claim: float  # PostgreSQL, the workers' backends: the claim
     hold_add: float  # worker: into the wheel (measured on kit.worker)
+    fence: float  # worker: the fence thread's pass, per run it walks (measured on kit.worker)
     wheel_pop: float  # worker: out of the wheel at the second (measured)
     start: float  # worker: one inline start (measured)
+    observe_lag: float  # worker: the finisher's observation of a start's lag (measured)
+    worker_finish: float  # worker: the finish statement (and the rest of its CPU after T)
+    pg_finish: float  # PostgreSQL: the success's update
     other: float  # CPU seconds per second the rest of the machine takes
     at_t: float  # CPU seconds the rest of the machine takes from T to T + at_t_window
     at_t_window: float  # seconds
@@ -138,16 +151,28 @@ class Costs:
 
     @classmethod
     def from_profile(cls, p: dict[str, float]) -> Costs:
-        kinds = ("scheduler", "worker", "postgres", "broker")
+        ahead = (
+            "scheduler_scan",
+            "scheduler_publish",
+            "scheduler_native",
+            "postgres_scan",
+            "postgres_claim",
+            "worker_claim",
+            "worker_native",
+            "broker",
+        )
         need = [
             "worker_hold_add_s",
             "worker_wheel_pop_s",
             "worker_start_inline_s",
+            "worker_fence_pass_per_run_s",
+            "worker_observe_lag_s",
             "storm_other_cpu_per_s",
             "storm_at_t_cpu_s",
             "storm_at_t_window_s",
             "storm_at_t_start_cpu_per_run_s",
-            *[f"storm_{ph}_{k}_cpu_per_run_s" for ph in ("ahead", "after") for k in kinds],
+            *[f"storm_ahead_{k}_cpu_per_run_s" for k in ahead],
+            *[f"storm_after_{k}_cpu_per_run_s" for k in ("worker", "postgres", "broker")],
         ]
         missing = [k for k in need if k not in p]
         if missing:
@@ -156,48 +181,59 @@ class Costs:
                 "--only-worker-starts --storm-cpu BURST.json --storm-at-t ALL_AT_T.json; "
                 "see docs/sim-storm.md)"
             )
-        # PostgreSQL's scan-ahead work: the scan's insert and trigger advance, then the
-        # claim, in the proportion the calibration measured them statement by statement
-        # (the storm's jobs are one-off: a one-off fire's scan costs)
-        _cpu, advance, run_insert = scan_cost_keys(ScheduleKind.one_off)
-        insert = p[run_insert] + p[advance]
-        scan_share = insert / (insert + p["db_claim_demand_s"])
-        pg_ahead = p["storm_ahead_postgres_cpu_per_run_s"]
-        after_worker = p["storm_after_worker_cpu_per_run_s"]
+        # what a hold thread's pops and starts cost in the storm (the isolated measurement
+        # without it), and the finisher's lag observation, are out of the worker's CPU
+        # after T: the rest of it is the finishes'
+        at_t_start = p["storm_at_t_start_cpu_per_run_s"]
+        starts = (
+            at_t_start if at_t_start > 0 else p["worker_wheel_pop_s"] + p["worker_start_inline_s"]
+        )
         return cls(
-            sched_scan=p["storm_ahead_scheduler_cpu_per_run_s"] / 2,
-            sched_publish=p["storm_ahead_scheduler_cpu_per_run_s"] / 2,
-            pg_scan=pg_ahead * scan_share,
-            pg_claim=pg_ahead * (1 - scan_share),
-            pg_finish=p["storm_after_postgres_cpu_per_run_s"],
-            broker=p["storm_ahead_broker_cpu_per_run_s"] + p["storm_after_broker_cpu_per_run_s"],
-            worker_claim=max(0.0, p["storm_ahead_worker_cpu_per_run_s"] - p["worker_hold_add_s"]),
-            worker_finish=max(
-                0.0, after_worker - p["worker_wheel_pop_s"] - p["worker_start_inline_s"]
+            sched_scan=p["storm_ahead_scheduler_scan_cpu_per_run_s"],
+            pg_scan=p["storm_ahead_postgres_scan_cpu_per_run_s"],
+            sched_publish=p["storm_ahead_scheduler_publish_cpu_per_run_s"],
+            sched_native=p["storm_ahead_scheduler_native_cpu_per_run_s"],
+            broker=p["storm_ahead_broker_cpu_per_run_s"],
+            broker_after=p["storm_after_broker_cpu_per_run_s"],
+            worker_native=p["storm_ahead_worker_native_cpu_per_run_s"],
+            # the main thread also puts the claimed runs into the wheel (kit.worker._hold)
+            worker_claim=max(
+                0.0, p["storm_ahead_worker_claim_cpu_per_run_s"] - p["worker_hold_add_s"]
             ),
+            pg_claim=p["storm_ahead_postgres_claim_cpu_per_run_s"],
             hold_add=p["worker_hold_add_s"],
+            fence=p["worker_fence_pass_per_run_s"],
             wheel_pop=p["worker_wheel_pop_s"],
             start=p["worker_start_inline_s"],
+            observe_lag=p["worker_observe_lag_s"],
+            worker_finish=max(
+                0.0,
+                p["storm_after_worker_cpu_per_run_s"] - starts - p["worker_observe_lag_s"],
+            ),
+            pg_finish=p["storm_after_postgres_cpu_per_run_s"],
             other=p["storm_other_cpu_per_s"],
             at_t=p["storm_at_t_cpu_s"],
             at_t_window=p["storm_at_t_window_s"],
-            at_t_start=p["storm_at_t_start_cpu_per_run_s"],
+            at_t_start=at_t_start,
         )
 
 
 class StormWorker:
-    """One worker process: consume-and-claim, hold, finisher and heartbeat threads."""
+    """One worker process: its main (consume and claim), hold, finisher, fence and
+    librdkafka threads, as kit.worker runs them; the Python ones take turns on its
+    interpreter lock."""
 
-    def __init__(self, m: StormModel, index: int, prefetch: int, heartbeat_phase_s: float):
+    def __init__(self, m: StormModel, index: int, prefetch: int, phases: dict[str, float]):
         self.m = m
         self.name = f"worker-{index}"
         self.gil = simpy.Resource(m.env, 1)
-        self.inbox: deque[int] = deque()  # published run ids, visible to this worker
+        self.inbox: deque[int] = deque()  # fetched run messages, for the main thread
         self.wheel: dispatch.TimerWheel[int] = dispatch.TimerWheel()
         self.prefetch = prefetch
         self.waiting = 0  # claimed, not started
         self.in_flight = 0  # claimed, not finished
         self.succeeded: deque[int] = deque()
+        self.lags = 0  # start lags recorded by the hold thread, not yet observed
         self.starting = False
         self.confirmed_until: dict[int, float] = {}
         self.arrived = m.env.event()
@@ -206,16 +242,26 @@ class StormWorker:
         env = m.env
         env.process(self._consume())
         env.process(self._hold())
-        env.process(self._finish())
+        env.process(self._finish(phases["finisher"]))
+        env.process(self._fence(phases["fence"]))
         if m.sc["heartbeats"]:
-            env.process(self._heartbeat(heartbeat_phase_s))
+            env.process(self._heartbeat(phases["heartbeat"]))
 
     def deliver(self, runs: list[int]) -> None:
+        """The broker serves the worker's share of a published chunk: its librdkafka
+        threads fetch and queue it (CPU, no interpreter lock), then the main thread sees it."""
+        self.m.env.process(self._fetch(runs))
+
+    def _fetch(self, runs: list[int]) -> Process:
+        m = self.m
+        yield m.env.process(m.cpu.run(f"{self.name} native", len(runs) * m.costs.worker_native))
         self.inbox.extend(runs)
         if not self.arrived.triggered:
             self.arrived.succeed()
 
     def _consume(self) -> Process:
+        """kit.worker's main thread: poll a batch (up to the prefetch left, at most a claim
+        batch), claim it in one statement, put the claimed runs into the wheel."""
         m, c = self.m, self.m.costs
         env = m.env
         while True:
@@ -271,15 +317,24 @@ class StormWorker:
                         self.in_flight -= 1
                         continue
                     m.started[r] = at
+                    self.lags += 1
                     self.succeeded.append(r)
             self.starting = False
             if not self.success_ready.triggered:
                 self.success_ready.succeed()
 
-    def _finish(self) -> Process:
+    def _finish(self, phase_s: float) -> Process:
+        """kit.worker's finisher: each turn it first observes the start lags recorded so
+        far (on the interpreter lock, even while the hold thread starts), then, with
+        successes to write, waits for the second's starts to end and writes a batch; with
+        none it waits for them up to 0.1 s. Its turns' phase against T is the seed's."""
         m, c = self.m, self.m.costs
         env = m.env
+        yield env.timeout(phase_s)
         while True:
+            if self.lags:
+                n, self.lags = self.lags, 0
+                yield env.process(m.cpu.run(self.name, n * c.observe_lag, self.gil))
             if not self.succeeded:
                 self.success_ready = env.event()
                 yield self.success_ready | env.timeout(0.1)
@@ -291,12 +346,24 @@ class StormWorker:
             batch = [self.succeeded.popleft() for _ in range(n)]
             yield env.process(m.cpu.run(self.name, n * c.worker_finish / 2, self.gil))
             yield env.process(m.cpu.run("postgres", n * c.pg_finish))
+            yield env.process(m.cpu.run("broker", n * c.broker_after))
             yield env.process(m.cpu.run(self.name, n * c.worker_finish / 2, self.gil))
             m.finish_verdict()
             for r in batch:
                 m.finished[r] = env.now
                 self.confirmed_until.pop(r, None)
             self.in_flight -= n
+
+    def _fence(self, phase_s: float) -> Process:
+        """kit.worker's fence thread: every 0.25 s (a tenth of the lease ttl at most) it
+        walks every run the worker holds or runs, on the interpreter lock."""
+        m = self.m
+        period = min(0.25, m.ttl_s / 10)
+        yield m.env.timeout(phase_s * period)
+        while True:
+            yield m.env.timeout(period)
+            if self.in_flight:
+                yield m.env.process(m.cpu.run(self.name, self.in_flight * m.costs.fence, self.gil))
 
     def _heartbeat(self, phase_s: float) -> Process:
         m, c = self.m, self.m.costs
@@ -349,8 +416,20 @@ class StormModel:
         self.verdicts: set[str] = set()
         prefetch = int(sc["prefetch"]) or -(-n // w)
         period = float(sc["heartbeat_s"])
-        self.workers = [StormWorker(self, i, prefetch, rnd.uniform(0, period)) for i in range(w)]
-        self.scan_phase_s = rnd.uniform(0, float(sc["scan_period_s"]))
+        # each worker's periodic threads' phase against T: the seed's
+        self.workers = [
+            StormWorker(
+                self,
+                i,
+                prefetch,
+                {
+                    "heartbeat": rnd.uniform(0, period),
+                    "finisher": rnd.uniform(0, 0.1),
+                    "fence": rnd.random(),
+                },
+            )
+            for i in range(w)
+        ]
         self.env.process(self._scan())
         self.env.process(self._publish())
         c = self.costs
@@ -431,19 +510,28 @@ class StormModel:
     # -- the scheduler node -----------------------------------------------------------
 
     def _scan(self) -> Process:
+        """Scans at whole periods (`kit.core.dispatch.next_scan_at_ms`, as the kit's node
+        waits): the burst's second is first reached by the scan at T - scan-ahead; a full
+        batch is followed by the next at once."""
         env, c, sc = self.env, self.costs, self.sc
-        yield env.timeout(self.scan_phase_s)
+        period_ms = round(float(sc["scan_period_s"]) * 1000)
         while True:
-            _lo, hi = dispatch.scan_window(int(env.now * 1000), self.ahead_ms)
+            now_ms = round(env.now * 1000)
+            yield env.timeout(
+                max(0.0, dispatch.next_scan_at_ms(now_ms, period_ms) / 1000 - env.now)
+            )
+            _lo, hi = dispatch.scan_window(round(env.now * 1000), self.ahead_ms)
             while hi >= 0 and self.scanned < self.n:  # the burst's second is in the window
                 b = min(int(sc["scan_batch_rows"]), self.n - self.scanned)
-                yield env.process(self.cpu.run("scheduler", b * c.sched_scan, self.sched_gil))
+                # one transaction: it reads the due triggers first (the database), then
+                # decides, writes and encodes (the node's scan thread, its statements'
+                # database time charged with the read)
                 yield env.process(self.cpu.run("postgres", b * c.pg_scan))
+                yield env.process(self.cpu.run("scheduler", b * c.sched_scan, self.sched_gil))
                 self.committed.extend(range(self.scanned, self.scanned + b))
                 self.scanned += b
                 if not self.committed_ev.triggered:
                     self.committed_ev.succeed()
-            yield env.timeout(float(sc["scan_period_s"]))
 
     def _publish(self) -> Process:
         env, c, sc = self.env, self.costs, self.sc
@@ -455,15 +543,15 @@ class StormModel:
                 continue
             k = min(int(sc["publish_chunk"]), len(self.committed))
             chunk = [self.committed.popleft() for _ in range(k)]
+            # produce and flush (kit.transport.publisher.publish_encoded): the publish
+            # thread produces and takes the delivery reports, librdkafka's threads send,
+            # the broker appends; the next chunk after this one's acknowledgements
             yield env.process(self.cpu.run("scheduler", k * c.sched_publish, self.sched_gil))
-            env.process(self._broker(chunk, w))  # the producer does not wait for the broker
-
-    def _broker(self, chunk: list[int], w: int) -> Process:
-        """The broker appends the chunk and serves it to the consumers (its own threads)."""
-        yield self.env.process(self.cpu.run("broker", len(chunk) * self.costs.broker))
-        self.published[chunk] = self.env.now
-        for i in range(w):  # keyed by job: an even share per worker's partitions
-            self.workers[i].deliver(chunk[i::w])
+            yield env.process(self.cpu.run("scheduler native", k * c.sched_native))
+            yield env.process(self.cpu.run("broker", k * c.broker))
+            self.published[chunk] = env.now
+            for i in range(w):  # keyed by job: an even share per worker's partitions
+                self.workers[i].deliver(chunk[i::w])
 
     # -- running it ---------------------------------------------------------------------
 
@@ -484,6 +572,7 @@ class StormModel:
             return None if a.size == 0 else round(float(np.sort(a)[int(q * (a.size - 1))]), 4)
 
         claimed = self.claimed[np.isfinite(self.claimed)]
+        pub = self.published[np.isfinite(self.published)]
         return {
             "scenario": self.s["name"],
             "seed": self.seed,
@@ -496,8 +585,15 @@ class StormModel:
             "given_back": self.given_back,
             "start_lag_s": [pct(lag, 0.5), pct(lag, 0.99), pct(lag, 1.0)],
             "all_claimed_s": None if claimed.size < self.n else round(float(claimed.max()), 3),
+            "published_s": None
+            if pub.size < self.n
+            else [round(float(pub.min()), 3), round(float(pub.max()), 3)],
             "all_succeeded_s": None if fin.size < self.n else round(float(fin.max()), 3),
             "cpu_s": {k: round(v, 2) for k, v in sorted(self.cpu.busy.items())},
+            "cpu_timeline_s": {
+                who: {f"{k * TIMELINE_SLOT_S:+.2f}": round(v, 4) for k, v in sorted(line.items())}
+                for who, line in sorted(self.cpu.timeline.items())
+            },
         }
 
 
