@@ -18,11 +18,11 @@ and after, per 20 ms slot, and the busiest tasks; all_at_t.json in --out keeps t
 The sampler's own CPU (about a fifth of a core at 5 ms) is printed as `sampler`.
 
 A calibration run of the storm model (docs/sim-storm.md) samples every 100 ms from the
-scan-ahead's start (T - 11 s) to T + 3 s, so the sampler hardly loads the machine it
-measures and every step of the scan-ahead is seen thread by thread (the `ahead` and
+scan-ahead's start (T - 11 s) to past the last finish (T + 6 s), so the sampler hardly
+loads the machine it measures and every step is seen thread by thread (the `ahead` and
 `after` windows, a 250 ms timeline), and feeds both files to the calibration:
 
-    scripts/quiet python benchmarks/burst_at_t.py --before 11 --after 3 --period-ms 100 \
+    scripts/quiet python benchmarks/burst_at_t.py --before 11 --after 6 --period-ms 100 \
         --out /tmp/cal
     cronfleet calibrate --only-worker-starts --storm-cpu /tmp/cal/burst-1node.json \
         --storm-at-t /tmp/cal/all_at_t.json --out sim/profiles/default.toml
@@ -335,12 +335,12 @@ TIMELINE_SLOT_S = 0.25
 
 
 def role(cat: str, thread: str) -> str:
-    """A worker's or the scheduler's thread by what it does: the worker's hold, finisher and
-    fence threads, its main thread (consume, claim, into the wheel: the claim path),
-    librdkafka's own threads (`rdk:*`, no interpreter lock) and the rest (heartbeat, clock,
-    link); the scheduler's scan and publish threads, librdkafka's, the rest."""
+    """A worker's or the scheduler's thread by what it does: the worker's hold, finisher,
+    fence and heartbeat threads, its main thread (consume, claim, into the wheel: the claim
+    path), librdkafka's own threads (`rdk:*`, no interpreter lock) and the rest (clock,
+    link, task loop); the scheduler's scan and publish threads, librdkafka's, the rest."""
     if cat.startswith("worker-"):
-        if thread in ("hold", "finisher", "fence"):
+        if thread in ("hold", "finisher", "fence", "heartbeat"):
             return f"{cat} {thread}"
         if thread == "MainThread":
             return f"{cat} main"

@@ -67,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="JSON",
         help="with --only-worker-starts or --only-storm, and --storm-at-t: also set the "
         "storm's CPU per run of each step from a burst sampled by `benchmarks/burst_at_t.py "
-        "--before 11 --after 3 --period-ms 100` (its burst-1node.json: CPU by phase)",
+        "--before 11 --after 6 --period-ms 100` (its burst-1node.json: CPU by phase)",
     )
     p.add_argument(
         "--only-storm",
@@ -103,10 +103,10 @@ def main(args: argparse.Namespace) -> int:
         if args.storm_cpu:
             at_t = storm_at_t(Path(args.storm_at_t))
             storm = storm_cpu(Path(args.storm_cpu), at_t)
-            if at_t.get("ahead_unknown_postgres_s", 0.0) > 0.05:
+            if at_t.get("unknown_postgres_s", 0.0) > 0.05:
                 print(
-                    f"  (PostgreSQL CPU of unknown clients in the scan-ahead: "
-                    f"{at_t['ahead_unknown_postgres_s']:.2f} s, counted as the rest's)"
+                    f"  (PostgreSQL CPU of unknown clients: {at_t['unknown_postgres_s']:.2f} s, "
+                    "counted as the rest's)"
                 )
         source = f"{args.storm_cpu} and {args.storm_at_t}" if storm else None
         update_profile(
@@ -1030,25 +1030,33 @@ def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
 
 
 # What the storm model runs itself at the second (burst_at_t.py's categories): the workers'
-# hold, finisher and fence threads and their PostgreSQL backends; and the sampler, which
-# the compared runs do not have. The rest is charged as the machine's CPU at T.
-AT_T_MODELLED = re.compile(r"worker-\d+ (hold|finisher|fence)|postgres for worker-\d+|sampler")
+# hold, finisher, fence and heartbeat threads and their PostgreSQL backends; and the
+# sampler, which the compared runs do not have. The rest is charged as the machine's CPU
+# at T.
+AT_T_MODELLED = re.compile(
+    r"worker-\d+ (hold|finisher|fence|heartbeat)|postgres for worker-\d+|sampler"
+)
 AT_T_WINDOW = "T..T+0.3"
 AT_T_WINDOWS = ("T-0.3..T", "T..T+0.3", "T+0.3..T+1")  # disjoint: where the hold threads run
-# The scan-ahead's steps the model runs, by burst_at_t.py's categories (threads by role):
-# profile key -> the categories whose CPU in the `ahead` window it is, per run
-AHEAD_STEPS: dict[str, str] = {
-    "storm_ahead_scheduler_scan_cpu_per_run_s": r"scheduler scan",
-    "storm_ahead_scheduler_publish_cpu_per_run_s": r"scheduler publish",
-    "storm_ahead_scheduler_native_cpu_per_run_s": r"scheduler native",
-    "storm_ahead_postgres_scan_cpu_per_run_s": r"postgres for scheduler",
-    "storm_ahead_postgres_claim_cpu_per_run_s": r"postgres for worker-\d+",
-    "storm_ahead_worker_claim_cpu_per_run_s": r"worker-\d+ main",
-    "storm_ahead_worker_native_cpu_per_run_s": r"worker-\d+ native",
-    "storm_ahead_worker_fence_cpu_per_run_s": r"worker-\d+ fence",
-    "storm_ahead_broker_cpu_per_run_s": r"broker",
+AHEAD, AFTER = "ahead", "after"
+# The storm's steps the model runs, by burst_at_t.py's categories (threads by role): profile
+# key -> (window, the categories whose CPU in that window it is, per run)
+STORM_STEPS: dict[str, tuple[str, str]] = {
+    "storm_ahead_scheduler_scan_cpu_per_run_s": (AHEAD, r"scheduler scan"),
+    "storm_ahead_scheduler_publish_cpu_per_run_s": (AHEAD, r"scheduler publish"),
+    "storm_ahead_scheduler_native_cpu_per_run_s": (AHEAD, r"scheduler native"),
+    "storm_ahead_postgres_scan_cpu_per_run_s": (AHEAD, r"postgres for scheduler"),
+    "storm_ahead_postgres_claim_cpu_per_run_s": (AHEAD, r"postgres for worker-\d+"),
+    "storm_ahead_worker_claim_cpu_per_run_s": (AHEAD, r"worker-\d+ main"),
+    "storm_ahead_worker_native_cpu_per_run_s": (AHEAD, r"worker-\d+ native"),
+    "storm_ahead_broker_cpu_per_run_s": (AHEAD, r"broker"),
+    "storm_after_worker_finish_cpu_per_run_s": (AFTER, r"worker-\d+ finisher"),
+    "storm_after_postgres_cpu_per_run_s": (AFTER, r"postgres for worker-\d+"),
+    "storm_after_broker_cpu_per_run_s": (AFTER, r"broker"),
 }
-AHEAD = "ahead"
+# in the scan-ahead, besides its steps, the model runs the workers' fence passes (priced
+# by the isolated measurement, worker_fence_pass_per_run_s): not the rest's
+AHEAD_ALSO_MODELLED = re.compile(r"worker-\d+ fence")
 
 
 def storm_at_t(path: Path) -> dict[str, Any]:
@@ -1056,8 +1064,9 @@ def storm_at_t(path: Path) -> dict[str, Any]:
     all_at_t.json: the workers' hold threads' CPU (pop and start at T, as the storm's heap
     and caches make it, which the isolated measurement does not see), the CPU the rest of
     the machine takes from T to T + 0.3 s while they start, the sampler's own CPU; and, from
-    a run sampled from the scan-ahead's start (`--before 11`), each step's CPU in the
-    scan-ahead (`ahead`: categories' ms) and the machine's busy CPU then."""
+    a run sampled from the scan-ahead's start to past the last finish (`--before 11
+    --after 6`), each category's CPU in the scan-ahead (`ahead`) and after T (`after`),
+    and the machine's busy CPU in the scan-ahead."""
     import json
 
     d = json.loads(path.read_text())
@@ -1076,55 +1085,62 @@ def storm_at_t(path: Path) -> dict[str, Any]:
         "storm_at_t_window_s": float(hi) - float(lo),
         "sampler_cpu_s": float(d.get("sampler_cpu_ms", 0.0)) / 1000,
     }
-    if AHEAD in windows:
-        a_lo, a_hi = windows[AHEAD]
-        out["ahead_wall_s"] = float(a_hi) - float(a_lo)
-        out["ahead_cpu_s"] = {c: v.get(AHEAD, [0.0])[0] / 1000 for c, v in cats.items()}
-        out["ahead_machine_busy_s"] = float(d["machine_busy_ms"][AHEAD]) / 1000
-        out["ahead_unknown_postgres_s"] = out["ahead_cpu_s"].get("postgres for ?", 0.0)
+    if AHEAD in windows and AFTER in windows:
+        for w in (AHEAD, AFTER):
+            w_lo, w_hi = windows[w]
+            out[f"{w}_wall_s"] = float(w_hi) - float(w_lo)
+            out[f"{w}_cpu_s"] = {c: v.get(w, [0.0])[0] / 1000 for c, v in cats.items()}
+            out[f"{w}_machine_busy_s"] = float(d["machine_busy_ms"][w]) / 1000
+        out["unknown_postgres_s"] = sum(
+            out[f"{w}_cpu_s"].get("postgres for ?", 0.0) for w in (AHEAD, AFTER)
+        )
     return out
 
 
 def storm_cpu(path: Path, at_t: dict[str, Any]) -> dict[str, float]:
-    """CPU seconds per run of each step of the storm the model runs: in the scan-ahead, by
-    thread (the same run sampled from the scan-ahead's start: `at_t`, `storm_at_t`), after
-    T by process (the burst's cpu_by_phase_s); the CPU per second the rest of the machine
-    took in the scan-ahead (other stacks and agents, the benchmark's polls and their
-    backend, PostgreSQL's own processes, the workers' and scheduler's other threads, the
-    broker's idle work), the sampler left out; and what the second cost."""
+    """CPU seconds per run of each step of the storm the model runs, thread by thread, from
+    a burst sampled from the scan-ahead's start to past its last finish (`at_t`, from
+    `storm_at_t`; the burst's own JSON gives the runs, its idle phase the broker's idle
+    rate and its after phase's length); the CPU per second the rest of the machine took in
+    the scan-ahead (other stacks and agents, the benchmark's polls and their backend,
+    PostgreSQL's own processes, the services' other threads, the broker's idle work), the
+    sampler left out; and what the second cost."""
     import json
 
     r = json.loads(path.read_text())
     phases = r.get("cpu_by_phase_s")
     if not phases or not {"idle", "ahead", "after"} <= set(phases):
         raise SystemExit(f"--storm-cpu: {path} has no cpu_by_phase_s with idle, ahead and after")
-    if "ahead_cpu_s" not in at_t:
+    if f"{AHEAD}_cpu_s" not in at_t:
         raise SystemExit(
-            "--storm-at-t: not sampled from the scan-ahead's start "
-            "(benchmarks/burst_at_t.py --before 11 --after 3 --period-ms 100)"
+            "--storm-at-t: not sampled from the scan-ahead's start to past the last finish "
+            "(benchmarks/burst_at_t.py --before 11 --after 6 --period-ms 100)"
+        )
+    if float(phases["after"]["wall_s"]) > at_t[f"{AFTER}_wall_s"] + 0.5:
+        raise SystemExit(
+            f"--storm-at-t: sampled {at_t[f'{AFTER}_wall_s']:.1f} s after T, the finishes "
+            f"took {float(phases['after']['wall_s']):.1f} s: sample longer (--after)"
         )
     runs = int(r["succeeded"])
     # the broker's own rate with no storm (the burst's idle phase): not a run's cost
     idle = phases["idle"]
     broker_idle_per_s = float(idle["kafka_broker"]) / float(idle["wall_s"])
     out: dict[str, float] = {}
-    ahead: dict[str, float] = at_t["ahead_cpu_s"]
     modelled = 0.0
-    for key, pattern in AHEAD_STEPS.items():
-        used = sum(v for c, v in ahead.items() if re.fullmatch(pattern, c))
-        modelled += used
-        if key == "storm_ahead_broker_cpu_per_run_s":
-            used = max(0.0, used - broker_idle_per_s * at_t["ahead_wall_s"])
+    for key, (window, pattern) in STORM_STEPS.items():
+        cpu: dict[str, float] = at_t[f"{window}_cpu_s"]
+        used = sum(v for c, v in cpu.items() if re.fullmatch(pattern, c))
+        if window == AHEAD:
+            modelled += used
+        if pattern == "broker":
+            used = max(0.0, used - broker_idle_per_s * at_t[f"{window}_wall_s"])
         out[key] = used / runs
-    other = at_t["ahead_machine_busy_s"] - modelled - ahead.get("sampler", 0.0)
+    ahead: dict[str, float] = at_t[f"{AHEAD}_cpu_s"]
+    modelled += sum(v for c, v in ahead.items() if AHEAD_ALSO_MODELLED.fullmatch(c))
+    other = at_t[f"{AHEAD}_machine_busy_s"] - modelled - ahead.get("sampler", 0.0)
     # the rest of the machine includes the broker's idle rate (taken out of its step)
-    other += broker_idle_per_s * at_t["ahead_wall_s"]
-    out["storm_other_cpu_per_s"] = max(0.0, other) / at_t["ahead_wall_s"]
-    after = phases["after"]
-    out["storm_after_worker_cpu_per_run_s"] = float(after["worker"]) / runs
-    out["storm_after_postgres_cpu_per_run_s"] = float(after["postgres_backends"]) / runs
-    broker_after = float(after["kafka_broker"]) - broker_idle_per_s * float(after["wall_s"])
-    out["storm_after_broker_cpu_per_run_s"] = max(0.0, broker_after) / runs
+    other += broker_idle_per_s * at_t[f"{AHEAD}_wall_s"]
+    out["storm_other_cpu_per_s"] = max(0.0, other) / at_t[f"{AHEAD}_wall_s"]
     out["storm_at_t_start_cpu_per_run_s"] = at_t["hold_cpu_s"] / runs
     out["storm_at_t_cpu_s"] = at_t["storm_at_t_cpu_s"]
     out["storm_at_t_window_s"] = at_t["storm_at_t_window_s"]

@@ -2,32 +2,41 @@
 at the same second T, one scheduler node, W workers, PostgreSQL and the broker sharing
 the machine's cores.
 
-The design as the kit runs it (docs/life-of-a-run.md, kit/scheduler, kit/worker):
+The design as the kit runs it (docs/life-of-a-run.md, kit/scheduler, kit/worker), thread
+by thread:
 
-- the node scans once a second, `kit.core.dispatch.scan_window` ahead (10 s by default),
-  inserts the due runs a batch per transaction and publishes them right after the commit
-  (its publish thread); a published run stays pending until claimed;
-- each worker consumes its share, claims a batch per statement ahead of the second
-  (`kit.core.leases.claim_run`) up to its prefetch, and holds the claimed runs in a
-  `kit.core.dispatch.TimerWheel` until they are due;
+- the node scans at whole seconds (`kit.core.dispatch.next_scan_at_ms`),
+  `kit.core.dispatch.scan_window` ahead (10 s by default), so the burst's second is first
+  reached at T - 10 s; a scan transaction reads the due triggers, decides, inserts the
+  runs and encodes them (its scan thread), a batch per transaction, the next batch at
+  once; its publish thread publishes each commit's runs in chunks, each produced, sent
+  (librdkafka's threads), appended by the broker and acknowledged before the next; a
+  published run stays pending until claimed;
+- each worker's librdkafka threads fetch its share, its main thread claims a batch per
+  statement ahead of the second (`kit.core.leases.claim_run`) up to its prefetch and holds
+  the claimed runs in a `kit.core.dispatch.TimerWheel` until they are due;
 - at the second the worker's hold thread pops the due runs and starts the inline (noop)
   ones one after another in one batch; a run whose start would come after its confirmed
   lease less the fence margin is given back instead (`kit.core.leases.return_run`);
-- a finisher thread writes the successes a batch per transaction and yields to starts;
-- every worker extends the leases of what it holds every heartbeat.
+- its finisher thread, every turn (0.1 s at most), observes the start lags recorded so
+  far, then waits for the starts to end and writes the successes a batch per transaction;
+- its fence thread walks every run it holds every 0.25 s; its heartbeat thread extends,
+  every ttl/3, the leases a beat lengthens (runs started and not finished).
 
 CPU: the cores are shared in quanta, first come first served (a round robin of the
 runnable threads); a Python process's threads also take turns on its one interpreter
-lock, so a worker's starts, claims, finishes and heartbeats never overlap each other.
-PostgreSQL backends and the broker need a core only. The CPU each step costs per run
-comes from the calibration profile: the worker's wheel and start path measured on the
-kit's own code (`cronfleet calibrate`), the rest from the kit's CPU accounting of a
-storm (`[storm_cpu]` of the profile, see docs/sim.md).
+lock, so a worker's claims, starts, lag observations, fence passes, finishes and beats
+never overlap each other; librdkafka's threads, PostgreSQL's backends and the broker need
+a core only. The periodic threads' phases against T are the seed's. The CPU each step
+costs comes from the calibration profile: the worker's wheel, start, fence and lag paths
+measured on the kit's own code (`cronfleet calibrate --only-worker-starts`), every other
+step thread by thread from a storm of the kit sampled by benchmarks/burst_at_t.py
+(`[storm_cpu]` of the profile, docs/sim-storm.md).
 
 Not modelled: the clock (a worker starts a run when its lower bound of the database's
 clock reaches T and measures the start by the same bound, so the measured lag does not
-see the bound's error), the kernel's scheduler beyond the quanta, the broker's fetch
-batching, page cache and I/O.
+see the bound's error), the garbage collector (its time is in the thread it interrupts),
+the kernel's scheduler beyond the quanta, the broker's fetch batching, page cache and I/O.
 """
 
 from __future__ import annotations
@@ -67,9 +76,10 @@ STORM_DEFAULTS: dict[str, Any] = {
         "run_ttl_s": defaults.RUN_LEASE_TTL_MS / 1000,
         "heartbeat_s": defaults.RUN_LEASE_TTL_MS / 3000,  # the worker's default
         "quantum_ms": 2.0,  # a slice of a core
-        # the kit's workers beat only leases a beat lengthens: a run claimed ahead is leased
-        # a ttl past its second (kit.core.leases.claim_run), so held runs get no beats
-        "heartbeats": False,
+        # the kit's workers beat the leases a beat lengthens: the runs started (and any
+        # held past the second they were leased for); a run claimed ahead is leased a ttl
+        # past its second (kit.core.leases.claim_run), so held runs get no beats
+        "heartbeats": True,
         "background": True,  # the rest of the machine's CPU, as measured in a storm
         # the second as a storm makes it (benchmarks/burst_at_t.py in the calibration run):
         # the hold threads' CPU per start at T, and what the rest of the machine takes from
@@ -142,7 +152,7 @@ class Costs:
     wheel_pop: float  # worker: out of the wheel at the second (measured)
     start: float  # worker: one inline start (measured)
     observe_lag: float  # worker: the finisher's observation of a start's lag (measured)
-    worker_finish: float  # worker: the finish statement (and the rest of its CPU after T)
+    worker_finish: float  # worker: the finisher's finish statement, per run (and a beat's)
     pg_finish: float  # PostgreSQL: the success's update
     other: float  # CPU seconds per second the rest of the machine takes
     at_t: float  # CPU seconds the rest of the machine takes from T to T + at_t_window
@@ -172,7 +182,7 @@ class Costs:
             "storm_at_t_window_s",
             "storm_at_t_start_cpu_per_run_s",
             *[f"storm_ahead_{k}_cpu_per_run_s" for k in ahead],
-            *[f"storm_after_{k}_cpu_per_run_s" for k in ("worker", "postgres", "broker")],
+            *[f"storm_after_{k}_cpu_per_run_s" for k in ("worker_finish", "postgres", "broker")],
         ]
         missing = [k for k in need if k not in p]
         if missing:
@@ -181,13 +191,6 @@ class Costs:
                 "--only-worker-starts --storm-cpu BURST.json --storm-at-t ALL_AT_T.json; "
                 "see docs/sim-storm.md)"
             )
-        # what a hold thread's pops and starts cost in the storm (the isolated measurement
-        # without it), and the finisher's lag observation, are out of the worker's CPU
-        # after T: the rest of it is the finishes'
-        at_t_start = p["storm_at_t_start_cpu_per_run_s"]
-        starts = (
-            at_t_start if at_t_start > 0 else p["worker_wheel_pop_s"] + p["worker_start_inline_s"]
-        )
         return cls(
             sched_scan=p["storm_ahead_scheduler_scan_cpu_per_run_s"],
             pg_scan=p["storm_ahead_postgres_scan_cpu_per_run_s"],
@@ -206,15 +209,15 @@ class Costs:
             wheel_pop=p["worker_wheel_pop_s"],
             start=p["worker_start_inline_s"],
             observe_lag=p["worker_observe_lag_s"],
+            # the finisher thread's CPU after T less its lag observation (run apart)
             worker_finish=max(
-                0.0,
-                p["storm_after_worker_cpu_per_run_s"] - starts - p["worker_observe_lag_s"],
+                0.0, p["storm_after_worker_finish_cpu_per_run_s"] - p["worker_observe_lag_s"]
             ),
             pg_finish=p["storm_after_postgres_cpu_per_run_s"],
             other=p["storm_other_cpu_per_s"],
             at_t=p["storm_at_t_cpu_s"],
             at_t_window=p["storm_at_t_window_s"],
-            at_t_start=at_t_start,
+            at_t_start=p["storm_at_t_start_cpu_per_run_s"],
         )
 
 
@@ -233,6 +236,9 @@ class StormWorker:
         self.waiting = 0  # claimed, not started
         self.in_flight = 0  # claimed, not finished
         self.succeeded: deque[int] = deque()
+        self.started: set[int] = set()  # started, ever
+        self.running: set[int] = set()  # started, not finished
+        self.beats: list[tuple[float, int]] = []  # (when, runs beaten)
         self.lags = 0  # start lags recorded by the hold thread, not yet observed
         self.starting = False
         self.confirmed_until: dict[int, float] = {}
@@ -272,6 +278,7 @@ class StormWorker:
                 continue
             batch = [self.inbox.popleft() for _ in range(min(room, len(self.inbox)))]
             n = len(batch)
+            sent = env.now
             yield env.process(m.cpu.run(self.name, n * c.worker_claim / 2, self.gil))
             yield env.process(m.cpu.run("postgres", n * c.pg_claim))
             yield env.process(m.cpu.run(self.name, n * c.worker_claim / 2, self.gil))
@@ -279,7 +286,9 @@ class StormWorker:
             claimed_at = env.now
             for r in batch:
                 m.claimed[r] = claimed_at
-                self.confirmed_until[r] = claimed_at + m.ttl_s
+                # the lease runs a ttl past the later of the claim and the run's second
+                # (kit.core.leases.claim_run; kit.worker counts it from before the claim)
+                self.confirmed_until[r] = max(sent, 0.0) + m.ttl_s
             yield env.process(m.cpu.run(self.name, n * c.hold_add, self.gil))
             for r in batch:
                 self.wheel.add(0, r)  # every run is due at T (time 0, in ms)
@@ -317,6 +326,8 @@ class StormWorker:
                         self.in_flight -= 1
                         continue
                     m.started[r] = at
+                    self.started.add(r)
+                    self.running.add(r)
                     self.lags += 1
                     self.succeeded.append(r)
             self.starting = False
@@ -352,6 +363,7 @@ class StormWorker:
             for r in batch:
                 m.finished[r] = env.now
                 self.confirmed_until.pop(r, None)
+                self.running.discard(r)
             self.in_flight -= n
 
     def _fence(self, phase_s: float) -> Process:
@@ -366,18 +378,31 @@ class StormWorker:
                 yield m.env.process(m.cpu.run(self.name, self.in_flight * m.costs.fence, self.gil))
 
     def _heartbeat(self, phase_s: float) -> Process:
+        """kit.worker's heartbeat thread: every ttl/3 it extends, in one statement, every
+        lease a beat would lengthen (kit.worker.Worker.heartbeat: the runs started and not
+        finished, and those held whose lease, granted a ttl past their second, runs out
+        before a fresh one would); a run claimed ahead is not beaten before its second.
+        Priced as a finish per run beaten (the same update of a batch of runs by token)."""
         m, c = self.m, self.m.costs
         env = m.env
         yield env.timeout(phase_s)
         while True:
-            n = self.in_flight
-            if n:
-                sent = env.now
-                # an update of each held run's lease: priced as a finish
-                yield env.process(m.cpu.run(self.name, n * c.worker_finish, self.gil))
+            sent = env.now
+            horizon = sent + m.ttl_s
+            beaten = [
+                r
+                for r, until in self.confirmed_until.items()
+                if r in self.running or (r not in self.started and until < horizon)
+            ]
+            if beaten:
+                n = len(beaten)
+                yield env.process(m.cpu.run(self.name, n * c.worker_finish / 2, self.gil))
                 yield env.process(m.cpu.run("postgres", n * c.pg_finish))
-                for r in list(self.confirmed_until):
-                    self.confirmed_until[r] = sent + m.ttl_s
+                yield env.process(m.cpu.run(self.name, n * c.worker_finish / 2, self.gil))
+                self.beats.append((sent, n))
+                for r in beaten:
+                    if r in self.confirmed_until:
+                        self.confirmed_until[r] = max(self.confirmed_until[r], horizon)
             yield env.timeout(m.sc["heartbeat_s"])
 
 
@@ -589,6 +614,9 @@ class StormModel:
             if pub.size < self.n
             else [round(float(pub.min()), 3), round(float(pub.max()), 3)],
             "all_succeeded_s": None if fin.size < self.n else round(float(fin.max()), 3),
+            "heartbeats": [  # each beat that extended leases: worker, when (s from T), runs
+                [w.name, round(at, 3), n] for w in self.workers for at, n in w.beats
+            ],
             "cpu_s": {k: round(v, 2) for k, v in sorted(self.cpu.busy.items())},
             "cpu_timeline_s": {
                 who: {f"{k * TIMELINE_SLOT_S:+.2f}": round(v, 4) for k, v in sorted(line.items())}
