@@ -88,6 +88,13 @@ def main() -> None:
     ap.add_argument("--before", type=float, default=1.0, help="sample from T - this (s)")
     ap.add_argument("--after", type=float, default=1.0, help="sample until T + this (s)")
     ap.add_argument(
+        "--fine-ms",
+        type=float,
+        default=0.0,
+        help="between sweeps from T - 0.2 s to T + 0.6 s, each with the CPU every task ran "
+        "on (who shared each hold thread's core); 0: --period-ms throughout",
+    )
+    ap.add_argument(
         "--period-ms",
         type=float,
         default=5.0,
@@ -125,7 +132,8 @@ def main() -> None:
     owners = socket_owners([*names, *sched, *fleet_pids(), bench.pid])
     sampler = Sampler(names, bench.pid, owners, sched)
     time.sleep(max(0.0, t - args.before - time.time()))
-    sampler.run(t, t - args.before, t + args.after, args.period_ms / 1000)
+    fine = (-0.2, 0.6, args.fine_ms / 1000) if args.fine_ms > 0 else None
+    sampler.run(t, t - args.before, t + args.after, args.period_ms / 1000, fine)
     for line in bench.stdout:
         log.write(line)
         print(line, end="")
@@ -134,6 +142,8 @@ def main() -> None:
     for pid, threads in names.items():
         report(pid, threads, [s for s in samples if s[1] == pid])
     report_all(sampler, args.out / "all_at_t.json", args.after)
+    if sampler.placed:
+        report_cores(sampler, args.out / "cores_at_t.json")
 
 
 def report(
@@ -243,6 +253,9 @@ class Sampler:
         self.fds: dict[tuple[int, int], int] = {}
         self.label: dict[tuple[int, int], tuple[str, str]] = {}  # (category, thread)
         self.samples: list[tuple[float, int, int, int, int]] = []
+        self.stat_fds: dict[tuple[int, int], int] = {}
+        self.placed: list[tuple[float, int, int, int]] = []  # (s from T, pid, tid, its CPU)
+        self.provisional: set[tuple[int, int]] = set()
         self.machine: list[tuple[float, int]] = []  # (s from T, busy ticks of all cores)
         self.stat = os.open("/proc/stat", os.O_RDONLY)
         self.worker_no = {pid: i + 1 for i, pid in enumerate(sorted(workers))}
@@ -261,6 +274,9 @@ class Sampler:
         cmd = cmdline(pid)
         if (m := FLEET.search(cmd)) is not None:
             return m.group(1), thread
+        if cmd.startswith("postgres") and not cmd.startswith("postgres: "):
+            self.provisional.add((pid, tid))  # a backend just forked, its title not set yet
+            return "postgres, starting", str(pid)
         if cmd.startswith("postgres: "):
             if "cf_bench_life_" in cmd and (port := PG_PORT.search(cmd)) is not None:
                 owner = self.owners.get(int(port.group(1)))
@@ -297,11 +313,17 @@ class Sampler:
                     continue
                 try:
                     self.fds[pid, tid] = os.open(f"/proc/{pid}/task/{tid}/schedstat", os.O_RDONLY)
+                    self.stat_fds[pid, tid] = os.open(f"/proc/{pid}/task/{tid}/stat", os.O_RDONLY)
                 except OSError:
                     continue
                 self.label[pid, tid] = self.name(pid, tid)
+        for key in list(self.provisional):  # name again what had no title yet
+            self.provisional.discard(key)
+            self.label[key] = self.name(*key)
 
-    def sweep(self, at: float) -> None:
+    def sweep(self, at: float, placement: bool = False) -> None:
+        """Every task's schedstat; with `placement`, also the CPU each task last ran on
+        (/proc/.../stat, field 39)."""
         for (pid, tid), fd in list(self.fds.items()):
             try:
                 on, wait, _ = os.pread(fd, 128, 0).split()
@@ -310,22 +332,44 @@ class Sampler:
                 del self.fds[pid, tid]
                 continue
             self.samples.append((at, pid, tid, int(on), int(wait)))
+            if placement and (sfd := self.stat_fds.get((pid, tid))) is not None:
+                try:
+                    cpu_of_task = int(os.pread(sfd, 1024, 0).rsplit(b")", 1)[1].split()[36])
+                except (OSError, ValueError, IndexError):
+                    continue
+                self.placed.append((at, pid, tid, cpu_of_task))
         cpu = os.pread(self.stat, 256, 0).split(b"\n", 1)[0].split()
         self.machine.append((at, sum(int(v) for v in (cpu[1], cpu[2], cpu[3], cpu[6], cpu[7]))))
 
-    def run(self, t: float, since: float, until: float, period_s: float) -> None:
-        """A sweep at since + k * period_s (so at T itself and T + 0.3 s when they fall on
-        the grid), until `until`."""
+    def run(
+        self,
+        t: float,
+        since: float,
+        until: float,
+        period_s: float,
+        fine: tuple[float, float, float] | None = None,
+    ) -> None:
+        """A sweep every period_s from `since` until `until` (so at T itself and T + 0.3 s
+        when they fall on the grid); in `fine` = (from, to, period), seconds from T, every
+        fine period, with each task's CPU."""
         self.refresh()
         refreshed = time.time()
-        k = 0
+        step_ms = round(period_s * 1000)
+        fine_ms = None if fine is None else (round(fine[0] * 1000), round(fine[1] * 1000))
+        target_ms = round((since - t) * 1000)  # ms from T of the next sweep
         while (now := time.time()) < until:
             if now - refreshed > 0.25:
                 self.refresh()
                 refreshed = now
-            self.sweep(time.time() - t)
-            k += 1
-            time.sleep(max(0.0, since + k * period_s - time.time()))
+            in_fine = fine_ms is not None and fine_ms[0] <= target_ms < fine_ms[1]
+            self.sweep(time.time() - t, placement=in_fine)
+            if fine is not None and in_fine:
+                target_ms += round(fine[2] * 1000)
+            else:
+                target_ms += step_ms
+                if fine_ms is not None and target_ms - step_ms < fine_ms[0] < target_ms:
+                    target_ms = fine_ms[0]
+            time.sleep(max(0.0, t + target_ms / 1000 - time.time()))
 
 
 # the scan-ahead phase as benchmarks/life_of_a_run.py's cpu_by_phase_s counts it (from the
@@ -458,6 +502,45 @@ def report_all(s: Sampler, out: Path, after_s: float = 1.0) -> None:
                     for k, (on, wait) in sorted(by_task.items(), key=lambda kv: -kv[1][0])
                     if on + wait > 0.1
                 ],
+            },
+            indent=1,
+        )
+    )
+
+
+def report_cores(s: Sampler, out: Path) -> None:
+    """Who shared each core at the second: per fine slot, each CPU's ms on a core by
+    category (a task's time in a slot counted on the CPU it was seen on at its end)."""
+    where = {(at, pid, tid): c for at, pid, tid, c in s.placed}
+    fine_at = sorted({at for at, _, _, _ in s.placed})
+    rows: dict[tuple[int, int], list[tuple[float, int]]] = defaultdict(list)
+    for at, pid, tid, on, _ in s.samples:
+        if fine_at and fine_at[0] <= at <= fine_at[-1]:
+            rows[pid, tid].append((at, on))
+    cells: dict[tuple[float, int], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for key, r in rows.items():
+        cat = role(*s.label[key])
+        for (a0, on0), (a1, on1) in pairwise(r):
+            cpu = where.get((a1, *key))
+            if cpu is None or on1 == on0:
+                continue
+            cells[a0, cpu][cat] += (on1 - on0) / 1e6
+    cpus = sorted({c for _, c in cells})
+    print("\nper fine slot, each CPU: ms on it (hold threads apart, the rest by category):")
+    for a0 in fine_at[:-1]:
+        parts = []
+        for c in cpus:
+            cell = cells.get((a0, c), {})
+            holds = " ".join(f"{k[:8]} {v:4.1f}" for k, v in sorted(cell.items()) if "hold" in k)
+            rest = sorted(((v, k) for k, v in cell.items() if "hold" not in k), reverse=True)
+            top = ", ".join(f"{k} {v:.1f}" for v, k in rest[:3])
+            parts.append(f"cpu{c}: {holds or '-':<18} rest {sum(v for v, _ in rest):5.1f} ({top})")
+        print(f"  T{a0:+.3f}  " + " | ".join(parts))
+    out.write_text(
+        json.dumps(
+            {
+                f"{a0:+.3f}": {str(c): dict(cells.get((a0, c), {})) for c in cpus}
+                for a0 in fine_at[:-1]
             },
             indent=1,
         )
