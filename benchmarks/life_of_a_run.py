@@ -34,6 +34,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -414,6 +415,9 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
         load_s = time.monotonic() - created_at
         margin = (at - db_now(p.engine)).total_seconds()
         say(f"[{name}] created {args.jobs} jobs in {load_s:.1f} s; due {at} ({margin:.1f} s ahead)")
+        beats = heartbeat_phases(p.fleet, at.timestamp())
+        if beats:
+            say(f"[{name}] each worker's first heartbeat from T - 1 s: T{beats}")
         if margin < 7:
             say(f"[{name}] WARNING: less than scan-ahead + 2 s left; raise --lead-s")
         cpu = CpuWindow()
@@ -515,6 +519,7 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
                 [round(t, 3), c, st, o] for t, c, st, o in progress
             ],
             "kit_imported": kit_imported(p.fleet),
+            "heartbeat_phase_s": beats,
             "runs_by_worker": by_worker,
             "cpu_s": cpu_dict(cpu),
             "cpu_ms_per_run": 1000 * cpu.services / max(1, ok),
@@ -526,6 +531,52 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
             plot_burst(out_dir / f"{name}.png", name, progress, start)
             (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2, default=str))
         return result
+
+
+def heartbeat_phases(fleet: Fleet, t: float, period_s: float | None = None) -> dict[str, float]:
+    """When each worker's heartbeat thread beats first from T - 1 s on, seconds from T: it
+    beats every ttl/3 from its start (kit.worker.Worker._heartbeat_loop), and its first
+    beat after T extends every run started by then (sim/storm.py models it: a beat during
+    the second's starts takes the hold thread's interpreter lock). The thread is named by
+    `py-spy dump` (none without py-spy), its start read from /proc (10 ms ticks)."""
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return {}
+    if period_s is None:
+        period_s = load_settings().run_lease_ttl_ms / 3000
+    try:
+        btime = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, StopIteration, ValueError):
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for c in fleet.children:
+        if not c.service.name.startswith("worker"):
+            continue
+        dump = subprocess.run(
+            [spy, "dump", "--pid", str(c.proc.pid)], capture_output=True, text=True, check=False
+        ).stdout
+        tid = next(
+            (
+                int(m)
+                for m, n in re.findall(r'Thread (\d+) \([^)]*\): "([^"]+)"', dump)
+                if n == "heartbeat"
+            ),
+            None,
+        )
+        if tid is None:
+            continue
+        try:
+            stat = Path(f"/proc/{c.proc.pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        started = btime + int(stat.rsplit(")", 1)[1].split()[19]) / tick
+        out[c.service.name] = round((started - (t - 1.0)) % period_s - 1.0, 3)
+    return out
 
 
 def kit_imported(fleet: Fleet) -> dict[str, str]:

@@ -1090,7 +1090,7 @@ def storm_at_t(path: Path) -> dict[str, Any]:
             w_lo, w_hi = windows[w]
             out[f"{w}_wall_s"] = float(w_hi) - float(w_lo)
             out[f"{w}_cpu_s"] = {c: v.get(w, [0.0])[0] / 1000 for c, v in cats.items()}
-            out[f"{w}_machine_busy_s"] = float(d["machine_busy_ms"][w]) / 1000
+            out[f"{w}_machine_busy_s"] = float(d["machine_busy_ms"].get(w, 0.0)) / 1000
         out["unknown_postgres_s"] = sum(
             out[f"{w}_cpu_s"].get("postgres for ?", 0.0) for w in (AHEAD, AFTER)
         )
@@ -1190,9 +1190,9 @@ def update_profile(
             "librdkafka threads, PostgreSQL's backends of the scan and of the claims, the "
             "workers' main (claim) and librdkafka threads, the broker less its idle rate), "
             "the rest of the machine's CPU per second then, the hold threads' CPU per run at "
-            "T and the rest's CPU from T to T + 0.3 s (storm_at_t_*); after T (storm_after_*) "
-            f"from the same run's CPU by process: {storm_source}, set by cronfleet calibrate "
-            f"on {stamp}"
+            "T and the rest's CPU from T to T + 0.3 s (storm_at_t_*), and after T the "
+            "finishes' (storm_after_*: the workers' finisher threads and backends, the broker "
+            f"less its idle rate): {storm_source}, set by cronfleet calibrate on {stamp}"
         )
         out.append(f"storm_cpu = {json.dumps(note)}")
     path.write_text("\n".join(out) + "\n")

@@ -80,6 +80,9 @@ STORM_DEFAULTS: dict[str, Any] = {
         # held past the second they were leased for); a run claimed ahead is leased a ttl
         # past its second (kit.core.leases.claim_run), so held runs get no beats
         "heartbeats": True,
+        # each worker's first heartbeat from T - 1 s, seconds from T, comma-separated (as
+        # benchmarks/life_of_a_run.py records them: heartbeat_phase_s); "": drawn from the seed
+        "heartbeat_phases": "",
         "background": True,  # the rest of the machine's CPU, as measured in a storm
         # the second as a storm makes it (benchmarks/burst_at_t.py in the calibration run):
         # the hold threads' CPU per start at T, and what the rest of the machine takes from
@@ -441,20 +444,18 @@ class StormModel:
         self.verdicts: set[str] = set()
         prefetch = int(sc["prefetch"]) or -(-n // w)
         period = float(sc["heartbeat_s"])
-        # each worker's periodic threads' phase against T: the seed's
-        self.workers = [
-            StormWorker(
-                self,
-                i,
-                prefetch,
-                {
-                    "heartbeat": rnd.uniform(0, period),
-                    "finisher": rnd.uniform(0, 0.1),
-                    "fence": rnd.random(),
-                },
-            )
-            for i in range(w)
-        ]
+        beats = self._heartbeat_phases(str(sc["heartbeat_phases"]), w, period)
+        # each worker's periodic threads' phase against T: the seed's (the heartbeat's as
+        # given, if it is)
+        self.workers = []
+        for i in range(w):
+            drawn = rnd.uniform(0, period)
+            phases = {"heartbeat": drawn, "finisher": rnd.uniform(0, 0.1), "fence": rnd.random()}
+            if beats:
+                # the first beat at or after the model's start, in the given phase
+                first = beats[i] + float(sc["lead_s"])
+                phases["heartbeat"] = first - period * math.floor(first / period)
+            self.workers.append(StormWorker(self, i, prefetch, phases))
         self.env.process(self._scan())
         self.env.process(self._publish())
         c = self.costs
@@ -481,6 +482,27 @@ class StormModel:
             threads = math.ceil(rate)
             for _ in range(threads):
                 self.env.process(self._at_t(rate / threads))
+
+    @staticmethod
+    def _heartbeat_phases(text: str, workers: int, period: float) -> list[float]:
+        if not text.strip():
+            return []
+        try:
+            beats = [float(x) for x in text.split(",")]
+        except ValueError:
+            raise ScenarioShapeError(
+                f"storm.heartbeat_phases: expected numbers separated by commas, got {text!r}"
+            ) from None
+        if len(beats) != workers:
+            raise ScenarioShapeError(
+                f"storm.heartbeat_phases: one per worker ({workers}), got {len(beats)}"
+            )
+        if any(not -1.0 <= b < period for b in beats):
+            raise ScenarioShapeError(
+                f"storm.heartbeat_phases: each within [-1, {period:g}) s of T (the first "
+                "beat from T - 1 s)"
+            )
+        return beats
 
     def _background(self, rate: float, period_s: float = 0.05) -> Process:
         """The rest of the machine (other stacks and agents, PostgreSQL's checkpointer and
