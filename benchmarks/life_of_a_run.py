@@ -538,20 +538,13 @@ def heartbeat_phases(fleet: Fleet, t: float, period_s: float | None = None) -> d
     beats every ttl/3 from its start (kit.worker.Worker._heartbeat_loop), and its first
     beat after T extends every run started by then (sim/storm.py models it: a beat during
     the second's starts takes the hold thread's interpreter lock). The thread is named by
-    `py-spy dump` (none without py-spy), its start read from /proc (10 ms ticks)."""
+    `py-spy dump` (none without py-spy), its start read from /proc (10 ms ticks) against the
+    uptime."""
     spy = shutil.which("py-spy")
     if spy is None:
         return {}
     if period_s is None:
         period_s = load_settings().run_lease_ttl_ms / 3000
-    try:
-        btime = next(
-            int(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime ")
-        )
-    except (OSError, StopIteration, ValueError):
-        return {}
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     for c in fleet.children:
@@ -572,9 +565,11 @@ def heartbeat_phases(fleet: Fleet, t: float, period_s: float | None = None) -> d
             continue
         try:
             stat = Path(f"/proc/{c.proc.pid}/task/{tid}/stat").read_text()
-        except OSError:
+            uptime = float(Path("/proc/uptime").read_text().split()[0])
+        except (OSError, ValueError):
             continue
-        started = btime + int(stat.rsplit(")", 1)[1].split()[19]) / tick
+        # its start in ticks since boot, against the uptime now (the same clock)
+        started = time.time() - (uptime - int(stat.rsplit(")", 1)[1].split()[19]) / tick)
         out[c.service.name] = round((started - (t - 1.0)) % period_s - 1.0, 3)
     return out
 
