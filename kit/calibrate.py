@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import platform
 import random
 import re
@@ -1038,6 +1039,7 @@ AT_T_MODELLED = re.compile(
 )
 AT_T_WINDOW = "T..T+0.3"
 AT_T_WINDOWS = ("T-0.3..T", "T..T+0.3", "T+0.3..T+1")  # disjoint: where the hold threads run
+AT_T_SLOT_S = 0.1  # the rest's CPU at T is also taken 100 ms at a time (the calibration's sweeps)
 AHEAD, AFTER = "ahead", "after"
 # The storm's steps the model runs, by burst_at_t.py's categories (threads by role): profile
 # key -> (window, the categories whose CPU in that window it is, per run)
@@ -1085,6 +1087,23 @@ def storm_at_t(path: Path) -> dict[str, Any]:
         "storm_at_t_window_s": float(hi) - float(lo),
         "sampler_cpu_s": float(d.get("sampler_cpu_ms", 0.0)) / 1000,
     }
+    # the same rest, 100 ms at a time (burst_at_t.py's 20 ms slots, by slot start): it
+    # is not even over the window (the node's scan at the whole second T, the benchmark's
+    # poll), and the model takes it as it came
+    slots = d.get("slots_ms", {})
+    n = round((float(hi) - float(lo)) / AT_T_SLOT_S)
+    if slots and n > 0:
+        part = [0.0] * n
+        for c, by_slot in slots.items():
+            if AT_T_MODELLED.fullmatch(c):
+                continue
+            for at, ms in by_slot.items():
+                k = math.floor((float(at) - float(lo)) / AT_T_SLOT_S + 1e-9)
+                if 0 <= k < n:
+                    part[k] += ms
+        for k, ms in enumerate(part):
+            out[f"storm_at_t_slot_{k}_cpu_s"] = ms / 1000
+        out["storm_at_t_slot_s"] = AT_T_SLOT_S
     if AHEAD in windows and AFTER in windows:
         for w in (AHEAD, AFTER):
             w_lo, w_hi = windows[w]
@@ -1144,6 +1163,9 @@ def storm_cpu(path: Path, at_t: dict[str, Any]) -> dict[str, float]:
     out["storm_at_t_start_cpu_per_run_s"] = at_t["hold_cpu_s"] / runs
     out["storm_at_t_cpu_s"] = at_t["storm_at_t_cpu_s"]
     out["storm_at_t_window_s"] = at_t["storm_at_t_window_s"]
+    for k, v in at_t.items():
+        if k.startswith("storm_at_t_slot_"):
+            out[k] = v
     return out
 
 

@@ -41,6 +41,7 @@ the kernel's scheduler beyond the quanta, the broker's fetch batching, page cach
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import deque
@@ -160,6 +161,9 @@ class Costs:
     other: float  # CPU seconds per second the rest of the machine takes
     at_t: float  # CPU seconds the rest of the machine takes from T to T + at_t_window
     at_t_window: float  # seconds
+    # the same CPU slot by slot (at_t_slot seconds each, from T), as it came; () : even
+    at_t_slots: tuple[float, ...]
+    at_t_slot: float
     at_t_start: float  # a hold thread's CPU per run popped and started at T, in a storm
 
     @classmethod
@@ -221,6 +225,13 @@ class Costs:
             at_t=p["storm_at_t_cpu_s"],
             at_t_window=p["storm_at_t_window_s"],
             at_t_start=p["storm_at_t_start_cpu_per_run_s"],
+            at_t_slots=tuple(
+                p[f"storm_at_t_slot_{k}_cpu_s"]
+                for k in itertools.takewhile(
+                    lambda k: f"storm_at_t_slot_{k}_cpu_s" in p, itertools.count()
+                )
+            ),
+            at_t_slot=p.get("storm_at_t_slot_s", 0.0),
         )
 
 
@@ -478,10 +489,16 @@ class StormModel:
             for _ in range(threads):
                 self.env.process(self._background(c.other / threads))
         if self.at_t_window_s > 0:
-            rate = c.at_t / self.at_t_window_s
-            threads = math.ceil(rate)
-            for _ in range(threads):
-                self.env.process(self._at_t(rate / threads))
+            # the rest's CPU at T as it came, slot by slot (the profile's storm_at_t_slot_*),
+            # or evenly over the window
+            slots = c.at_t_slots if c.at_t_slot > 0 and c.at_t_slots else (c.at_t,)
+            length = c.at_t_slot if len(slots) > 1 else self.at_t_window_s
+            if any(v < 0 for v in slots):
+                raise ScenarioShapeError("profile.storm_at_t_slot_*_cpu_s: must not be negative")
+            for k, cpu in enumerate(slots):
+                threads = math.ceil(cpu / length)  # one per core it needs
+                for _ in range(threads):
+                    self.env.process(self._at_t(k * length, length, cpu / threads))
 
     @staticmethod
     def _heartbeat_phases(text: str, workers: int, period: float) -> list[float]:
@@ -515,14 +532,16 @@ class StormModel:
             yield self.env.timeout(period_s * (1 - rate))
             yield self.env.process(self.cpu.run("rest of the machine", rate * period_s))
 
-    def _at_t(self, rate: float, period_s: float = 0.01) -> Process:
-        """What the rest of the machine (the benchmark's poll and its backend, the broker,
-        the scheduler, the workers' other threads, other stacks) takes from T on, while
-        the hold threads start their runs: the CPU measured in that window at T, taken in
-        slices at its measured rate and competing for the cores like everything else."""
+    def _at_t(self, start: float, length: float, cpu: float, period_s: float = 0.01) -> Process:
+        """What the rest of the machine (the node's scan at the whole second, the
+        benchmark's poll and its backend, the broker, the workers' other threads, other
+        stacks) takes from T on, while the hold threads start their runs: the CPU measured
+        in each slot of that window at T, taken in slices at its measured rate from the
+        slot's start and competing for the cores like everything else."""
         env = self.env
-        yield env.timeout(-env.now)
-        left = rate * self.at_t_window_s
+        yield env.timeout(start - env.now)
+        rate = cpu / length
+        left = cpu
         while left > 1e-12:
             q = min(left, rate * period_s)
             yield env.timeout(q / rate - q)
