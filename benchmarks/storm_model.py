@@ -4,8 +4,9 @@ measured runs of the kit (`benchmarks/life_of_a_run.py --mode burst`, their JSON
     python benchmarks/storm_model.py [--seeds 10] [--measured FILE ...] [--profile PATH]
         [--json PATH] [--plot PATH]
 
---measured defaults to docs/benchmarks/storm_2core/at_t/measured-run*.json (the runs compared
-since storm.at_t; the earlier ones are in docs/benchmarks/storm_2core/).
+--measured defaults to docs/benchmarks/storm_2core/2026-12-03/sitting3/run*/burst-1node.json
+(the compared runs of the sitting whose calibration run is sim/profiles/default.toml's;
+docs/sim-storm.md has every sitting and the earlier comparisons).
 
 The model is run with --seeds seeds (the seed draws the phases of the workers' periodic
 threads against the second: heartbeat, finisher, fence); its prediction is the median of
@@ -32,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from sim.scenario import load_profile, read_scenario_file
 from sim.storm import load_storm, simulate_storm
 
-DEFAULT_MEASURED = "docs/benchmarks/storm_2core/2026-12-03/run*/burst-1node.json"
+DEFAULT_MEASURED = "docs/benchmarks/storm_2core/2026-12-03/sitting3/run*/burst-1node.json"
 
 
 def main() -> int:
@@ -184,11 +185,11 @@ def plot(path: Path, predicted: list[dict], measured: list[tuple[str, dict]]) ->
     fig, ax = plt.subplots(figsize=(7, 3.6))
     labels, p50, p99, mx = [], [], [], []
     for _, m in measured:
-        labels.append(f"measured\n{len(labels) + 1}")
+        labels.append(f"kit\n{len(labels) + 1}")
         a, b, c = m["start_lag_s"]
         p50.append(a), p99.append(b), mx.append(c)
     for r in predicted:
-        labels.append(f"model\nseed {r['seed']}")
+        labels.append(f"seed\n{r['seed']}")
         a, b, c = r["start_lag_s"]
         p50.append(a), p99.append(b), mx.append(c)
     x = range(len(labels))
@@ -197,7 +198,7 @@ def plot(path: Path, predicted: list[dict], measured: list[tuple[str, dict]]) ->
     ax.bar([i + 0.25 for i in x], mx, 0.25, label="max")
     ax.set_xticks(list(x), labels, fontsize=8)
     ax.set_ylabel("start lag (s)")
-    ax.set_title("50,000 runs due at one second, one 2-core machine: kit vs model")
+    ax.set_title("50,000 runs due at one second, one 2-core machine: kit runs, model seeds")
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

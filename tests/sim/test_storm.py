@@ -77,6 +77,20 @@ def test_the_rest_of_the_machine_at_t_takes_the_cores_from_the_hold_threads():
     assert busy["start_lag_s"][1] > 1.3 * idle["start_lag_s"][1]
 
 
+def test_the_rest_at_t_is_taken_slot_by_slot_as_measured():
+    """The same CPU of the rest of the machine at T, all in the first 100 ms (the node's
+    scan at the whole second, the benchmark's poll), delays the starts more than spread
+    over the window."""
+    base = {**ISOLATED, "storm_at_t_start_cpu_per_run_s": 0.0, "storm_at_t_window_s": 0.3}
+    front = {"storm_at_t_slot_0_cpu_s": 0.15, "storm_at_t_slot_1_cpu_s": 0.0}
+    even = {"storm_at_t_slot_0_cpu_s": 0.075, "storm_at_t_slot_1_cpu_s": 0.075}
+    slots = {"storm_at_t_slot_2_cpu_s": 0.0, "storm_at_t_slot_s": 0.1}
+    early = storm(*FULL, storm_at_t_cpu_s=0.15, **base, **slots, **front)
+    spread = storm(*FULL, storm_at_t_cpu_s=0.15, **base, **slots, **even)
+    assert early["cpu_s"]["rest of the machine at T"] == pytest.approx(0.15, abs=0.01)
+    assert early["start_lag_s"][1] > spread["start_lag_s"][1] + 0.01
+
+
 def test_the_shipped_prediction_depends_on_what_the_second_costs_in_a_storm():
     """The default profile's storm_at_t_* (cronfleet calibrate --storm-at-t): without them
     the model predicts the second as the isolated start path costs it."""

@@ -129,6 +129,29 @@ def test_each_step_of_a_sampled_storm_becomes_its_cpu_per_run(tmp_path):
     assert got["storm_at_t_window_s"] == pytest.approx(0.3)
 
 
+def test_the_rest_at_t_is_also_taken_100_ms_at_a_time(tmp_path):
+    """burst_at_t.py's 20 ms slots (by slot start): the rest of the machine at T in each
+    100 ms of the window, the model's own threads and the sampler left out."""
+    path = _sampled(tmp_path, CATS, busy_ahead=1000.0)
+    d = json.loads(path.read_text())
+    d["slots_ms"] = {
+        "scheduler scan": {"-0.02": 9.0, "+0.00": 12.0, "+0.04": 3.0},
+        "broker": {"+0.08": 1.0, "+0.12": 2.0, "+0.28": 4.0, "+0.30": 50.0},
+        "worker-1 hold": {"+0.00": 18.0},
+        "postgres for worker-2": {"+0.20": 19.0},
+        "sampler": {"+0.10": 5.0},
+    }
+    path.write_text(json.dumps(d))
+    at_t = storm_at_t(path)
+    assert at_t["storm_at_t_slot_s"] == pytest.approx(0.1)
+    assert [at_t[f"storm_at_t_slot_{k}_cpu_s"] for k in range(3)] == pytest.approx(
+        [0.016, 0.002, 0.004]
+    )
+    assert "storm_at_t_slot_3_cpu_s" not in at_t
+    got = storm_cpu(_burst(tmp_path, idle=IDLE, ahead=AHEAD, after=AFTER), at_t)
+    assert got["storm_at_t_slot_0_cpu_s"] == pytest.approx(0.016)
+
+
 def test_a_storm_not_sampled_from_the_scan_ahead_to_the_last_finish_is_refused(tmp_path):
     burst = _burst(tmp_path, idle=IDLE, ahead=AHEAD, after=AFTER)
     short = tmp_path / "short.json"
