@@ -161,7 +161,7 @@ class Costs:
     other: float  # CPU seconds per second the rest of the machine takes
     at_t: float  # CPU seconds the rest of the machine takes from T to T + at_t_window
     at_t_window: float  # seconds
-    # the same CPU slot by slot (at_t_slot seconds each, from T), as it came; () : even
+    # how that CPU came, slot by slot (at_t_slot seconds each, from T); (): evenly
     at_t_slots: tuple[float, ...]
     at_t_slot: float
     at_t_start: float  # a hold thread's CPU per run popped and started at T, in a storm
@@ -489,12 +489,16 @@ class StormModel:
             for _ in range(threads):
                 self.env.process(self._background(c.other / threads))
         if self.at_t_window_s > 0:
-            # the rest's CPU at T as it came, slot by slot (the profile's storm_at_t_slot_*),
-            # or evenly over the window
-            slots = c.at_t_slots if c.at_t_slot > 0 and c.at_t_slots else (c.at_t,)
-            length = c.at_t_slot if len(slots) > 1 else self.at_t_window_s
-            if any(v < 0 for v in slots):
+            # the rest's CPU at T (storm_at_t_cpu_s) as it came, slot by slot (the shape of
+            # the profile's storm_at_t_slot_*), or evenly over the window
+            if any(v < 0 for v in c.at_t_slots):
                 raise ScenarioShapeError("profile.storm_at_t_slot_*_cpu_s: must not be negative")
+            shape = sum(c.at_t_slots)
+            if c.at_t_slot > 0 and shape > 0:
+                slots = tuple(c.at_t * v / shape for v in c.at_t_slots)
+                length = c.at_t_slot
+            else:
+                slots, length = (c.at_t,), self.at_t_window_s
             for k, cpu in enumerate(slots):
                 threads = math.ceil(cpu / length)  # one per core it needs
                 for _ in range(threads):
