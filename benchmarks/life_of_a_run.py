@@ -34,6 +34,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -414,6 +415,9 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
         load_s = time.monotonic() - created_at
         margin = (at - db_now(p.engine)).total_seconds()
         say(f"[{name}] created {args.jobs} jobs in {load_s:.1f} s; due {at} ({margin:.1f} s ahead)")
+        beats = heartbeat_phases(p.fleet, at.timestamp())
+        if beats:
+            say(f"[{name}] each worker's first heartbeat from T - 1 s: T{beats}")
         if margin < 7:
             say(f"[{name}] WARNING: less than scan-ahead + 2 s left; raise --lead-s")
         cpu = CpuWindow()
@@ -469,6 +473,20 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
                     "FROM runs WHERE tenant = 'bench'"
                 )
             ).all()
+            # each worker's share and its start lag p50 / p99 / max (the burst's p99 is the
+            # slower worker's last starts)
+            by_worker = {
+                w: {"runs": n, "start_lag_s": [float(a or 0), float(b or 0), float(c or 0)]}
+                for w, n, a, b, c in conn.execute(
+                    text(
+                        "SELECT coalesce(worker_id, '-'), count(*), "
+                        "percentile_disc(0.5) WITHIN GROUP (ORDER BY lag), "
+                        "percentile_disc(0.99) WITHIN GROUP (ORDER BY lag), max(lag) FROM "
+                        "(SELECT worker_id, extract(epoch FROM started_at - scheduled_at) "
+                        "AS lag FROM runs WHERE tenant = 'bench') r GROUP BY 1 ORDER BY 1"
+                    )
+                ).all()
+            }
         sent, first_ms = kafka_counts(p)
         dispatch = [first_ms[r[0]] / 1000 - float(r[1]) for r in got if r[0] in first_ms]
         start = [float(r[2]) for r in got if r[2] is not None]
@@ -492,6 +510,17 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
             "dispatch_lag_s": [pct(dispatch, 0.5), pct(dispatch, 0.99), max(dispatch, default=0)],
             "start_lag_s": [pct(start, 0.5), pct(start, 0.99), max(start, default=0)],
             "all_succeeded_s": max(finished) if ok >= args.jobs and finished else None,
+            # when the runs were published (first message's broker timestamp) and claimed,
+            # against T: the scan-ahead's timeline (sim/storm.py models it)
+            "dispatch_lag_quantiles_s": {
+                str(q): pct(dispatch, q) for q in (0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
+            },
+            "progress": [  # s after T (database clock), runs claimed, started, succeeded
+                [round(t, 3), c, st, o] for t, c, st, o in progress
+            ],
+            "kit_imported": kit_imported(p.fleet),
+            "heartbeat_phase_s": beats,
+            "runs_by_worker": by_worker,
             "cpu_s": cpu_dict(cpu),
             "cpu_ms_per_run": 1000 * cpu.services / max(1, ok),
             "cpu_by_phase_s": phases,
@@ -502,6 +531,66 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
             plot_burst(out_dir / f"{name}.png", name, progress, start)
             (out_dir / f"{name}.json").write_text(json.dumps(result, indent=2, default=str))
         return result
+
+
+def heartbeat_phases(fleet: Fleet, t: float, period_s: float | None = None) -> dict[str, float]:
+    """When each worker's heartbeat thread beats first from T - 1 s on, seconds from T: it
+    beats every ttl/3 from its start (kit.worker.Worker._heartbeat_loop), and its first
+    beat after T extends every run started by then (sim/storm.py models it: a beat during
+    the second's starts takes the hold thread's interpreter lock). The thread is named by
+    `py-spy dump` (none without py-spy), its start read from /proc (10 ms ticks) against the
+    uptime."""
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return {}
+    if period_s is None:
+        period_s = load_settings().run_lease_ttl_ms / 3000
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for c in fleet.children:
+        if not c.service.name.startswith("worker"):
+            continue
+        dump = subprocess.run(
+            [spy, "dump", "--pid", str(c.proc.pid)], capture_output=True, text=True, check=False
+        ).stdout
+        tid = next(
+            (
+                int(m)
+                for m, n in re.findall(r'Thread (\d+) \([^)]*\): "([^"]+)"', dump)
+                if n == "heartbeat"
+            ),
+            None,
+        )
+        if tid is None:
+            continue
+        try:
+            stat = Path(f"/proc/{c.proc.pid}/task/{tid}/stat").read_text()
+            uptime = float(Path("/proc/uptime").read_text().split()[0])
+        except (OSError, ValueError):
+            continue
+        # its start in ticks since boot, against the uptime now (the same clock)
+        started = time.time() - (uptime - int(stat.rsplit(")", 1)[1].split()[19]) / tick)
+        out[c.service.name] = round((started - (t - 1.0)) % period_s - 1.0, 3)
+    return out
+
+
+def kit_imported(fleet: Fleet) -> dict[str, str]:
+    """Where each service process imports the kit from: `python -m` puts its working
+    directory ahead of PYTHONPATH, so a benchmark run elsewhere runs another tree."""
+    out: dict[str, str] = {}
+    for c in fleet.children:
+        pid = c.proc.pid
+        try:
+            paths = [os.readlink(f"/proc/{pid}/cwd")]
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(b"PYTHONPATH="):
+                paths += [x for x in item[11:].decode().split(":") if x]
+        found = next((q for q in paths if (Path(q) / "kit" / "__init__.py").exists()), None)
+        out[c.service.name] = str(Path(found) / "kit") if found else "site-packages"
+    return out
 
 
 def profile_targets(p: Phase) -> dict[str, int]:
@@ -728,8 +817,22 @@ def print_burst(results: list[dict[str, Any]]) -> None:
         ("all succeeded after T, s", [r["all_succeeded_s"] for r in results]),
         ("CPU ms per run (services)", [f"{r['cpu_ms_per_run']:.2f}" for r in results]),
         ("CPU s by process", [r["cpu_s"] for r in results]),
+        ("first / last published, s", [first_last(r) for r in results]),
+        ("all claimed, s", [all_claimed(r) for r in results]),
+        ("kit imported from", [sorted(set(r["kit_imported"].values())) for r in results]),
     ]
     table(cols, rows)
+
+
+def first_last(r: dict[str, Any]) -> str:
+    q = r.get("dispatch_lag_quantiles_s", {})
+    return f"T{q.get('0.0', float('nan')):+.2f} / T{r['dispatch_lag_s'][2]:+.2f}"
+
+
+def all_claimed(r: dict[str, Any]) -> str:
+    """The first progress poll that saw every run claimed (every 0.25 s)."""
+    at = next((t for t, c, _, _ in r.get("progress", []) if c >= r["jobs"]), None)
+    return "-" if at is None else f"by T{at:+.2f}"
 
 
 def print_sustain(results: list[dict[str, Any]]) -> None:

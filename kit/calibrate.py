@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import platform
 import random
 import re
@@ -65,8 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--storm-cpu",
         default=None,
         metavar="JSON",
-        help="with --only-worker-starts: also set the storm's CPU per run by phase from a "
-        "`benchmarks/life_of_a_run.py --mode burst` result (its cpu_by_phase_s)",
+        help="with --only-worker-starts or --only-storm, and --storm-at-t: also set the "
+        "storm's CPU per run of each step from a burst sampled by `benchmarks/burst_at_t.py "
+        "--before 11 --after 6 --period-ms 100` (its burst-1node.json: CPU by phase)",
     )
     p.add_argument(
         "--only-storm",
@@ -78,9 +80,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--storm-at-t",
         default=None,
         metavar="JSON",
-        help="with --storm-cpu: also set what the storm's second costs from the same run "
-        "sampled by `benchmarks/burst_at_t.py --period-ms 100` (its all_at_t.json): the hold "
-        "threads' CPU per run started, and the rest of the machine's CPU from T to T + 0.3 s",
+        help="with --storm-cpu: the same run's all_at_t.json (every task's CPU by thread): "
+        "the scan-ahead's steps thread by thread, the hold threads' CPU per run started, "
+        "and the rest of the machine's CPU from T to T + 0.3 s",
     )
     p.set_defaults(func=main)
 
@@ -89,28 +91,30 @@ def main(args: argparse.Namespace) -> int:
     from kit.settings import load_settings
 
     out = Path(args.out)
-    if args.only_storm:
-        if not args.storm_cpu:
+    if args.only_storm or args.only_worker_starts:
+        if args.only_storm and not args.storm_cpu:
             raise SystemExit("--only-storm: needs --storm-cpu (a burst's JSON)")
-        at_t = storm_at_t(Path(args.storm_at_t)) if args.storm_at_t else None
-        storm = storm_cpu(Path(args.storm_cpu), at_t)
-        source = args.storm_cpu + (f" and {args.storm_at_t}" if args.storm_at_t else "")
-        update_profile(out, {}, 0, storm, source, starts_measured=False)
-        for k, v in storm.items():
-            print(f"  {k:<28} {v * 1e6:10.2f} us")
-        print(f"updated {args.out}")
-        return 0
-    if args.only_worker_starts:
-        if args.storm_at_t and not args.storm_cpu:
-            raise SystemExit("--storm-at-t: needs --storm-cpu (the same run's burst JSON)")
-        starts = measure_worker_starts(args.starts)
-        at_t = storm_at_t(Path(args.storm_at_t)) if args.storm_at_t else None
-        storm = storm_cpu(Path(args.storm_cpu), at_t) if args.storm_cpu else {}
-        source = args.storm_cpu + (f" and {args.storm_at_t}" if args.storm_at_t else "")
-        update_profile(out, starts, args.starts, storm, source if storm else None)
-        starts = {**starts, **storm}
-        for k, v in starts.items():
-            print(f"  {k:<28} {v * 1e6:10.2f} us")
+        if bool(args.storm_cpu) != bool(args.storm_at_t):
+            raise SystemExit(
+                "--storm-cpu and --storm-at-t: both, from the same sampled run "
+                "(benchmarks/burst_at_t.py: its burst-1node.json and all_at_t.json)"
+            )
+        starts = {} if args.only_storm else measure_worker_starts(args.starts)
+        storm: dict[str, float] = {}
+        if args.storm_cpu:
+            at_t = storm_at_t(Path(args.storm_at_t))
+            storm = storm_cpu(Path(args.storm_cpu), at_t)
+            if at_t.get("unknown_postgres_s", 0.0) > 0.05:
+                print(
+                    f"  (PostgreSQL CPU of unknown clients: {at_t['unknown_postgres_s']:.2f} s, "
+                    "counted as the rest's)"
+                )
+        source = f"{args.storm_cpu} and {args.storm_at_t}" if storm else None
+        update_profile(
+            out, starts, args.starts, storm or None, source, starts_measured=not args.only_storm
+        )
+        for k, v in {**starts, **storm}.items():
+            print(f"  {k:<44} {v * 1e6:10.2f} us")
         print(f"updated {args.out}")
         return 0
     old = _read_profile(out) if out.exists() else None
@@ -236,9 +240,11 @@ def _history_note(rows: int, when: str) -> str:
 
 def _starts_note(starts: int, when: str) -> str:
     return (
-        "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: kit.worker.Worker's "
-        f"hold, wheel pop and inline start of {starts} noop runs due at the same second, "
-        f"median of 5 rounds, measured by cronfleet calibrate on {when}"
+        "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s, "
+        "worker_fence_pass_per_run_s, worker_observe_lag_s: kit.worker.Worker's hold, wheel "
+        f"pop and inline start of {starts} noop runs due at the same second, its fence "
+        "pass over them held (per run) and the finisher's observation of their start lags "
+        f"(per run), median of 5 rounds, measured by cronfleet calibrate on {when}"
     )
 
 
@@ -955,8 +961,11 @@ def measure_run_rows(url: str, rows: int) -> dict[str, float]:
 def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
     """CPU per run of the worker's own hold-and-start path (kit.worker.Worker), for runs
     claimed ahead and due at the same second: into the hold wheel, popped from it at the
-    second, started inline (noop). Runs the kit's code in this process, no database, no
-    broker; the median of `repeats` rounds of n runs (one worker's share of a burst)."""
+    second, started inline (noop); and of what else takes the worker's interpreter lock
+    while it holds them: a pass of the fence thread over the held runs (per run held), the
+    finisher's observation of the start lags (per run started). Runs the kit's code in this
+    process, no database, no broker; the median of `repeats` rounds of n runs (one
+    worker's share of a burst)."""
     from sqlalchemy import create_engine
 
     from kit.store.claims import ClaimedRun
@@ -968,6 +977,8 @@ def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
     add: list[float] = []
     pop: list[float] = []
     start: list[float] = []
+    fence: list[float] = []
+    observe: list[float] = []
     for _ in range(repeats):
         w = Worker(engine, None, None, "calibrate", 1024, 30_000, execute=task_executor())  # type: ignore[arg-type]
         w._pool.shutdown(wait=False)
@@ -994,94 +1005,167 @@ def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
         t0 = time.perf_counter()
         w._hold(entries)
         t1 = time.perf_counter()
+        w._fence_pass(time.monotonic())  # every held run walked, none due to be fenced
+        tf = time.perf_counter()
         with w._held_changed:
             popped = w._wheel.pop_due(int(due.timestamp() * 1000))
         t2 = time.perf_counter()
         w._execute_inline(popped)
         t3 = time.perf_counter()
-        if len(popped) != n or len(w._succeeded) != n:
+        w._observe_lags()  # the finisher's: every start's lag into the histogram
+        t4 = time.perf_counter()
+        if len(popped) != n or len(w._succeeded) != n or w._lags:
             raise RuntimeError("the worker did not start every held run")
         add.append((t1 - t0) / n)
-        pop.append((t2 - t1) / n)
+        fence.append((tf - t1) / n)
+        pop.append((t2 - tf) / n)
         start.append((t3 - t2) / n)
+        observe.append((t4 - t3) / n)
     return {
         "worker_hold_add_s": statistics.median(add),
         "worker_wheel_pop_s": statistics.median(pop),
         "worker_start_inline_s": statistics.median(start),
+        "worker_fence_pass_per_run_s": statistics.median(fence),
+        "worker_observe_lag_s": statistics.median(observe),
     }
 
 
-STORM_PROCESSES = {
-    "scheduler": "scheduler",
-    "worker": "worker",
-    "postgres": "postgres_backends",
-    "broker": "kafka_broker",
-}
-
-
 # What the storm model runs itself at the second (burst_at_t.py's categories): the workers'
-# hold and finisher threads and their PostgreSQL backends; and the sampler, which the
-# compared runs do not have. The rest is charged as the machine's CPU at T.
-AT_T_MODELLED = re.compile(r"worker-\d+ (hold|finisher)|postgres for worker-\d+|sampler")
+# hold, finisher, fence and heartbeat threads and their PostgreSQL backends; and the
+# sampler, which the compared runs do not have. The rest is charged as the machine's CPU
+# at T.
+AT_T_MODELLED = re.compile(
+    r"worker-\d+ (hold|finisher|fence|heartbeat)|postgres for worker-\d+|sampler"
+)
 AT_T_WINDOW = "T..T+0.3"
+AT_T_WINDOWS = ("T-0.3..T", "T..T+0.3", "T+0.3..T+1")  # disjoint: where the hold threads run
+AT_T_SLOT_S = 0.1  # the rest's CPU at T is also taken 100 ms at a time (the calibration's sweeps)
+AHEAD, AFTER = "ahead", "after"
+# The storm's steps the model runs, by burst_at_t.py's categories (threads by role): profile
+# key -> (window, the categories whose CPU in that window it is, per run)
+STORM_STEPS: dict[str, tuple[str, str]] = {
+    "storm_ahead_scheduler_scan_cpu_per_run_s": (AHEAD, r"scheduler scan"),
+    "storm_ahead_scheduler_publish_cpu_per_run_s": (AHEAD, r"scheduler publish"),
+    "storm_ahead_scheduler_native_cpu_per_run_s": (AHEAD, r"scheduler native"),
+    "storm_ahead_postgres_scan_cpu_per_run_s": (AHEAD, r"postgres for scheduler"),
+    "storm_ahead_postgres_claim_cpu_per_run_s": (AHEAD, r"postgres for worker-\d+"),
+    "storm_ahead_worker_claim_cpu_per_run_s": (AHEAD, r"worker-\d+ main"),
+    "storm_ahead_worker_native_cpu_per_run_s": (AHEAD, r"worker-\d+ native"),
+    "storm_ahead_broker_cpu_per_run_s": (AHEAD, r"broker"),
+    "storm_after_worker_finish_cpu_per_run_s": (AFTER, r"worker-\d+ finisher"),
+    "storm_after_postgres_cpu_per_run_s": (AFTER, r"postgres for worker-\d+"),
+    "storm_after_broker_cpu_per_run_s": (AFTER, r"broker"),
+}
+# in the scan-ahead, besides its steps, the model runs the workers' fence passes (priced
+# by the isolated measurement, worker_fence_pass_per_run_s): not the rest's
+AHEAD_ALSO_MODELLED = re.compile(r"worker-\d+ fence")
 
 
-def storm_at_t(path: Path) -> dict[str, float]:
-    """What the second itself costs in a storm, from `benchmarks/burst_at_t.py`'s
+def storm_at_t(path: Path) -> dict[str, Any]:
+    """What the storm costs thread by thread, from `benchmarks/burst_at_t.py`'s
     all_at_t.json: the workers' hold threads' CPU (pop and start at T, as the storm's heap
     and caches make it, which the isolated measurement does not see), the CPU the rest of
-    the machine takes from T to T + 0.3 s while they start, and the sampler's own CPU."""
+    the machine takes from T to T + 0.3 s while they start, the sampler's own CPU; and, from
+    a run sampled from the scan-ahead's start to past the last finish (`--before 11
+    --after 6`), each category's CPU in the scan-ahead (`ahead`) and after T (`after`),
+    and the machine's busy CPU in the scan-ahead."""
     import json
 
     d = json.loads(path.read_text())
     cats = d.get("by_category_ms")
-    if not cats or AT_T_WINDOW not in d.get("windows", {}):
+    windows = d.get("windows", {})
+    if not cats or AT_T_WINDOW not in windows:
         raise SystemExit(f"--storm-at-t: {path} has no by_category_ms over {AT_T_WINDOW}")
     hold = [c for c in cats if re.fullmatch(r"worker-\d+ hold", c)]
     if not hold:
         raise SystemExit(f"--storm-at-t: {path} names no worker's hold thread (py-spy missing?)")
-    lo, hi = d["windows"][AT_T_WINDOW]
+    lo, hi = windows[AT_T_WINDOW]
     rest = sum(v[AT_T_WINDOW][0] for c, v in cats.items() if not AT_T_MODELLED.fullmatch(c))
-    return {
-        "hold_cpu_s": sum(v[0] for c in hold for v in cats[c].values()) / 1000,
+    out: dict[str, Any] = {
+        "hold_cpu_s": sum(cats[c].get(w, [0.0])[0] for c in hold for w in AT_T_WINDOWS) / 1000,
         "storm_at_t_cpu_s": rest / 1000,
         "storm_at_t_window_s": float(hi) - float(lo),
         "sampler_cpu_s": float(d.get("sampler_cpu_ms", 0.0)) / 1000,
     }
+    # the same rest, 100 ms at a time (burst_at_t.py's 20 ms slots, by slot start): it
+    # is not even over the window (the node's scan at the whole second T, the benchmark's
+    # poll), and the model takes it as it came
+    slots = d.get("slots_ms", {})
+    n = round((float(hi) - float(lo)) / AT_T_SLOT_S)
+    if slots and n > 0:
+        part = [0.0] * n
+        for c, by_slot in slots.items():
+            if AT_T_MODELLED.fullmatch(c):
+                continue
+            for at, ms in by_slot.items():
+                k = math.floor((float(at) - float(lo)) / AT_T_SLOT_S + 1e-9)
+                if 0 <= k < n:
+                    part[k] += ms
+        for k, ms in enumerate(part):
+            out[f"storm_at_t_slot_{k}_cpu_s"] = ms / 1000
+        out["storm_at_t_slot_s"] = AT_T_SLOT_S
+    if AHEAD in windows and AFTER in windows:
+        for w in (AHEAD, AFTER):
+            w_lo, w_hi = windows[w]
+            out[f"{w}_wall_s"] = float(w_hi) - float(w_lo)
+            out[f"{w}_cpu_s"] = {c: v.get(w, [0.0])[0] / 1000 for c, v in cats.items()}
+            out[f"{w}_machine_busy_s"] = float(d["machine_busy_ms"].get(w, 0.0)) / 1000
+        out["unknown_postgres_s"] = sum(
+            out[f"{w}_cpu_s"].get("postgres for ?", 0.0) for w in (AHEAD, AFTER)
+        )
+    return out
 
 
-def storm_cpu(path: Path, at_t: dict[str, float] | None = None) -> dict[str, float]:
-    """CPU seconds per run of each process in each phase of a measured storm (the
-    scan-ahead up to T, after T), and the CPU per second the rest of the machine took
-    meanwhile (other stacks and agents, PostgreSQL's own background processes); with the
-    same run's `storm_at_t`, what its second cost (the sampler's CPU not counted)."""
+def storm_cpu(path: Path, at_t: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds per run of each step of the storm the model runs, thread by thread, from
+    a burst sampled from the scan-ahead's start to past its last finish (`at_t`, from
+    `storm_at_t`; the burst's own JSON gives the runs, its idle phase the broker's idle
+    rate and its after phase's length); the CPU per second the rest of the machine took in
+    the scan-ahead (other stacks and agents, the benchmark's polls and their backend,
+    PostgreSQL's own processes, the services' other threads, the broker's idle work), the
+    sampler left out; and what the second cost."""
     import json
 
     r = json.loads(path.read_text())
     phases = r.get("cpu_by_phase_s")
-    if not phases or not {"ahead", "after"} <= set(phases):
-        raise SystemExit(f"--storm-cpu: {path} has no cpu_by_phase_s with ahead and after")
-    if not all("machine_busy" in phases[ph] for ph in ("ahead", "after")):
-        raise SystemExit(f"--storm-cpu: {path} has no machine_busy (an older benchmark)")
+    if not phases or not {"idle", "ahead", "after"} <= set(phases):
+        raise SystemExit(f"--storm-cpu: {path} has no cpu_by_phase_s with idle, ahead and after")
+    if f"{AHEAD}_cpu_s" not in at_t:
+        raise SystemExit(
+            "--storm-at-t: not sampled from the scan-ahead's start to past the last finish "
+            "(benchmarks/burst_at_t.py --before 11 --after 6 --period-ms 100)"
+        )
+    if float(phases["after"]["wall_s"]) > at_t[f"{AFTER}_wall_s"] + 0.5:
+        raise SystemExit(
+            f"--storm-at-t: sampled {at_t[f'{AFTER}_wall_s']:.1f} s after T, the finishes "
+            f"took {float(phases['after']['wall_s']):.1f} s: sample longer (--after)"
+        )
     runs = int(r["succeeded"])
+    # the broker's own rate with no storm (the burst's idle phase): not a run's cost
+    idle = phases["idle"]
+    broker_idle_per_s = float(idle["kafka_broker"]) / float(idle["wall_s"])
     out: dict[str, float] = {}
-    other = wall = 0.0
-    for phase in ("ahead", "after"):
-        ph = phases[phase]
-        ours = float(ph["this_benchmark"])
-        for name, key in STORM_PROCESSES.items():
-            used = float(ph.get(key, 0.0))
-            ours += used
-            out[f"storm_{phase}_{name}_cpu_per_run_s"] = used / runs
-        ours += float(ph.get("reaper", 0.0))
-        other += max(0.0, float(ph["machine_busy"]) - ours)
-        wall += float(ph["wall_s"])
-    if at_t is not None:
-        other = max(0.0, other - at_t["sampler_cpu_s"])
-        out["storm_at_t_start_cpu_per_run_s"] = at_t["hold_cpu_s"] / runs
-        out["storm_at_t_cpu_s"] = at_t["storm_at_t_cpu_s"]
-        out["storm_at_t_window_s"] = at_t["storm_at_t_window_s"]
-    out["storm_other_cpu_per_s"] = other / wall
+    modelled = 0.0
+    for key, (window, pattern) in STORM_STEPS.items():
+        cpu: dict[str, float] = at_t[f"{window}_cpu_s"]
+        used = sum(v for c, v in cpu.items() if re.fullmatch(pattern, c))
+        if window == AHEAD:
+            modelled += used
+        if pattern == "broker":
+            used = max(0.0, used - broker_idle_per_s * at_t[f"{window}_wall_s"])
+        out[key] = used / runs
+    ahead: dict[str, float] = at_t[f"{AHEAD}_cpu_s"]
+    modelled += sum(v for c, v in ahead.items() if AHEAD_ALSO_MODELLED.fullmatch(c))
+    other = at_t[f"{AHEAD}_machine_busy_s"] - modelled - ahead.get("sampler", 0.0)
+    # the rest of the machine includes the broker's idle rate (taken out of its step)
+    other += broker_idle_per_s * at_t[f"{AHEAD}_wall_s"]
+    out["storm_other_cpu_per_s"] = max(0.0, other) / at_t[f"{AHEAD}_wall_s"]
+    out["storm_at_t_start_cpu_per_run_s"] = at_t["hold_cpu_s"] / runs
+    out["storm_at_t_cpu_s"] = at_t["storm_at_t_cpu_s"]
+    out["storm_at_t_window_s"] = at_t["storm_at_t_window_s"]
+    for k, v in at_t.items():
+        if k.startswith("storm_at_t_slot_"):
+            out[k] = v
     return out
 
 
@@ -1119,19 +1203,20 @@ def update_profile(
         out.pop()
     stamp = f"{platform.node()} at {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
     if starts_measured:
-        out.append(
-            f'worker_starts = "worker_hold_add_s, worker_wheel_pop_s, worker_start_inline_s: '
-            f"kit.worker.Worker's hold, wheel pop and inline start of {starts} noop runs due "
-            f'at the same second, median of 5 rounds, measured by cronfleet calibrate on {stamp}"'
-        )
+        out.append(f"worker_starts = {json.dumps(_starts_note(starts, stamp))}")
     if storm:
-        out.append(
-            f'storm_cpu = "storm_*: CPU per run of each process in the scan-ahead up to T and '
-            f"after T, the rest of the machine's CPU per second, and (storm_at_t_*) the hold "
-            f"threads' CPU per run at T and the rest's CPU from T to T + 0.3 s, from the kit's "
-            f"CPU of "
-            f'a 50,000-run storm: {storm_source}, set by cronfleet calibrate on {stamp}"'
+        note = (
+            "storm_*: from a 50,000-run storm of the kit sampled by benchmarks/burst_at_t.py "
+            "(every task's time on a core, each thread by what it does): the scan-ahead's "
+            "CPU per run of each step (storm_ahead_*: the scheduler's scan, publish and "
+            "librdkafka threads, PostgreSQL's backends of the scan and of the claims, the "
+            "workers' main (claim) and librdkafka threads, the broker less its idle rate), "
+            "the rest of the machine's CPU per second then, the hold threads' CPU per run at "
+            "T and the rest's CPU from T to T + 0.3 s (storm_at_t_*), and after T the "
+            "finishes' (storm_after_*: the workers' finisher threads and backends, the broker "
+            f"less its idle rate): {storm_source}, set by cronfleet calibrate on {stamp}"
         )
+        out.append(f"storm_cpu = {json.dumps(note)}")
     path.write_text("\n".join(out) + "\n")
 
 

@@ -251,6 +251,11 @@ def storm_main(args: argparse.Namespace, raw: dict[str, Any], seed: int) -> int:
         else f"  claimed by T: incomplete; succeeded {r['succeeded']:,}"
     )
     print(f"  started {r['started']:,}, succeeded {r['succeeded']:,}, given back {r['given_back']}")
+    if r["published_s"] is not None:
+        first, last = r["published_s"]
+        print(f"  published from T{first:+} s to T{last:+} s")
+    near = [f"{w} at T{at:+} s ({n:,} runs)" for w, at, n in r["heartbeats"] if at < 1.0]
+    print("  heartbeats before T+1 s: " + (", ".join(near) or "none"))
     print("  CPU (s): " + ", ".join(f"{k} {v}" for k, v in r["cpu_s"].items()))
     print(f"  command: {command}")
     if args.json_path:

@@ -2,36 +2,46 @@
 at the same second T, one scheduler node, W workers, PostgreSQL and the broker sharing
 the machine's cores.
 
-The design as the kit runs it (docs/life-of-a-run.md, kit/scheduler, kit/worker):
+The design as the kit runs it (docs/life-of-a-run.md, kit/scheduler, kit/worker), thread
+by thread:
 
-- the node scans once a second, `kit.core.dispatch.scan_window` ahead (10 s by default),
-  inserts the due runs a batch per transaction and publishes them right after the commit
-  (its publish thread); a published run stays pending until claimed;
-- each worker consumes its share, claims a batch per statement ahead of the second
-  (`kit.core.leases.claim_run`) up to its prefetch, and holds the claimed runs in a
-  `kit.core.dispatch.TimerWheel` until they are due;
+- the node scans at whole seconds (`kit.core.dispatch.next_scan_at_ms`),
+  `kit.core.dispatch.scan_window` ahead (10 s by default), so the burst's second is first
+  reached at T - 10 s; a scan transaction reads the due triggers, decides, inserts the
+  runs and encodes them (its scan thread), a batch per transaction, the next batch at
+  once; its publish thread publishes each commit's runs in chunks, each produced, sent
+  (librdkafka's threads), appended by the broker and acknowledged before the next; a
+  published run stays pending until claimed;
+- each worker's librdkafka threads fetch its share, its main thread claims a batch per
+  statement ahead of the second (`kit.core.leases.claim_run`) up to its prefetch and holds
+  the claimed runs in a `kit.core.dispatch.TimerWheel` until they are due;
 - at the second the worker's hold thread pops the due runs and starts the inline (noop)
   ones one after another in one batch; a run whose start would come after its confirmed
   lease less the fence margin is given back instead (`kit.core.leases.return_run`);
-- a finisher thread writes the successes a batch per transaction and yields to starts;
-- every worker extends the leases of what it holds every heartbeat.
+- its finisher thread, every turn (0.1 s at most), observes the start lags recorded so
+  far, then waits for the starts to end and writes the successes a batch per transaction;
+- its fence thread walks every run it holds every 0.25 s; its heartbeat thread extends,
+  every ttl/3, the leases a beat lengthens (runs started and not finished).
 
 CPU: the cores are shared in quanta, first come first served (a round robin of the
 runnable threads); a Python process's threads also take turns on its one interpreter
-lock, so a worker's starts, claims, finishes and heartbeats never overlap each other.
-PostgreSQL backends and the broker need a core only. The CPU each step costs per run
-comes from the calibration profile: the worker's wheel and start path measured on the
-kit's own code (`cronfleet calibrate`), the rest from the kit's CPU accounting of a
-storm (`[storm_cpu]` of the profile, see docs/sim.md).
+lock, so a worker's claims, starts, lag observations, fence passes, finishes and beats
+never overlap each other; librdkafka's threads, PostgreSQL's backends and the broker need
+a core only. The periodic threads' phases against T are the seed's. The CPU each step
+costs comes from the calibration profile: the worker's wheel, start, fence and lag paths
+measured on the kit's own code (`cronfleet calibrate --only-worker-starts`), every other
+step thread by thread from a storm of the kit sampled by benchmarks/burst_at_t.py
+(`[storm_cpu]` of the profile, docs/sim-storm.md).
 
 Not modelled: the clock (a worker starts a run when its lower bound of the database's
 clock reaches T and measures the start by the same bound, so the measured lag does not
-see the bound's error), the kernel's scheduler beyond the quanta, the broker's fetch
-batching, page cache and I/O.
+see the bound's error), the garbage collector (its time is in the thread it interrupts),
+the kernel's scheduler beyond the quanta, the broker's fetch batching, page cache and I/O.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import deque
@@ -43,8 +53,6 @@ import numpy as np
 import simpy
 
 from kit.core import defaults, dispatch, leases
-from kit.core.schedule import ScheduleKind
-from sim.scenario import scan_cost_keys
 
 # A SimPy process: a generator of the events it waits on.
 Process = Generator[simpy.Event, Any, None]
@@ -69,9 +77,13 @@ STORM_DEFAULTS: dict[str, Any] = {
         "run_ttl_s": defaults.RUN_LEASE_TTL_MS / 1000,
         "heartbeat_s": defaults.RUN_LEASE_TTL_MS / 3000,  # the worker's default
         "quantum_ms": 2.0,  # a slice of a core
-        # the kit's workers beat only leases a beat lengthens: a run claimed ahead is leased
-        # a ttl past its second (kit.core.leases.claim_run), so held runs get no beats
-        "heartbeats": False,
+        # the kit's workers beat the leases a beat lengthens: the runs started (and any
+        # held past the second they were leased for); a run claimed ahead is leased a ttl
+        # past its second (kit.core.leases.claim_run), so held runs get no beats
+        "heartbeats": True,
+        # each worker's first heartbeat from T - 1 s, seconds from T, comma-separated (as
+        # benchmarks/life_of_a_run.py records them: heartbeat_phase_s); "": drawn from the seed
+        "heartbeat_phases": "",
         "background": True,  # the rest of the machine's CPU, as measured in a storm
         # the second as a storm makes it (benchmarks/burst_at_t.py in the calibration run):
         # the hold threads' CPU per start at T, and what the rest of the machine takes from
@@ -80,6 +92,10 @@ STORM_DEFAULTS: dict[str, Any] = {
     },
     "profile": {},
 }
+
+
+# the slot of the CPU timeline, as benchmarks/burst_at_t.py's (timeline_ms)
+TIMELINE_SLOT_S = 0.25
 
 
 class ScenarioShapeError(ValueError):
@@ -94,6 +110,8 @@ class Cpu:
     cores: int
     quantum_s: float
     busy: dict[str, float] = field(default_factory=dict)
+    # CPU seconds by who and by TIMELINE_SLOT_S slot of time (slot k: k * slot from T)
+    timeline: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.res = simpy.Resource(self.env, self.cores)
@@ -108,7 +126,10 @@ class Cpu:
                 yield g
             c = self.res.request()
             yield c
+            slot = math.floor(self.env.now / TIMELINE_SLOT_S)
             yield self.env.timeout(q)
+            line = self.timeline.setdefault(who, {})
+            line[slot] = line.get(slot, 0.0) + q
             self.res.release(c)
             if g is not None:
                 gil.release(g)  # type: ignore[union-attr]
@@ -118,36 +139,57 @@ class Cpu:
 
 @dataclass
 class Costs:
-    """CPU seconds per run of each step, and each process's idle CPU rate (profile)."""
+    """CPU seconds per run of each step (profile), thread by thread as the kit runs them,
+    and the rest of the machine's CPU rate."""
 
-    sched_scan: float  # node: scan and insert (Python)
-    sched_publish: float  # node: publish (Python)
-    pg_scan: float  # PostgreSQL: trigger advance and run insert
-    pg_claim: float  # PostgreSQL: the claim
-    pg_finish: float  # PostgreSQL: the success's update
-    broker: float  # produce and fetch
-    worker_claim: float  # worker: consume, claim statement, decode
-    worker_finish: float  # worker: the finish statement
+    sched_scan: float  # node's scan thread: decide, build, read (its interpreter lock)
+    pg_scan: float  # PostgreSQL, the scan's backend: trigger read, run insert, advance
+    sched_publish: float  # node's publish thread: produce, delivery reports (its lock)
+    sched_native: float  # node's librdkafka threads (no interpreter lock)
+    broker: float  # the broker, for the publish and the workers' fetch (less its idle)
+    broker_after: float  # the broker after T (less its idle)
+    worker_native: float  # a worker's librdkafka threads: fetch (no interpreter lock)
+    worker_claim: float  # a worker's main thread: consume, claim statement, decode, commit
+    pg_claim: float  # PostgreSQL, the workers' backends: the claim
     hold_add: float  # worker: into the wheel (measured on kit.worker)
+    fence: float  # worker: the fence thread's pass, per run it walks (measured on kit.worker)
     wheel_pop: float  # worker: out of the wheel at the second (measured)
     start: float  # worker: one inline start (measured)
+    observe_lag: float  # worker: the finisher's observation of a start's lag (measured)
+    worker_finish: float  # worker: the finisher's finish statement, per run (and a beat's)
+    pg_finish: float  # PostgreSQL: the success's update
     other: float  # CPU seconds per second the rest of the machine takes
     at_t: float  # CPU seconds the rest of the machine takes from T to T + at_t_window
     at_t_window: float  # seconds
+    # how that CPU came, slot by slot (at_t_slot seconds each, from T); (): evenly
+    at_t_slots: tuple[float, ...]
+    at_t_slot: float
     at_t_start: float  # a hold thread's CPU per run popped and started at T, in a storm
 
     @classmethod
     def from_profile(cls, p: dict[str, float]) -> Costs:
-        kinds = ("scheduler", "worker", "postgres", "broker")
+        ahead = (
+            "scheduler_scan",
+            "scheduler_publish",
+            "scheduler_native",
+            "postgres_scan",
+            "postgres_claim",
+            "worker_claim",
+            "worker_native",
+            "broker",
+        )
         need = [
             "worker_hold_add_s",
             "worker_wheel_pop_s",
             "worker_start_inline_s",
+            "worker_fence_pass_per_run_s",
+            "worker_observe_lag_s",
             "storm_other_cpu_per_s",
             "storm_at_t_cpu_s",
             "storm_at_t_window_s",
             "storm_at_t_start_cpu_per_run_s",
-            *[f"storm_{ph}_{k}_cpu_per_run_s" for ph in ("ahead", "after") for k in kinds],
+            *[f"storm_ahead_{k}_cpu_per_run_s" for k in ahead],
+            *[f"storm_after_{k}_cpu_per_run_s" for k in ("worker_finish", "postgres", "broker")],
         ]
         missing = [k for k in need if k not in p]
         if missing:
@@ -156,48 +198,62 @@ class Costs:
                 "--only-worker-starts --storm-cpu BURST.json --storm-at-t ALL_AT_T.json; "
                 "see docs/sim-storm.md)"
             )
-        # PostgreSQL's scan-ahead work: the scan's insert and trigger advance, then the
-        # claim, in the proportion the calibration measured them statement by statement
-        # (the storm's jobs are one-off: a one-off fire's scan costs)
-        _cpu, advance, run_insert = scan_cost_keys(ScheduleKind.one_off)
-        insert = p[run_insert] + p[advance]
-        scan_share = insert / (insert + p["db_claim_demand_s"])
-        pg_ahead = p["storm_ahead_postgres_cpu_per_run_s"]
-        after_worker = p["storm_after_worker_cpu_per_run_s"]
         return cls(
-            sched_scan=p["storm_ahead_scheduler_cpu_per_run_s"] / 2,
-            sched_publish=p["storm_ahead_scheduler_cpu_per_run_s"] / 2,
-            pg_scan=pg_ahead * scan_share,
-            pg_claim=pg_ahead * (1 - scan_share),
-            pg_finish=p["storm_after_postgres_cpu_per_run_s"],
-            broker=p["storm_ahead_broker_cpu_per_run_s"] + p["storm_after_broker_cpu_per_run_s"],
-            worker_claim=max(0.0, p["storm_ahead_worker_cpu_per_run_s"] - p["worker_hold_add_s"]),
-            worker_finish=max(
-                0.0, after_worker - p["worker_wheel_pop_s"] - p["worker_start_inline_s"]
+            sched_scan=p["storm_ahead_scheduler_scan_cpu_per_run_s"],
+            pg_scan=p["storm_ahead_postgres_scan_cpu_per_run_s"],
+            sched_publish=p["storm_ahead_scheduler_publish_cpu_per_run_s"],
+            sched_native=p["storm_ahead_scheduler_native_cpu_per_run_s"],
+            broker=p["storm_ahead_broker_cpu_per_run_s"],
+            broker_after=p["storm_after_broker_cpu_per_run_s"],
+            worker_native=p["storm_ahead_worker_native_cpu_per_run_s"],
+            # the main thread also puts the claimed runs into the wheel (kit.worker._hold)
+            worker_claim=max(
+                0.0, p["storm_ahead_worker_claim_cpu_per_run_s"] - p["worker_hold_add_s"]
             ),
+            pg_claim=p["storm_ahead_postgres_claim_cpu_per_run_s"],
             hold_add=p["worker_hold_add_s"],
+            fence=p["worker_fence_pass_per_run_s"],
             wheel_pop=p["worker_wheel_pop_s"],
             start=p["worker_start_inline_s"],
+            observe_lag=p["worker_observe_lag_s"],
+            # the finisher thread's CPU after T less its lag observation (run apart)
+            worker_finish=max(
+                0.0, p["storm_after_worker_finish_cpu_per_run_s"] - p["worker_observe_lag_s"]
+            ),
+            pg_finish=p["storm_after_postgres_cpu_per_run_s"],
             other=p["storm_other_cpu_per_s"],
             at_t=p["storm_at_t_cpu_s"],
             at_t_window=p["storm_at_t_window_s"],
             at_t_start=p["storm_at_t_start_cpu_per_run_s"],
+            at_t_slots=tuple(
+                p[f"storm_at_t_slot_{k}_cpu_s"]
+                for k in itertools.takewhile(
+                    lambda k: f"storm_at_t_slot_{k}_cpu_s" in p, itertools.count()
+                )
+            ),
+            at_t_slot=p.get("storm_at_t_slot_s", 0.0),
         )
 
 
 class StormWorker:
-    """One worker process: consume-and-claim, hold, finisher and heartbeat threads."""
+    """One worker process: its main (consume and claim), hold, finisher, fence and
+    librdkafka threads, as kit.worker runs them; the Python ones take turns on its
+    interpreter lock."""
 
-    def __init__(self, m: StormModel, index: int, prefetch: int, heartbeat_phase_s: float):
+    def __init__(self, m: StormModel, index: int, prefetch: int, phases: dict[str, float]):
         self.m = m
         self.name = f"worker-{index}"
         self.gil = simpy.Resource(m.env, 1)
-        self.inbox: deque[int] = deque()  # published run ids, visible to this worker
+        self.inbox: deque[int] = deque()  # fetched run messages, for the main thread
         self.wheel: dispatch.TimerWheel[int] = dispatch.TimerWheel()
         self.prefetch = prefetch
         self.waiting = 0  # claimed, not started
         self.in_flight = 0  # claimed, not finished
         self.succeeded: deque[int] = deque()
+        self.started: set[int] = set()  # started, ever
+        self.running: set[int] = set()  # started, not finished
+        self.beats: list[tuple[float, int]] = []  # (when, runs beaten)
+        self.lags = 0  # start lags recorded by the hold thread, not yet observed
         self.starting = False
         self.confirmed_until: dict[int, float] = {}
         self.arrived = m.env.event()
@@ -206,16 +262,26 @@ class StormWorker:
         env = m.env
         env.process(self._consume())
         env.process(self._hold())
-        env.process(self._finish())
+        env.process(self._finish(phases["finisher"]))
+        env.process(self._fence(phases["fence"]))
         if m.sc["heartbeats"]:
-            env.process(self._heartbeat(heartbeat_phase_s))
+            env.process(self._heartbeat(phases["heartbeat"]))
 
     def deliver(self, runs: list[int]) -> None:
+        """The broker serves the worker's share of a published chunk: its librdkafka
+        threads fetch and queue it (CPU, no interpreter lock), then the main thread sees it."""
+        self.m.env.process(self._fetch(runs))
+
+    def _fetch(self, runs: list[int]) -> Process:
+        m = self.m
+        yield m.env.process(m.cpu.run(f"{self.name} native", len(runs) * m.costs.worker_native))
         self.inbox.extend(runs)
         if not self.arrived.triggered:
             self.arrived.succeed()
 
     def _consume(self) -> Process:
+        """kit.worker's main thread: poll a batch (up to the prefetch left, at most a claim
+        batch), claim it in one statement, put the claimed runs into the wheel."""
         m, c = self.m, self.m.costs
         env = m.env
         while True:
@@ -226,6 +292,7 @@ class StormWorker:
                 continue
             batch = [self.inbox.popleft() for _ in range(min(room, len(self.inbox)))]
             n = len(batch)
+            sent = env.now
             yield env.process(m.cpu.run(self.name, n * c.worker_claim / 2, self.gil))
             yield env.process(m.cpu.run("postgres", n * c.pg_claim))
             yield env.process(m.cpu.run(self.name, n * c.worker_claim / 2, self.gil))
@@ -233,7 +300,9 @@ class StormWorker:
             claimed_at = env.now
             for r in batch:
                 m.claimed[r] = claimed_at
-                self.confirmed_until[r] = claimed_at + m.ttl_s
+                # the lease runs a ttl past the later of the claim and the run's second
+                # (kit.core.leases.claim_run; kit.worker counts it from before the claim)
+                self.confirmed_until[r] = max(sent, 0.0) + m.ttl_s
             yield env.process(m.cpu.run(self.name, n * c.hold_add, self.gil))
             for r in batch:
                 self.wheel.add(0, r)  # every run is due at T (time 0, in ms)
@@ -271,15 +340,26 @@ class StormWorker:
                         self.in_flight -= 1
                         continue
                     m.started[r] = at
+                    self.started.add(r)
+                    self.running.add(r)
+                    self.lags += 1
                     self.succeeded.append(r)
             self.starting = False
             if not self.success_ready.triggered:
                 self.success_ready.succeed()
 
-    def _finish(self) -> Process:
+    def _finish(self, phase_s: float) -> Process:
+        """kit.worker's finisher: each turn it first observes the start lags recorded so
+        far (on the interpreter lock, even while the hold thread starts), then, with
+        successes to write, waits for the second's starts to end and writes a batch; with
+        none it waits for them up to 0.1 s. Its turns' phase against T is the seed's."""
         m, c = self.m, self.m.costs
         env = m.env
+        yield env.timeout(phase_s)
         while True:
+            if self.lags:
+                n, self.lags = self.lags, 0
+                yield env.process(m.cpu.run(self.name, n * c.observe_lag, self.gil))
             if not self.succeeded:
                 self.success_ready = env.event()
                 yield self.success_ready | env.timeout(0.1)
@@ -291,26 +371,52 @@ class StormWorker:
             batch = [self.succeeded.popleft() for _ in range(n)]
             yield env.process(m.cpu.run(self.name, n * c.worker_finish / 2, self.gil))
             yield env.process(m.cpu.run("postgres", n * c.pg_finish))
+            yield env.process(m.cpu.run("broker", n * c.broker_after))
             yield env.process(m.cpu.run(self.name, n * c.worker_finish / 2, self.gil))
             m.finish_verdict()
             for r in batch:
                 m.finished[r] = env.now
                 self.confirmed_until.pop(r, None)
+                self.running.discard(r)
             self.in_flight -= n
 
+    def _fence(self, phase_s: float) -> Process:
+        """kit.worker's fence thread: every 0.25 s (a tenth of the lease ttl at most) it
+        walks every run the worker holds or runs, on the interpreter lock."""
+        m = self.m
+        period = min(0.25, m.ttl_s / 10)
+        yield m.env.timeout(phase_s * period)
+        while True:
+            yield m.env.timeout(period)
+            if self.in_flight:
+                yield m.env.process(m.cpu.run(self.name, self.in_flight * m.costs.fence, self.gil))
+
     def _heartbeat(self, phase_s: float) -> Process:
+        """kit.worker's heartbeat thread: every ttl/3 it extends, in one statement, every
+        lease a beat would lengthen (kit.worker.Worker.heartbeat: the runs started and not
+        finished, and those held whose lease, granted a ttl past their second, runs out
+        before a fresh one would); a run claimed ahead is not beaten before its second.
+        Priced as a finish per run beaten (the same update of a batch of runs by token)."""
         m, c = self.m, self.m.costs
         env = m.env
         yield env.timeout(phase_s)
         while True:
-            n = self.in_flight
-            if n:
-                sent = env.now
-                # an update of each held run's lease: priced as a finish
-                yield env.process(m.cpu.run(self.name, n * c.worker_finish, self.gil))
+            sent = env.now
+            horizon = sent + m.ttl_s
+            beaten = [
+                r
+                for r, until in self.confirmed_until.items()
+                if r in self.running or (r not in self.started and until < horizon)
+            ]
+            if beaten:
+                n = len(beaten)
+                yield env.process(m.cpu.run(self.name, n * c.worker_finish / 2, self.gil))
                 yield env.process(m.cpu.run("postgres", n * c.pg_finish))
-                for r in list(self.confirmed_until):
-                    self.confirmed_until[r] = sent + m.ttl_s
+                yield env.process(m.cpu.run(self.name, n * c.worker_finish / 2, self.gil))
+                self.beats.append((sent, n))
+                for r in beaten:
+                    if r in self.confirmed_until:
+                        self.confirmed_until[r] = max(self.confirmed_until[r], horizon)
             yield env.timeout(m.sc["heartbeat_s"])
 
 
@@ -349,8 +455,18 @@ class StormModel:
         self.verdicts: set[str] = set()
         prefetch = int(sc["prefetch"]) or -(-n // w)
         period = float(sc["heartbeat_s"])
-        self.workers = [StormWorker(self, i, prefetch, rnd.uniform(0, period)) for i in range(w)]
-        self.scan_phase_s = rnd.uniform(0, float(sc["scan_period_s"]))
+        beats = self._heartbeat_phases(str(sc["heartbeat_phases"]), w, period)
+        # each worker's periodic threads' phase against T: the seed's (the heartbeat's as
+        # given, if it is)
+        self.workers = []
+        for i in range(w):
+            drawn = rnd.uniform(0, period)
+            phases = {"heartbeat": drawn, "finisher": rnd.uniform(0, 0.1), "fence": rnd.random()}
+            if beats:
+                # the first beat at or after the model's start, in the given phase
+                first = beats[i] + float(sc["lead_s"])
+                phases["heartbeat"] = first - period * math.floor(first / period)
+            self.workers.append(StormWorker(self, i, prefetch, phases))
         self.env.process(self._scan())
         self.env.process(self._publish())
         c = self.costs
@@ -373,10 +489,41 @@ class StormModel:
             for _ in range(threads):
                 self.env.process(self._background(c.other / threads))
         if self.at_t_window_s > 0:
-            rate = c.at_t / self.at_t_window_s
-            threads = math.ceil(rate)
-            for _ in range(threads):
-                self.env.process(self._at_t(rate / threads))
+            # the rest's CPU at T (storm_at_t_cpu_s) as it came, slot by slot (the shape of
+            # the profile's storm_at_t_slot_*), or evenly over the window
+            if any(v < 0 for v in c.at_t_slots):
+                raise ScenarioShapeError("profile.storm_at_t_slot_*_cpu_s: must not be negative")
+            shape = sum(c.at_t_slots)
+            if c.at_t_slot > 0 and shape > 0:
+                slots = tuple(c.at_t * v / shape for v in c.at_t_slots)
+                length = c.at_t_slot
+            else:
+                slots, length = (c.at_t,), self.at_t_window_s
+            for k, cpu in enumerate(slots):
+                threads = math.ceil(cpu / length)  # one per core it needs
+                for _ in range(threads):
+                    self.env.process(self._at_t(k * length, length, cpu / threads))
+
+    @staticmethod
+    def _heartbeat_phases(text: str, workers: int, period: float) -> list[float]:
+        if not text.strip():
+            return []
+        try:
+            beats = [float(x) for x in text.split(",")]
+        except ValueError:
+            raise ScenarioShapeError(
+                f"storm.heartbeat_phases: expected numbers separated by commas, got {text!r}"
+            ) from None
+        if len(beats) != workers:
+            raise ScenarioShapeError(
+                f"storm.heartbeat_phases: one per worker ({workers}), got {len(beats)}"
+            )
+        if any(not -1.0 <= b < period for b in beats):
+            raise ScenarioShapeError(
+                f"storm.heartbeat_phases: each within [-1, {period:g}) s of T (the first "
+                "beat from T - 1 s)"
+            )
+        return beats
 
     def _background(self, rate: float, period_s: float = 0.05) -> Process:
         """The rest of the machine (other stacks and agents, PostgreSQL's checkpointer and
@@ -389,14 +536,16 @@ class StormModel:
             yield self.env.timeout(period_s * (1 - rate))
             yield self.env.process(self.cpu.run("rest of the machine", rate * period_s))
 
-    def _at_t(self, rate: float, period_s: float = 0.01) -> Process:
-        """What the rest of the machine (the benchmark's poll and its backend, the broker,
-        the scheduler, the workers' other threads, other stacks) takes from T on, while
-        the hold threads start their runs: the CPU measured in that window at T, taken in
-        slices at its measured rate and competing for the cores like everything else."""
+    def _at_t(self, start: float, length: float, cpu: float, period_s: float = 0.01) -> Process:
+        """What the rest of the machine (the node's scan at the whole second, the
+        benchmark's poll and its backend, the broker, the workers' other threads, other
+        stacks) takes from T on, while the hold threads start their runs: the CPU measured
+        in each slot of that window at T, taken in slices at its measured rate from the
+        slot's start and competing for the cores like everything else."""
         env = self.env
-        yield env.timeout(-env.now)
-        left = rate * self.at_t_window_s
+        yield env.timeout(start - env.now)
+        rate = cpu / length
+        left = cpu
         while left > 1e-12:
             q = min(left, rate * period_s)
             yield env.timeout(q / rate - q)
@@ -431,19 +580,28 @@ class StormModel:
     # -- the scheduler node -----------------------------------------------------------
 
     def _scan(self) -> Process:
+        """Scans at whole periods (`kit.core.dispatch.next_scan_at_ms`, as the kit's node
+        waits): the burst's second is first reached by the scan at T - scan-ahead; a full
+        batch is followed by the next at once."""
         env, c, sc = self.env, self.costs, self.sc
-        yield env.timeout(self.scan_phase_s)
+        period_ms = round(float(sc["scan_period_s"]) * 1000)
         while True:
-            _lo, hi = dispatch.scan_window(int(env.now * 1000), self.ahead_ms)
+            now_ms = round(env.now * 1000)
+            yield env.timeout(
+                max(0.0, dispatch.next_scan_at_ms(now_ms, period_ms) / 1000 - env.now)
+            )
+            _lo, hi = dispatch.scan_window(round(env.now * 1000), self.ahead_ms)
             while hi >= 0 and self.scanned < self.n:  # the burst's second is in the window
                 b = min(int(sc["scan_batch_rows"]), self.n - self.scanned)
-                yield env.process(self.cpu.run("scheduler", b * c.sched_scan, self.sched_gil))
+                # one transaction: it reads the due triggers first (the database), then
+                # decides, writes and encodes (the node's scan thread, its statements'
+                # database time charged with the read)
                 yield env.process(self.cpu.run("postgres", b * c.pg_scan))
+                yield env.process(self.cpu.run("scheduler", b * c.sched_scan, self.sched_gil))
                 self.committed.extend(range(self.scanned, self.scanned + b))
                 self.scanned += b
                 if not self.committed_ev.triggered:
                     self.committed_ev.succeed()
-            yield env.timeout(float(sc["scan_period_s"]))
 
     def _publish(self) -> Process:
         env, c, sc = self.env, self.costs, self.sc
@@ -455,15 +613,15 @@ class StormModel:
                 continue
             k = min(int(sc["publish_chunk"]), len(self.committed))
             chunk = [self.committed.popleft() for _ in range(k)]
+            # produce and flush (kit.transport.publisher.publish_encoded): the publish
+            # thread produces and takes the delivery reports, librdkafka's threads send,
+            # the broker appends; the next chunk after this one's acknowledgements
             yield env.process(self.cpu.run("scheduler", k * c.sched_publish, self.sched_gil))
-            env.process(self._broker(chunk, w))  # the producer does not wait for the broker
-
-    def _broker(self, chunk: list[int], w: int) -> Process:
-        """The broker appends the chunk and serves it to the consumers (its own threads)."""
-        yield self.env.process(self.cpu.run("broker", len(chunk) * self.costs.broker))
-        self.published[chunk] = self.env.now
-        for i in range(w):  # keyed by job: an even share per worker's partitions
-            self.workers[i].deliver(chunk[i::w])
+            yield env.process(self.cpu.run("scheduler native", k * c.sched_native))
+            yield env.process(self.cpu.run("broker", k * c.broker))
+            self.published[chunk] = env.now
+            for i in range(w):  # keyed by job: an even share per worker's partitions
+                self.workers[i].deliver(chunk[i::w])
 
     # -- running it ---------------------------------------------------------------------
 
@@ -484,6 +642,7 @@ class StormModel:
             return None if a.size == 0 else round(float(np.sort(a)[int(q * (a.size - 1))]), 4)
 
         claimed = self.claimed[np.isfinite(self.claimed)]
+        pub = self.published[np.isfinite(self.published)]
         return {
             "scenario": self.s["name"],
             "seed": self.seed,
@@ -496,8 +655,18 @@ class StormModel:
             "given_back": self.given_back,
             "start_lag_s": [pct(lag, 0.5), pct(lag, 0.99), pct(lag, 1.0)],
             "all_claimed_s": None if claimed.size < self.n else round(float(claimed.max()), 3),
+            "published_s": None
+            if pub.size < self.n
+            else [round(float(pub.min()), 3), round(float(pub.max()), 3)],
             "all_succeeded_s": None if fin.size < self.n else round(float(fin.max()), 3),
+            "heartbeats": [  # each beat that extended leases: worker, when (s from T), runs
+                [w.name, round(at, 3), n] for w in self.workers for at, n in w.beats
+            ],
             "cpu_s": {k: round(v, 2) for k, v in sorted(self.cpu.busy.items())},
+            "cpu_timeline_s": {
+                who: {f"{k * TIMELINE_SLOT_S:+.2f}": round(v, 4) for k, v in sorted(line.items())}
+                for who, line in sorted(self.cpu.timeline.items())
+            },
         }
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import Generic, TypeVar
 
-from kit.core.defaults import SCAN_AHEAD_MS
+from kit.core.defaults import SCAN_AHEAD_MS, SCAN_PERIOD_MS
 from kit.core.errors import FieldError
 
 T = TypeVar("T")
@@ -47,6 +47,15 @@ def scan_window(now_ms: int, scan_ahead_ms: int = SCAN_AHEAD_MS) -> tuple[int, i
     if scan_ahead_ms < 0:
         raise FieldError("scan_ahead_ms", "must not be negative")
     return now_ms, now_ms + scan_ahead_ms
+
+
+def next_scan_at_ms(now_ms: int, scan_period_ms: int = SCAN_PERIOD_MS) -> int:
+    """When a node scans next: the next whole multiple of the period after now (the next
+    whole second by default), so scans fall on fire seconds' boundaries and a run due at
+    second T is first reached by the scan at T - scan-ahead, not up to a period later."""
+    if scan_period_ms <= 0:
+        raise FieldError("scan_period_ms", "must be positive")
+    return (now_ms // scan_period_ms + 1) * scan_period_ms
 
 
 def rescan_at_once(batch_full: bool, triggers_taken: int) -> bool:

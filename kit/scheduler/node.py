@@ -28,7 +28,7 @@ from typing import Protocol
 from sqlalchemy import Engine
 
 from kit.core.defaults import SCAN_AHEAD_MS, SCAN_PERIOD_MS, misfire_grace_ms
-from kit.core.dispatch import catch_up_order
+from kit.core.dispatch import catch_up_order, next_scan_at_ms
 from kit.scheduler import metrics as m
 from kit.scheduler.leases import LeasePass, PartitionLeases
 from kit.scheduler.scan import DEFAULT_BATCH, HeldRun, JobViews, ScanResult, scan_partitions
@@ -263,7 +263,7 @@ class SchedulerNode:
         self._threads.clear()
 
     def _scan_loop(self) -> None:
-        period_s = self.config.scan_period_ms / 1000
+        period_ms = self.config.scan_period_ms
         next_lease = 0.0
         while not self._stop_scanning.is_set():
             tick = time.monotonic()
@@ -277,8 +277,8 @@ class SchedulerNode:
             except Exception:
                 log.exception("%s: scan pass failed; retrying", self.node_id)
             # wake at the next wall-clock second boundary (scans align with fire seconds)
-            wait = period_s - (time.time() % period_s)
-            self._stop_scanning.wait(wait)
+            now_ms = time.time() * 1000
+            self._stop_scanning.wait((next_scan_at_ms(int(now_ms), period_ms) - now_ms) / 1000)
 
     def _publish_loop(self) -> None:
         """Publish each scan's runs as soon as they are committed; a burst's next scan

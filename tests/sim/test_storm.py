@@ -77,6 +77,20 @@ def test_the_rest_of_the_machine_at_t_takes_the_cores_from_the_hold_threads():
     assert busy["start_lag_s"][1] > 1.3 * idle["start_lag_s"][1]
 
 
+def test_the_rest_at_t_is_taken_slot_by_slot_as_measured():
+    """The same CPU of the rest of the machine at T, all in the first 100 ms (the node's
+    scan at the whole second, the benchmark's poll), delays the starts more than spread
+    over the window."""
+    base = {**ISOLATED, "storm_at_t_start_cpu_per_run_s": 0.0, "storm_at_t_window_s": 0.3}
+    front = {"storm_at_t_slot_0_cpu_s": 0.15, "storm_at_t_slot_1_cpu_s": 0.0}
+    even = {"storm_at_t_slot_0_cpu_s": 0.075, "storm_at_t_slot_1_cpu_s": 0.075}
+    slots = {"storm_at_t_slot_2_cpu_s": 0.0, "storm_at_t_slot_s": 0.1}
+    early = storm(*FULL, storm_at_t_cpu_s=0.15, **base, **slots, **front)
+    spread = storm(*FULL, storm_at_t_cpu_s=0.15, **base, **slots, **even)
+    assert early["cpu_s"]["rest of the machine at T"] == pytest.approx(0.15, abs=0.01)
+    assert early["start_lag_s"][1] > spread["start_lag_s"][1] + 0.01
+
+
 def test_the_shipped_prediction_depends_on_what_the_second_costs_in_a_storm():
     """The default profile's storm_at_t_* (cronfleet calibrate --storm-at-t): without them
     the model predicts the second as the isolated start path costs it."""
@@ -86,6 +100,59 @@ def test_the_shipped_prediction_depends_on_what_the_second_costs_in_a_storm():
     with_at_t = simulate_storm(RAW, [*FULL], 1, prof)["start_lag_s"][1]
     without = simulate_storm(RAW, [*FULL, "storm.at_t=false"], 1, prof)["start_lag_s"][1]
     assert with_at_t > 1.25 * without
+
+
+def test_the_burst_is_first_scanned_a_scan_ahead_before_its_second():
+    """Scans fall on whole seconds (kit.core.dispatch.next_scan_at_ms, as the kit's node
+    waits): the scan that reaches T starts at T - 10 s, whatever the seed."""
+    runs = [storm(seed=s) for s in (1, 2, 3)]
+    firsts = {r["published_s"][0] for r in runs}
+    assert all(-10.0 < f < -9.0 for f in firsts)
+    assert len(firsts) == 1  # no phase drawn for the scan
+
+
+def test_a_publish_chunk_waits_for_its_acknowledgement_before_the_next():
+    """publish_encoded produces and flushes: a dearer broker delays every later chunk."""
+    cheap = storm("storm.runs=20000", storm_ahead_broker_cpu_per_run_s=1e-6)
+    dear = storm("storm.runs=20000", storm_ahead_broker_cpu_per_run_s=50e-6)
+    # 20,000 runs at 49 us more each on the publish's path: about 1 s later (more with the
+    # cores shared); a producer that did not wait would be late by one chunk's, 0.25 s
+    assert dear["published_s"][1] - cheap["published_s"][1] > 0.9
+
+
+def test_the_finishers_lag_observation_takes_the_hold_threads_interpreter_lock():
+    """kit.worker's finisher observes the start lags recorded so far at its turn, even
+    while the hold thread starts: a dearer observation delays the last starts."""
+    # whether its turn falls in the starts (after the wheel's pop) is the seed's phase
+    seeds = range(1, 7)
+    cheap = [storm(*FULL, seed=s, worker_observe_lag_s=0.0)["start_lag_s"][2] for s in seeds]
+    dear = [storm(*FULL, seed=s, worker_observe_lag_s=4e-6)["start_lag_s"][2] for s in seeds]
+    assert any(d > c + 0.01 for c, d in zip(cheap, dear, strict=True))
+    assert all(d >= c - 1e-9 for c, d in zip(cheap, dear, strict=True))
+
+
+def test_heartbeats_beat_only_runs_started_and_not_finished():
+    """A run claimed ahead is leased a ttl past its second: no beat before T extends
+    anything; a beat after T extends the runs started and not yet finished."""
+    r = storm(*FULL, "storm.heartbeat_s=0.5", seed=2)
+    assert r["heartbeats"], "a beat after T finds runs started"
+    assert all(at >= 0 for _, at, _ in r["heartbeats"])
+    assert all(0 < n <= 25_000 for _, _, n in r["heartbeats"])
+    off = storm(*FULL, "storm.heartbeats=false", seed=2)
+    assert off["heartbeats"] == [] and off["succeeded"] == 50_000
+
+
+def test_a_heartbeat_during_the_starts_delays_them():
+    """A worker's beat at T + 0.05 s extends every run it started by then, on the
+    interpreter lock its hold thread needs; one at T + 5 s falls after the starts."""
+    during = storm(*FULL, "storm.heartbeat_phases=0.05,0.05")
+    after = storm(*FULL, "storm.heartbeat_phases=5,5")
+    assert [round(at, 2) for _, at, _ in during["heartbeats"]][:2] == [0.05, 0.05]
+    assert during["start_lag_s"][2] > after["start_lag_s"][2] + 0.02
+    with pytest.raises(ScenarioShapeError, match="one per worker"):
+        storm("storm.heartbeat_phases=0.1")
+    with pytest.raises(ScenarioShapeError, match=r"within \[-1, 10\)"):
+        storm("storm.heartbeat_phases=0.1,12")
 
 
 def test_more_cores_than_threads_do_not_change_a_lone_start_batch():

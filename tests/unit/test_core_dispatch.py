@@ -5,6 +5,7 @@ from kit.core.dispatch import (
     PRIORITY_TIERS,
     TimerWheel,
     catch_up_order,
+    next_scan_at_ms,
     rescan_at_once,
     scan_window,
     tier_rank,
@@ -61,3 +62,18 @@ def test_a_node_rescans_at_once_only_after_a_full_scan_that_took_something():
     assert not rescan_at_once(batch_full=True, triggers_taken=0)
     assert not rescan_at_once(batch_full=False, triggers_taken=3)
     assert not rescan_at_once(batch_full=False, triggers_taken=0)
+
+
+def test_scans_fall_on_whole_periods_so_a_second_is_reached_a_scan_ahead_before_it():
+    assert next_scan_at_ms(10_000) == 11_000  # at a boundary: the next one
+    assert next_scan_at_ms(10_001) == 11_000
+    assert next_scan_at_ms(10_999) == 11_000
+    assert next_scan_at_ms(-20_000) == -19_000  # the model's times before T
+    assert next_scan_at_ms(1_250, 500) == 1_500
+    # the scan that first reaches second T starts at T - scan-ahead
+    t, now = 50_000, 38_400
+    while scan_window(now)[1] < t:
+        now = next_scan_at_ms(now)
+    assert now == t - SCAN_AHEAD_MS
+    with pytest.raises(FieldError, match="scan_period_ms"):
+        next_scan_at_ms(0, 0)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kit.core.dispatch import scan_window, tier_rank
+from kit.core.dispatch import next_scan_at_ms, scan_window, tier_rank
 from kit.core.errors import FieldError
 from kit.core.owed import ScheduleEra, check_instant, plan_backfill
 from kit.core.policies import MisfirePolicy, OverlapPolicy
@@ -152,6 +152,7 @@ CASES = [
         "must be one of critical, high, normal, low",
     ),
     ("scan ahead", lambda: scan_window(0, -1), "scan_ahead_ms", "must not be negative"),
+    ("scan period", lambda: next_scan_at_ms(0, 0), "scan_period_ms", "must be positive"),
     (
         "timezone empty",
         lambda: parse_timezone(""),
