@@ -404,9 +404,7 @@ class StormWorker:
             sent = env.now
             horizon = sent + m.ttl_s
             beaten = [
-                r
-                for r, until in self.confirmed_until.items()
-                if r in self.running or (r not in self.started and until < horizon)
+                r for r, until in self.confirmed_until.items() if self._beat_wanted(r, until, sent)
             ]
             if beaten:
                 n = len(beaten)
@@ -418,6 +416,14 @@ class StormWorker:
                     if r in self.confirmed_until:
                         self.confirmed_until[r] = max(self.confirmed_until[r], horizon)
             yield env.timeout(m.sc["heartbeat_s"])
+
+    def _beat_wanted(self, r: int, until: float, now: float) -> bool:
+        """The kit's rule (kit.core.leases.beat_wanted); noop runs have no timeout."""
+        started = r in self.started
+        window_ms = int(2 * self.m.sc["heartbeat_s"] * 1000)
+        return (r in self.running or not started) and leases.beat_wanted(
+            started, int(until * 1000), None, int(now * 1000), window_ms
+        )
 
 
 class StormModel:

@@ -832,13 +832,13 @@ class Worker:
     # -- leases -------------------------------------------------------------------------
 
     def heartbeat(self) -> set[str]:
-        """Extend, in one statement, every lease this beat would lengthen: the runs
-        started, and those held whose lease (granted past their second) runs out sooner
-        than a fresh one would; stop the runs that lost theirs. A run claimed ahead is
-        not beaten before its second: at 2,000 runs/s, beating the ~20,000 held ahead
-        cost the database more than running them. Returns the run ids told to stop."""
+        """Extend, in one statement, every lease kit.core.leases.beat_wanted says this
+        beat should (those that would end within two beats, held or started; a finished
+        run's until its outcome is written; never a task's past its timeout); stop the
+        runs that lost theirs. Returns the run ids told to stop."""
         sent = time.monotonic()
         now_ms = int(sent * 1000)
+        horizon_ms = int(2 * self.heartbeat_s * 1000)  # renewed a beat before it is needed
         with self._lock:
             entries = [
                 e
@@ -851,7 +851,7 @@ class Worker:
                         int(e.confirmed_until * 1000),
                         None if math.isinf(e.deadline) else int(e.deadline * 1000),
                         now_ms,
-                        self.lease_ttl_ms,
+                        horizon_ms,
                     )
                 )
             ]

@@ -2,7 +2,7 @@
 job class goes through the kit's own scan (kit.scheduler.scan.scan_partitions), each scan
 fires exactly its batch, and the triggers it leaves are the cron and interval jobs' next
 ones, none of a one-off's (the measurement checks that itself and refuses otherwise).
-Nothing here is timed: the slopes are unit-tested (tests/unit/test_calibrate_scan.py)."""
+Nothing here is timed: the slopes are unit-tested (tests/unit/test_calibrate_scan_fit.py)."""
 
 from __future__ import annotations
 

@@ -312,13 +312,15 @@ def test_every_end_of_an_attempt_drops_its_lease():
     )
 
 
-def test_a_held_run_is_beaten_only_when_its_lease_would_run_out_first() -> None:
+def test_a_lease_is_renewed_only_when_it_would_end_within_the_horizon() -> None:
+    """A run held past its second keeps the lease it was granted until two beats before
+    it ends: the first beat after a storm's second does not renew thousands of leases."""
     from kit.core.leases import beat_wanted
 
-    assert not beat_wanted(
-        False, confirmed_until_ms=50_000, deadline_ms=None, now_ms=0, ttl_ms=30_000
-    )
-    assert beat_wanted(False, confirmed_until_ms=29_999, deadline_ms=None, now_ms=0, ttl_ms=30_000)
+    for started in (False, True):
+        assert not beat_wanted(started, 50_000, None, now_ms=0, horizon_ms=20_000)
+        assert not beat_wanted(started, 20_000, None, now_ms=0, horizon_ms=20_000)
+        assert beat_wanted(started, 19_999, None, now_ms=0, horizon_ms=20_000)
 
 
 def test_a_started_run_is_beaten_until_its_timeout_has_passed_and_not_after() -> None:
@@ -326,8 +328,8 @@ def test_a_started_run_is_beaten_until_its_timeout_has_passed_and_not_after() ->
     run from the reaper while the worker lives."""
     from kit.core.leases import beat_wanted
 
-    assert beat_wanted(True, confirmed_until_ms=0, deadline_ms=65_000, now_ms=65_000, ttl_ms=30_000)
-    assert not beat_wanted(
-        True, confirmed_until_ms=0, deadline_ms=65_000, now_ms=65_001, ttl_ms=30_000
-    )
-    assert beat_wanted(True, confirmed_until_ms=0, deadline_ms=None, now_ms=10**12, ttl_ms=30_000)
+    assert beat_wanted(True, 0, deadline_ms=65_000, now_ms=65_000, horizon_ms=20_000)
+    assert not beat_wanted(True, 0, deadline_ms=65_000, now_ms=65_001, horizon_ms=20_000)
+    assert beat_wanted(True, 0, deadline_ms=None, now_ms=10**12, horizon_ms=20_000)
+    # a held run has no deadline yet, however long it waits for a slot
+    assert beat_wanted(False, 0, deadline_ms=None, now_ms=10**12, horizon_ms=20_000)
