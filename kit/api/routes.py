@@ -29,7 +29,7 @@ from kit.api.models import (
     check_one_off_grace,
     check_task_size,
 )
-from kit.api.state import in_store
+from kit.api.state import db_pool, in_store
 from kit.core.errors import FieldError
 from kit.settings import Settings
 from kit.store import jobs as job_store
@@ -103,7 +103,7 @@ async def create_job(
         request_hash=request_hash,
         actor=caller.token_id,
     )
-    result = await in_store(request, job_store.job_create, params)
+    result = await job_store.job_create_async(db_pool(request), params)
     if not result.created:
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"
@@ -163,7 +163,7 @@ def create_jobs_batch(body: JobBatchIn, request: Request, caller: Caller) -> Job
 
 @router.get("/jobs/{job_id}", response_model=JobOut, tags=["jobs"], summary="Get a job")
 async def get_job(job_id: str, request: Request, caller: Caller) -> JobOut:
-    return JobOut.of(await in_store(request, job_store.job_get, caller.tenant, job_id))
+    return JobOut.of(await job_store.job_get_async(db_pool(request), caller.tenant, job_id))
 
 
 @router.patch(
@@ -190,7 +190,7 @@ async def update_job(job_id: str, body: JobPatch, request: Request, caller: Call
         partitions=settings.partitions,
         actor=caller.token_id,
     )
-    return JobOut.of(await in_store(request, job_store.job_update, params))
+    return JobOut.of(await job_store.job_update_async(db_pool(request), params))
 
 
 @router.delete(
@@ -201,7 +201,7 @@ async def update_job(job_id: str, body: JobPatch, request: Request, caller: Call
     summary="Delete a job and its triggers (its run history stays)",
 )
 async def delete_job(job_id: str, request: Request, caller: Caller) -> Response:
-    await in_store(request, job_store.job_delete, caller.tenant, job_id, actor=caller.token_id)
+    await job_store.job_delete_async(db_pool(request), caller.tenant, job_id, actor=caller.token_id)
     return Response(status_code=204)
 
 
@@ -219,8 +219,8 @@ async def list_runs(
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=run_store.MAX_PAGE)] = 50,
 ) -> RunPageOut:
-    page = await in_store(
-        request, run_store.runs_list, caller.tenant, job_id, status, cursor, limit
+    page = await run_store.runs_list_async(
+        db_pool(request), caller.tenant, job_id, status, cursor, limit
     )
     return RunPageOut(runs=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor)
 
