@@ -198,7 +198,12 @@ def figures(mix: str, summary: dict[str, Any]) -> dict[str, Any]:
     else:
         row["calls_per_s"] = summary["rps"]
         row["p50_ms"] = summary["p50_ms"]
-        row["p99_ms"] = summary["p99_ms"]
+        # the worst route's p99, as for the queue: every kind of call under the target
+        # (rounds 1 and 2 showed the p99 of all calls, the setup's batch creates included)
+        row["p99_ms"] = max(
+            (r["p99_ms"] for r in summary["routes"] if "(setup)" not in r["name"]), default=0
+        )
+        row["p99_all_calls_ms"] = summary["p99_ms"]
     return row
 
 
