@@ -64,7 +64,16 @@ MIXES: dict[str, list[str]] = {
         "--lease-max",
         "100",
     ],
-    "jobs mix": ["api", "--mix", "jobs", "--rate", "500", "--api-users", "40"],
+    "jobs mix": [
+        "api",
+        "--mix",
+        "jobs",
+        "--rate",
+        "500",
+        "--api-users",
+        "40",
+        "--measure-after-setup",
+    ],
 }
 BATCHED = "queue, batched (100 per call)"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -67,6 +68,12 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         # as many handler threads as database connections: more threads would only
         # queue on the pool while contending for the GIL
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_db_pool_size
+        # What startup built (modules, the app, its models: hundreds of thousands of
+        # objects) lives as long as the process: out of the cyclic collector's sight, a
+        # full collection walks only what requests made, instead of stopping every
+        # request in flight for ~0.1 s (two or three times a minute under load; issue 16)
+        gc.collect()
+        gc.freeze()
         yield
         await db_pool.close()
         await async_engine.dispose()
