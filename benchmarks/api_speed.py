@@ -69,7 +69,7 @@ MIXES: dict[str, list[str]] = {
         "--mix",
         "jobs",
         "--rate",
-        "500",
+        "600",  # above the target, as the batched queue's: closed-loop users reach at most it
         "--api-users",
         "40",
         "--measure-after-setup",
@@ -204,6 +204,7 @@ def figures(mix: str, summary: dict[str, Any]) -> dict[str, Any]:
             and summary["final_stats"].get("dlq") == 0,
         )
         row["p99_ms"] = summary["worst_p99_ms"]
+        row["p99_all_calls_ms"] = summary.get("p99_all_calls_ms")
     else:
         row["calls_per_s"] = summary["rps"]
         row["p50_ms"] = summary["p50_ms"]
@@ -250,7 +251,8 @@ def series(args: argparse.Namespace) -> None:
 def report(args: argparse.Namespace) -> None:
     results = json.loads(Path(args.json).read_text())
     print(
-        "| mix | code | processes | series | offered/s | calls/s | tasks/s | p50 / p99 ms | "
+        "| mix | code | processes | series | offered/s | calls/s | tasks/s | "
+        "p50 / p99 ms: worst route (all calls) | "
         "errors | "
         "ledger (acked once / lost / twice, stats) | API / PG CPU ms per call | "
         "CPU share: Locust / API / PG |"
@@ -268,10 +270,13 @@ def report(args: argparse.Namespace) -> None:
             else "-"
         )
         tasks = f"{r['tasks_per_s']:,.0f}" if "tasks_per_s" in r else "-"
+        p99 = f"{r['p99_ms']:.0f}"
+        if r.get("p99_all_calls_ms") is not None:
+            p99 += f" ({r['p99_all_calls_ms']:.0f})"
         print(
             f"| {r['mix']} | {r['code']} | {r['processes']} | {r['series']} | "
             f"{r.get('offered_per_s', 1000 if r['mix'] == BATCHED else offered(r['mix'])):,} | "
-            f"{r['calls_per_s']:,.0f} | {tasks} | {r['p50_ms']:.0f} / {r['p99_ms']:.0f} | "
+            f"{r['calls_per_s']:,.0f} | {tasks} | {r['p50_ms']:.0f} / {p99} | "
             f"{r['errors']} | {ledger} | {r['api_cpu_ms_per_call']:.2f} / "
             f"{r['pg_cpu_ms_per_call']:.2f} | {r['locust_share']:.2f} / {r['api_share']:.2f} "
             f"/ {r['pg_share']:.2f} |"
@@ -325,7 +330,7 @@ def main() -> None:
         "--processes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4]
     )
     parser.add_argument(
-        "--baseline-ref", default="4640567", help="the code before the change (git ref)"
+        "--baseline-ref", default="1508f3d", help="the code before the change (git ref)"
     )
     parser.add_argument(
         "--baseline-unbatched",

@@ -26,7 +26,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from locust import FastHttpUser, constant, constant_throughput, events, task
-from locust.stats import StatsEntry
 
 from loadtest import common
 
@@ -201,14 +200,9 @@ def _report(environment: Any, **_: Any) -> None:
     duration = max(1e-9, (total.last_request_timestamp or time.time()) - total.start_time)
     rps = requests / duration
     p99 = max((r["p99_ms"] for r in routes), default=0)
-    # over the measured calls: the setup's batch creates (one per user, while the users
+    # over the mix's calls: the setup's batch creates (one per user, while the users
     # start) are not the mix, and were 0.8 % of a 12 s run's calls, enough to move a p99
-    calls = StatsEntry(environment.stats, "calls", "")
-    for (name, _method), entry in environment.stats.entries.items():
-        if "(setup)" not in name:
-            calls.extend(entry)
-    overall_p50 = calls.get_response_time_percentile(0.5)
-    overall_p99 = calls.get_response_time_percentile(0.99)
+    overall_p50, overall_p99 = common.calls_percentiles(environment, ("(setup)",))
     errors = sum(r["failures"] for r in routes)
     misses = []
     if errors:
