@@ -311,7 +311,8 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
         target = 500 if mix == "jobs mix" else 1000
         ax.axhline(target, color="red", linestyle="--", label=f"target {target}/s")
         ax.set_title(mix)
-        ax.set_ylim(bottom=0)
+        top = max([target, *(r[metric] for r in rows)])
+        ax.set_ylim(0, top * 1.15)  # room for the p99 labels under the title
         ax.set_ylabel("tasks/s end to end" if mix.startswith("queue") else "requests/s")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
