@@ -75,6 +75,14 @@ def main() -> None:
     threads = [threading.Thread(target=sample_waits, args=(stop, waits))]
     if args.fsync_probe:
         threads.append(threading.Thread(target=probe_fsync, args=(stop, fsyncs)))
+    idle: list[tuple[float, float]] = []
+    if args.fsync_probe:  # the same probe for 5 s before the mix: the disk alone
+        idle_stop = threading.Event()
+        idle_probe = threading.Thread(target=probe_fsync, args=(idle_stop, idle))
+        idle_probe.start()
+        time.sleep(5)
+        idle_stop.set()
+        idle_probe.join()
     with tempfile.TemporaryDirectory(prefix="cf-api-stalls-") as tmp:
         port = api_speed.free_port()
         proc = api_speed.serve(None, 1, port, Path(tmp) / "api.log")
@@ -103,12 +111,15 @@ def main() -> None:
     print(f"active backends sampled every 10 ms ({total:,} samples): what each waited on")
     for event, n in waits.most_common(10):
         print(f"    {event}: {n:,} ({n / max(1, total):.0%})")
-    if fsyncs:
-        lat = sorted(d for _, d in fsyncs)
-        t0 = fsyncs[0][0]
-        spikes = [(round(t - t0, 1), round(1000 * d)) for t, d in fsyncs if d > 0.05]
+    for label, probe in (("before the mix", idle), ("during the mix", fsyncs)):
+        if not probe:
+            continue
+        lat = sorted(d for _, d in probe)
+        t0 = probe[0][0]
+        spikes = [(round(t - t0, 1), round(1000 * d)) for t, d in probe if d > 0.05]
         print(
-            f"fdatasync of 8 KiB in /tmp: {len(lat):,}, p50 {1000 * lat[len(lat) // 2]:.2f} ms, "
+            f"fdatasync of 8 KiB in /tmp {label}: {len(lat):,}, "
+            f"p50 {1000 * lat[len(lat) // 2]:.2f} ms, "
             f"p99 {1000 * lat[int(0.99 * (len(lat) - 1))]:.2f} ms, max {1000 * lat[-1]:.0f} ms; "
             f"over 50 ms at (s, ms): {spikes}"
         )
