@@ -17,8 +17,7 @@ from functools import reduce
 from typing import Annotated, Any, Literal
 
 from fastapi import Response
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_core import to_json
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from kit.core.dispatch import PriorityTier
 from kit.core.errors import FieldError
@@ -330,6 +329,9 @@ def run_fields(run: RunRecord) -> dict[str, Any]:
     }
 
 
+_ANY_JSON: TypeAdapter[Any] = TypeAdapter(Any)
+
+
 def trusted_json(
     body: Any, status_code: int = 200, headers: Mapping[str, str] | None = None
 ) -> Response:
@@ -341,7 +343,7 @@ def trusted_json(
     and the serializer are the model's, so the bytes are the same
     (tests/unit/test_api_trusted_json.py)."""
     return Response(
-        to_json(body),
+        _ANY_JSON.dump_json(body),
         status_code=status_code,
         media_type="application/json",
         headers=dict(headers) if headers else None,
