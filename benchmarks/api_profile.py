@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,7 @@ LAYERS = {
     "greenlet bridge (sqlalchemy.util concurrency, greenlet)": ("concurrency.py", "greenlet"),
     "SQL building and results (sqlalchemy)": ("sqlalchemy/",),
     "driver (psycopg, socket waits)": ("psycopg/", "psycopg_pool"),
-    "kit code (kit/)": ("/kit/",),
+    "kit code (kit/)": ("(kit/", "/kit/"),
 }
 
 
@@ -127,6 +128,7 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--out", default="")
     parser.add_argument("--mix", default="queue, one call per task", choices=list(api_speed.MIXES))
+    parser.add_argument("--raw", default="", help="keep py-spy's raw stacks in this file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cf-api-profile-") as tmp:
         port = api_speed.free_port()
@@ -164,6 +166,8 @@ def main() -> None:
             load.join()
         finally:
             api_speed.stop(proc)
+        if args.raw:
+            shutil.copyfile(raw, args.raw)
         text = summarize(raw) + "\n" + commit_latency()
     print(text)
     if args.out:

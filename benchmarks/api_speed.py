@@ -64,7 +64,16 @@ MIXES: dict[str, list[str]] = {
         "--lease-max",
         "100",
     ],
-    "jobs mix": ["api", "--mix", "jobs", "--rate", "500", "--api-users", "40"],
+    "jobs mix": [
+        "api",
+        "--mix",
+        "jobs",
+        "--rate",
+        "600",  # above the target, as the batched queue's: closed-loop users reach at most it
+        "--api-users",
+        "40",
+        "--measure-after-setup",
+    ],
 }
 BATCHED = "queue, batched (100 per call)"
 
@@ -195,10 +204,16 @@ def figures(mix: str, summary: dict[str, Any]) -> dict[str, Any]:
             and summary["final_stats"].get("dlq") == 0,
         )
         row["p99_ms"] = summary["worst_p99_ms"]
+        row["p99_all_calls_ms"] = summary.get("p99_all_calls_ms")
     else:
         row["calls_per_s"] = summary["rps"]
         row["p50_ms"] = summary["p50_ms"]
-        row["p99_ms"] = summary["p99_ms"]
+        # the worst route's p99, as for the queue: every kind of call under the target
+        # (rounds 1 and 2 showed the p99 of all calls, the setup's batch creates included)
+        row["p99_ms"] = max(
+            (r["p99_ms"] for r in summary["routes"] if "(setup)" not in r["name"]), default=0
+        )
+        row["p99_all_calls_ms"] = summary["p99_ms"]
     return row
 
 
@@ -236,7 +251,8 @@ def series(args: argparse.Namespace) -> None:
 def report(args: argparse.Namespace) -> None:
     results = json.loads(Path(args.json).read_text())
     print(
-        "| mix | code | processes | series | offered/s | calls/s | tasks/s | p50 / p99 ms | "
+        "| mix | code | processes | series | offered/s | calls/s | tasks/s | "
+        "p50 / p99 ms: worst route (all calls) | "
         "errors | "
         "ledger (acked once / lost / twice, stats) | API / PG CPU ms per call | "
         "CPU share: Locust / API / PG |"
@@ -254,10 +270,13 @@ def report(args: argparse.Namespace) -> None:
             else "-"
         )
         tasks = f"{r['tasks_per_s']:,.0f}" if "tasks_per_s" in r else "-"
+        p99 = f"{r['p99_ms']:.0f}"
+        if r.get("p99_all_calls_ms") is not None:
+            p99 += f" ({r['p99_all_calls_ms']:.0f})"
         print(
             f"| {r['mix']} | {r['code']} | {r['processes']} | {r['series']} | "
             f"{r.get('offered_per_s', 1000 if r['mix'] == BATCHED else offered(r['mix'])):,} | "
-            f"{r['calls_per_s']:,.0f} | {tasks} | {r['p50_ms']:.0f} / {r['p99_ms']:.0f} | "
+            f"{r['calls_per_s']:,.0f} | {tasks} | {r['p50_ms']:.0f} / {p99} | "
             f"{r['errors']} | {ledger} | {r['api_cpu_ms_per_call']:.2f} / "
             f"{r['pg_cpu_ms_per_call']:.2f} | {r['locust_share']:.2f} / {r['api_share']:.2f} "
             f"/ {r['pg_share']:.2f} |"
@@ -292,7 +311,8 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
         target = 500 if mix == "jobs mix" else 1000
         ax.axhline(target, color="red", linestyle="--", label=f"target {target}/s")
         ax.set_title(mix)
-        ax.set_ylim(bottom=0)
+        top = max([target, *(r[metric] for r in rows)])
+        ax.set_ylim(0, top * 1.15)  # room for the p99 labels under the title
         ax.set_ylabel("tasks/s end to end" if mix.startswith("queue") else "requests/s")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -311,7 +331,7 @@ def main() -> None:
         "--processes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4]
     )
     parser.add_argument(
-        "--baseline-ref", default="4640567", help="the code before the change (git ref)"
+        "--baseline-ref", default="1508f3d", help="the code before the change (git ref)"
     )
     parser.add_argument(
         "--baseline-unbatched",

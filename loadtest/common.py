@@ -292,6 +292,18 @@ def route_rows(environment: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def calls_percentiles(environment: Any, leave_out: Sequence[str] = ()) -> tuple[float, float]:
+    """p50 and p99 over every call of the run but those of routes whose name contains
+    one of `leave_out` (a suite's setup, its monitor's polls)."""
+    from locust.stats import StatsEntry
+
+    calls = StatsEntry(environment.stats, "calls", "")
+    for (name, _method), entry in environment.stats.entries.items():
+        if not any(mark in name for mark in leave_out):
+            calls.extend(entry)
+    return calls.get_response_time_percentile(0.5), calls.get_response_time_percentile(0.99)
+
+
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
     if not rows:
         return "(none)\n"

@@ -305,6 +305,7 @@ def _report(environment: Any, **_: Any) -> None:
     calls = [r for r in routes if r["type"] in ("POST", "GET")]
     requests = sum(r["requests"] for r in calls)
     worst_p99 = max((r["p99_ms"] for r in calls if "stats" not in r["name"]), default=0)
+    _, all_calls_p99 = common.calls_percentiles(environment, ("stats",))
     produce_s = max(1e-9, (LEDGER.produce_end or time.time()) - (LEDGER.first_enqueue or 0))
     end = STATE.get("end") or time.time()
     span_s = max(1e-9, end - (LEDGER.first_enqueue or end))
@@ -367,6 +368,7 @@ def _report(environment: Any, **_: Any) -> None:
         "ack_tasks_per_s": ack_rate,
         "steady_ack_tasks_per_s": steady,
         "worst_p99_ms": worst_p99,
+        "p99_all_calls_ms": all_calls_p99,
         "final_stats": stats,
         "routes": routes,
         "cpu": cpu_data,

@@ -20,7 +20,7 @@ from kit.api.auth import Caller, IdempotencyKey, principal
 from kit.api.body import StrictJsonRoute
 from kit.api.errors import ApiError
 from kit.api.models import QueueTaskStatus
-from kit.api.state import queue_pool
+from kit.api.state import db_pool
 from kit.core.errors import FieldError
 from kit.core.queue_task import MAX_ATTEMPTS
 from kit.store import queues as queue_store
@@ -211,7 +211,7 @@ async def enqueue_task(
         idempotency_key=idempotency_key,
         request_hash=request_hash,
     )
-    created = await queue_store.task_enqueue_async(queue_pool(request), params)
+    created = await queue_store.task_enqueue_async(db_pool(request), params)
     if not created.created:
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"
@@ -245,7 +245,7 @@ async def enqueue_tasks_batch(
         for item in body.tasks
     ]
     created = await queue_store.task_enqueue_many_async(
-        queue_pool(request), caller.tenant, queue, params
+        db_pool(request), caller.tenant, queue, params
     )
     return TaskBatchOut(tasks=[TaskCreatedOut(task_id=c.task_id, status=c.status) for c in created])
 
@@ -268,7 +268,7 @@ async def lease_tasks(
         max_tasks=body.max_tasks,
         lease_s=body.lease_sec,
     )
-    leased = await queue_store.task_lease_async(queue_pool(request), params)
+    leased = await queue_store.task_lease_async(db_pool(request), params)
     return LeaseOut(
         tasks=[
             LeasedTaskOut(
@@ -289,7 +289,7 @@ async def ack(task_id: str, body: AckIn, request: Request, caller: Caller) -> Ac
     _check_json_size("result", body.result, request.app.state.settings.max_queue_payload_bytes)
     try:
         await queue_store.task_ack_async(
-            queue_pool(request), caller.tenant, task_id, body.lease_token, body.result
+            db_pool(request), caller.tenant, task_id, body.lease_token, body.result
         )
     except queue_store.TaskNotFound as exc:
         raise _not_found() from exc
@@ -305,7 +305,7 @@ async def ack_batch(body: AckBatchIn, request: Request, caller: Caller) -> AckBa
     lease) does not refuse the others: its `error` says why."""
     _check_json_sizes("acks[{}].result", [a.result for a in body.acks], request.app.state.settings)
     outcomes = await queue_store.task_ack_many_async(
-        queue_pool(request),
+        db_pool(request),
         caller.tenant,
         [queue_store.AckItem(a.task_id, a.lease_token, a.result) for a in body.acks],
     )
@@ -329,7 +329,7 @@ async def nack(task_id: str, body: NackIn, request: Request, caller: Caller) -> 
     cap 300 s). Not retryable, or the last attempt: dead letter."""
     try:
         nacked = await queue_store.task_nack_async(
-            queue_pool(request),
+            db_pool(request),
             caller.tenant,
             task_id,
             body.lease_token,
@@ -358,7 +358,7 @@ async def heartbeat(
     """The lease runs to now + extend_sec, but never past the attempt's timeout_sec."""
     try:
         expires = await queue_store.task_heartbeat_async(
-            queue_pool(request),
+            db_pool(request),
             caller.tenant,
             task_id,
             body.lease_token,
@@ -373,7 +373,7 @@ async def heartbeat(
 
 @router.get("/queues/{queue}/stats", response_model=QueueStatsOut, summary="Queue depth")
 async def stats(queue: QueueName, request: Request, caller: Caller) -> QueueStatsOut:
-    counts = await queue_store.queue_stats_async(queue_pool(request), caller.tenant, queue)
+    counts = await queue_store.queue_stats_async(db_pool(request), caller.tenant, queue)
     return QueueStatsOut(
         queue=queue,
         queued=counts.queued,

@@ -28,8 +28,11 @@ from kit.api.models import (
     check_limits,
     check_one_off_grace,
     check_task_size,
+    job_fields,
+    run_fields,
+    trusted_json,
 )
-from kit.api.state import in_store
+from kit.api.state import db_pool, in_store
 from kit.core.errors import FieldError
 from kit.settings import Settings
 from kit.store import jobs as job_store
@@ -81,10 +84,9 @@ def _forbidden(problems: list[tuple[str, str]]) -> ApiError:
 async def create_job(
     body: JobIn,
     request: Request,
-    response: Response,
     caller: Caller,
     idempotency_key: IdempotencyKey = None,
-) -> JobOut:
+) -> Response:
     """A retried create with the same `Idempotency-Key` and body returns the same job
     (200); the same key with another body is a 409."""
     settings = _settings(request)
@@ -103,11 +105,10 @@ async def create_job(
         request_hash=request_hash,
         actor=caller.token_id,
     )
-    result = await in_store(request, job_store.job_create, params)
+    result = await job_store.job_create_async(db_pool(request), params)
     if not result.created:
-        response.status_code = 200
-        response.headers["Idempotent-Replayed"] = "true"
-    return JobOut.of(result.job)
+        return trusted_json(job_fields(result.job), 200, {"Idempotent-Replayed": "true"})
+    return trusted_json(job_fields(result.job), 201)
 
 
 @router.post(
@@ -162,8 +163,9 @@ def create_jobs_batch(body: JobBatchIn, request: Request, caller: Caller) -> Job
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut, tags=["jobs"], summary="Get a job")
-async def get_job(job_id: str, request: Request, caller: Caller) -> JobOut:
-    return JobOut.of(await in_store(request, job_store.job_get, caller.tenant, job_id))
+async def get_job(job_id: str, request: Request, caller: Caller) -> Response:
+    job = await job_store.job_get_async(db_pool(request), caller.tenant, job_id)
+    return trusted_json(job_fields(job))
 
 
 @router.patch(
@@ -172,9 +174,16 @@ async def get_job(job_id: str, request: Request, caller: Caller) -> JobOut:
     tags=["jobs"],
     summary="Edit a job (also pause and resume); bumps its version",
 )
-async def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) -> JobOut:
+async def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) -> Response:
     """Send only the fields to change. The job's trigger is replaced by one of the new
     version in the same transaction, so the old version never fires."""
+    return trusted_json(job_fields(await job_edit(job_id, body, request, caller)))
+
+
+async def job_edit(
+    job_id: str, body: JobPatch, request: Request, caller: TokenInfo
+) -> job_store.JobRecord:
+    """The edit of PATCH /v1/jobs/{job_id} (the console edits through it too)."""
     settings = _settings(request)
     changes: dict[str, Any] = body.changes()
     if "schedule" in changes:
@@ -190,7 +199,7 @@ async def update_job(job_id: str, body: JobPatch, request: Request, caller: Call
         partitions=settings.partitions,
         actor=caller.token_id,
     )
-    return JobOut.of(await in_store(request, job_store.job_update, params))
+    return await job_store.job_update_async(db_pool(request), params)
 
 
 @router.delete(
@@ -201,7 +210,7 @@ async def update_job(job_id: str, body: JobPatch, request: Request, caller: Call
     summary="Delete a job and its triggers (its run history stays)",
 )
 async def delete_job(job_id: str, request: Request, caller: Caller) -> Response:
-    await in_store(request, job_store.job_delete, caller.tenant, job_id, actor=caller.token_id)
+    await job_store.job_delete_async(db_pool(request), caller.tenant, job_id, actor=caller.token_id)
     return Response(status_code=204)
 
 
@@ -218,11 +227,12 @@ async def list_runs(
     status: Annotated[str | None, Query(description="only runs in this status")] = None,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=run_store.MAX_PAGE)] = 50,
-) -> RunPageOut:
-    page = await in_store(
-        request, run_store.runs_list, caller.tenant, job_id, status, cursor, limit
+) -> Response:
+    page = await run_store.runs_list_async(
+        db_pool(request), caller.tenant, job_id, status, cursor, limit
     )
-    return RunPageOut(runs=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor)
+    body = {"runs": [run_fields(r) for r in page.runs], "next_cursor": page.next_cursor}
+    return trusted_json(body)
 
 
 @router.post(

@@ -30,14 +30,16 @@ async def in_store(
     **kwargs: P.kwargs,
 ) -> T:
     """Call a store function from an async handler, on the event loop: no worker thread
-    (kit.store.db.on_loop). The hot routes (the queue's, the jobs CRUD) use it; the rest
-    are sync handlers on `engine_of` in the thread pool."""
+    (kit.store.db.on_loop). Run-now and a run's read use it; the hottest routes (the
+    queue's, the jobs CRUD and a job's runs) call the store's `*_async` functions on
+    `db_pool`; the rest are sync handlers on `engine_of` in the thread pool."""
     return await on_loop(request.app.state.async_engine, fn, *args, **kwargs)
 
 
-def queue_pool(request: Request) -> AsyncPool:
-    """The queue routes' async connections (kit.store.queues' `*_async` functions)."""
-    return request.app.state.queue_pool
+def db_pool(request: Request) -> AsyncPool:
+    """The hot routes' async connections (the store's `*_async` functions: the queue's,
+    the jobs CRUD, a job's runs)."""
+    return request.app.state.db_pool
 
 
 def settings_of(request: Request) -> Settings:

@@ -12,6 +12,7 @@ DST rule (explicit, because croniter alone does not give it):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -111,13 +112,25 @@ def parse_cron(expr: str, field: str = "cron") -> str:
     expr = " ".join(expr.split())
     if len(expr.split()) != 5:
         raise FieldError(field, f"{expr!r} must have 5 fields: minute hour day month weekday")
+    problem = _cron_problem(expr)
+    if problem is not None:
+        raise FieldError(field, f"{expr!r} {problem}")
+    return expr
+
+
+@functools.lru_cache(maxsize=4096)
+def _cron_problem(expr: str) -> str | None:
+    """Why croniter refuses a 5-field expression, or None. A function of the text alone,
+    kept per expression: croniter's parse and a look 50 years ahead cost ~0.3 ms, and a
+    job's cron is parsed more than once per request (the API's validation, the job
+    spec), with the same few expressions request after request."""
     if not croniter.is_valid(expr):
-        raise FieldError(field, f"{expr!r} is not a valid cron expression")
+        return "is not a valid cron expression"
     try:
         croniter(expr, _EVER_FIRES_FROM).get_next(datetime)
     except CroniterBadDateError:
-        raise FieldError(field, f"{expr!r} never fires (no such day)") from None
-    return expr
+        return "never fires (no such day)"
+    return None
 
 
 def parse_instant(value: object, field: str) -> datetime:

@@ -3,6 +3,16 @@
 An edit bumps `version` and replaces the job's triggers with one of the new version, so a
 trigger of an older version cannot fire. Deleting a job removes its triggers and keeps
 its run history. A paused job keeps its trigger: the scheduler skips the fire and says why.
+
+The operations the jobs API calls (create, get, edit, delete) are written once, as steps
+(kit.store.pg_async: statements yielded, rows received, decisions with kit.core in
+between), and offered twice: on an Engine (`job_create(engine, ...)`, tests, tooling, the
+console) and on the async pool (`job_create_async(pool, ...)`, what the HTTP API runs).
+Their statements are this module's `*_SQL` constants. Each write is one statement that
+changes every table it must (data-modifying CTEs: the job, its trigger, its audit entry),
+so a create is two round trips (the database's clock, then the write), a get one, and an
+edit or a delete a transaction of two statements (the job read and locked with the
+clock, then the write).
 """
 
 from __future__ import annotations
@@ -18,13 +28,13 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
-from sqlalchemy import Connection, Engine, bindparam, delete, func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import IntegrityError
 
-from kit.core.audit import edit_action, job_diff, redacted
+from kit.core.audit import AuditAction, edit_action, job_diff, redacted
 from kit.core.ids import run_id as make_run_id
 from kit.core.jitter import jitter_offset_ms
+from kit.core.leases import RunStatus
 from kit.core.partitions import PARTITION_COUNT, partition_of
 from kit.core.schedule import (
     CronSchedule,
@@ -35,12 +45,21 @@ from kit.core.schedule import (
     schedule_to_dict,
 )
 from kit.core.timeutil import EPOCH, from_epoch_ms, to_epoch_ms
-from kit.core.trigger import SKIP_EDITED, trigger_after_edit
-from kit.store.audit import KIT_ACTOR, audit_change_in, job_view
+from kit.core.trigger import SKIP_EDITED, TriggerKind, trigger_after_edit
+from kit.store.audit import KIT_ACTOR, job_view
 from kit.store.db import db_now, is_uuid
 from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken
-from kit.store.schema import idempotency_keys, jobs, runs, triggers
-from kit.store.tenants import tenant_upsert_in
+from kit.store.pg_async import (
+    AsyncPool,
+    Execute,
+    Query,
+    Steps,
+    run_steps,
+    run_steps_async,
+    run_steps_in,
+)
+from kit.store.schema import jobs
+from kit.store.tenants import tenant_check, tenant_upsert_in
 
 _NAME_CONSTRAINT = "uq_jobs_tenant_name"
 
@@ -159,8 +178,10 @@ def _row_values(tenant: str, job_id: str, spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def _name_taken(exc: IntegrityError, names: Sequence[str]) -> bool:
-    orig = exc.orig
+def _name_taken(exc: Exception, names: Sequence[str]) -> bool:
+    """A unique violation of the job's name: psycopg's own error (the async driver) or
+    SQLAlchemy's wrapping of it (on an Engine)."""
+    orig = getattr(exc, "orig", exc)
     return (
         isinstance(orig, pg_errors.UniqueViolation)
         and orig.diag.constraint_name == _NAME_CONSTRAINT
@@ -168,49 +189,369 @@ def _name_taken(exc: IntegrityError, names: Sequence[str]) -> bool:
     )
 
 
+# ---------------------------------------------------------------------------
+# The statements, in one place: the functions on an Engine and on the async pool run the
+# same steps below, so the same text. Parameters are psycopg's named ones; `now` NULL is
+# the database's clock.
+
+_READ_COLUMNS = (
+    "job_id",
+    "tenant",
+    "name",
+    "schedule",
+    "task_spec",
+    "retry_policy",
+    "timeout_s",
+    "overlap",
+    "misfire",
+    "priority",
+    "jitter_s",
+    "paused",
+    "pause_after_dead",
+    "version",
+    "created_at",
+    "updated_at",
+)
+_JOB = ", ".join(f"j.{c}" for c in _READ_COLUMNS)
+_RETURNING = ", ".join(_READ_COLUMNS)
+_SCHEDULE = TriggerKind.schedule.value
+_NOW = "coalesce(%(now)s::timestamptz, now())"
+
+# A job with its next schedule fire (what JobRecord needs).
+JOB_READ_SQL = f"""
+SELECT {_JOB}, (SELECT min(t.fire_at) FROM triggers AS t
+        WHERE t.job_id = j.job_id AND t.kind = '{_SCHEDULE}') AS next_fire_at
+FROM jobs AS j
+WHERE j.tenant = %(tenant)s AND j.job_id = %(job_id)s::uuid"""
+
+# The same, locked for an edit or a delete, with the instant the transaction decides at.
+JOB_LOCK_SQL = (
+    JOB_READ_SQL.replace(" AS next_fire_at\n", f" AS next_fire_at, {_NOW} AS db_now\n")
+    + "\nFOR UPDATE OF j"
+)
+
+DB_NOW_SQL = "SELECT now() AS db_now"
+
+# A new job with its tenant (if new), its first trigger (if it has a fire) and its
+# audit entry: one statement, so all of it or none (a taken name writes nothing).
+JOB_INSERT_SQL = f"""
+WITH new_tenant AS (
+    INSERT INTO tenants (tenant) VALUES (%(tenant)s) ON CONFLICT DO NOTHING
+), j AS (
+    INSERT INTO jobs (job_id, tenant, name, schedule, timezone, task_spec, retry_policy,
+        timeout_s, overlap, misfire, priority, jitter_s, paused, pause_after_dead,
+        created_at, updated_at)
+    VALUES (%(job_id)s::uuid, %(tenant)s, %(name)s, %(schedule)s, %(timezone)s,
+        %(task_spec)s, %(retry_policy)s, %(timeout_s)s, %(overlap)s, %(misfire)s,
+        %(priority)s, %(jitter_s)s, %(paused)s, %(pause_after_dead)s,
+        coalesce(%(created_at)s::timestamptz, now()),
+        coalesce(%(created_at)s::timestamptz, now()))
+    RETURNING {_RETURNING}
+), new_trigger AS (
+    INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt)
+    SELECT %(partition_id)s, %(fire_at)s::timestamptz, j.job_id, j.version, '{_SCHEDULE}', 1
+    FROM j WHERE %(fire_at)s::timestamptz IS NOT NULL
+), audit AS (
+    INSERT INTO job_audit (tenant, job_id, actor, action, at, version, changes, snapshot)
+    SELECT j.tenant, j.job_id, %(actor)s, '{AuditAction.create.value}', %(at)s, j.version,
+        %(changes)s, %(snapshot)s
+    FROM j
+)
+SELECT {_JOB}, %(fire_at)s::timestamptz AS next_fire_at FROM j"""
+
+# An edit: the job's new values and version, its audit entry, and its schedule trigger
+# replaced by one of the new version (retry triggers stay: they are owed to runs that
+# already fired, and the scheduler re-arms them under the new version). The new trigger
+# is an upsert and the delete spares its key: one statement may not delete and insert
+# the same key (an unchanged fire time, as a pause keeps).
+JOB_UPDATE_SQL = f"""
+WITH j AS (
+    UPDATE jobs SET name = %(name)s, schedule = %(schedule)s, timezone = %(timezone)s,
+        task_spec = %(task_spec)s, retry_policy = %(retry_policy)s,
+        timeout_s = %(timeout_s)s, overlap = %(overlap)s, misfire = %(misfire)s,
+        priority = %(priority)s, jitter_s = %(jitter_s)s, paused = %(paused)s,
+        pause_after_dead = %(pause_after_dead)s, version = %(version)s,
+        updated_at = %(at)s,
+        dead_streak = CASE WHEN %(reset_dead_streak)s THEN 0 ELSE dead_streak END
+    WHERE job_id = %(job_id)s::uuid
+    RETURNING {_RETURNING}
+), audit AS (
+    INSERT INTO job_audit (tenant, job_id, actor, action, at, version, changes, snapshot)
+    SELECT j.tenant, j.job_id, %(actor)s, %(action)s, %(at)s, j.version, %(changes)s,
+        %(snapshot)s
+    FROM j
+), old_triggers AS (
+    DELETE FROM triggers
+    WHERE job_id = %(job_id)s::uuid AND kind <> '{TriggerKind.retry.value}'
+        AND (kind, partition_id, fire_at) IS DISTINCT FROM
+            ('{_SCHEDULE}', %(partition_id)s::smallint, %(fire_at)s::timestamptz)
+), new_trigger AS (
+    INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt)
+    SELECT %(partition_id)s, %(fire_at)s::timestamptz, j.job_id, j.version, '{_SCHEDULE}', 1
+    FROM j WHERE %(fire_at)s::timestamptz IS NOT NULL
+    ON CONFLICT (partition_id, fire_at, job_id, kind) DO UPDATE
+        SET job_version = EXCLUDED.job_version, attempt = EXCLUDED.attempt,
+            run_scheduled_at = NULL
+)
+SELECT {_JOB}, %(fire_at)s::timestamptz AS next_fire_at FROM j"""
+
+# A fire the job owed that an edit skips: a skipped run (its own run id) says why.
+RUN_SKIPPED_SQL = f"""
+INSERT INTO runs (run_id, job_id, tenant, job_version, priority, scheduled_at, attempt,
+    status, trigger_kind, skip_reason, finished_at)
+VALUES (%(run_id)s::uuid, %(job_id)s::uuid, %(tenant)s, %(version)s, %(priority)s,
+    %(scheduled_at)s, 1, '{RunStatus.skipped.value}', '{_SCHEDULE}', %(reason)s, %(at)s)
+ON CONFLICT (run_id) DO NOTHING"""
+
+# A delete: the job and its triggers go, its audit entry is written, and its runs owed
+# but not started are cancelled (their history says why rather than wait for a trigger
+# that no longer exists). Its runs and its audit log stay.
+_OWED = ", ".join(f"'{s.value}'" for s in (RunStatus.pending, RunStatus.retry_scheduled))
+JOB_DELETE_SQL = f"""
+WITH j AS (
+    DELETE FROM jobs WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid
+), audit AS (
+    INSERT INTO job_audit (tenant, job_id, actor, action, at, version, changes, snapshot)
+    VALUES (%(tenant)s, %(job_id)s::uuid, %(actor)s, '{AuditAction.delete.value}', %(at)s,
+        %(version)s, %(changes)s, NULL)
+), old_triggers AS (
+    DELETE FROM triggers WHERE job_id = %(job_id)s::uuid
+)
+UPDATE runs SET status = '{RunStatus.cancelled.value}', error = 'job deleted',
+    lease_token = NULL
+WHERE job_id = %(job_id)s::uuid AND status IN ({_OWED})"""
+
+# An Idempotency-Key taken for the request about to be served (`claimed`), with the
+# transaction's clock; or, taken before, its earlier use.
+IDEMPOTENCY_CLAIM_SQL = """
+WITH claimed AS (
+    INSERT INTO idempotency_keys (tenant, key, request_hash, job_id, created_at)
+    VALUES (%(tenant)s, %(key)s, %(request_hash)s, %(job_id)s::uuid,
+        coalesce(%(created_at)s::timestamptz, now()))
+    ON CONFLICT DO NOTHING
+    RETURNING key
+)
+SELECT EXISTS (SELECT FROM claimed) AS claimed, now() AS db_now"""
+
+IDEMPOTENCY_EARLIER_SQL = """
+SELECT request_hash, job_id, created_at FROM idempotency_keys
+WHERE tenant = %(tenant)s AND key = %(key)s"""
+
+
+def _job_values(tenant: str, job_id: str, spec: JobSpec) -> dict[str, Any]:
+    """A job's columns as the statements' parameters (JSON columns as jsonb)."""
+    values = _row_values(tenant, job_id, spec)
+    for column in _JSON_COLUMNS:
+        values[column] = Jsonb(values[column])
+    return values
+
+
+# ---------------------------------------------------------------------------
+# The operations, as steps (kit.store.pg_async).
+
+
+def _read(tenant: str, job_id: str) -> Steps[JobRecord | None]:
+    if not is_uuid(job_id):
+        return None
+    rows = yield Query(JOB_READ_SQL, {"tenant": tenant, "job_id": job_id})
+    return job_record(rows[0]) if rows else None
+
+
+def _read_locked(
+    tenant: str, job_id: str, now: datetime | None
+) -> Steps[tuple[JobRecord, datetime]]:
+    """The job locked FOR UPDATE (JobNotFound if the tenant has none), and the instant
+    the transaction decides at."""
+    if not is_uuid(job_id):
+        raise JobNotFound(job_id)
+    rows = yield Query(JOB_LOCK_SQL, {"tenant": tenant, "job_id": job_id, "now": now})
+    if not rows:
+        raise JobNotFound(job_id)
+    return job_record(rows[0]), rows[0].db_now
+
+
+def _claim_key(
+    tenant: str, key: str, request_hash: str, job_id: str, created_at: datetime | None = None
+) -> Steps[tuple[Any | None, datetime]]:
+    """(None, now): the key is now this request's. (earlier, now): the row of its
+    earlier use (`job_id`, `created_at`); IdempotencyConflict if that was another
+    request. `now` is the transaction's clock.
+
+    A concurrent request with the same key blocks on the insert until the first one
+    commits or rolls back, so two retries cannot both act."""
+    args = {
+        "tenant": tenant,
+        "key": key,
+        "request_hash": request_hash,
+        "job_id": job_id,
+        "created_at": created_at,
+    }
+    for _ in range(3):  # the earlier key may expire (maintenance) between the two reads
+        (claim,) = (yield Query(IDEMPOTENCY_CLAIM_SQL, args)) or ()
+        if claim.claimed:
+            return None, claim.db_now
+        rows = yield Query(IDEMPOTENCY_EARLIER_SQL, {"tenant": tenant, "key": key})
+        if rows:
+            earlier = rows[0]
+            break
+    else:  # pragma: no cover - the key appears and expires three times in a row
+        raise IdempotencyConflict("this Idempotency-Key is being expired; retry the request")
+    if earlier.request_hash != request_hash:
+        raise IdempotencyConflict(
+            "this Idempotency-Key was already used with a different request body"
+        )
+    return earlier, claim.db_now
+
+
+def _create(params: JobCreate, job_id: str) -> Steps[JobCreated]:
+    tenant_check(params.tenant)
+    now = params.now
+    db_clock: datetime | None = None
+    if params.idempotency_key is not None:
+        earlier, db_clock = yield from _claim_key(
+            params.tenant, params.idempotency_key, params.request_hash or "", job_id
+        )
+        if earlier is not None:
+            record = yield from _read(params.tenant, str(earlier.job_id))
+            if record is None:
+                raise IdempotencyConflict(
+                    "the job created with this Idempotency-Key has been deleted"
+                )
+            return JobCreated(record, created=False)
+    if now is None:
+        if db_clock is None:
+            (row,) = (yield Query(DB_NOW_SQL, {})) or ()
+            db_clock = row.db_now
+        now = db_clock
+    fire_at = first_fire_at(params.spec, job_id, now)
+    view = job_view(params.spec)
+    (row,) = (
+        yield Query(
+            JOB_INSERT_SQL,
+            {
+                **_job_values(params.tenant, job_id, params.spec),
+                # the job's creation is the decision's instant (the database's clock);
+                # an explicit `now` (tests) decides the trigger and the audit only
+                "created_at": db_clock if params.now is None else None,
+                "partition_id": partition_of(job_id, params.partitions),
+                "fire_at": fire_at,
+                "actor": params.actor,
+                "at": now,
+                "changes": Jsonb(job_diff(None, view)),
+                "snapshot": Jsonb(redacted(view)),
+            },
+        )
+    ) or ()
+    return JobCreated(job_record(row), created=True)
+
+
+def _update(params: JobUpdate) -> Steps[JobRecord]:
+    """Apply changes, bump the version, and replace the triggers with one of the new
+    version; see job_update."""
+    current, now = yield from _read_locked(params.tenant, params.job_id, params.now)
+    spec = replace(current.spec, **dict(params.changes))
+    skipped_at: datetime | None = None
+    if spec.schedule != current.spec.schedule or spec.jitter_s != current.spec.jitter_s:
+        old = current.next_fire_at
+        moved = trigger_after_edit(
+            None if old is None else to_epoch_ms(old),
+            jitter_offset_ms(params.job_id, current.spec.jitter_s * 1000),
+            spec.schedule,
+            jitter_offset_ms(params.job_id, spec.jitter_s * 1000),
+            to_epoch_ms(now),
+        )
+        if moved.fire_at_ms is not None:
+            fire_at: datetime | None = from_epoch_ms(moved.fire_at_ms)
+        else:
+            fire_at = first_fire_at(spec, params.job_id, now)
+        if moved.skipped_ms is not None:
+            skipped_at = from_epoch_ms(moved.skipped_ms)
+    else:
+        fire_at = current.next_fire_at
+    before, after = job_view(current.spec), job_view(spec)
+    diff = job_diff(before, after)
+    (row,) = (
+        yield Query(
+            JOB_UPDATE_SQL,
+            {
+                **_job_values(params.tenant, params.job_id, spec),
+                "version": current.version + 1,
+                # a resumed job starts a new auto-pause streak
+                "reset_dead_streak": current.spec.paused and not spec.paused,
+                "actor": params.actor,
+                "action": edit_action(diff),
+                "at": now,
+                "changes": Jsonb(diff),
+                "snapshot": Jsonb(redacted(after)),
+                "partition_id": partition_of(params.job_id, params.partitions),
+                "fire_at": fire_at,
+            },
+        )
+    ) or ()
+    if skipped_at is not None:
+        yield Execute(
+            RUN_SKIPPED_SQL,
+            {
+                "run_id": make_run_id(current.job_id, skipped_at),
+                "job_id": current.job_id,
+                "tenant": current.tenant,
+                "version": current.version,
+                "priority": current.spec.priority,
+                "scheduled_at": skipped_at,
+                "reason": SKIP_EDITED,
+                "at": now,
+            },
+        )
+    return job_record(row)
+
+
+def _delete(tenant: str, job_id: str, actor: str) -> Steps[None]:
+    current, now = yield from _read_locked(tenant, job_id, None)
+    yield Execute(
+        JOB_DELETE_SQL,
+        {
+            "tenant": tenant,
+            "job_id": job_id,
+            "actor": actor,
+            "at": now,
+            "version": current.version,
+            "changes": Jsonb(job_diff(job_view(current.spec), None)),
+        },
+    )
+
+
+# ---------------------------------------------------------------------------
+# The API of this module: each operation on an Engine and on an AsyncPool (the HTTP
+# API's), the same steps under both.
+
+
 def job_create(engine: Engine, params: JobCreate) -> JobCreated:
     """Write the job and its first trigger in one transaction, or return the job an
     earlier request with the same Idempotency-Key created."""
     job_id = params.job_id or str(uuid.uuid4())
     try:
-        with engine.begin() as conn:
-            if params.idempotency_key is not None:
-                earlier = _claim_idempotency_key(conn, params, job_id)
-                if earlier is not None:
-                    return JobCreated(earlier, created=False)
-            tenant_upsert_in(conn, params.tenant)
-            now = db_now(conn, params.now)
-            conn.execute(jobs.insert().values(**_row_values(params.tenant, job_id, params.spec)))
-            fire_at = first_fire_at(params.spec, job_id, now)
-            if fire_at is not None:
-                conn.execute(
-                    triggers.insert().values(
-                        partition_id=partition_of(job_id, params.partitions),
-                        fire_at=fire_at,
-                        job_id=job_id,
-                        job_version=1,
-                        kind="schedule",
-                        attempt=1,
-                    )
-                )
-            audit_change_in(
-                conn,
-                tenant=params.tenant,
-                job_id=job_id,
-                actor=params.actor,
-                action="create",
-                at=now,
-                version=1,
-                before=None,
-                after=job_view(params.spec),
-            )
-            record = _job_select(conn, params.tenant, job_id)
+        return run_steps(engine, _create(params, job_id), atomic=_create_atomic(params))
     except IntegrityError as exc:
         if _name_taken(exc, [params.spec.name]):
             raise NameTaken([params.spec.name]) from exc
         raise
-    assert record is not None
-    return JobCreated(record, created=True)
+
+
+async def job_create_async(pool: AsyncPool, params: JobCreate) -> JobCreated:
+    job_id = params.job_id or str(uuid.uuid4())
+    try:
+        return await run_steps_async(pool, _create(params, job_id), atomic=_create_atomic(params))
+    except pg_errors.UniqueViolation as exc:
+        if _name_taken(exc, [params.spec.name]):
+            raise NameTaken([params.spec.name]) from exc
+        raise
+
+
+def _create_atomic(params: JobCreate) -> bool:
+    """Without an Idempotency-Key a create is a read of the clock and one statement that
+    writes everything: no transaction of its own is needed. With one, the key's claim
+    and the job are one transaction."""
+    return params.idempotency_key is not None
 
 
 def idempotency_key_claim(
@@ -223,57 +564,10 @@ def idempotency_key_claim(
 ) -> Any | None:
     """Insert the key for the request about to be served (None), or return the row of
     its earlier use (`job_id`, `created_at`); IdempotencyConflict if that use was another
-    request. Job creates and run-nows share the tenant's keys.
-
-    A concurrent request with the same key blocks on the insert until the first one
-    commits or rolls back, so two retries cannot both act.
-    """
-    values: dict[str, Any] = {
-        "tenant": tenant,
-        "key": key,
-        "request_hash": request_hash,
-        "job_id": job_id,
-    }
-    if created_at is not None:
-        values["created_at"] = created_at
-    for _ in range(3):  # the earlier key may expire (maintenance) between the two reads
-        claimed = conn.execute(
-            insert(idempotency_keys)
-            .values(**values)
-            .on_conflict_do_nothing()
-            .returning(idempotency_keys.c.key)
-        ).first()
-        if claimed is not None:
-            return None
-        earlier = conn.execute(
-            select(
-                idempotency_keys.c.request_hash,
-                idempotency_keys.c.job_id,
-                idempotency_keys.c.created_at,
-            ).where(idempotency_keys.c.tenant == tenant, idempotency_keys.c.key == key)
-        ).first()
-        if earlier is not None:
-            break
-    else:  # pragma: no cover - the key appears and expires three times in a row
-        raise IdempotencyConflict("this Idempotency-Key is being expired; retry the request")
-    if earlier.request_hash != request_hash:
-        raise IdempotencyConflict(
-            "this Idempotency-Key was already used with a different request body"
-        )
+    request. Job creates and run-nows share the tenant's keys; inside the caller's
+    transaction."""
+    earlier, _ = run_steps_in(conn, _claim_key(tenant, key, request_hash, job_id, created_at))
     return earlier
-
-
-def _claim_idempotency_key(conn: Connection, params: JobCreate, job_id: str) -> JobRecord | None:
-    """Insert the key (it names the job about to be created), or resolve an earlier use."""
-    earlier = idempotency_key_claim(
-        conn, params.tenant, params.idempotency_key or "", params.request_hash or "", job_id
-    )
-    if earlier is None:
-        return None
-    record = _job_select(conn, params.tenant, earlier.job_id)
-    if record is None:
-        raise IdempotencyConflict("the job created with this Idempotency-Key has been deleted")
-    return record
 
 
 def jobs_create_batch(
@@ -390,30 +684,6 @@ def _copy_audit(
             )
 
 
-def _job_select_statements() -> tuple[Any, Any]:
-    """A job with its next schedule fire, read and read-for-update: built once (a
-    statement built per call cost its construction and its cache key every time: the
-    jobs API's largest share of CPU, profiled in issue 16)."""
-    next_fire_at = (
-        select(func.min(triggers.c.fire_at))
-        .where(triggers.c.job_id == jobs.c.job_id, triggers.c.kind == "schedule")
-        .scalar_subquery()
-    )
-    query = select(jobs, next_fire_at.label("next_fire_at")).where(
-        jobs.c.tenant == bindparam("tenant"), jobs.c.job_id == bindparam("job_id")
-    )
-    return query, query.with_for_update(of=jobs)
-
-
-_JOB_SELECT, _JOB_SELECT_FOR_UPDATE = _job_select_statements()
-
-
-def _job_select(conn: Connection, tenant: str, job_id: str, lock: bool = False) -> JobRecord | None:
-    query = _JOB_SELECT_FOR_UPDATE if lock else _JOB_SELECT
-    row = conn.execute(query, {"tenant": tenant, "job_id": job_id}).first()
-    return job_record(row) if row is not None else None
-
-
 @functools.lru_cache(maxsize=4096)
 def _stored_schedule(text: str, anchor_default: datetime) -> Schedule:
     """Stored schedules were validated on write; parse them back without a grace check.
@@ -453,16 +723,24 @@ def job_record(row: Any) -> JobRecord:
 
 def job_read_in(conn: Connection, tenant: str, job_id: str, lock: bool = False) -> JobRecord | None:
     """The tenant's job inside the caller's transaction (locked FOR UPDATE if asked)."""
-    if not is_uuid(job_id):
+    if not lock:
+        return run_steps_in(conn, _read(tenant, job_id))
+    try:
+        record, _ = run_steps_in(conn, _read_locked(tenant, job_id, None))
+    except JobNotFound:
         return None
-    return _job_select(conn, tenant, job_id, lock=lock)
+    return record
 
 
 def job_get(engine: Engine, tenant: str, job_id: str) -> JobRecord:
-    if not is_uuid(job_id):
+    record = run_steps(engine, _read(tenant, job_id), atomic=False)
+    if record is None:
         raise JobNotFound(job_id)
-    with engine.begin() as conn:
-        record = _job_select(conn, tenant, job_id)
+    return record
+
+
+async def job_get_async(pool: AsyncPool, tenant: str, job_id: str) -> JobRecord:
+    record = await run_steps_async(pool, _read(tenant, job_id), atomic=False)
     if record is None:
         raise JobNotFound(job_id)
     return record
@@ -476,132 +754,31 @@ def job_update(engine: Engine, params: JobUpdate) -> JobRecord:
     still runs, or is recorded as skipped 'edited'); a one-off that already fired stays
     fired.
     """
-    if not is_uuid(params.job_id):
-        raise JobNotFound(params.job_id)
     try:
-        with engine.begin() as conn:
-            current = _job_select(conn, params.tenant, params.job_id, lock=True)
-            if current is None:
-                raise JobNotFound(params.job_id)
-            spec = replace(current.spec, **dict(params.changes))
-            version = current.version + 1
-            now = db_now(conn, params.now)
-            skipped_at: datetime | None = None
-            if spec.schedule != current.spec.schedule or spec.jitter_s != current.spec.jitter_s:
-                old = current.next_fire_at
-                moved = trigger_after_edit(
-                    None if old is None else to_epoch_ms(old),
-                    jitter_offset_ms(params.job_id, current.spec.jitter_s * 1000),
-                    spec.schedule,
-                    jitter_offset_ms(params.job_id, spec.jitter_s * 1000),
-                    to_epoch_ms(now),
-                )
-                if moved.fire_at_ms is not None:
-                    fire_at: datetime | None = from_epoch_ms(moved.fire_at_ms)
-                else:
-                    fire_at = first_fire_at(spec, params.job_id, now)
-                if moved.skipped_ms is not None:
-                    skipped_at = from_epoch_ms(moved.skipped_ms)
-            else:
-                fire_at = current.next_fire_at
-            values = _row_values(params.tenant, params.job_id, spec)
-            values.update(version=version, updated_at=now)
-            if current.spec.paused and not spec.paused:
-                values["dead_streak"] = 0  # a resumed job starts a new auto-pause streak
-            conn.execute(update(jobs).where(jobs.c.job_id == params.job_id).values(**values))
-            before, after = job_view(current.spec), job_view(spec)
-            audit_change_in(
-                conn,
-                tenant=params.tenant,
-                job_id=params.job_id,
-                actor=params.actor,
-                action=edit_action(job_diff(before, after)),
-                at=now,
-                version=version,
-                before=before,
-                after=after,
-            )
-            # Replace the schedule trigger; retry triggers are owed to runs that already
-            # fired and survive the edit (the scheduler re-arms them under the new version).
-            conn.execute(
-                delete(triggers).where(
-                    triggers.c.job_id == params.job_id, triggers.c.kind != "retry"
-                )
-            )
-            if fire_at is not None:
-                conn.execute(
-                    triggers.insert().values(
-                        partition_id=partition_of(params.job_id, params.partitions),
-                        fire_at=fire_at,
-                        job_id=params.job_id,
-                        job_version=version,
-                        kind="schedule",
-                        attempt=1,
-                    )
-                )
-            if skipped_at is not None:
-                _record_skipped(conn, current, skipped_at, now, SKIP_EDITED)
-            record = _job_select(conn, params.tenant, params.job_id)
+        return run_steps(engine, _update(params))
     except IntegrityError as exc:
         name = params.changes.get("name")
         if name is not None and _name_taken(exc, [name]):
             raise NameTaken([name]) from exc
         raise
-    assert record is not None
-    return record
 
 
-def _record_skipped(
-    conn: Connection, job: JobRecord, at: datetime, now: datetime, reason: str
-) -> None:
-    """A fire the job owed that will not run: a skipped run (its own run id) says why."""
-    conn.execute(
-        insert(runs)
-        .values(
-            run_id=make_run_id(job.job_id, at),
-            job_id=job.job_id,
-            tenant=job.tenant,
-            job_version=job.version,
-            priority=job.spec.priority,
-            scheduled_at=at,
-            attempt=1,
-            status="skipped",
-            trigger_kind="schedule",
-            skip_reason=reason,
-            finished_at=now,
-        )
-        .on_conflict_do_nothing(index_elements=[runs.c.run_id])
-    )
+async def job_update_async(pool: AsyncPool, params: JobUpdate) -> JobRecord:
+    try:
+        return await run_steps_async(pool, _update(params))
+    except pg_errors.UniqueViolation as exc:
+        name = params.changes.get("name")
+        if name is not None and _name_taken(exc, [name]):
+            raise NameTaken([name]) from exc
+        raise
 
 
 def job_delete(engine: Engine, tenant: str, job_id: str, actor: str = KIT_ACTOR) -> None:
     """Remove the job and its triggers; its runs and its audit log stay as history."""
-    if not is_uuid(job_id):
-        raise JobNotFound(job_id)
-    with engine.begin() as conn:
-        current = _job_select(conn, tenant, job_id, lock=True)
-        if current is None:
-            raise JobNotFound(job_id)
-        conn.execute(delete(jobs).where(jobs.c.tenant == tenant, jobs.c.job_id == job_id))
-        audit_change_in(
-            conn,
-            tenant=tenant,
-            job_id=job_id,
-            actor=actor,
-            action="delete",
-            at=db_now(conn),
-            version=current.version,
-            before=job_view(current.spec),
-            after=None,
-        )
-        conn.execute(delete(triggers).where(triggers.c.job_id == job_id))
-        # Runs owed but not started will not run now: say so in their history rather
-        # than leave them waiting for a trigger that no longer exists.
-        conn.execute(
-            update(runs)
-            .where(
-                runs.c.job_id == job_id,
-                runs.c.status.in_(("pending", "retry_scheduled")),
-            )
-            .values(status="cancelled", error="job deleted", lease_token=None)
-        )
+    run_steps(engine, _delete(tenant, job_id, actor))
+
+
+async def job_delete_async(
+    pool: AsyncPool, tenant: str, job_id: str, actor: str = KIT_ACTOR
+) -> None:
+    await run_steps_async(pool, _delete(tenant, job_id, actor))

@@ -1,14 +1,23 @@
-"""psycopg's async connections for a service on an event loop (the API's queue routes),
-and the one way the store's step functions (`Steps`) run on them or on an Engine.
+"""psycopg's async connections for a service on an event loop (the API's queue and jobs
+routes), and the one way the store's step functions (`Steps`) run on them or on an Engine.
 
 A store function that must run both from sync code (tests, tooling) and from an event
 loop is written once, as a generator of steps: it yields each statement (`Query`: its
 rows are wanted; `Execute`: they are not) and receives the rows back, deciding in between
-with kit.core. `run_steps` drives it on a SQLAlchemy Engine in one transaction;
-`run_steps_async` on a pooled async connection, in one transaction in psycopg's pipeline
-mode: BEGIN travels with the first statement, COMMIT with the last write, so an ack (read
-the row, decide, write) is two round trips instead of five (pool ping, BEGIN, SELECT,
-UPDATE, COMMIT), and no thread or greenlet hop (issue 16).
+with kit.core. `run_steps` drives it on a SQLAlchemy Engine, `run_steps_in` inside a
+caller's SQLAlchemy transaction, `run_steps_async` on a pooled async connection, with no
+thread or greenlet hop (issue 16).
+
+`atomic` (the default) runs the steps in one transaction. A function whose statements
+each stand alone (one statement, or a read whose answer only picks the next statement)
+passes `atomic=False`: each statement is then its own transaction, one round trip, with
+no BEGIN and COMMIT of their own; a statement that writes several tables is made atomic
+by being one statement (data-modifying CTEs).
+
+The async driver does not use psycopg's pipeline mode. Pipelined, a read-decide-write
+call was two round trips instead of four, but measured on the 2-core machine it cost
+more CPU, in the API and in PostgreSQL, than the round trips it saved (psycopg's
+pipeline polls the socket for every command it sends; docs/api-speed.md, third round).
 
 `AsyncPool` is deliberately small: connections are made on demand up to `size` and kept;
 a request that finds none free waits for one; a connection that failed (broken) is
@@ -29,7 +38,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import namedtuple_row
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL, make_url
 
 T = TypeVar("T")
@@ -57,34 +66,49 @@ Step = Query | Execute
 Steps = Generator[Step, Sequence[Any] | None, T]
 
 
-def run_steps(engine: Engine, steps: Steps[T]) -> T:
-    """Run the steps in one transaction of `engine` (rolled back if a step raises)."""
-    with engine.begin() as conn:
-        answer: Sequence[Any] | None = None
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration as done:
-                return done.value
-            result = conn.exec_driver_sql(step.sql, dict(step.params))
-            answer = result.all() if isinstance(step, Query) else None
+def run_steps(engine: Engine, steps: Steps[T], atomic: bool = True) -> T:
+    """Run the steps on `engine`: in one transaction (rolled back if a step raises), or,
+    not `atomic`, each statement in a transaction of its own (autocommit)."""
+    if atomic:
+        with engine.begin() as conn:
+            return run_steps_in(conn, steps)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        return run_steps_in(conn, steps)
 
 
-async def run_steps_async(pool: AsyncPool, steps: Steps[T]) -> T:
-    """Run the steps in one transaction on a pooled connection, pipelined: only a Query's
-    rows (and the commit) make a round trip."""
-    async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-        answer: Sequence[Any] | None = None
-        while True:
-            try:
-                step = steps.send(answer)
-            except StopIteration as done:
-                result = done.value
-                break
-            cur = conn.cursor()
-            await cur.execute(step.sql, step.params)
-            answer = await cur.fetchall() if isinstance(step, Query) else None
-    return result
+def run_steps_in(conn: Connection, steps: Steps[T]) -> T:
+    """Run the steps on a caller's connection, inside its transaction (a store function
+    on SQLAlchemy that shares one of these operations)."""
+    answer: Sequence[Any] | None = None
+    while True:
+        try:
+            step = steps.send(answer)
+        except StopIteration as done:
+            return done.value
+        result = conn.exec_driver_sql(step.sql, dict(step.params))
+        answer = result.all() if isinstance(step, Query) else None
+
+
+async def run_steps_async(pool: AsyncPool, steps: Steps[T], atomic: bool = True) -> T:
+    """Run the steps on a pooled connection: in one transaction, or, not `atomic`, each
+    statement on its own (the connection is in autocommit)."""
+    async with pool.connection() as conn:
+        if not atomic:
+            return await _drive(conn, steps)
+        async with conn.transaction():
+            return await _drive(conn, steps)
+
+
+async def _drive(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> T:
+    answer: Sequence[Any] | None = None
+    cur = conn.cursor()
+    while True:
+        try:
+            step = steps.send(answer)
+        except StopIteration as done:
+            return done.value
+        await cur.execute(step.sql, step.params)
+        answer = await cur.fetchall() if isinstance(step, Query) else None
 
 
 def conninfo_of(url: str | URL) -> str:
@@ -118,8 +142,8 @@ class AsyncPool:
         self._closed = False
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        # autocommit: a transaction is always explicit (`conn.transaction()`, whose BEGIN
-        # is pipelined), and a ping opens none
+        # autocommit: a transaction is always explicit (`conn.transaction()`), a
+        # statement outside one is its own, and a ping opens none
         return await psycopg.AsyncConnection.connect(
             self.conninfo, options=self.options, row_factory=namedtuple_row, autocommit=True
         )

@@ -9,8 +9,11 @@ LOCKED`, so two of them never get the same task and neither waits for the other.
 Every operation is written once, as steps (kit.store.pg_async: statements yielded, rows
 received, decisions in between), and offered twice: on a SQLAlchemy Engine
 (`task_ack(engine, ...)`, for tests and tooling) and on an async pool
-(`task_ack_async(pool, ...)`, what the HTTP API runs, pipelined and without a thread
-hop). The statement text is the module's `*_SQL` constants, shared by both.
+(`task_ack_async(pool, ...)`, what the HTTP API runs, without a thread hop). The
+statement text is the module's `*_SQL` constants, shared by both. An enqueue (its
+insert, and with an Idempotency-Key the read of an earlier use) and the stats are single
+statements, run without a transaction of their own (`atomic=False`); a lease, an ack, a
+nack and a heartbeat read, decide and write in one transaction.
 """
 
 from __future__ import annotations
@@ -525,11 +528,11 @@ def task_enqueue(engine: Engine, params: TaskEnqueue) -> TaskEnqueued:
 
     A concurrent request with the same key blocks on the unique index until the first
     commits, then finds its row, so two retries cannot both create."""
-    return run_steps(engine, _enqueue(params))
+    return run_steps(engine, _enqueue(params), atomic=False)
 
 
 async def task_enqueue_async(pool: AsyncPool, params: TaskEnqueue) -> TaskEnqueued:
-    return await run_steps_async(pool, _enqueue(params))
+    return await run_steps_async(pool, _enqueue(params), atomic=False)
 
 
 def task_enqueue_many(
@@ -538,13 +541,13 @@ def task_enqueue_many(
     """Insert many tasks of one queue in one statement (all or none), in order; they
     carry no Idempotency-Key (a retried batch enqueues again). `tenant` and `queue` of
     the items are ignored: the batch's own apply."""
-    return run_steps(engine, _enqueue_many(tenant, queue, tasks))
+    return run_steps(engine, _enqueue_many(tenant, queue, tasks), atomic=False)
 
 
 async def task_enqueue_many_async(
     pool: AsyncPool, tenant: str, queue: str, tasks: Sequence[TaskEnqueue]
 ) -> list[TaskEnqueued]:
-    return await run_steps_async(pool, _enqueue_many(tenant, queue, tasks))
+    return await run_steps_async(pool, _enqueue_many(tenant, queue, tasks), atomic=False)
 
 
 def task_lease(engine: Engine, params: TaskLease) -> list[LeasedTask]:
@@ -657,13 +660,13 @@ async def task_heartbeat_async(
 def queue_stats(engine: Engine, tenant: str, queue: str, now: datetime | None = None) -> QueueStats:
     """Counts of one queue as a lessee would see them now. An expired lease counts as
     queued: the next lease request takes it (or dead-letters it on its last attempt)."""
-    return run_steps(engine, _stats(tenant, queue, now))
+    return run_steps(engine, _stats(tenant, queue, now), atomic=False)
 
 
 async def queue_stats_async(
     pool: AsyncPool, tenant: str, queue: str, now: datetime | None = None
 ) -> QueueStats:
-    return await run_steps_async(pool, _stats(tenant, queue, now))
+    return await run_steps_async(pool, _stats(tenant, queue, now), atomic=False)
 
 
 def task_row(engine: Engine, tenant: str, task_id: str) -> Mapping[str, Any] | None:

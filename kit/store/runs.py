@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, DateTime, Engine, bindparam, select, tuple_
-from sqlalchemy.dialects.postgresql import UUID, insert
+from sqlalchemy import Connection, Engine, select
+from sqlalchemy.dialects.postgresql import insert
 
 from kit.core.errors import FieldError
 from kit.core.ids import run_id as make_run_id
@@ -23,6 +23,7 @@ from kit.store.audit import KIT_ACTOR, audit_in
 from kit.store.db import db_now, is_uuid
 from kit.store.errors import IdempotencyConflict, JobNotFound, RunNotFound
 from kit.store.jobs import idempotency_key_claim, request_fingerprint
+from kit.store.pg_async import AsyncPool, Query, Steps, run_steps, run_steps_async
 from kit.store.schema import RUN_STATUSES, jobs, runs
 
 MAX_PAGE = 500
@@ -99,17 +100,84 @@ def cursor_decode(cursor: str) -> tuple[datetime, str]:
     return at, run_id
 
 
-# A job's first page of runs, newest first (limit + 1 rows: one more says a next page
-# exists), and whether the job exists when it has none: built once, see jobs._JOB_SELECT.
-_FIRST_PAGE = (
-    select(runs)
-    .where(runs.c.tenant == bindparam("tenant"), runs.c.job_id == bindparam("job_id"))
-    .order_by(runs.c.scheduled_at.desc(), runs.c.run_id.desc())
-    .limit(bindparam("limit"))
+# Runs of a job, newest first (limit + 1 rows: one more says a next page exists), and
+# whether the job exists (which only matters when it has none): one statement, one round
+# trip. No runs gives one row with the flag and no run. A filter on the status and a
+# cursor each add a condition: four texts, made once.
+_RUN_COLUMNS = (
+    "run_id",
+    "job_id",
+    "tenant",
+    "job_version",
+    "priority",
+    "scheduled_at",
+    "attempt",
+    "status",
+    "trigger_kind",
+    "worker_id",
+    "lease_expires_at",
+    "dispatched_at",
+    "started_at",
+    "finished_at",
+    "error",
+    "skip_reason",
+    "created_at",
+    "cancelled_by",
 )
-_JOB_EXISTS = select(jobs.c.job_id).where(
-    jobs.c.tenant == bindparam("tenant"), jobs.c.job_id == bindparam("job_id")
-)
+
+
+def _runs_page_sql(by_status: bool, after: bool) -> str:
+    conditions = ["tenant = %(tenant)s", "job_id = %(job_id)s::uuid"]
+    if by_status:
+        conditions.append("status = %(status)s")
+    if after:
+        conditions.append(
+            "(scheduled_at, run_id) < (%(after_at)s::timestamptz, %(after_id)s::uuid)"
+        )
+    return f"""
+SELECT e.job_exists, {", ".join(f"r.{c}" for c in _RUN_COLUMNS)}
+FROM (SELECT EXISTS (SELECT FROM jobs WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid)
+        AS job_exists) AS e
+LEFT JOIN LATERAL (
+    SELECT {", ".join(_RUN_COLUMNS)} FROM runs
+    WHERE {" AND ".join(conditions)}
+    ORDER BY scheduled_at DESC, run_id DESC
+    LIMIT %(limit)s
+) AS r ON true
+ORDER BY r.scheduled_at DESC, r.run_id DESC"""
+
+
+RUNS_PAGE_SQL = {
+    (by_status, after): _runs_page_sql(by_status, after)
+    for by_status in (False, True)
+    for after in (False, True)
+}
+
+
+def _runs_page(
+    tenant: str,
+    job_id: str,
+    status: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> Steps[RunPage]:
+    if status is not None and status not in RUN_STATUSES:
+        raise FieldError("status", f"must be one of {', '.join(RUN_STATUSES)}")
+    if not 1 <= limit <= MAX_PAGE:
+        raise FieldError("limit", f"must be between 1 and {MAX_PAGE}")
+    after = cursor_decode(cursor) if cursor else None
+    if not is_uuid(job_id):
+        raise JobNotFound(job_id)
+    args: dict[str, Any] = {"tenant": tenant, "job_id": job_id, "limit": limit + 1}
+    if status is not None:
+        args["status"] = status
+    if after is not None:
+        args["after_at"], args["after_id"] = after
+    rows = yield Query(RUNS_PAGE_SQL[status is not None, after is not None], args)
+    found = [row for row in rows or () if row.run_id is not None]
+    if not found and after is None and not (rows and rows[0].job_exists):
+        raise JobNotFound(job_id)
+    return _page(found, limit)
 
 
 def runs_list(
@@ -125,45 +193,20 @@ def runs_list(
     History outlives the job: a deleted job's runs are still listed; a job that
     never existed for this tenant (and has no runs) is not found.
     """
-    if status is not None and status not in RUN_STATUSES:
-        raise FieldError("status", f"must be one of {', '.join(RUN_STATUSES)}")
-    if not 1 <= limit <= MAX_PAGE:
-        raise FieldError("limit", f"must be between 1 and {MAX_PAGE}")
-    after = cursor_decode(cursor) if cursor else None
-    if not is_uuid(job_id):
-        raise JobNotFound(job_id)
-    if status is None and after is None:  # the common first page: statements built once
-        with engine.begin() as conn:
-            args = {"tenant": tenant, "job_id": job_id}
-            rows = conn.execute(_FIRST_PAGE, {**args, "limit": limit + 1}).all()
-            if not rows and conn.execute(_JOB_EXISTS, args).first() is None:
-                raise JobNotFound(job_id)
-        return _page(rows, limit)
-    query = (
-        select(runs)
-        .where(runs.c.tenant == tenant, runs.c.job_id == job_id)
-        .order_by(runs.c.scheduled_at.desc(), runs.c.run_id.desc())
-        .limit(limit + 1)
+    return run_steps(engine, _runs_page(tenant, job_id, status, cursor, limit), atomic=False)
+
+
+async def runs_list_async(
+    pool: AsyncPool,
+    tenant: str,
+    job_id: str,
+    status: str | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> RunPage:
+    return await run_steps_async(
+        pool, _runs_page(tenant, job_id, status, cursor, limit), atomic=False
     )
-    if status is not None:
-        query = query.where(runs.c.status == status)
-    if after is not None:
-        query = query.where(
-            tuple_(runs.c.scheduled_at, runs.c.run_id)
-            < tuple_(
-                bindparam("after_at", after[0], type_=DateTime(timezone=True)),
-                bindparam("after_id", after[1], type_=UUID(as_uuid=False)),
-            )
-        )
-    with engine.begin() as conn:
-        rows = conn.execute(query).all()
-        if not rows and after is None:
-            exists = conn.execute(
-                select(jobs.c.job_id).where(jobs.c.tenant == tenant, jobs.c.job_id == job_id)
-            ).first()
-            if exists is None:
-                raise JobNotFound(job_id)
-    return _page(rows, limit)
 
 
 def _page(rows: Sequence[Any], limit: int) -> RunPage:

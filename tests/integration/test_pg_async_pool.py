@@ -1,4 +1,4 @@
-"""kit.store.pg_async.AsyncPool, the queue routes' connections: bounded, a connection the
+"""kit.store.pg_async.AsyncPool, the hot routes' connections: bounded, a connection the
 server dropped is replaced rather than failing a request, a failed transaction is not
 handed on, and a caller on another event loop still gets a working connection."""
 
@@ -9,8 +9,17 @@ import asyncio
 import psycopg
 import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
 
-from kit.store.pg_async import AsyncPool, Execute, Query, Steps, conninfo_of, run_steps_async
+from kit.store.pg_async import (
+    AsyncPool,
+    Execute,
+    Query,
+    Steps,
+    conninfo_of,
+    run_steps,
+    run_steps_async,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -95,3 +104,32 @@ def test_another_event_loop_gets_a_connection_of_its_own(engine: Engine) -> None
     second = asyncio.run(pid())  # a new loop: the pool's kept connection is not used
     asyncio.run(pool.close())
     assert first != second
+
+
+def _writes(table: str) -> Steps[None]:
+    yield Execute(f"INSERT INTO {table} VALUES (1)", {})
+    yield Query("SELECT 1/0 AS boom", {})
+
+
+@pytest.mark.parametrize("atomic", [True, False])
+def test_atomic_steps_are_one_transaction_the_others_one_each(engine: Engine, atomic: bool) -> None:
+    """Both drivers: a failure after a write undoes it in one transaction (`atomic`), and
+    leaves it where each statement is its own (what the store passes only for steps whose
+    statements stand alone)."""
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE probe_sync (n int)"))
+        conn.execute(text("CREATE TABLE probe_async (n int)"))
+    with pytest.raises(DBAPIError):
+        run_steps(engine, _writes("probe_sync"), atomic=atomic)
+
+    async def main() -> None:
+        pool = _pool(engine, size=1)
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await run_steps_async(pool, _writes("probe_async"), atomic=atomic)
+        await pool.close()
+
+    asyncio.run(main())
+    with engine.connect() as conn:
+        for table in ("probe_sync", "probe_async"):
+            rows = conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+            assert rows == (0 if atomic else 1), table

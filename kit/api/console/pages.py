@@ -211,8 +211,8 @@ async def _set_paused(request: Request, session: ConsoleSession, job_id: str, pa
     """Through the API's own PATCH route, so the console edits exactly as the API does."""
     require_write(session)
     patch = JobPatch.model_validate({"paused": paused})
-    job = await _call(api_routes.update_job, job_id, patch, request, session.token)
-    return f"{job.name} {'paused' if paused else 'resumed'}"
+    job = await _call(api_routes.job_edit, job_id, patch, request, session.token)
+    return f"{job.spec.name} {'paused' if paused else 'resumed'}"
 
 
 @router.post("/jobs/{job_id}/pause")
@@ -288,8 +288,8 @@ async def edit_job(job_id: str, request: Request, session: Session) -> Response:
     problems += more
     if model is not None:
         try:
-            job = await _call(api_routes.update_job, job_id, model, request, session.token)
-            return redirect(f"{PREFIX}/jobs/{job_id}", f"saved {job.name} (v{job.version})")
+            job = await _call(api_routes.job_edit, job_id, model, request, session.token)
+            return redirect(f"{PREFIX}/jobs/{job_id}", f"saved {job.spec.name} (v{job.version})")
         except FieldError as exc:
             problems.append((exc.field, exc.reason))
         except NameTaken:
