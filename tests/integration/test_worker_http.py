@@ -70,14 +70,16 @@ def target() -> Iterator[Target]:
                     time.sleep(0.3)
                 if self.path.startswith("/hang"):
                     state.release.wait(30)
-                status, payload = (500, b"broken") if self.path == "/fail" else (200, b"ok")
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
             finally:
+                # counted out before the answer leaves: once the worker has it, its slot
+                # may send the next request before this thread runs again
                 with state.lock:
                     state.now -= 1
+            status, payload = (500, b"broken") if self.path == "/fail" else (200, b"ok")
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
