@@ -9,6 +9,8 @@ expired (and that a reaper may be handing to another worker), which the core ref
 from __future__ import annotations
 
 import random
+import re
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -43,11 +45,34 @@ RETRY = {"max_attempts": 3, "base_s": 1.0, "cap_s": 10.0, "jitter": "none"}
 WORKERS = ("w1", "w2")
 _base = iter(range(10**6))
 
+# What the suite reached, by step and outcome ("heartbeat: lease expired at N"): a
+# suite that never reaches a branch cannot notice when one side changes it (the first
+# version beat a running run's lease about once in 60 examples, and never an expired one).
+REACHED: Counter[str] = Counter()
+MUST_REACH = {
+    "claim: accepted",
+    "claim: not claimable: status is running",
+    "heartbeat: accepted",
+    "heartbeat: lease expired at N",
+    "heartbeat: stale token",
+    "finish: accepted",
+    "finish: stale token",
+    "release: accepted",
+    "give back: accepted",
+    "reap: accepted",
+    "reap: lease live until N",
+    "retry due: accepted",
+}
+
+
+def reached(step: str, accepted: bool, reason: str | None) -> None:
+    REACHED[f"{step}: " + ("accepted" if accepted else re.sub(r"\d+", "N", reason or ""))] += 1
+
 
 def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
     class RunLeaseContract(RuleBasedStateMachine):
-        @initialize()
-        def a_pending_run(self) -> None:
+        @initialize(claimed=st.booleans())
+        def a_pending_run(self, claimed: bool) -> None:
             # each example: its own job and run, its own stretch of (explicit) time
             n = next(_base)
             self.now_ms = to_epoch_ms(datetime(2031, 1, 1, tzinfo=UTC)) + n * 86_400_000
@@ -57,6 +82,8 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             self.core = RunLease(self.run_id, 1, RunStatus.pending)
             self.tokens: list[str] = ["not-a-token"]
             self.policy = RetryPolicy.parse(RETRY)
+            if claimed:  # half the examples start from a claimed run: rule subsets that
+                self.claim("w1", 0)  # leave out claim still reach a running lease
 
         @property
         def now(self) -> datetime:
@@ -65,9 +92,14 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
         def _token(self, pick: int) -> str:
             return self.tokens[pick % len(self.tokens)]
 
-        @rule(ms=st.integers(0, 2 * TTL_MS))
+        @rule(ms=st.integers(0, 2 * TTL_MS) | st.sampled_from([TTL_MS - 1, TTL_MS, TTL_MS + 1]))
         def time_passes(self, ms: int) -> None:
             self.now_ms += ms
+
+        @rule(ms=st.integers(0, 2 * TTL_MS), pick=st.integers(0, 50))
+        def time_passes_then_heartbeat(self, ms: int, pick: int) -> None:
+            self.now_ms += ms
+            self.heartbeat(pick)
 
         @rule(worker=st.sampled_from(WORKERS), skew=st.sampled_from([0, 0, 0, -1, 1]))
         def claim(self, worker: str, skew: int) -> None:
@@ -77,6 +109,7 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             due = to_epoch_ms(got[0].due_at) if got and got[0].due_at else None
             t = core.claim_run(self.core, worker, token, attempt, self.now_ms, TTL_MS, due)
             assert bool(got) == t.accepted, (got, t.reason)
+            reached("claim", t.accepted, t.reason)
             if got:
                 self.tokens.append(token)
             self.core = t.run
@@ -87,6 +120,7 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             kept, _lost = runs_heartbeat(engine, [(self.run_id, token)], TTL_MS, self.now)
             t = core.heartbeat_run(self.core, token, self.now_ms, TTL_MS)
             assert (self.run_id in kept) == t.accepted, t.reason
+            reached("heartbeat", t.accepted, t.reason)
             self.core = t.run
 
         @rule(pick=st.integers(0, 50), ok=st.booleans())
@@ -101,6 +135,7 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
                 retry_at = to_epoch_ms(result.retry_at) if result.retry_at else None
                 t = core.finish_run(self.core, token, False, self.now_ms, retry_at)
             assert result.accepted == t.accepted, t.reason
+            reached("finish", t.accepted, t.reason)
             self.core = t.run
 
         @rule(pick=st.integers(0, 50))
@@ -109,6 +144,7 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             released = runs_release(engine, [(self.run_id, token)], self.now)
             t = core.release_run(self.core, token, self.now_ms)
             assert (released == 1) == t.accepted, t.reason
+            reached("release", t.accepted, t.reason)
             self.core = t.run
 
         @rule(pick=st.integers(0, 50))
@@ -117,6 +153,7 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             returned = runs_return(engine, [(self.run_id, token)], self.now)
             t = core.return_run(self.core, token, started=False)
             assert bool(returned) == t.accepted, t.reason
+            reached("give back", t.accepted, t.reason)
             self.core = t.run
 
         @rule()
@@ -133,6 +170,7 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             )
             t = core.expire_run(self.core, self.now_ms, max_attempts)
             assert (bool(mine) or dead) == t.accepted, t.reason
+            reached("reap", t.accepted, t.reason)
             self.core = t.run
 
         @rule()
@@ -148,6 +186,7 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
                 rearmed = runs_rearm(conn, {self.run_id: c.attempt})
             t = core.retry_due_run(c, self.now_ms + SCAN_AHEAD_MS)
             assert (self.run_id in rearmed) == t.accepted, t.reason
+            reached("retry due", t.accepted, t.reason)
             self.core = t.run
 
         @invariant()
@@ -169,4 +208,7 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 
 
 def test_run_lease_store_equals_core(engine: Engine) -> None:
-    replay(run_lease_machine(engine), examples=60, steps=25)
+    REACHED.clear()
+    replay(run_lease_machine(engine), examples=150, steps=30)
+    missed = MUST_REACH - set(REACHED)
+    assert not missed, f"the suite never reached {sorted(missed)}; it reached {dict(REACHED)}"
