@@ -313,10 +313,13 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
         }
     )
     plot(run_dir / f"{name}.png", result)
-    lags = result.pop("lags")
-    (run_dir / f"{name}.json").write_text(json.dumps(result, indent=1, default=str))
-    result["lags"] = lags
+    # every run's lag is in the plot and the ledger (*.tsv); the json keeps the figures
+    kept = {k: v for k, v in result.items() if k not in BULKY}
+    (run_dir / f"{name}.json").write_text(json.dumps(kept, indent=1, default=str))
     return result
+
+
+BULKY = ("lags", "arrivals")  # one number per run: 180,000 of them in a sustained run
 
 
 def plot(path: Path, r: dict[str, Any]) -> None:
@@ -436,7 +439,7 @@ def main() -> int:
             for line in lines:
                 say(f"    {line}")
     (args.out / "summary.json").write_text(
-        json.dumps([{k: v for k, v in r.items() if k != "lags"} for r in results], default=str)
+        json.dumps([{k: v for k, v in r.items() if k not in BULKY} for r in results], default=str)
     )
     say(f"{load_line()} at end; data and plots in {args.out}")
     return 0
