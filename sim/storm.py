@@ -33,6 +33,12 @@ measured on the kit's own code (`cronfleet calibrate --only-worker-starts`), eve
 step thread by thread from a storm of the kit sampled by benchmarks/burst_at_t.py
 (`[storm_cpu]` of the profile, docs/sim-storm.md).
 
+What the runs execute (`storm.task`): noop runs start inline on the hold thread; an http
+run goes to the worker's task loop (one thread, on its interpreter lock), waits for one
+of the target's kept-alive connections (per worker) and a concurrency slot, and costs the
+loop's CPU before and after the target's; a command run costs a pool thread's CPU to spawn
+and reap it and the command's own. Their costs: `cronfleet calibrate --only-tasks`.
+
 Not modelled: the clock (a worker starts a run when its lower bound of the database's
 clock reaches T and measures the start by the same bound, so the measured lag does not
 see the bound's error), the garbage collector (its time is in the thread it interrupts),
