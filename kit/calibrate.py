@@ -15,13 +15,18 @@ the rest of the wall time of the store calls (the database's, round trip include
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime as dt
 import json
 import math
+import os
 import platform
 import random
 import re
+import resource
 import statistics
+import subprocess
+import tempfile
 import time
 import tomllib
 import uuid
@@ -61,6 +66,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="measure only the worker's hold and start path (no database or broker) and "
         "update those keys of an existing profile",
     )
+    p.add_argument(
+        "--only-tasks",
+        action="store_true",
+        help="measure only the worker's CPU per http task (to the Go ledger on loopback) and "
+        "per command task (/bin/true), and the target's, and update those keys of an "
+        "existing profile (no database or broker)",
+    )
+    p.add_argument("--http-tasks", type=int, default=2500, help="http tasks due at once")
+    p.add_argument("--command-tasks", type=int, default=300, help="command tasks due at once")
     p.add_argument("--starts", type=int, default=25_000, help="runs held and started at once")
     p.add_argument(
         "--storm-cpu",
@@ -91,6 +105,22 @@ def main(args: argparse.Namespace) -> int:
     from kit.settings import load_settings
 
     out = Path(args.out)
+    if args.only_tasks:
+        http = measure_http_tasks(args.http_tasks)
+        command = measure_command_tasks(args.command_tasks)
+        costs = task_costs(http, command)
+        stamp = f"{platform.node()} at {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
+        update_profile(
+            out,
+            costs,
+            0,
+            starts_measured=False,
+            notes={"task_costs": _tasks_note(http, command, stamp)},
+        )
+        for k, v in costs.items():
+            print(f"  {k:<44} {v * 1e6:10.2f} us")
+        print(f"updated {args.out}")
+        return 0
     if args.only_storm or args.only_worker_starts:
         if args.only_storm and not args.storm_cpu:
             raise SystemExit("--only-storm: needs --storm-cpu (a burst's JSON)")
@@ -163,10 +193,13 @@ def carried_over(
 ) -> tuple[dict[str, float], dict[str, str]]:
     """What a full calibration keeps of the profile it replaces: the storm's CPU (storm_*:
     it comes from a storm run, `--only-worker-starts --storm-cpu`) and, when asked, the
-    worker's start path (worker_*), each with its [measured] note."""
+    worker's start path (worker_*); the task costs (`--only-tasks`) always; each with its
+    [measured] note."""
     keep = ("storm_", "worker_") if keep_worker_starts else ("storm_",)
-    numbers = {k: float(v) for k, v in old["service_times"].items() if k.startswith(keep)}
-    groups = ["storm_cpu", "worker_starts"] if keep_worker_starts else ["storm_cpu"]
+    numbers = {
+        k: float(v) for k, v in old["service_times"].items() if k.startswith(keep) or k in TASK_KEYS
+    }
+    groups = ["storm_cpu", "task_costs"] + (["worker_starts"] if keep_worker_starts else [])
     notes = {g: str(old["measured"][g]) for g in groups if g in old["measured"]}
     return numbers, notes
 
@@ -1030,6 +1063,266 @@ def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
     }
 
 
+# Task costs (the storm model's `storm.task=http|command`): the Go ledger the benchmarks
+# send their webhooks to (loadtest/ledger, built by scripts/build_ledger.sh)
+LEDGER_BIN = Path(__file__).resolve().parents[1] / "loadtest" / "ledger" / "bin" / "ledger"
+TASK_KEYS = (
+    "worker_http_loop_cpu_s",
+    "worker_http_loop_before_send_s",
+    "worker_http_submit_s",
+    "http_target_cpu_s",
+    "worker_command_cpu_s",
+    "worker_command_submit_s",
+    "command_child_cpu_s",
+)
+
+
+@dataclass(frozen=True)
+class TaskRound:
+    """CPU seconds one round of n tasks took, where it was spent."""
+
+    n: int
+    loop_s: float = 0.0  # the worker's task-loop thread (http)
+    loop_unsent_s: float = 0.0  # the same tasks refused at their start: no request sent
+    submit_s: float = 0.0  # the hold thread handing the due runs on (loop or pool)
+    worker_s: float = 0.0  # the worker process, every thread (command)
+    target_s: float = 0.0  # the other end: the ledger's process, or the commands' own
+
+
+def task_costs(http: Sequence[TaskRound], command: Sequence[TaskRound]) -> dict[str, float]:
+    """Per task, the median over rounds: the loop's CPU per http task and the part of it
+    before the request leaves (the round whose runs were refused at their start: lookup,
+    guard, connection, begin; the rest, the write and the response, comes after the
+    target), the hold thread's hand-over, the target's CPU; a command's CPU in the worker
+    and in its own process. A part larger than its whole is refused, not clamped: it would
+    mean the method is wrong."""
+
+    def per(rounds: Sequence[TaskRound], field: str) -> float:
+        return statistics.median(getattr(r, field) / r.n for r in rounds)
+
+    out: dict[str, float] = {}
+    if http:
+        out |= {
+            "worker_http_loop_cpu_s": per(http, "loop_s"),
+            "worker_http_loop_before_send_s": per(http, "loop_unsent_s"),
+            "worker_http_submit_s": per(http, "submit_s"),
+            "http_target_cpu_s": per(http, "target_s"),
+        }
+        if out["worker_http_loop_before_send_s"] > out["worker_http_loop_cpu_s"]:
+            raise RuntimeError(
+                "http: the loop's CPU before the request leaves exceeds the whole request's "
+                f"({out['worker_http_loop_before_send_s'] * 1e6:.1f} > "
+                f"{out['worker_http_loop_cpu_s'] * 1e6:.1f} us)"
+            )
+    if command:
+        out |= {
+            "worker_command_cpu_s": per(command, "worker_s"),
+            "worker_command_submit_s": per(command, "submit_s"),
+            "command_child_cpu_s": per(command, "target_s"),
+        }
+    if any(v < 0 for v in out.values()):
+        raise RuntimeError(f"a negative task cost: {out}")
+    return out
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """A process's user + system CPU (Linux /proc; 10 ms ticks: sum over enough work)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _task_worker(policy: Any) -> Any:
+    """The kit's worker with no database or broker (never opened), its task loop started."""
+    from sqlalchemy import create_engine
+
+    from kit.worker.worker import Worker, task_executor
+
+    engine = create_engine("postgresql+psycopg://calibrate@127.0.0.1:9/none", hide_parameters=True)
+    w = Worker(engine, None, None, "calibrate", 1024, 30_000, execute=task_executor(policy))  # type: ignore[arg-type]
+    w.clock.observe(0.0, 0.0, 0.0)
+    return w
+
+
+def _entries(n: int, spec: dict[str, Any], due: dt.datetime) -> list[Any]:
+    from kit.store.claims import ClaimedRun
+    from kit.worker.worker import _InFlight
+
+    confirmed = time.monotonic() + 3600
+    return [
+        _InFlight(
+            ClaimedRun(
+                run_id=str(uuid.uuid4()),
+                job_id=f"j{i}",
+                tenant="t",
+                attempt=1,
+                lease_token="tok",
+                priority="normal",
+                scheduled_at=due,
+                claimed_at=due,
+                task_spec=spec,
+                timeout_s=60,
+            ),
+            confirmed_until=confirmed,
+        )
+        for i in range(n)
+    ]
+
+
+def _until(done: Any, bound_s: float, what: str) -> None:
+    deadline = time.monotonic() + bound_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not done within {bound_s:g} s")
+        time.sleep(0.005)
+
+
+def _start_round(w: Any, n: int, spec: dict[str, Any], fenced: bool = False) -> float:
+    """Hold n runs due at one second, pop them and start them as the hold thread does
+    (`Worker._start`); returns the hold thread's CPU for the hand-over."""
+    due = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    entries = _entries(n, spec, due)
+    for e in entries:
+        e.fenced = fenced
+    w._hold(entries)
+    with w._held_changed:
+        popped = w._wheel.pop_due(int(due.timestamp() * 1000))
+    t0 = time.thread_time()
+    w._start(popped)
+    return time.thread_time() - t0
+
+
+def measure_http_tasks(n: int = 2500, repeats: int = 3) -> list[TaskRound]:
+    """The worker's CPU per http task on its task loop, for n POSTs due at one second (one
+    worker's share of the 5,000-task burst of benchmarks/http_tasks.py, the same request)
+    to the Go ledger on loopback, through the kit's own path (`Worker._start`, the task
+    loop, kit.tasks.http and its kept-alive pool); the ledger's CPU is the target's. Each
+    round also starts n runs refused at their start (fenced): their loop CPU is the part
+    before a request leaves."""
+    from kit.tasks.policy import PolicySource
+
+    if not LEDGER_BIN.exists():
+        raise SystemExit(f"{LEDGER_BIN} missing: run bash scripts/build_ledger.sh")
+    rounds: list[TaskRound] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        port_file = Path(tmp) / "port"
+        ledger = subprocess.Popen(
+            [
+                str(LEDGER_BIN),
+                "-addr",
+                "127.0.0.1:0",
+                "-out",
+                f"{tmp}/ledger.tsv",
+                "-port-file",
+                str(port_file),
+            ]
+        )
+        w = None
+        try:
+            _until(port_file.exists, 10, "the ledger's port")
+            time.sleep(0.05)
+            spec = {
+                "type": "http",
+                "method": "POST",
+                "url": f"http://127.0.0.1:{int(port_file.read_text())}/hook",
+                "headers": {"Content-Type": "application/json"},
+                "body": "{}",
+            }
+            w = _task_worker(PolicySource(None, "127.0.0.1"))
+            w._task_loop.start()
+            loop = w._task_loop.loop
+
+            def loop_cpu() -> float:
+                return asyncio.run_coroutine_threadsafe(_thread_time(), loop).result(10)
+
+            def quiet() -> bool:
+                return not w._task_loop._tasks
+
+            for r in range(repeats + 1):  # the first: imports and connections, not counted
+                size = n if r else min(n, 200)
+                w._succeeded.clear()
+                c0 = loop_cpu()
+                _start_round(w, size, spec, fenced=True)
+                _until(lambda: w._waiting == 0 and quiet(), 60, "http runs refused")
+                c1, t1 = loop_cpu(), _proc_cpu_s(ledger.pid)
+                submit = _start_round(w, size, spec)
+                _until(lambda k=size: len(w._succeeded) >= k and quiet(), 120, "http runs")
+                c2, t2 = loop_cpu(), _proc_cpu_s(ledger.pid)
+                if r:
+                    rounds.append(TaskRound(size, c2 - c1, c1 - c0, submit, target_s=t2 - t1))
+            lines = Path(f"{tmp}/ledger.tsv")
+            time.sleep(0.3)  # the ledger flushes every 100 ms
+            if len(lines.read_text().splitlines()) < repeats * n:
+                raise RuntimeError("http: the ledger did not record every request")
+        finally:
+            if w is not None and w._task_loop is not None:
+                w._task_loop.stop()
+                w._pool.shutdown(wait=False)
+            ledger.terminate()
+            ledger.wait(10)
+    return rounds
+
+
+async def _thread_time() -> float:
+    return time.thread_time()
+
+
+def measure_command_tasks(
+    n: int = 300, repeats: int = 3, argv: tuple[str, ...] = ("/bin/true",)
+) -> list[TaskRound]:
+    """The worker's CPU per command task (`Worker._start` to a pool thread, the kit's
+    command runner: the task policy, the process spawned in its own group, waited for),
+    and the command's own CPU (its process, reaped by the worker); n commands due at one
+    second per round."""
+    from kit.tasks.policy import PolicySource
+
+    rounds: list[TaskRound] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        policy = Path(tmp) / "tasks.toml"
+        policy.write_text(f"[tenants.t]\ncommands = {json.dumps([argv[0]])}\n")
+        w = _task_worker(PolicySource(str(policy)))
+        spec = {"type": "command", "argv": list(argv)}
+        try:
+            for r in range(repeats + 1):  # the first: imports, the keeper, not counted
+                size = n if r else min(n, 20)
+                w._succeeded.clear()
+                p0 = time.process_time()
+                k0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                submit = _start_round(w, size, spec)
+                _until(lambda k=size: len(w._succeeded) >= k, 120, "command runs")
+                p1 = time.process_time()
+                k1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                child = k1.ru_utime + k1.ru_stime - k0.ru_utime - k0.ru_stime
+                if r:
+                    rounds.append(
+                        TaskRound(size, submit_s=submit, worker_s=p1 - p0, target_s=child)
+                    )
+        finally:
+            w._pool.shutdown(wait=True)
+    return rounds
+
+
+def _tasks_note(http: Sequence[TaskRound], command: Sequence[TaskRound], when: str) -> str:
+    def us(rounds: Sequence[TaskRound], field: str) -> str:
+        return ", ".join(f"{getattr(r, field) / r.n * 1e6:.1f}" for r in rounds)
+
+    return (
+        "worker_http_*, http_target_cpu_s: kit.worker.Worker's start (Worker._start, "
+        f"worker_http_submit_s) of {http[0].n if http else 0} http POSTs due at one second, "
+        "run on its task loop through kit.tasks.http to the Go ledger on loopback (the "
+        "benchmark's target and request), concurrency 1024; worker_http_loop_cpu_s = the "
+        "loop thread's CPU per task (rounds: " + us(http, "loop_s") + " us), "
+        "worker_http_loop_before_send_s = the same for runs refused at their start (no request "
+        "sent; rounds: " + us(http, "loop_unsent_s") + " us), http_target_cpu_s = the "
+        "ledger's CPU per request (rounds: " + us(http, "target_s") + " us); "
+        f"worker_command_*, command_child_cpu_s: {command[0].n if command else 0} commands "
+        "(/bin/true) due at one second through the kit's command runner on the worker's pool; "
+        "the worker process's CPU per command (rounds: " + us(command, "worker_s") + " us), "
+        "the command's own (rounds: " + us(command, "target_s") + " us); median of "
+        f"{len(http)} rounds each after a warm-up, no database, measured by cronfleet "
+        f"calibrate on {when}"
+    )
+
+
 # What the storm model runs itself at the second (burst_at_t.py's categories): the workers'
 # hold, finisher, fence and heartbeat threads and their PostgreSQL backends; and the
 # sampler, which the compared runs do not have. The rest is charged as the machine's CPU
@@ -1176,6 +1469,7 @@ def update_profile(
     storm: dict[str, float] | None = None,
     storm_source: str | None = None,
     starts_measured: bool = True,
+    notes: Mapping[str, str] | None = None,
 ) -> None:
     """Set these service times in an existing profile, the others kept as they were
     measured; the [measured] table (the last one) says where the new ones come from."""
@@ -1188,8 +1482,10 @@ def update_profile(
         if line.startswith("["):
             section = line.strip()
         key = line.split("=", 1)[0].strip()
-        drop = (key == "worker_starts" and starts_measured) or (
-            storm is not None and key == "storm_cpu"
+        drop = (
+            (key == "worker_starts" and starts_measured)
+            or (storm is not None and key == "storm_cpu")
+            or (section == "[measured]" and key in (notes or {}))
         )
         stale_storm = storm is not None and key.startswith("storm_") and key != "storm_cpu"
         if (section == "[service_times]" and (key in numbers or stale_storm)) or drop:
@@ -1217,6 +1513,7 @@ def update_profile(
             f"less its idle rate): {storm_source}, set by cronfleet calibrate on {stamp}"
         )
         out.append(f"storm_cpu = {json.dumps(note)}")
+    out += [f"{k} = {json.dumps(v)}" for k, v in (notes or {}).items()]
     path.write_text("\n".join(out) + "\n")
 
 

@@ -33,6 +33,12 @@ measured on the kit's own code (`cronfleet calibrate --only-worker-starts`), eve
 step thread by thread from a storm of the kit sampled by benchmarks/burst_at_t.py
 (`[storm_cpu]` of the profile, docs/sim-storm.md).
 
+What the runs execute (`storm.task`): noop runs start inline on the hold thread; an http
+run goes to the worker's task loop (one thread, on its interpreter lock), waits for one
+of the target's kept-alive connections (per worker) and a concurrency slot, and costs the
+loop's CPU before and after the target's; a command run costs a pool thread's CPU to spawn
+and reap it and the command's own. Their costs: `cronfleet calibrate --only-tasks`.
+
 Not modelled: the clock (a worker starts a run when its lower bound of the database's
 clock reaches T and measures the start by the same bound, so the measured lag does not
 see the bound's error), the garbage collector (its time is in the thread it interrupts),
@@ -89,10 +95,30 @@ STORM_DEFAULTS: dict[str, Any] = {
         # the hold threads' CPU per start at T, and what the rest of the machine takes from
         # T to T + 0.3 s (in place of the steady background in that window)
         "at_t": True,
+        # what each run executes: noop (inline on the hold thread), http (on the worker's
+        # task loop, kit.worker.task_loop: the loop's CPU per task under the interpreter
+        # lock, then the target's), command (a pool thread spawns it: the worker's CPU
+        # under the lock, then the command's own)
+        "task": "noop",
+        "concurrency": 1024,  # tasks one worker runs at once (the benchmark's --concurrency)
+        # kept-alive connections per target per worker: kit.tasks.http.CONNECTIONS_PER_TARGET
+        "connections_per_target": 64,
     },
     "profile": {},
 }
 
+
+TASKS = ("noop", "http", "command")
+# the profile keys each task kind is charged by (cronfleet calibrate --only-tasks)
+TASK_PROFILE_KEYS: dict[str, tuple[str, ...]] = {
+    "http": (
+        "worker_http_submit_s",
+        "worker_http_loop_cpu_s",
+        "worker_http_loop_before_send_s",
+        "http_target_cpu_s",
+    ),
+    "command": ("worker_command_submit_s", "worker_command_cpu_s", "command_child_cpu_s"),
+}
 
 # the slot of the CPU timeline, as benchmarks/burst_at_t.py's (timeline_ms)
 TIMELINE_SLOT_S = 0.25
@@ -165,6 +191,14 @@ class Costs:
     at_t_slots: tuple[float, ...]
     at_t_slot: float
     at_t_start: float  # a hold thread's CPU per run popped and started at T, in a storm
+    # http and command tasks (cronfleet calibrate --only-tasks); 0 when not measured
+    http_submit: float = 0.0  # worker's hold thread: a due run handed to the task loop
+    http_before_send: float = 0.0  # worker's task loop: a task up to its request leaving
+    http_after_send: float = 0.0  # worker's task loop: the write, the response, the end
+    http_target: float = 0.0  # the target's CPU per request (a core only)
+    command_submit: float = 0.0  # worker's hold thread: a due run handed to the pool
+    command_worker: float = 0.0  # worker: a pool thread spawning and reaping the command
+    command_child: float = 0.0  # the command's own process (a core only)
 
     @classmethod
     def from_profile(cls, p: dict[str, float]) -> Costs:
@@ -232,6 +266,16 @@ class Costs:
                 )
             ),
             at_t_slot=p.get("storm_at_t_slot_s", 0.0),
+            http_submit=p.get("worker_http_submit_s", 0.0),
+            http_before_send=p.get("worker_http_loop_before_send_s", 0.0),
+            http_after_send=max(
+                0.0,
+                p.get("worker_http_loop_cpu_s", 0.0) - p.get("worker_http_loop_before_send_s", 0.0),
+            ),
+            http_target=p.get("http_target_cpu_s", 0.0),
+            command_submit=p.get("worker_command_submit_s", 0.0),
+            command_worker=p.get("worker_command_cpu_s", 0.0),
+            command_child=p.get("command_child_cpu_s", 0.0),
         )
 
 
@@ -256,6 +300,8 @@ class StormWorker:
         self.lags = 0  # start lags recorded by the hold thread, not yet observed
         self.starting = False
         self.confirmed_until: dict[int, float] = {}
+        self.slots = simpy.Resource(m.env, int(m.sc["concurrency"]))
+        self.connections = simpy.Resource(m.env, int(m.sc["connections_per_target"]))
         self.arrived = m.env.event()
         self.held_changed = m.env.event()
         self.success_ready = m.env.event()
@@ -312,7 +358,7 @@ class StormWorker:
                 self.held_changed.succeed()
 
     def _hold(self) -> Process:
-        m = self.m
+        m, c = self.m, self.m.costs
         env = m.env
         while True:
             nxt = self.wheel.next_due_ms()
@@ -326,6 +372,16 @@ class StormWorker:
             yield env.process(m.cpu.run(self.name, n * m.pop_s, self.gil))
             due = self.wheel.pop_due(int(env.now * 1000))
             self.waiting -= len(due)
+            if m.task != "noop":
+                # handed on in one batch (kit.worker.Worker._start): to the task loop (http)
+                # or a pool thread each (command); each run's start is its own process
+                submit = c.http_submit if m.task == "http" else c.command_submit
+                yield env.process(m.cpu.run(self.name, len(due) * submit, self.gil))
+                run = self._http if m.task == "http" else self._command
+                for r in due:
+                    env.process(run(r))
+                self.starting = False
+                continue
             # started one after another: each quantum of the batch is timed when it ends
             per_q = max(1, int(m.cpu.quantum_s / m.start_s)) if m.start_s > 0 else len(due)
             for i in range(0, len(due), per_q):
@@ -347,6 +403,61 @@ class StormWorker:
             self.starting = False
             if not self.success_ready.triggered:
                 self.success_ready.succeed()
+
+    def _began(self, r: int) -> bool:
+        """kit.worker.Worker._began: the run may start while its lease is confirmed past the
+        fence margin (else it is given back); its start is recorded by the caller."""
+        if self.m.env.now > self.confirmed_until[r] - self.m.fence_margin_s:
+            self.m.give_back(r)
+            self.in_flight -= 1
+            return False
+        return True
+
+    def _ended(self, r: int) -> None:
+        self.started.add(r)
+        self.running.add(r)
+        self.lags += 1
+        self.succeeded.append(r)
+        if not self.success_ready.triggered:
+            self.success_ready.succeed()
+
+    def _http(self, r: int) -> Process:
+        """One http task on the worker's task loop (kit.tasks.http): its turn for one of
+        the target's kept-alive connections, then one of `concurrency` slots, the loop's
+        CPU up to the request leaving (one thread: the interpreter lock), the target's CPU
+        (the ledger records the arrival: the start lag as the benchmark measures it), then
+        the loop's CPU for the response and the end. Every task's CPU before its
+        connection is charged after it (the total is the same; the kit does that part for
+        every due task at once, before the first requests)."""
+        m, c = self.m, self.m.costs
+        env = m.env
+        with self.connections.request() as conn:
+            yield conn
+            with self.slots.request() as slot:
+                yield slot
+                if not self._began(r):
+                    return
+                yield env.process(m.cpu.run(self.name, c.http_before_send, self.gil))
+                yield env.process(m.cpu.run("target", c.http_target))
+                m.started[r] = env.now
+                yield env.process(m.cpu.run(self.name, c.http_after_send, self.gil))
+        self._ended(r)
+
+    def _command(self, r: int) -> Process:
+        """One command task on a pool thread (kit.tasks.command): a slot, the worker's CPU
+        to spawn, wait for and reap it (charged before the command runs: the spawn is most
+        of it), then the command's own CPU, which records its start (the benchmark's
+        command writes its arrival first thing; its process's start-up comes first)."""
+        m, c = self.m, self.m.costs
+        env = m.env
+        with self.slots.request() as slot:
+            yield slot
+            if not self._began(r):
+                return
+            yield env.process(m.cpu.run(self.name, c.command_worker, self.gil))
+            yield env.process(m.cpu.run("command", c.command_child))
+            m.started[r] = env.now
+        self._ended(r)
 
     def _finish(self, phase_s: float) -> Process:
         """kit.worker's finisher: each turn it first observes the start lags recorded so
@@ -442,8 +553,20 @@ class StormModel:
         if int(sc["prefetch"]) < 0:
             raise ScenarioShapeError("storm.prefetch: must not be negative (0: the burst's share)")
         self.n = n
+        self.task = str(sc["task"])
+        if self.task not in TASKS:
+            raise ScenarioShapeError(f"storm.task: one of {', '.join(TASKS)}, got {self.task!r}")
+        for key in ("concurrency", "connections_per_target"):
+            if int(sc[key]) < 1:
+                raise ScenarioShapeError(f"storm.{key}: must be at least 1")
         self.env = simpy.Environment(initial_time=-float(sc["lead_s"]))
         self.costs = Costs.from_profile(profile)
+        missing = [k for k in TASK_PROFILE_KEYS.get(self.task, ()) if k not in profile]
+        if missing:
+            raise ScenarioShapeError(
+                f"profile: storm.task={self.task} needs {', '.join(missing)} "
+                "(cronfleet calibrate --only-tasks; see docs/sim-storm.md)"
+            )
         self.cpu = Cpu(self.env, int(sc["cores"]), float(sc["quantum_ms"]) / 1000)
         ahead = float(sc["scan_ahead_s"])
         self.ahead_ms = defaults.SCAN_AHEAD_MS if ahead < 0 else int(ahead * 1000)
@@ -659,6 +782,7 @@ class StormModel:
             "started": int(lag.size),
             "succeeded": int(fin.size),
             "given_back": self.given_back,
+            "task": self.task,
             "start_lag_s": [pct(lag, 0.5), pct(lag, 0.99), pct(lag, 1.0)],
             "all_claimed_s": None if claimed.size < self.n else round(float(claimed.max()), 3),
             "published_s": None

@@ -242,3 +242,84 @@ def test_the_comparison_reads_the_measured_runs(tmp_path: Path):
 
 def test_defaults_cover_every_key_of_the_scenario():
     assert set(RAW["storm"]) <= set(STORM_DEFAULTS["storm"])
+
+
+# -- http and command tasks (storm.task; cronfleet calibrate --only-tasks) ----------------
+
+HTTP = {
+    "worker_http_submit_s": 0.5e-6,
+    "worker_http_loop_cpu_s": 150e-6,
+    "worker_http_loop_before_send_s": 50e-6,
+    "http_target_cpu_s": 40e-6,
+}
+
+
+def test_an_http_storm_costs_the_loops_and_the_targets_cpu_and_starts_later_than_noop():
+    noop = storm(**HTTP)
+    http = storm("storm.task=http", **HTTP)
+    assert http["started"] == http["succeeded"] == 5000
+    assert http["start_lag_s"][1] > 5 * noop["start_lag_s"][1]
+    # every request's target CPU, on a core of its own account
+    assert http["cpu_s"]["target"] == pytest.approx(5000 * 40e-6, abs=0.01)
+    assert "target" not in noop["cpu_s"]
+    # each worker's task loop runs its 2,500 tasks' 150 us on its interpreter lock
+    extra = http["cpu_s"]["worker-0"] - noop["cpu_s"]["worker-0"]
+    assert extra == pytest.approx(2500 * 150e-6, rel=0.1)
+
+
+def test_the_http_start_lag_scales_with_the_measured_loop_cpu_per_task():
+    cheap = storm("storm.task=http", **HTTP)
+    dear = storm("storm.task=http", **{**HTTP, "worker_http_loop_cpu_s": 300e-6})
+    # 2,500 tasks per worker, 150 us more each, two workers on two cores with the rest of
+    # the machine: the last arrivals come at least ~0.3 s later
+    assert dear["start_lag_s"][2] - cheap["start_lag_s"][2] > 0.3
+    assert dear["start_lag_s"][1] > 1.5 * cheap["start_lag_s"][1]
+
+
+def test_an_http_start_is_the_requests_arrival_after_the_part_before_the_send():
+    """Moving loop CPU from before the send to after it (same total) starts runs earlier."""
+    early = storm("storm.task=http", **{**HTTP, "worker_http_loop_before_send_s": 10e-6})
+    late = storm("storm.task=http", **{**HTTP, "worker_http_loop_before_send_s": 140e-6})
+    assert late["start_lag_s"][1] > early["start_lag_s"][1]
+    assert late["cpu_s"]["worker-0"] == pytest.approx(early["cpu_s"]["worker-0"], rel=0.02)
+
+
+def test_one_connection_per_target_serialises_a_workers_requests():
+    """One worker: with one connection its loop waits for each reply before the next
+    request; with the kit's 64 the target's CPU runs on the other core beside the loop."""
+    slow_target = {**HTTP, "http_target_cpu_s": 1e-3}
+    one = ("storm.task=http", "storm.runs=400", "storm.workers=1")
+    wide = storm(*one, **slow_target)
+    narrow = storm(*one, "storm.connections_per_target=1", **slow_target)
+    # 400 requests one after another: 400 x (0.05 + 1 + 0.1) ms = 0.46 s at least
+    assert narrow["start_lag_s"][2] > 0.4
+    assert narrow["start_lag_s"][2] > 1.5 * wide["start_lag_s"][2]
+
+
+def test_the_models_connections_per_target_are_the_kits():
+    from kit.tasks.http import CONNECTIONS_PER_TARGET
+
+    assert STORM_DEFAULTS["storm"]["connections_per_target"] == CONNECTIONS_PER_TARGET
+
+
+def test_a_command_storm_charges_the_worker_and_the_command():
+    costs = {
+        "worker_command_submit_s": 50e-6,
+        "worker_command_cpu_s": 1e-3,
+        "command_child_cpu_s": 0.5e-3,
+    }
+    r = storm("storm.task=command", "storm.runs=1000", **costs)
+    assert r["started"] == r["succeeded"] == 1000
+    assert r["cpu_s"]["command"] == pytest.approx(0.5, abs=0.01)
+    dear = storm("storm.task=command", "storm.runs=1000", **{**costs, "command_child_cpu_s": 2e-3})
+    assert dear["start_lag_s"][1] > r["start_lag_s"][1] + 0.3
+
+
+def test_a_task_kind_without_its_measured_costs_or_unknown_is_refused():
+    prof = load_profile(None, {})
+    for k in HTTP:
+        prof.pop(k, None)
+    with pytest.raises(ScenarioShapeError, match="calibrate --only-tasks"):
+        simulate_storm(RAW, [*SMALL, "storm.task=http"], 1, prof)
+    with pytest.raises(ScenarioShapeError, match=r"storm\.task"):
+        storm("storm.task=grpc")
