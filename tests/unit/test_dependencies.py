@@ -55,3 +55,22 @@ def test_every_imported_package_is_a_runtime_dependency() -> None:
             if not owners & declared:
                 missing.append(f"{module} ({', '.join(sorted(owners))}) imported by {where}")
     assert not missing, "not in [project.dependencies]: " + "; ".join(missing)
+
+
+def test_sqlalchemys_async_engine_brings_greenlet() -> None:
+    """The kit uses SQLAlchemy's async engine, which needs greenlet: an optional extra
+    since SQLAlchemy 2.1. Without it a machine installed from the wheel alone could not
+    start the API (the deploy test caught it); the development machine had greenlet."""
+    users = [
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "kit").rglob("*.py")
+        if "sqlalchemy.ext.asyncio" in p.read_text()
+    ]
+    assert users, "the kit no longer uses the async engine: drop the extra"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    sqlalchemy = [
+        d for d in project["dependencies"] if _norm(re.split(r"[\s<>=!~;\[]", d)[0]) == "sqlalchemy"
+    ]
+    assert sqlalchemy and "[asyncio]" in sqlalchemy[0].replace(" ", ""), (
+        f"{users} use sqlalchemy.ext.asyncio: declare sqlalchemy[asyncio], got {sqlalchemy}"
+    )
