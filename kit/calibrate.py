@@ -1001,8 +1001,7 @@ def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
     worker's share of a burst)."""
     from sqlalchemy import create_engine
 
-    from kit.store.claims import ClaimedRun
-    from kit.worker.worker import Worker, _InFlight, task_executor
+    from kit.worker.worker import Worker, task_executor
 
     # never opened: the worker only needs one to exist
     engine = create_engine("postgresql+psycopg://calibrate@127.0.0.1:9/none", hide_parameters=True)
@@ -1016,25 +1015,7 @@ def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
         w = Worker(engine, None, None, "calibrate", 1024, 30_000, execute=task_executor())  # type: ignore[arg-type]
         w._pool.shutdown(wait=False)
         w.clock.observe(0.0, 0.0, 0.0)
-        confirmed = time.monotonic() + 3600
-        entries = [
-            _InFlight(
-                ClaimedRun(
-                    run_id=str(uuid.uuid4()),
-                    job_id=f"j{i}",
-                    tenant="t",
-                    attempt=1,
-                    lease_token="tok",
-                    priority="normal",
-                    scheduled_at=due,
-                    claimed_at=due,
-                    task_spec={"type": "noop"},
-                    timeout_s=None,
-                ),
-                confirmed_until=confirmed,
-            )
-            for i in range(n)
-        ]
+        entries = _entries(n, {"type": "noop"}, due, timeout_s=None)
         t0 = time.perf_counter()
         w._hold(entries)
         t1 = time.perf_counter()
@@ -1143,7 +1124,10 @@ def _task_worker(policy: Any) -> Any:
     return w
 
 
-def _entries(n: int, spec: dict[str, Any], due: dt.datetime) -> list[Any]:
+def _entries(
+    n: int, spec: dict[str, Any], due: dt.datetime, timeout_s: int | None = 60
+) -> list[Any]:
+    """`n` runs as a worker holds them once claimed, due at `due`, leases good for an hour."""
     from kit.store.claims import ClaimedRun
     from kit.worker.worker import _InFlight
 
@@ -1160,7 +1144,7 @@ def _entries(n: int, spec: dict[str, Any], due: dt.datetime) -> list[Any]:
                 scheduled_at=due,
                 claimed_at=due,
                 task_spec=spec,
-                timeout_s=60,
+                timeout_s=timeout_s,
             ),
             confirmed_until=confirmed,
         )
