@@ -238,8 +238,10 @@ def beat_wanted(
     horizon_ms: int,
 ) -> bool:
     """Whether a worker's next heartbeat extends this run's lease: only a lease that
-    would end within `horizon_ms` (the worker passes two of its beat periods, so a lease
-    is renewed a beat before it would need it, and one failed beat is survived). A lease
+    would end within `horizon_ms` (the worker passes two of its beat periods). With the
+    default ttl of three beats a lease is renewed every other beat, with one beat left:
+    a beat that fails then loses the lease to the fence (the run is given back and runs
+    again; at-least-once holds) where renewing every beat survived one failure. A lease
     granted past its second is not renewed at the second: at a 50,000-run burst the first
     beat after it renewed ~25,000 leases with 30 s left each while the second's starts
     waited on the worker's lock; beating thousands held ahead cost the database more than

@@ -838,7 +838,7 @@ class Worker:
         runs that lost theirs. Returns the run ids told to stop."""
         sent = time.monotonic()
         now_ms = int(sent * 1000)
-        horizon_ms = int(2 * self.heartbeat_s * 1000)  # renewed a beat before it is needed
+        horizon_ms = int(2 * self.heartbeat_s * 1000)  # see beat_wanted: one beat to spare
         with self._lock:
             entries = [
                 e
