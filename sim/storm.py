@@ -531,9 +531,8 @@ class StormWorker:
     def _beat_wanted(self, r: int, until: float, now: float) -> bool:
         """The kit's rule (kit.core.leases.beat_wanted); noop runs have no timeout."""
         started = r in self.started
-        window_ms = int(2 * self.m.sc["heartbeat_s"] * 1000)
         return (r in self.running or not started) and leases.beat_wanted(
-            started, int(until * 1000), None, int(now * 1000), window_ms
+            started, int(until * 1000), None, int(now * 1000), self.m.beat_horizon_ms
         )
 
 
@@ -571,7 +570,9 @@ class StormModel:
         ahead = float(sc["scan_ahead_s"])
         self.ahead_ms = defaults.SCAN_AHEAD_MS if ahead < 0 else int(ahead * 1000)
         self.ttl_s = float(sc["run_ttl_s"])
-        self.fence_margin_s = min(6.0, self.ttl_s / 4)  # kit.worker: KILL_GRACE_S + 1, ttl/4
+        margin_ms = leases.fence_margin_ms(int(self.ttl_s * 1000), defaults.KILL_GRACE_MS)
+        self.fence_margin_s = margin_ms / 1000
+        self.beat_horizon_ms = leases.beat_horizon_ms(int(sc["heartbeat_s"] * 1000), margin_ms)
         self.sched_gil = simpy.Resource(self.env, 1)
         self.scanned = 0
         self.committed: deque[int] = deque()

@@ -230,6 +230,26 @@ def heartbeat_run(run: RunLease, token: str, now_ms: int, ttl_ms: int) -> Transi
     return _move(run, "heartbeat", expires_at_ms=max(now_ms + ttl_ms, run.expires_at_ms or 0))
 
 
+def fence_margin_ms(ttl_ms: int, kill_grace_ms: int) -> int:
+    """How long before its confirmed lease ends a worker stops a run (the fence): time for
+    a command's process group to get SIGTERM, then SIGKILL after the grace, and a second
+    more, all before the lease ends and the reaper may give the run to another worker;
+    never more than a quarter of a short lease."""
+    return min(kill_grace_ms + 1000, ttl_ms // 4)
+
+
+def beat_horizon_ms(beat_ms: int, fence_margin_ms: int) -> int:
+    """How close to its end a lease must be for a beat to renew it (`beat_wanted`): two
+    and a half beats and the fence margin. A lease renewed at one beat has ttl - beat left
+    at the next; with the default ttl of three beats that is under the horizon, so a
+    running lease is renewed every beat and one failed beat leaves a whole beat (and half a
+    beat of slack for a late one) before the fence. A lease granted a ttl past its second
+    is above the horizon for ttl - 2.5 beats - margin after the second (2 s with the
+    defaults), so the beats that fall in a storm's first seconds do not renew the thousands
+    of leases held for it."""
+    return beat_ms * 5 // 2 + fence_margin_ms
+
+
 def beat_wanted(
     started: bool,
     confirmed_until_ms: int,
@@ -238,17 +258,14 @@ def beat_wanted(
     horizon_ms: int,
 ) -> bool:
     """Whether a worker's next heartbeat extends this run's lease: only a lease that
-    would end within `horizon_ms` (the worker passes two of its beat periods). With the
-    default ttl of three beats a lease is renewed every other beat, with one beat left:
-    a beat that fails then loses the lease to the fence (the run is given back and runs
-    again; at-least-once holds) where renewing every beat survived one failure. A lease
-    granted past its second is not renewed at the second: at a 50,000-run burst the first
-    beat after it renewed ~25,000 leases with 30 s left each while the second's starts
-    waited on the worker's lock; beating thousands held ahead cost the database more than
-    running them. A run waiting for a slot keeps its lease like any other. A started run
-    is beaten until its task's timeout and the time to stop it have passed (`deadline_ms`),
-    and not after: the lease follows the task's timeout, so a task that will not stop does
-    not keep its run from the reaper for as long as the worker lives."""
+    would end within `horizon_ms` (`beat_horizon_ms`). At a 50,000-run burst a beat just
+    after the second that renewed every held lease renewed ~25,000 with 30 s left each
+    while the second's starts waited on the worker's lock; beating thousands held ahead
+    cost the database more than running them. A run waiting for a slot keeps its lease
+    like any other. A started run is beaten until its task's timeout and the time to stop
+    it have passed (`deadline_ms`), and not after: the lease follows the task's timeout, so
+    a task that will not stop does not keep its run from the reaper for as long as the
+    worker lives."""
     if started and deadline_ms is not None and now_ms > deadline_ms:
         return False
     return confirmed_until_ms < now_ms + horizon_ms

@@ -43,6 +43,7 @@ from typing import IO, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from kit.core import defaults
 from kit.core.errors import FieldError
 from kit.core.redaction import MASK, scrub, scrub_excerpt
 from kit.core.task_policy import reserved_env_name
@@ -50,7 +51,7 @@ from kit.tasks.context import Deadline, RunContext, TaskResult, stopped
 from kit.tasks.spec import TaskSpec, TaskType, names_present, no_mask
 
 log = logging.getLogger(__name__)
-KILL_GRACE_S = 2.0
+KILL_GRACE_S = defaults.KILL_GRACE_MS / 1000
 EXCERPT_BYTES = 2048
 _BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"

@@ -55,7 +55,7 @@ from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 
 from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.dispatch import TimerWheel, catch_up_order
-from kit.core.leases import beat_wanted
+from kit.core.leases import beat_horizon_ms, beat_wanted, fence_margin_ms
 from kit.core.partitions import PARTITION_COUNT
 from kit.core.timeutil import to_epoch_ms
 from kit.store.claims import (
@@ -273,9 +273,10 @@ class Worker:
         self.lease_ttl_ms = lease_ttl_ms
         self.lease_ttl_s = lease_ttl_ms / 1000
         self.heartbeat_s = (heartbeat_ms or max(200, lease_ttl_ms // 3)) / 1000
-        # Stop a task this long before its confirmed lease ends: a command's process
-        # group gets SIGTERM, then SIGKILL after KILL_GRACE_S, all before the lease ends.
-        self.fence_margin_s = min(KILL_GRACE_S + 1.0, self.lease_ttl_s / 4)
+        self.fence_margin_s = fence_margin_ms(lease_ttl_ms, int(KILL_GRACE_S * 1000)) / 1000
+        self.beat_horizon_ms = beat_horizon_ms(
+            int(self.heartbeat_s * 1000), int(self.fence_margin_s * 1000)
+        )
         self.partitions = partitions
         self.execute = execute or task_executor()
         # task types the executor runs without effect or wait: started in batches on the
@@ -833,12 +834,11 @@ class Worker:
 
     def heartbeat(self) -> set[str]:
         """Extend, in one statement, every lease kit.core.leases.beat_wanted says this
-        beat should (those that would end within two beats, held or started; a finished
+        beat should (those that would end within its horizon, held or started; a finished
         run's until its outcome is written; never a task's past its timeout); stop the
         runs that lost theirs. Returns the run ids told to stop."""
         sent = time.monotonic()
         now_ms = int(sent * 1000)
-        horizon_ms = int(2 * self.heartbeat_s * 1000)  # see beat_wanted: one beat to spare
         with self._lock:
             entries = [
                 e
@@ -851,7 +851,7 @@ class Worker:
                         int(e.confirmed_until * 1000),
                         None if math.isinf(e.deadline) else int(e.deadline * 1000),
                         now_ms,
-                        horizon_ms,
+                        self.beat_horizon_ms,
                     )
                 )
             ]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kit.core import defaults, leases
 from sim.scenario import ScenarioError, load_profile, read_scenario_file
 from sim.storm import STORM_DEFAULTS, ScenarioShapeError, simulate_storm
 
@@ -131,14 +132,16 @@ def test_the_finishers_lag_observation_takes_the_hold_threads_interpreter_lock()
     assert all(d >= c - 1e-9 for c, d in zip(cheap, dear, strict=True))
 
 
-def test_heartbeats_renew_only_leases_ending_within_two_beats():
+def test_heartbeats_renew_only_leases_ending_within_the_horizon():
     """The kit's rule (kit.core.leases.beat_wanted): a run claimed ahead is leased a ttl
     past its second, so with the default ttl no beat of the storm renews anything; with a
     3 s ttl beaten every second, the beats after T renew the runs not yet written."""
     assert storm(*FULL, seed=2)["heartbeats"] == []
     r = storm(*FULL, "storm.run_ttl_s=3", "storm.heartbeat_s=1", seed=2)
-    assert r["heartbeats"], "a 3 s lease ends within two 1 s beats"
-    assert all(at >= 0 and 0 < n <= 50_000 for _, at, n in r["heartbeats"])
+    assert r["heartbeats"], "a 3 s lease ends within the horizon of 1 s beats"
+    horizon_ms = leases.beat_horizon_ms(1000, leases.fence_margin_ms(3000, defaults.KILL_GRACE_MS))
+    earliest = (3000 - horizon_ms) / 1000  # a lease granted 3 s past T is within it from then
+    assert all(at >= earliest and 0 < n <= 50_000 for _, at, n in r["heartbeats"])
     off = storm(*FULL, "storm.run_ttl_s=3", "storm.heartbeat_s=1", "storm.heartbeats=false")
     assert off["heartbeats"] == [] and off["succeeded"] == 50_000
 

@@ -2,6 +2,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kit.core.leases import (
     TRANSITIONS,
@@ -313,14 +315,55 @@ def test_every_end_of_an_attempt_drops_its_lease():
 
 
 def test_a_lease_is_renewed_only_when_it_would_end_within_the_horizon() -> None:
-    """A run held past its second keeps the lease it was granted until two beats before
-    it ends: the first beat after a storm's second does not renew thousands of leases."""
     from kit.core.leases import beat_wanted
 
     for started in (False, True):
         assert not beat_wanted(started, 50_000, None, now_ms=0, horizon_ms=20_000)
         assert not beat_wanted(started, 20_000, None, now_ms=0, horizon_ms=20_000)
         assert beat_wanted(started, 19_999, None, now_ms=0, horizon_ms=20_000)
+
+
+def test_the_default_horizon_spares_a_storms_first_seconds() -> None:
+    """A run claimed ahead is leased a ttl past its second: the beats in the two seconds
+    after it renew none of the storm's leases, the ones after that do."""
+    from kit.core import defaults
+    from kit.core.leases import beat_horizon_ms, beat_wanted, fence_margin_ms
+
+    ttl, beat = defaults.RUN_LEASE_TTL_MS, defaults.RUN_HEARTBEAT_MS
+    horizon = beat_horizon_ms(beat, fence_margin_ms(ttl, defaults.KILL_GRACE_MS))
+    due = 1_000_000
+    assert not any(beat_wanted(False, due + ttl, None, due + t, horizon) for t in range(0, 2001))
+    assert beat_wanted(False, due + ttl, None, due + 2001, horizon)
+
+
+@given(
+    ttl=st.integers(3_000, 120_000),
+    ahead=st.integers(0, 10_000),
+    phase=st.integers(0, 10**6),
+    jitter=st.lists(st.floats(0, 1), min_size=40, max_size=40),
+    failed=st.integers(0, 39),
+)
+def test_one_failed_beat_never_lets_the_fence_take_a_run(
+    ttl: int, ahead: int, phase: int, jitter: list[float], failed: int
+) -> None:
+    """A worker beats every ttl/3 (late by up to a quarter beat, or less when the fence
+    margin leaves less room); one beat fails (the database did not answer). The run, held
+    from its claim `ahead` ms before its second and then running, must never reach the
+    fence (its confirmed lease less the margin) at any beat: a failed beat is not a reason
+    to give a healthy run back and run it twice."""
+    from kit.core.leases import beat_horizon_ms, beat_wanted, fence_margin_ms
+
+    beat = ttl // 3
+    margin = fence_margin_ms(ttl, 2_000)
+    horizon = beat_horizon_ms(beat, margin)
+    late_max = min(beat / 4, (beat - margin) / 2)
+    until = ahead + ttl  # claimed at 0, leased a ttl past its second
+    now = phase % beat
+    for k, j in enumerate(jitter):
+        now += int(j * late_max) + (beat if k else 0)
+        assert now <= until - margin, f"fenced at beat {k} ({until - now} ms left)"
+        if k != failed and beat_wanted(now >= ahead, until, None, now, horizon):
+            until = max(until, now + ttl)
 
 
 def test_a_started_run_is_beaten_until_its_timeout_has_passed_and_not_after() -> None:
