@@ -147,6 +147,29 @@ def cpu_of_pid(pid: int | None) -> float:
         return 0.0
 
 
+def worker_threads(p: Phase) -> dict[int, dict[int, str]]:
+    """Each worker's threads by OS id and Python name (py-spy names them; the fleet is
+    warm, so the task loop and the worker's own threads exist)."""
+    from burst_at_t import thread_names
+
+    pids = [c.proc.pid for c in p.fleet.children if c.service.name.startswith("worker")]
+    return {pid: thread_names(pid) for pid in pids}
+
+
+def thread_cpu_s(threads: dict[int, dict[int, str]]) -> dict[str, float]:
+    """CPU seconds so far of the named threads, summed by name over the workers
+    (/proc schedstat: nanoseconds on a core)."""
+    out: dict[str, float] = {}
+    for pid, names in threads.items():
+        for tid, name in names.items():
+            try:
+                on = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            out[name] = out.get(name, 0.0) + on / 1e9
+    return out
+
+
 def wait_done(p: Phase, ledger: Ledger, expected: int, until_s: float) -> tuple[int, list]:
     """Until every run of the bench tenant is done (or the bound): progress per 0.5 s."""
     progress: list[tuple[float, int, int]] = []
@@ -197,6 +220,7 @@ def audit(p: Phase, ledger: Ledger, before: datetime | None = None) -> dict[str,
         "runs": len(runs),
         "statuses": dict(statuses),
         "arrived": len(lags),
+        "requests": len(arrivals),
         "dropped": sum(1 for k in scheduled if k not in first),
         "arrived_twice": sum(1 for k in scheduled if seen[k] > 1),
         "unexpected_keys": sum(1 for k in seen if k not in scheduled),
@@ -268,6 +292,8 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
             while db_now(p.engine) < at - timedelta(seconds=11):
                 time.sleep(0.2)
             cpu = CpuWindow()
+            threads = worker_threads(p)
+            threads0 = thread_cpu_s(threads)
             cpu.start(p.fleet, p.engine, p.database)
             target0 = cpu_of_pid(ledger.pid())
             profiler = (
@@ -284,6 +310,8 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
             profile = profiler.stop() if profiler else {}
             cpu.stop(p.fleet, p.engine, p.database)
             target_cpu = cpu_of_pid(ledger.pid()) - target0
+            threads1 = thread_cpu_s(threads)
+            by_thread = {k: round(v - threads0.get(k, 0.0), 4) for k, v in threads1.items()}
             result = audit(p, ledger, end if args.mode == "sustain" else None)
     finally:
         os.chdir(here)
@@ -303,6 +331,12 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
             "concurrency": args.concurrency,
             "cpu_s": cpu_dict(cpu),
             "target_cpu_s": round(target_cpu, 2),
+            # the storm's own per-task costs (cronfleet calibrate --only-tasks --http-storm)
+            "target_cpu_ms_per_request": round(1000 * target_cpu / max(1, result["requests"]), 4),
+            "worker_threads_cpu_s": by_thread,
+            "task_loop_cpu_ms_per_task": round(
+                1000 * by_thread.get("task-loop", 0.0) / max(1, done), 4
+            ),
             "worker_cpu_ms_per_task": round(1000 * workers / max(1, done), 3),
             "kit_cpu_ms_per_task": round(
                 1000 * (cpu.services + cpu.postgres + cpu.kafka) / max(1, done), 3
@@ -429,7 +463,12 @@ def main() -> int:
         say(row_of(r))
     for r in results:
         say(f"{r['phase']}: statuses {r['statuses']}; CPU s {r['cpu_s']}")
-        say(f"  the target's own CPU {r['target_cpu_s']} s")
+        say(
+            f"  the target's own CPU {r['target_cpu_s']} s "
+            f"({r['target_cpu_ms_per_request'] * 1000:.0f} us per request); the workers' "
+            f"task loops {r['task_loop_cpu_ms_per_task'] * 1000:.0f} us per task; by thread "
+            f"{r['worker_threads_cpu_s']}"
+        )
         for why in r.get("why_attempt_2", []):
             say(f"  a run at attempt 2 or more: {why}")
         for why in r.get("why_twice", []):

@@ -73,6 +73,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "per command task (/bin/true), and the target's, and update those keys of an "
         "existing profile (no database or broker)",
     )
+    p.add_argument(
+        "--http-storm",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="set the task loop's CPU per http task and the target's per request as a burst "
+        "measured them (http_storm_*: the run JSONs of `benchmarks/http_tasks.py burst`, the "
+        "median over them), measuring nothing else unless --only-tasks is given too",
+    )
     p.add_argument("--http-tasks", type=int, default=2500, help="http tasks due at once")
     p.add_argument("--command-tasks", type=int, default=300, help="command tasks due at once")
     p.add_argument("--starts", type=int, default=25_000, help="runs held and started at once")
@@ -105,18 +114,20 @@ def main(args: argparse.Namespace) -> int:
     from kit.settings import load_settings
 
     out = Path(args.out)
-    if args.only_tasks:
-        http = measure_http_tasks(args.http_tasks)
-        command = measure_command_tasks(args.command_tasks)
-        costs = task_costs(http, command)
+    if args.only_tasks or args.http_storm:
         stamp = f"{platform.node()} at {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
-        update_profile(
-            out,
-            costs,
-            0,
-            starts_measured=False,
-            notes={"task_costs": _tasks_note(http, command, stamp)},
-        )
+        costs, notes = {}, {}
+        if args.only_tasks:
+            http = measure_http_tasks(args.http_tasks)
+            command = measure_command_tasks(args.command_tasks)
+            costs = task_costs(http, command)
+            notes["task_costs"] = _tasks_note(http, command, stamp)
+        if args.http_storm:
+            storm_costs, notes["http_storm"] = http_storm_costs(
+                [Path(x) for x in args.http_storm], stamp
+            )
+            costs |= storm_costs
+        update_profile(out, costs, 0, starts_measured=False, notes=notes)
         for k, v in costs.items():
             print(f"  {k:<44} {v * 1e6:10.2f} us")
         print(f"updated {args.out}")
@@ -197,9 +208,12 @@ def carried_over(
     [measured] note."""
     keep = ("storm_", "worker_") if keep_worker_starts else ("storm_",)
     numbers = {
-        k: float(v) for k, v in old["service_times"].items() if k.startswith(keep) or k in TASK_KEYS
+        k: float(v)
+        for k, v in old["service_times"].items()
+        if k.startswith(keep) or k in TASK_KEYS or k in HTTP_STORM_KEYS
     }
-    groups = ["storm_cpu", "task_costs"] + (["worker_starts"] if keep_worker_starts else [])
+    groups = ["storm_cpu", "task_costs", "http_storm"]
+    groups += ["worker_starts"] if keep_worker_starts else []
     notes = {g: str(old["measured"][g]) for g in groups if g in old["measured"]}
     return numbers, notes
 
@@ -1056,6 +1070,50 @@ TASK_KEYS = (
     "worker_command_submit_s",
     "command_child_cpu_s",
 )
+
+
+# the same two costs as an http burst of the kit measured them (the storm model uses them
+# in place of the isolated ones: sim.storm.http_costs)
+HTTP_STORM_KEYS = ("http_storm_loop_cpu_s", "http_storm_target_cpu_s")
+
+
+def http_storm_costs(paths: Sequence[Path], stamp: str) -> tuple[dict[str, float], str]:
+    """The task loop's CPU per task and the target's per request in bursts of the kit
+    (`benchmarks/http_tasks.py burst`: each worker's task-loop thread from /proc between
+    T - 11 s and the last run's end, the ledger's process likewise), the median over the
+    runs given, and the note that says which."""
+    loops: list[float] = []
+    targets: list[float] = []
+    seen: list[str] = []
+    for path in paths:
+        try:
+            r = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--http-storm: {path}: {exc}") from None
+        if r.get("task") != "http" or r.get("mode") != "burst":
+            raise SystemExit(f"--http-storm: {path} is not an http burst (task, mode)")
+        if not r.get("task_loop_cpu_ms_per_task") or not r.get("target_cpu_ms_per_request"):
+            raise SystemExit(
+                f"--http-storm: {path} has no task_loop_cpu_ms_per_task and "
+                "target_cpu_ms_per_request (a burst of benchmarks/http_tasks.py as it is now)"
+            )
+        loops.append(r["task_loop_cpu_ms_per_task"] / 1000)
+        targets.append(r["target_cpu_ms_per_request"] / 1000)
+        seen.append(
+            f"{path.name} ({r.get('arrived', '?')} tasks, lag p99 {r['lag_s'][1]:.3f} s: loop "
+            f"{loops[-1] * 1e6:.1f} us, target {targets[-1] * 1e6:.1f} us)"
+        )
+    costs = {
+        "http_storm_loop_cpu_s": statistics.median(loops),
+        "http_storm_target_cpu_s": statistics.median(targets),
+    }
+    note = (
+        "http_storm_*: the workers' task-loop threads' CPU per http task and the Go "
+        "ledger's per request inside bursts of the kit (benchmarks/http_tasks.py burst, "
+        "/proc schedstat from T - 11 s to the last run's end), the median of "
+        f"{'; '.join(seen)}; set by cronfleet calibrate on {stamp}"
+    )
+    return costs, note
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,16 @@ import pytest
 
 from kit.core import defaults, leases
 from sim.scenario import ScenarioError, load_profile, read_scenario_file
-from sim.storm import STORM_DEFAULTS, ScenarioShapeError, simulate_storm
+from sim.storm import STORM_DEFAULTS, ScenarioShapeError, http_costs, simulate_storm
 
 RAW = read_scenario_file("storm-2core")
 SMALL = ["storm.runs=5000"]
 
 
 def storm(*sets: str, seed: int = 1, **profile: float) -> dict:
-    prof = load_profile(None, {})
+    """The storm on the default profile, less the http costs measured in a burst (the
+    tests give the costs they reason about)."""
+    prof = {k: v for k, v in load_profile(None, {}).items() if not k.startswith("http_storm_")}
     prof.update(profile)
     return simulate_storm(RAW, [*SMALL, *sets], seed, prof)
 
@@ -277,6 +279,25 @@ def test_the_http_start_lag_scales_with_the_measured_loop_cpu_per_task():
     # the machine: the last arrivals come at least ~0.3 s later
     assert dear["start_lag_s"][2] - cheap["start_lag_s"][2] > 0.3
     assert dear["start_lag_s"][1] > 1.5 * cheap["start_lag_s"][1]
+
+
+def test_the_loop_and_target_costs_measured_in_a_burst_replace_the_isolated_ones():
+    """`http_storm_*` (cronfleet calibrate --http-storm): the loop's CPU per task as a
+    burst measured it, split before and after the send at the isolated share; the
+    target's per request likewise. Without them the isolated costs stand."""
+    assert http_costs(HTTP) == pytest.approx(
+        {"http_before_send": 50e-6, "http_after_send": 100e-6, "http_target": 40e-6}
+    )
+    measured = {**HTTP, "http_storm_loop_cpu_s": 300e-6, "http_storm_target_cpu_s": 90e-6}
+    assert http_costs(measured) == pytest.approx(
+        {"http_before_send": 100e-6, "http_after_send": 200e-6, "http_target": 90e-6}
+    )
+    alone = storm("storm.task=http", **HTTP)
+    burst = storm("storm.task=http", **measured)
+    assert burst["cpu_s"]["target"] == pytest.approx(5000 * 90e-6, abs=0.01)
+    extra = burst["cpu_s"]["worker-0"] - alone["cpu_s"]["worker-0"]
+    assert extra == pytest.approx(2500 * 150e-6, rel=0.1)
+    assert burst["start_lag_s"][1] > 1.5 * alone["start_lag_s"][1]
 
 
 def test_an_http_start_is_the_requests_arrival_after_the_part_before_the_send():
