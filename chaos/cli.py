@@ -1,5 +1,6 @@
-"""`cronfleet chaos list` and `cronfleet chaos run DRILL|all [--cycles N] [--seed S]
-[--json PATH] [--out DIR]`: chaos drills on a stack of their own.
+"""`cronfleet chaos list`, `cronfleet chaos run DRILL|all [--cycles N] [--seed S]
+[--json PATH] [--out DIR]` and `cronfleet chaos summary JSON... --out DIR`: chaos drills
+on a stack of their own.
 
 Each drill starts its own fleet (api, two scheduler nodes, workers, reaper) on the
 drills' own PostgreSQL and Kafka ($CRONFLEET_HOME/chaos-stack, started here if needed),
@@ -58,6 +59,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--no-model", action="store_true", help="skip the model's prediction")
     run.set_defaults(func=run_drills)
+    summary = actions.add_parser(
+        "summary",
+        help="one table and plot from the --json results of several runs (drills run apart)",
+    )
+    summary.add_argument("results", nargs="+", metavar="JSON", help="`chaos run --json` files")
+    summary.add_argument("--out", required=True, help="writes OUT/summary.md and summary.png")
+    summary.set_defaults(func=summarise)
 
 
 def list_drills(args: argparse.Namespace) -> int:
@@ -133,7 +141,12 @@ def run_drills(args: argparse.Namespace) -> int:
                 stack.down()
             except StackFailure as exc:
                 print(f"chaos: stopping the drills' stack: {exc}", file=sys.stderr)
-    payload = {"seed": seed, "cycles": args.cycles, "drills": [r.to_json() for r in results]}
+    payload = {
+        "seed": seed,
+        "cycles": args.cycles,
+        "commit": code_commit(),
+        "drills": [r.to_json() for r in results],
+    }
     if args.json_path:
         path = Path(args.json_path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -149,6 +162,56 @@ def run_drills(args: argparse.Namespace) -> int:
         print(f"chaos: FAILED: {', '.join(failed)} (seed {seed})", file=sys.stderr)
         return 1
     return 0
+
+
+def summarise(args: argparse.Namespace) -> int:
+    """Drills run one at a time (a 100-cycle series takes hours) summed up in one table:
+    each drill's row as its own run reported it, the seeds and cycle counts they ran at."""
+    from chaos.summary import write_summary
+
+    drills: list[dict] = []
+    seeds: set[str] = set()
+    cycles: set[str] = set()
+    commits: set[str] = set()
+    for raw in args.results:
+        try:
+            payload = json.loads(Path(raw).read_text())
+            drills += payload["drills"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise FieldError("results", f"{raw}: not a `chaos run --json` file ({exc})") from None
+        seeds.add(str(payload.get("seed")))
+        cycles.add(str(payload.get("cycles")))
+        commits.add(str(payload.get("commit") or "unrecorded"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    merged = {
+        "seed": " / ".join(sorted(seeds)),
+        "cycles": " / ".join(sorted(cycles)),
+        "commit": " / ".join(sorted(commits)),
+    }
+    written = write_summary({**merged, "drills": drills}, out)
+    print(f"chaos: summary of {len(drills)} drills in {written[0]}", file=sys.stderr)
+    return 0 if all(d.get("passed") for d in drills) else 1
+
+
+def code_commit() -> str | None:
+    """The commit of the code the drills ran (+dirty when the tree had changes), or None
+    outside a git checkout: a report says what it measured."""
+    import subprocess
+
+    root = str(Path(__file__).resolve().parents[1])
+    try:
+        head = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return None
+    return (head + ("+dirty" if dirty else "")) or None
 
 
 def _command(name: str, args: argparse.Namespace, seed: int) -> str:

@@ -50,6 +50,8 @@ def write_summary(payload: dict[str, Any], out: Path) -> list[Path]:
     lines = [
         f"# Chaos drills: seed {payload['seed']}, {payload['cycles']} cycles each",
         "",
+        f"Code: {payload.get('commit') or 'unrecorded'}.",
+        "",
         *summary_rows(drills),
         "",
     ]
