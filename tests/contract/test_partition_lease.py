@@ -11,6 +11,8 @@ the renewal keeps its epoch exactly when kit.core.leases.renew_partition grants 
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from datetime import UTC, datetime
 
 import pytest
@@ -30,6 +32,39 @@ TTL_MS = 10_000
 NODES = ("a", "b", "c")
 PARTS = (0, 1, 2)
 _base = iter(range(10**6))
+
+# What the suite reached, by step and outcome, numbers and names masked: a suite that
+# never reaches a branch cannot notice when one side changes it.
+REACHED: Counter[str] = Counter()
+MUST_REACH = {
+    "acquire: granted new",
+    "acquire: granted renewal",
+    "acquire: granted takeover",
+    "acquire: held by X until N",
+    "renew: granted",
+    "renew: expired at N",
+    "release: granted",
+    "release: not owner (owner is X)",
+    "release: stale epoch N (current N)",
+    "release: unknown epoch N (current N)",
+    "fenced write: allowed",
+    "fenced write: not owner",
+    "fenced write: other epoch",
+    "fenced write: expired",
+}
+
+
+def reached(step: str, outcome: str) -> None:
+    masked = re.sub(r"\d+", "N", outcome)
+    REACHED[f"{step}: " + re.sub(r"\b(?:a|b|c|None)\b", "X", masked)] += 1
+
+
+def _write_outcome(lease: PartitionLease | None, node: str, epoch: int, now_ms: int) -> str:
+    if lease is None or lease.owner != node:
+        return "not owner"
+    if lease.epoch != epoch:
+        return "other epoch"
+    return "expired" if now_ms >= lease.expires_at_ms else "allowed"
 
 
 def partition_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
@@ -75,6 +110,13 @@ def partition_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
                 before = self.core[p]
                 d = core.acquire_partition(before, p, node, self.now_ms, TTL_MS)
                 assert (p in granted) == d.granted, (p, d.reason)
+                if not d.granted:
+                    reached("acquire", d.reason or "")
+                elif before is None:
+                    reached("acquire", "granted new")
+                else:
+                    kept = d.lease.epoch == before.epoch
+                    reached("acquire", "granted renewal" if kept else "granted takeover")
                 if d.granted:
                     assert granted[p] == d.lease.epoch
                 held = self.believed[node].get(p)
@@ -82,6 +124,7 @@ def partition_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
                     # the node's renewal: it keeps the partition iff renew_partition grants
                     renewed = core.renew_partition(before, node, held, self.now_ms, TTL_MS)
                     assert (granted.get(p) == held) == renewed.granted, renewed.reason
+                    reached("renew", "granted" if renewed.granted else renewed.reason or "")
                 self.core[p] = d.lease
                 if d.granted:
                     self.believed[node][p] = d.lease.epoch
@@ -90,7 +133,19 @@ def partition_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 
         @rule(node=st.sampled_from(NODES), p=st.sampled_from(PARTS), pick=st.integers(0, 4))
         def release(self, node: str, p: int, pick: int) -> None:
-            epoch = self._epoch(node, p, pick)
+            self._release(node, p, self._epoch(node, p, pick))
+
+        @rule(p=st.sampled_from(PARTS), pick=st.integers(0, 4))
+        def believer_releases(self, p: int, pick: int) -> None:
+            """As a stopping node does: one that believes it holds `p` gives it up."""
+            if believers := self._believers(p):
+                node = believers[pick % len(believers)]
+                self._release(node, p, self._epoch(node, p, pick))
+
+        def _believers(self, p: int) -> list[str]:
+            return [node for node in NODES if p in self.believed[node]]
+
+        def _release(self, node: str, p: int, epoch: int) -> None:
             with engine.begin() as conn:
                 released = sql.leases_release(conn, node, {p: epoch}, self.now)
             lease = self.core[p]
@@ -99,13 +154,24 @@ def partition_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
                 d = core.release_partition(lease, node, epoch)
                 granted = d.granted
                 self.core[p] = d.lease
+                reached("release", "granted" if granted else d.reason or "")
             assert (released == [p]) == granted
             if granted:
                 self.believed[node].pop(p, None)
 
         @rule(node=st.sampled_from(NODES), p=st.sampled_from(PARTS), pick=st.integers(0, 4))
         def fenced_write(self, node: str, p: int, pick: int) -> None:
-            epoch = self._epoch(node, p, pick)
+            self._fenced_write(node, p, self._epoch(node, p, pick))
+
+        @rule(p=st.sampled_from(PARTS), pick=st.integers(0, 4))
+        def believer_writes(self, p: int, pick: int) -> None:
+            """As a node's scan does: a node that believes it holds `p` (its lease may
+            have expired or been taken over since) locks it at the epoch it offers."""
+            if believers := self._believers(p):
+                node = believers[pick % len(believers)]
+                self._fenced_write(node, p, self._epoch(node, p, pick))
+
+        def _fenced_write(self, node: str, p: int, epoch: int) -> None:
             with engine.begin() as conn:
                 locked = sql.partitions_lock_own(conn, node, {p: epoch}, self.now)
             lease = self.core[p]
@@ -113,6 +179,9 @@ def partition_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
                 lease, node, epoch, self.now_ms
             )
             assert (p in locked) == allowed, (lease, node, epoch, self.now_ms)
+            outcome = _write_outcome(lease, node, epoch, self.now_ms)
+            assert (outcome == "allowed") == allowed  # the suite's own reading of the rule
+            reached("fenced write", outcome)
 
         @rule()
         def owners(self) -> None:
@@ -152,4 +221,7 @@ def partition_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 
 
 def test_partition_lease_store_equals_core(engine: Engine) -> None:
+    REACHED.clear()
     replay(partition_lease_machine(engine), examples=100, steps=30)
+    missed = MUST_REACH - set(REACHED)
+    assert not missed, f"the suite never reached {sorted(missed)}; it reached {dict(REACHED)}"
