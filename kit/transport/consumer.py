@@ -31,6 +31,18 @@ chaos drill `worker-kill`); the session here is `session_timeout_ms` (10 s by
 default, `CRONFLEET_WORKER_SESSION_TIMEOUT_MS`), beaten five times per session by
 librdkafka's own thread, whatever the poll loop is doing.
 
+Static membership (`instance_id`, a worker's stable name): each tier's consumer joins
+with `group.instance.id` = `<instance_id>.<tier>`. A member that restarts within its
+session rejoins under the same id and gets its partitions back with no rebalance, so
+the other workers never stop: with dynamic members each restart (a new member id) made
+the whole group wait for the dead member's session, and a worker killed and restarted
+every few seconds (the chaos drill `worker-kill`, 100 cycles) kept the group stopped
+long enough that runs started up to ten minutes late. The cost: a static member that
+stops for good (scale-down) leaves its partitions unfetched until its session ends,
+since static members do not leave the group on close. Two live members with one id
+fence each other: the older one's consumer fails with a fatal error, which is raised
+(`ConsumerFenced`), never swallowed.
+
 Offsets: auto-commit is off. `commit()` commits exactly what `poll_batch` returned,
 malformed messages included: those are handed out by `take_rejected()` for the caller
 to put on the dead-letter topic before it commits, so a poison message is neither
@@ -58,6 +70,11 @@ _IDLE_WAIT_S = 0.05  # longest block on one tier while nothing is ready
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 _QUERY_TIMEOUT_S = 5.0
 _Rebalance = Callable[[Consumer, list[TopicPartition]], None]
+
+
+class ConsumerFenced(RuntimeError):
+    """The broker fenced this consumer (another member joined with its static id, or
+    another fatal error): it will never fetch again, so the worker must stop."""
 
 
 @dataclass(frozen=True)
@@ -94,9 +111,12 @@ class TieredConsumer:
         topic_prefix: str = DEFAULT_TOPIC_PREFIX,
         config: dict[str, object] | None = None,
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        instance_id: str | None = None,
     ) -> None:
         self.group_id = group_id
+        self.instance_id = instance_id
         self.malformed = 0  # messages skipped because they were not a RunMessage
+        self.rebalances = 0  # assignments and revocations seen, every tier
         self._rejected: list[Rejected] = []
         self._tiers: list[_Tier] = []
         for name in sorted(tiers, key=tier_rank):
@@ -112,6 +132,7 @@ class TieredConsumer:
                     "fetch.wait.max.ms": 100,
                     "session.timeout.ms": session_timeout_ms,
                     "heartbeat.interval.ms": max(100, session_timeout_ms // 5),
+                    **({"group.instance.id": f"{instance_id}.{name}"} if instance_id else {}),
                     **(config or {}),
                 }
             )
@@ -166,6 +187,10 @@ class TieredConsumer:
                 tier.consumer.commit(offsets=offsets, asynchronous=False)
             except KafkaException as exc:
                 log.warning("commit %s failed (messages will be redelivered): %s", tier.name, exc)
+
+    def assignment(self) -> dict[str, set[int]]:
+        """The partitions of each tier assigned to this consumer now (empty: none yet)."""
+        return {tier.name: set(tier.assigned or ()) for tier in self._tiers}
 
     def lag_by_tier(self) -> dict[str, int]:
         """Messages not yet returned, per tier, on the partitions assigned to this consumer
@@ -288,6 +313,7 @@ class TieredConsumer:
                 tier.assigned = set()
             tier.assigned |= {tp.partition for tp in partitions}
             tier.paused -= {tp.partition for tp in partitions}
+            self.rebalances += 1
             log.info("%s assigned %s", tier.topic, sorted(tier.assigned))
 
         return on_assign
@@ -295,6 +321,7 @@ class TieredConsumer:
     def _on_revoke(self, tier: _Tier) -> _Rebalance:
         def on_revoke(consumer: Consumer, partitions: list[TopicPartition]) -> None:
             gone = {tp.partition for tp in partitions}
+            self.rebalances += 1
             if tier.assigned is not None:
                 tier.assigned -= gone
             tier.paused -= gone
@@ -307,12 +334,18 @@ class TieredConsumer:
 
 
 def _ok(messages: list[Message]) -> list[Message]:
-    """Drop error events (logged); keep messages."""
+    """Drop error events (logged); keep messages. A fatal one is raised: the consumer
+    is dead (fenced by a member with its static id) and polling it again fetches nothing."""
     out = []
     for m in messages:
         err = m.error()
         if err is None:
             out.append(m)
+        elif err.fatal() or err.code() == KafkaError._FATAL:
+            raise ConsumerFenced(
+                f"consumer of {m.topic()} failed for good: {err.str()} (is another worker "
+                "running with the same --worker-id? worker ids must be unique)"
+            )
         elif err.code() != KafkaError._PARTITION_EOF:
             log.warning("consumer event on %s: %s", m.topic(), err.str())
     return out

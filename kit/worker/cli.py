@@ -11,7 +11,13 @@ import argparse
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("worker", help="consume the run queue and execute runs")
-    parser.add_argument("--worker-id", help="this worker's name (default: host-pid)")
+    parser.add_argument(
+        "--worker-id",
+        help="this worker's stable name, unique in the fleet (a systemd instance, a pod's "
+        "name): it joins the consumer group as a static member, so a restart within the "
+        "session takes its partitions back without stopping the other workers. Default: "
+        "host-pid, a dynamic member",
+    )
     parser.add_argument("--concurrency", type=int, help="runs executed at once (default: settings)")
     parser.add_argument(
         "--prefetch", type=int, help="runs claimed ahead of their second (default: settings)"
@@ -73,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
         group,
         topic_prefix=prefix,
         session_timeout_ms=settings.worker_session_timeout_ms,
+        instance_id=args.worker_id,  # only a name given is stable across restarts
     )
     publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
     journal = None
