@@ -44,6 +44,7 @@ def _run(args: argparse.Namespace) -> int:
     from kit.store.db import engine_for
     from kit.tasks.policy import policy_source
     from kit.transport import RunPublisher, TieredConsumer, ensure_topics
+    from kit.transport.consumer import ConsumerFenced
     from kit.transport.message import DEFAULT_TOPIC_PREFIX
     from kit.worker.journal import ExecutionJournal
     from kit.worker.worker import Worker, WorkerMetrics, task_executor
@@ -108,6 +109,9 @@ def _run(args: argparse.Namespace) -> int:
     logging.getLogger(__name__).info("worker %s started (concurrency %d)", worker_id, concurrency)
     try:
         worker.run(stop, drain_s=args.drain_s)
+    except ConsumerFenced as exc:  # another worker took this id: say so, exit non-zero
+        logging.getLogger(__name__).error("worker %s stops: %s", worker_id, exc)
+        return 1
     finally:
         consumer.close()
         publisher.close()

@@ -10,6 +10,10 @@ closed static member does not leave the group, as a killed one does not."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from kit.settings import load_settings
+from kit.settings import Settings, load_settings
 from kit.transport import TieredConsumer, ensure_topics
 from kit.transport.consumer import ConsumerFenced
 
@@ -120,3 +124,36 @@ def test_two_live_members_with_one_id_fence_the_older_one_loudly(
         for c in (old, new):
             if c is not None:
                 c.close()
+
+
+def test_a_worker_whose_id_another_worker_takes_exits_saying_why(
+    settings: Settings, db_url: str, prefix: str
+) -> None:
+    """Two `cronfleet worker --worker-id same` processes: the first one's consumers are
+    fenced when the second joins; it stops with exit code 1 and names the cause."""
+    env = {
+        **os.environ,
+        "CRONFLEET_DATABASE_URL": db_url,
+        "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
+    }
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    argv = [sys.executable, "-m", "kit.cli", "worker", "--worker-id", "same"]
+    argv += ["--topic-prefix", prefix, "--group-id", group, "--drain-s", "1"]
+    first = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+    second = None
+    try:
+        time.sleep(5)  # not a measurement: lets the first join before the second
+        second = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
+        try:
+            _, err = first.communicate(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the first worker still runs {WAIT_S:g} s after its id was taken")
+        assert first.returncode == 1, err
+        assert "stops:" in err and "worker-id" in err, err
+        assert "Traceback" not in err, err
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=10)
