@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from chaos.ledger import POISON_MODES
-from chaos.records import FaultWindow, History, JobFacts, RunFacts, Write
+from chaos.records import FaultWindow, History, JobFacts, RunFacts, Start, Write
 from kit.core import invariants
 from kit.core.ids import run_id as make_run_id
 from kit.core.owed import ScheduleEra, owed_fires
@@ -122,6 +122,10 @@ class Audit:
     retries_dropped_by_pause: int = 0  # a waiting retry of a job paused meanwhile
     poison_dead: int = 0
     late_finishes: int = 0  # a holder finished after its lease ran out, nobody else held it
+    # per worker (the journal's first start of each run): runs started, and those started
+    # later than the target; a backlog pinned to one worker shows here
+    starts_by_worker: dict[str, int] = field(default_factory=dict)
+    late_by_worker: dict[str, int] = field(default_factory=dict)
     lag_before: LagStats = field(default_factory=LagStats)
     lag_during: LagStats = field(default_factory=LagStats)
     lag_after: LagStats = field(default_factory=LagStats)
@@ -160,6 +164,8 @@ class Audit:
             "retries_dropped_by_pause": self.retries_dropped_by_pause,
             "poison_dead_lettered": self.poison_dead,
             "late_finishes": self.late_finishes,
+            "starts_by_worker": self.starts_by_worker,
+            "late_by_worker": self.late_by_worker,
             "faults": len(self.faults),
             "recover_s_median": _median(recover),
             "recover_s_max": max(recover) if recover else None,
@@ -348,8 +354,26 @@ def audit(history: History) -> Audit:
     _judge_writes(result, history.writes)
     result.lags = sorted(lags)
     _lags_by_phase(result, history)
+    _late_by_worker(result, history, fires)
     result.cycles = cycles
     return result
+
+
+def _late_by_worker(result: Audit, history: History, fires: dict[str, Fire]) -> None:
+    """Which worker first started each owed run, and which of them started it late: a
+    worker that keeps its partitions through a crash loop keeps their backlog too."""
+    first: dict[str, Start] = {}
+    for s in history.starts:
+        if s.run_id in fires and (s.run_id not in first or s.at_ms < first[s.run_id].at_ms):
+            first[s.run_id] = s
+    starts: Counter[str] = Counter()
+    late: Counter[str] = Counter()
+    for run_id, s in first.items():
+        starts[s.worker] += 1
+        if s.at_ms - fires[run_id].at_ms > history.params.lag_ok_ms:
+            late[s.worker] += 1
+    result.starts_by_worker = dict(sorted(starts.items()))
+    result.late_by_worker = {w: late[w] for w in sorted(starts)}
 
 
 def _judge_poison(

@@ -142,6 +142,14 @@ def _markdown(result: DrillResult, data: dict[str, Any], plots: list[str]) -> st
                 f"{a['expected_poison']} / {a['poison_dead_lettered']}",
             ),
             ("finishes after the lease ran out (no other holder)", a["late_finishes"]),
+            (
+                "runs started late / started, by the worker that first started them",
+                ", ".join(
+                    f"{w} {a['late_by_worker'].get(w, 0)} / {n}"
+                    for w, n in a.get("starts_by_worker", {}).items()
+                )
+                or "—",
+            ),
             ("faults injected", a["faults"]),
             (
                 "time to recover after the heal, median / max",

@@ -4,11 +4,12 @@ and the ones it must not (a legitimate misfire skip, a duplicate delivery)."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from chaos.audit import audit
 from chaos.ledger import LedgerLine
-from chaos.records import FaultWindow, History, JobFacts, Params, RunFacts, Write
+from chaos.records import FaultWindow, History, JobFacts, Params, RunFacts, Start, Write
 from kit.core.ids import run_id
 from kit.core.timeutil import to_epoch_ms
 
@@ -183,3 +184,24 @@ def test_a_run_still_waiting_when_a_fault_struck_counts_as_during_it() -> None:
     assert result.lag_during.count == 1 and result.lag_before.count == 0
     assert result.faults[0].late_runs == 1
     assert result.faults[0].recover_s == 3.0  # the late start 3 s after the heal
+
+
+def test_late_starts_are_counted_by_the_worker_that_first_started_them() -> None:
+    """A backlog pinned to one worker (it keeps its partitions through a crash loop)
+    shows as that worker's late starts."""
+    ran = []
+    for i, (worker, late_ms) in enumerate([("w1", 100), ("w2", 9000), ("w2", 2500), ("w3", 0)]):
+        at = BASE + timedelta(seconds=i)
+        job, rid = oneoff(at)
+        ran.append((job, rid, to_epoch_ms(at), worker, late_ms))
+    jobs = [job for job, *_ in ran]
+    runs = [RunFacts(rid, job.job_id, at, "succeeded", 1) for job, rid, at, _, _ in ran]
+    starts = [line("start", rid, at + late) for _, rid, at, _, late in ran]
+    effects = [line("effect", rid, at + late + 50) for _, rid, at, _, late in ran]
+    h = history(jobs, runs, starts, effects)
+    journal = [Start(rid, 1, at + late, w) for _, rid, at, w, late in ran]
+    # a second start of the late one on another worker does not move it
+    journal.append(Start(ran[1][1], 2, ran[1][2] + 20_000, "w1"))
+    result = audit(replace(h, starts=tuple(journal)))
+    assert result.starts_by_worker == {"w1": 1, "w2": 2, "w3": 1}
+    assert result.late_by_worker == {"w1": 0, "w2": 2, "w3": 0}
