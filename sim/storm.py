@@ -276,11 +276,12 @@ class Costs:
 
 def http_costs(p: dict[str, float]) -> dict[str, float]:
     """The task loop's CPU per http task, before its request leaves and after, and the
-    target's per request. Measured inside a burst when the profile has it
-    (`http_storm_*`, `cronfleet calibrate --only-tasks --http-storm`): there the loop
-    costs two to three times what it does alone (the calibration's `worker_http_loop_*`),
-    the interpreter lock and the cores shared with the claims, finishes and PostgreSQL;
-    the part before the send keeps its isolated share of the whole."""
+    target's per request: as bursts of the kit measured them when the profile has them
+    (`http_storm_*`, `cronfleet calibrate --http-storm`), else as measured alone
+    (`worker_http_loop_*`). In a burst the loop costs what it costs alone; what moves it
+    is the machine's speed on the day (113-185 us per task for the same code), so a
+    burst's own figures calibrate the model for its sitting. The part before the send
+    keeps its isolated share of the whole."""
     alone = p.get("worker_http_loop_cpu_s", 0.0)
     before = p.get("worker_http_loop_before_send_s", 0.0)
     loop = p.get("http_storm_loop_cpu_s", alone)
