@@ -114,7 +114,6 @@ class TieredConsumer:
         instance_id: str | None = None,
     ) -> None:
         self.group_id = group_id
-        self.instance_id = instance_id
         self.malformed = 0  # messages skipped because they were not a RunMessage
         self.rebalances = 0  # assignments and revocations seen, every tier
         self._rejected: list[Rejected] = []

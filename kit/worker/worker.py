@@ -54,6 +54,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 
 from kit.core.backlog import StartRate, claim_room, start_budget
+from kit.core.defaults import KILL_GRACE_MS
 from kit.core.dispatch import TimerWheel, catch_up_order
 from kit.core.leases import beat_horizon_ms, beat_wanted, fence_margin_ms
 from kit.core.partitions import PARTITION_COUNT
@@ -74,7 +75,6 @@ from kit.store.claims import (
     runs_return,
 )
 from kit.store.worker_link import WorkerLink
-from kit.tasks.command import KILL_GRACE_S
 from kit.tasks.context import Cancel, CancelFlag
 from kit.tasks.registry import release_loop
 from kit.transport import RunMessage, RunPublisher, TieredConsumer
@@ -273,7 +273,7 @@ class Worker:
         self.lease_ttl_ms = lease_ttl_ms
         self.lease_ttl_s = lease_ttl_ms / 1000
         self.heartbeat_s = (heartbeat_ms or max(200, lease_ttl_ms // 3)) / 1000
-        self.fence_margin_s = fence_margin_ms(lease_ttl_ms, int(KILL_GRACE_S * 1000)) / 1000
+        self.fence_margin_s = fence_margin_ms(lease_ttl_ms, KILL_GRACE_MS) / 1000
         self.beat_horizon_ms = beat_horizon_ms(
             int(self.heartbeat_s * 1000), int(self.fence_margin_s * 1000)
         )
