@@ -192,6 +192,7 @@ def _run(
     run_dir: Path,
     kill_grace_s: float,
 ) -> TaskResult:
+    _keeper.start()  # before the spawn: registering it is then one write, not a start
     change_identity: dict[str, Any] = {}
     if identity.uid is not None:
         change_identity = {"user": identity.uid, "group": identity.gid, "extra_groups": []}
@@ -264,10 +265,11 @@ while left:
 class _Keeper:
     """Stops the worker's task groups when the worker dies by any means, SIGKILL included.
 
-    One small process per worker process, started on the first command task: of the
-    worker's own user, in its own session (so a signal to the worker's group spares it),
-    it reads a pipe whose only writer is the worker. The worker registers each task group
-    right after spawning it and unregisters it once the run stopped it; the kernel closes
+    One small process per worker process, started before the first command task's
+    spawn: of the worker's own user, in its own session (so a signal to the worker's group
+    spares it), it reads a pipe whose only writer is the worker. The worker registers each
+    task group right after spawning it and unregisters it once the run stopped it; the
+    kernel closes
     the pipe when the worker dies, and the keeper then stops every group still registered.
     The write end is non-inheritable and Popen closes other fds in the child (close_fds),
     so no task holds the pipe open after the worker is gone. Writes are one lock's (tasks
@@ -279,7 +281,9 @@ class _Keeper:
     fires when the forking *thread* ends rather than the worker, and needs a preexec_fn,
     unsafe in a threaded worker. Being the worker's user (root where run_as applies),
     the keeper may signal a group that changed identity. A worker killed between a
-    task's spawn and its registration leaves that task unkept: a window of one line.
+    task's spawn and its registration leaves that task unkept: a window of one line and
+    one uncontended write (the keeper is started before the spawn, so no registration
+    waits behind its start; CI once lost that race when it did).
     """
 
     def __init__(self) -> None:
@@ -287,6 +291,14 @@ class _Keeper:
         self._proc: subprocess.Popen[bytes] | None = None
         self._groups: dict[int, float] = {}
         os.register_at_fork(after_in_child=self._forget)
+
+    def start(self) -> None:
+        """Start the keeper if none runs (a worker's first command task, or the last
+        keeper died): it then waits, keeping nothing, until a group is registered."""
+        with self._lock:
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                self._restart()
 
     def register(self, pgid: int, grace_s: float) -> None:
         with self._lock:
@@ -316,8 +328,6 @@ class _Keeper:
             with contextlib.suppress(OSError):
                 self._proc.communicate()  # closes its stdin, reaps it
             self._proc = None
-        if not self._groups:
-            return
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", _KEEPER],

@@ -317,7 +317,9 @@ def _sigkill_worker_running_hung_tasks(
     pgids: list[int] = []
     try:
         for path in started:
-            script = f'echo $$ > "{path}.tmp"; mv "{path}.tmp" "{path}"; sleep 3600; :'
+            # says it started a moment after it did: the worker registers its group right
+            # after the spawn, and a kill inside that window is the documented one
+            script = f'sleep 0.3; echo $$ > "{path}.tmp"; mv "{path}.tmp" "{path}"; sleep 3600; :'
             task = {"type": "command", "argv": ["/bin/sh", "-c", script]}
             job = make_job(engine, task=task, name=path.name)
             publish(publisher, engine, make_run(engine, job))
