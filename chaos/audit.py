@@ -433,10 +433,31 @@ def _why_lost(
     if run.status == "dead":
         return f"dead-lettered after attempt {run.attempt}, no effect"
     if run.status in ("pending", "running", "retry_scheduled"):
-        return f"still {run.status} (attempt {run.attempt}) when the fleet was quiet"
+        busy = f"still {run.status} (attempt {run.attempt}) when the fleet was quiet"
+        return f"{busy}; {_trail(run, history)}"
     if poison:
         return f"ended {run.status}, not dead-lettered"
     return f"ended {run.status} (attempt {run.attempt}) without its effect"
+
+
+def _trail(run: RunFacts, history: History) -> str:
+    """What happened to a run that never ended, for whoever reads the failure (often
+    only CI's output): when it was committed and last published, and every change the
+    witness saw a worker or reaper make to it, relative to its second."""
+
+    def rel(ms: int | None) -> str:
+        return "never" if ms is None else f"{(ms - run.scheduled_ms) / 1000:+.1f} s"
+
+    moves = [
+        f"{w.kind} {w.old_status}->{w.new_status} a{w.new_attempt} by {w.writer} {rel(w.at_ms)}"
+        for w in history.writes
+        if w.run_id == run.run_id
+    ]
+    starts = [f"{s.worker} {rel(s.at_ms)}" for s in history.starts if s.run_id == run.run_id]
+    return (
+        f"committed {rel(run.created_ms)}, last published {rel(run.dispatched_ms)}, "
+        f"writes [{'; '.join(moves) or 'none'}], starts [{'; '.join(starts) or 'none'}]"
+    )
 
 
 def _judge_writes(result: Audit, writes: Sequence[Write]) -> None:

@@ -20,11 +20,18 @@ def runs_read(engine: Engine) -> list[RunFacts]:
         rows = conn.execute(
             text(
                 "SELECT run_id::text, job_id::text, scheduled_at, status, attempt, skip_reason, "
-                "worker_id, error FROM runs WHERE tenant = :t"
+                "worker_id, error, created_at, dispatched_at FROM runs WHERE tenant = :t"
             ),
             {"t": TENANT},
         ).all()
-    return [RunFacts(r[0], r[1], to_epoch_ms(r[2]), r[3], r[4], r[5], r[6], r[7]) for r in rows]
+    return [
+        RunFacts(
+            *r[:8],
+            created_ms=to_epoch_ms(r[8]),
+            dispatched_ms=None if r[9] is None else to_epoch_ms(r[9]),
+        )
+        for r in rows
+    ]
 
 
 def paused_at(engine: Engine) -> dict[str, int]:

@@ -35,6 +35,8 @@ class RunFacts:
     skip_reason: str | None = None
     worker_id: str | None = None
     error: str | None = None  # the kit's last error text (why a run was cancelled)
+    created_ms: int | None = None
+    dispatched_ms: int | None = None  # when it was last published by a worker or reaper
 
 
 @dataclass(frozen=True)

@@ -205,3 +205,21 @@ def test_late_starts_are_counted_by_the_worker_that_first_started_them() -> None
     result = audit(replace(h, starts=tuple(journal)))
     assert result.starts_by_worker == {"w1": 1, "w2": 2, "w3": 1}
     assert result.late_by_worker == {"w1": 0, "w2": 2, "w3": 0}
+
+
+def test_a_run_left_pending_is_lost_and_the_finding_tells_its_trail() -> None:
+    """CI shows only the finding: it must say where the run got stuck."""
+    job, rid = oneoff(BASE)
+    at = to_epoch_ms(BASE)
+    run = RunFacts(rid, job.job_id, at, "pending", 1, created_ms=at - 5000, dispatched_ms=at + 900)
+    claim = Write(1, at - 4000, at - 4000, "worker:w2", "claim", run_id=rid,
+                  old_status="pending", new_status="running", new_attempt=1)  # fmt: skip
+    back = Write(2, at + 800, at + 800, "worker:w2", "holder_write", run_id=rid,
+                 old_status="running", new_status="pending", new_attempt=1)  # fmt: skip
+    a = audit(history([job], [run], writes=[claim, back]))
+    assert [f.run_id for f in a.lost] == [rid]
+    why = a.lost[0].why
+    assert why.startswith("still pending (attempt 1) when the fleet was quiet")
+    assert "committed -5.0 s, last published +0.9 s" in why
+    assert "claim pending->running a1 by worker:w2 -4.0 s" in why
+    assert "holder_write running->pending a1 by worker:w2 +0.8 s" in why
