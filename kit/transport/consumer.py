@@ -47,7 +47,8 @@ Offsets: auto-commit is off. `commit()` commits exactly what `poll_batch` return
 malformed messages included: those are handed out by `take_rejected()` for the caller
 to put on the dead-letter topic before it commits, so a poison message is neither
 redelivered forever nor lost. What was returned but not committed is redelivered to the
-group: at-least-once. Not thread-safe: one thread polls and commits.
+group: at-least-once. A commit that fails is sent again with the next one
+(kit.transport.offsets). Not thread-safe: one thread polls and commits.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from kit.core.dispatch import PRIORITY_TIERS, tier_rank
 from kit.transport.kafka_client import client_config
 from kit.transport.message import DEFAULT_TOPIC_PREFIX, MessageError, RunMessage, topic_for
+from kit.transport.offsets import PendingOffsets
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +100,8 @@ class _Tier:
     paused: set[int] = field(default_factory=set)
     buffer: deque[Message] = field(default_factory=deque)
     start: dict[int, int] = field(default_factory=dict)  # first offset to read, if none read
-    uncommitted: dict[int, int] = field(default_factory=dict)  # partition -> next offset
+    owed: PendingOffsets = field(default_factory=PendingOffsets)  # returned, not committed
+    commit_failures: int = 0  # in a row
 
 
 class TieredConsumer:
@@ -169,23 +172,29 @@ class TieredConsumer:
         return out
 
     def commit(self) -> None:
-        """Commit everything returned so far; a failed commit only means redelivery."""
+        """Commit everything returned so far. A failed commit is tried again with the
+        next one (kit.transport.offsets: why it must not be forgotten); its messages are
+        redelivered only if their partition moves to another member meanwhile."""
         for tier in self._tiers:
-            if not tier.uncommitted:
+            if not tier.owed:
                 continue
-            assigned = tier.assigned or set()
-            offsets = [
-                TopicPartition(tier.topic, p, off)
-                for p, off in tier.uncommitted.items()
-                if p in assigned
-            ]
-            tier.uncommitted.clear()
+            offsets = tier.owed.take(tier.assigned or ())
             if not offsets:
                 continue
             try:
-                tier.consumer.commit(offsets=offsets, asynchronous=False)
+                tier.consumer.commit(
+                    offsets=[TopicPartition(tier.topic, p, off) for p, off in offsets.items()],
+                    asynchronous=False,
+                )
             except KafkaException as exc:
-                log.warning("commit %s failed (messages will be redelivered): %s", tier.name, exc)
+                tier.owed.failed(offsets)
+                tier.commit_failures += 1
+                if tier.commit_failures == 1:  # once a streak: retried every poll
+                    log.warning("commit %s failed (tried again with the next): %s", tier.name, exc)
+                continue
+            if tier.commit_failures:
+                log.info("commit %s done after %d failures", tier.name, tier.commit_failures)
+                tier.commit_failures = 0
 
     def assignment(self) -> dict[str, set[int]]:
         """The partitions of each tier assigned to this consumer now (empty: none yet)."""
@@ -242,8 +251,7 @@ class TieredConsumer:
         runs: list[RunMessage] = []
         for msg in raw:
             p, offset = msg.partition(), msg.offset()
-            if offset + 1 > tier.uncommitted.get(p, -1):
-                tier.uncommitted[p] = offset + 1
+            tier.owed.returned(p, offset)
             try:
                 runs.append(RunMessage.from_bytes(msg.value()))
             except MessageError as exc:
@@ -327,7 +335,7 @@ class TieredConsumer:
             tier.buffer = deque(m for m in tier.buffer if m.partition() not in gone)
             for p in gone:
                 tier.start.pop(p, None)
-                tier.uncommitted.pop(p, None)
+            tier.owed.revoked(gone)
 
         return on_revoke
 
