@@ -95,7 +95,7 @@ class Rejected:
 class _Tier:
     name: str
     topic: str
-    consumer: Consumer
+    consumer: Consumer = field(init=False)
     assigned: set[int] | None = None  # None until the group has answered
     paused: set[int] = field(default_factory=set)
     buffer: deque[Message] = field(default_factory=deque)
@@ -122,9 +122,11 @@ class TieredConsumer:
         self._rejected: list[Rejected] = []
         self._tiers: list[_Tier] = []
         for name in sorted(tiers, key=tier_rank):
+            tier = _Tier(name, topic_for(name, topic_prefix))
             consumer = Consumer(
                 {
                     **client_config(bootstrap),
+                    "on_commit": self._on_commit(tier),
                     "group.id": f"{group_id}.{name}",
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
@@ -138,7 +140,7 @@ class TieredConsumer:
                     **(config or {}),
                 }
             )
-            tier = _Tier(name, topic_for(name, topic_prefix), consumer)
+            tier.consumer = consumer
             consumer.subscribe(
                 [tier.topic],
                 on_assign=self._on_assign(tier),
@@ -184,17 +186,31 @@ class TieredConsumer:
             try:
                 tier.consumer.commit(
                     offsets=[TopicPartition(tier.topic, p, off) for p, off in offsets.items()],
-                    asynchronous=False,
+                    asynchronous=True,  # the outcome arrives in _on_commit, on a later poll
                 )
-            except KafkaException as exc:
-                tier.owed.failed(offsets)
-                tier.commit_failures += 1
-                if tier.commit_failures == 1:  # once a streak: retried every poll
-                    log.warning("commit %s failed (tried again with the next): %s", tier.name, exc)
-                continue
-            if tier.commit_failures:
+            except KafkaException as exc:  # refused at once (no coordinator known, ...)
+                self._commit_failed(tier, offsets, exc)
+
+    def _commit_failed(self, tier: _Tier, offsets: dict[int, int], why: object) -> None:
+        tier.owed.failed(offsets)
+        tier.commit_failures += 1
+        if tier.commit_failures == 1:  # once a streak: tried again with every commit
+            log.warning("commit %s failed (tried again with the next): %s", tier.name, why)
+
+    def _on_commit(self, tier: _Tier) -> Callable[[KafkaError | None, list[TopicPartition]], None]:
+        def on_commit(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+            failed = {
+                tp.partition: tp.offset
+                for tp in partitions
+                if (err is not None or tp.error is not None) and tp.offset >= 0
+            }
+            if failed:
+                self._commit_failed(tier, failed, err or partitions[0].error)
+            elif tier.commit_failures:
                 log.info("commit %s done after %d failures", tier.name, tier.commit_failures)
                 tier.commit_failures = 0
+
+        return on_commit
 
     def assignment(self) -> dict[str, set[int]]:
         """The partitions of each tier assigned to this consumer now (empty: none yet)."""

@@ -5,8 +5,13 @@ them. librdkafka keeps fetching from its own position, so nothing is redelivered
 the partition moves; if no message arrives on that partition afterwards, its committed
 offset stays behind its high watermark for good, and the reaper, which re-publishes a
 lost run only once the group has committed past it (kit.core.recovery), never does. So a
-failed commit's offsets are kept and sent again with the next commit, unless the
+failed commit's offsets are owed again and sent with the next commit, unless the
 partition was revoked meanwhile (its new owner reads from the last commit: redelivery).
+
+Commits are asynchronous (a synchronous one blocks the poll loop for as long as the
+group's coordinator does not answer: minutes against a broker that hangs), so a commit
+can fail after a later one was sent: it is owed again only if no later offset of its
+partition has been sent, so a committed offset never goes back.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from collections.abc import Iterable, Mapping
 
 class PendingOffsets:
     def __init__(self) -> None:
-        self._next: dict[int, int] = {}  # partition -> next offset to read
+        self._next: dict[int, int] = {}  # partition -> next offset to read, not yet sent
+        self._sent: dict[int, int] = {}  # partition -> highest offset sent in a commit
 
     def __bool__(self) -> bool:
         return bool(self._next)
@@ -32,14 +38,17 @@ class PendingOffsets:
         owned = set(assigned)
         out = {p: off for p, off in self._next.items() if p in owned}
         self._next.clear()
+        for p, off in out.items():
+            self._sent[p] = max(self._sent.get(p, -1), off)
         return out
 
     def failed(self, offsets: Mapping[int, int]) -> None:
-        """A commit of `offsets` failed: owe them again (never behind a later offset)."""
+        """A commit of `offsets` failed: owe those no later commit has superseded."""
         for p, off in offsets.items():
-            if off > self._next.get(p, -1):
+            if p in self._sent and off >= self._sent[p] and off > self._next.get(p, -1):
                 self._next[p] = off
 
     def revoked(self, partitions: Iterable[int]) -> None:
         for p in partitions:
             self._next.pop(p, None)
+            self._sent.pop(p, None)

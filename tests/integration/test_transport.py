@@ -6,9 +6,13 @@ messages; its topics are deleted afterwards.
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -23,6 +27,7 @@ from kit.transport import (
     ensure_topics,
     topic_for,
 )
+from kit.transport.progress import QueueProgress
 
 pytestmark = pytest.mark.integration
 
@@ -268,3 +273,54 @@ def test_two_consumers_of_one_group_share_and_drain_a_backlog(bootstrap: str) ->
     received = sorted(m.run_id for m in got[0] + got[1])
     assert len(received) >= len(sent), f"consumed {[len(g) for g in got]} of {len(sent)}"
     assert set(received) == {m.run_id for m in sent}
+
+
+def _broker_pid() -> int:
+    """The pid of `cronfleet stack up`'s broker (its pid file), checked by its command."""
+    home = Path(os.environ.get("CRONFLEET_HOME", Path.home() / ".cronfleet")).expanduser()
+    pid = int((home / "kafka" / "kafka.pid").read_text().split()[0])
+    assert b"kafka.Kafka" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    return pid
+
+
+def _stopped(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2] == "T"
+
+
+def test_a_commit_neither_waits_for_a_hung_broker_nor_is_forgotten(
+    bootstrap: str, prefix: str
+) -> None:
+    """A synchronous commit blocked the worker's poll loop for as long as the broker did
+    not answer (over three minutes against a SIGSTOPped one, by hand); and a failed commit
+    was forgotten. Now commit() returns while the broker is still stopped, and once it
+    answers again the group's committed offsets reach every message returned."""
+    sent = runs("normal", 12)
+    RunPublisher(bootstrap, topic_prefix=prefix).publish(sent)
+    group = f"g-{prefix}"
+    consumer = TieredConsumer(bootstrap, group, topic_prefix=prefix)
+    try:
+        assert len(drain(consumer, len(sent))) == len(sent)
+        broker = _broker_pid()
+        os.kill(broker, signal.SIGSTOP)
+        safety = threading.Timer(20.0, os.kill, (broker, signal.SIGCONT))  # whatever happens
+        safety.start()
+        try:
+            consumer.commit()
+            returned_while_stopped = _stopped(broker)
+        finally:
+            os.kill(broker, signal.SIGCONT)
+            safety.cancel()
+        assert returned_while_stopped
+        progress = QueueProgress(bootstrap, group, topic_prefix=prefix, tiers=("normal",))
+        try:
+            high = progress.high_watermarks("normal")
+            deadline = time.monotonic() + WAIT_S
+            while progress.committed("normal") != high and time.monotonic() < deadline:
+                consumer.poll_batch(10, 0.5)  # serves the commit's outcome; retries it
+                consumer.commit()
+            assert progress.committed("normal") == high
+        finally:
+            progress.close()
+    finally:
+        consumer.close()
