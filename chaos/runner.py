@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import re
 import shutil
+import signal
 import socket
 import time
 import traceback
@@ -28,6 +30,7 @@ from chaos.history import history_read
 from chaos.records import History, Params
 from chaos.stack import ChaosStack
 from chaos.workload import TENANT, Workload
+from kit.transport.progress import QueueProgress
 
 QUIET_TIMEOUT_S = 120.0
 BUSY = "('pending', 'running', 'retry_scheduled')"
@@ -307,4 +310,47 @@ def _wait_quiet(ctx: DrillContext) -> None:
         wait_for("the fleet to go quiet", lambda: _busy(ctx) == 0, QUIET_TIMEOUT_S, 0.5)
     except TimeoutError as exc:
         ctx.notes.append(f"{exc}: {_busy(ctx)} runs still busy")
+        ctx.notes += _why_not_quiet(ctx)
     time.sleep(1.0)  # the journals flush every 0.2 s
+
+
+def _why_not_quiet(ctx: DrillContext) -> list[str]:
+    """What a reader of a failed drill (often only CI's output) needs to find where runs
+    got stuck: the partitions the workers' group has not committed to their end, and
+    where each worker's poll loop is (its main thread's stack, written to its log by
+    SIGUSR1: kit.cli registers faulthandler)."""
+    notes: list[str] = []
+    try:
+        progress = QueueProgress(ctx.stack.kafka_bootstrap, ctx.group, topic_prefix=ctx.prefix)
+        try:
+            for tier in progress.tiers:
+                high, done = progress.high_watermarks(tier), progress.committed(tier)
+                behind = {p: (done.get(p, 0), h) for p, h in high.items() if done.get(p, 0) < h}
+                if behind:
+                    notes.append(f"group {ctx.group}.{tier} behind (committed, high): {behind}")
+        finally:
+            progress.close()
+    except Exception as exc:  # a diagnosis, never a second failure
+        notes.append(f"group progress unknown: {exc}")
+    sizes: dict[str, int] = {}
+    for name in ctx.fleet.names("worker"):
+        log_path = ctx.fleet.log_dir / f"{name}.log"
+        with contextlib.suppress(OSError):
+            sizes[name] = log_path.stat().st_size
+            os.kill(ctx.fleet.pid(name), signal.SIGUSR1)
+    time.sleep(1.0)
+    for name, size in sizes.items():
+        with contextlib.suppress(OSError), (ctx.fleet.log_dir / f"{name}.log").open("rb") as f:
+            f.seek(size)
+            frames = main_thread_frames(f.read().decode(errors="replace"))
+            notes.append(f"{name} main thread, innermost first: {' | '.join(frames[:8])}")
+    return notes
+
+
+def main_thread_frames(dump: str) -> list[str]:
+    """The frames of the thread that took the signal (faulthandler's "Current thread":
+    the main thread, a service's loop) in a stack dump, innermost first."""
+    if "Current thread" not in dump:
+        return []
+    block = dump.split("Current thread", 1)[1].split("\n\n", 1)[0]
+    return [ln.strip() for ln in block.splitlines() if ln.strip().startswith("File")]

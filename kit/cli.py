@@ -8,7 +8,9 @@ Exit codes: 0 success, 1 failure at run time, 2 bad input (one line on stderr).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
+import signal
 import sys
 
 from kit.core.errors import FieldError, UsageError
@@ -50,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # `kill -USR1 PID` writes every thread's stack to stderr (the service's log): where a
+    # stuck worker or node waits, without stopping it
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -29,6 +29,7 @@ def test_drill_passes_and_its_fault_happened(
     name: str, chaos_stack: ChaosStack, tmp_path: Path
 ) -> None:
     result = drill_run(DRILLS[name](), chaos_stack, tmp_path, CI_CYCLES, SEED)
+    print("\n".join(result.notes))  # shown by pytest if the test fails: the drill's diagnosis
     assert result.error is None, result.error
     assert result.audit is not None and result.history is not None
     a = result.audit

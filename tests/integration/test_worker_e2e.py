@@ -404,3 +404,34 @@ def test_sigterm_finishes_the_in_flight_run_and_exits(
             proc.wait(timeout=10)
     row = run_row(engine, rid)
     assert (row.status, row.worker_id) == ("succeeded", "polite")
+
+
+def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_worker_runs_on(
+    tmp_path: Path, settings: Settings, db_url: str, prefix: str
+) -> None:
+    """Where a stuck worker waits, without stopping it (the chaos drills ask each worker
+    this when the fleet does not go quiet)."""
+    log_path = tmp_path / "worker.log"
+    env = {
+        **os.environ,
+        "CRONFLEET_DATABASE_URL": db_url,
+        "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
+    }
+    argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "dumper"]
+    argv += ["--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, env=env, stderr=log, start_new_session=True)
+    try:
+        wait_until("the worker to start", lambda: b"started" in log_path.read_bytes())
+        proc.send_signal(signal.SIGUSR1)
+        wait_until("the stacks in its log", lambda: b"Current thread" in log_path.read_bytes())
+        dump = log_path.read_text(errors="replace").split("Current thread", 1)[1]
+        assert "kit/worker/worker.py" in dump  # the main thread is in the worker's loop
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)

@@ -223,3 +223,25 @@ def test_a_run_left_pending_is_lost_and_the_finding_tells_its_trail() -> None:
     assert "committed -5.0 s, last published +0.9 s" in why
     assert "claim pending->running a1 by worker:w2 -4.0 s" in why
     assert "holder_write running->pending a1 by worker:w2 +0.8 s" in why
+
+
+def test_the_main_threads_frames_are_read_from_a_stack_dump(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import faulthandler
+    import threading
+
+    from chaos.runner import main_thread_frames
+
+    release = threading.Event()
+    other = threading.Thread(target=release.wait, name="other")
+    other.start()
+    try:
+        with (tmp_path / "dump").open("w+") as f:
+            faulthandler.dump_traceback(f, all_threads=True)
+            f.seek(0)
+            frames = main_thread_frames(f.read())
+    finally:
+        release.set()
+        other.join()
+    assert frames and "test_the_main_threads_frames_are_read" in frames[0]
+    assert not any("threading.py" in fr and "wait" in fr for fr in frames)  # not the other's
+    assert main_thread_frames("no dump here") == []
