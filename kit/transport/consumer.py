@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.05  # longest block on one tier while nothing is ready
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 _QUERY_TIMEOUT_S = 5.0
+_STALL_S = 3.0  # a served tier lagging and fetching nothing this long is resumed
 _Rebalance = Callable[[Consumer, list[TopicPartition]], None]
 
 
@@ -101,6 +102,7 @@ class _Tier:
     buffer: deque[Message] = field(default_factory=deque)
     start: dict[int, int] = field(default_factory=dict)  # first offset to read, if none read
     owed: PendingOffsets = field(default_factory=PendingOffsets)  # returned, not committed
+    stalled_since: float | None = None  # served, lagging, fetching nothing since (monotonic)
     commit_failures: int = 0  # in a row
 
 
@@ -119,6 +121,7 @@ class TieredConsumer:
         self.group_id = group_id
         self.malformed = 0  # messages skipped because they were not a RunMessage
         self.rebalances = 0  # assignments and revocations seen, every tier
+        self.unstalls = 0  # stalled tiers whose partitions were resumed (_stalled)
         self._rejected: list[Rejected] = []
         self._tiers: list[_Tier] = []
         for name in sorted(tiers, key=tier_rank):
@@ -245,15 +248,58 @@ class TieredConsumer:
         for tier in self._tiers:
             if blocker is not None:
                 self._hold(tier)
+                tier.stalled_since = None  # held on purpose
                 continue
             self._release(tier)
             raw = self._take(tier, max_messages)
             if raw:
                 found = self._decode(tier, raw)
                 blocker = tier
-            elif not self._drained(tier):
-                blocker = tier
+                tier.stalled_since = None
+            else:
+                if not self._drained(tier):
+                    blocker = tier
+                self._stalled(tier)
         return found, blocker
+
+    def _stalled(self, tier: _Tier) -> None:
+        """A served tier that fetched nothing for `_STALL_S`: resume its partitions that
+        lag by fresh watermarks. librdkafka can keep a partition paused across a
+        re-assignment while this consumer's bookkeeping has it resumed; that partition is
+        then never fetched again (its cached watermark goes stale with it, so it even
+        looks drained), and the runs on it are not lost (the group never read past them)
+        but never start. The likeliest reading of CI's one clock-skew failure: two runs
+        pending for good, their messages on a partition its owner got back in a
+        rebalance that began while its tier was held (paused), never fetched after.
+        Resuming a partition that is not paused does nothing."""
+        now = time.monotonic()
+        if tier.stalled_since is None:
+            tier.stalled_since = now
+            return
+        if now - tier.stalled_since < _STALL_S or not tier.assigned:
+            return
+        tier.stalled_since = now
+        lagging = [p for p in sorted(tier.assigned) if (self._fresh_lag(tier, p) or 0) > 0]
+        if lagging:
+            tier.consumer.resume([TopicPartition(tier.topic, p) for p in lagging])
+            self.unstalls += 1
+            log.info("%s %s lag, fetched nothing in %.0f s: resumed", tier.topic, lagging, _STALL_S)
+
+    def _fresh_lag(self, tier: _Tier, p: int) -> int | None:
+        """High watermark (asked of the broker) - next offset to read; None if unknown.
+        Messages already fetched and held locally are not lag."""
+        tp = TopicPartition(tier.topic, p)
+        try:
+            lo, hi = tier.consumer.get_watermark_offsets(tp, timeout=_QUERY_TIMEOUT_S)
+            pos = tier.consumer.position([tp])[0].offset
+            if pos < 0:
+                pos = tier.consumer.committed([tp], timeout=_QUERY_TIMEOUT_S)[0].offset
+            if pos < 0:
+                pos = lo  # nothing read, nothing committed: auto.offset.reset=earliest
+        except KafkaException as exc:
+            log.debug("lag of %s[%d] unknown: %s", tier.topic, p, exc)
+            return None
+        return max(0, hi - pos - sum(1 for m in tier.buffer if m.partition() == p))
 
     def _take(self, tier: _Tier, n: int) -> list[Message]:
         out: list[Message] = []

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kit.settings import load_settings
@@ -324,3 +324,25 @@ def test_a_commit_neither_waits_for_a_hung_broker_nor_is_forgotten(
             progress.close()
     finally:
         consumer.close()
+
+
+def test_a_partition_paused_behind_the_consumers_back_is_fetched_again(
+    bootstrap: str, prefix: str
+) -> None:
+    """librdkafka can keep a partition paused across a re-assignment while the consumer's
+    bookkeeping has it resumed: it was then never fetched again (and every tier below
+    waited). Here the disagreement is made by hand: the low tier's partition is paused
+    inside librdkafka only; its runs must still come back."""
+    with TieredConsumer(bootstrap, f"g-{prefix}", tiers=("low",), topic_prefix=prefix) as c:
+        deadline = time.monotonic() + WAIT_S
+        while not c.assignment()["low"] and time.monotonic() < deadline:
+            c.poll_batch(10, 0.2)
+        parts = c.assignment()["low"]
+        assert parts
+        topic = topic_for("low", prefix)
+        c._tiers[0].consumer.pause([TopicPartition(topic, p) for p in sorted(parts)])
+        sent = runs("low", 5)
+        RunPublisher(bootstrap, topic_prefix=prefix).publish(sent)
+        got = drain(c, len(sent))
+        assert sorted(m.run_id for m in got) == sorted(m.run_id for m in sent)
+        assert c.unstalls >= 1
