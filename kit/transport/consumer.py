@@ -279,7 +279,13 @@ class TieredConsumer:
         if now - tier.stalled_since < _STALL_S or not tier.assigned:
             return
         tier.stalled_since = now
-        lagging = [p for p in sorted(tier.assigned) if (self._fresh_lag(tier, p) or 0) > 0]
+        lagging = []
+        for p in sorted(tier.assigned):
+            lag = self._fresh_lag(tier, p)
+            if lag is None:  # the broker does not answer: no verdict this round
+                return
+            if lag > 0:
+                lagging.append(p)
         if lagging:
             tier.consumer.resume([TopicPartition(tier.topic, p) for p in lagging])
             self.unstalls += 1
