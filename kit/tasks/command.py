@@ -269,8 +269,8 @@ class _Keeper:
     spawn: of the worker's own user, in its own session (so a signal to the worker's group
     spares it), it reads a pipe whose only writer is the worker. The worker registers each
     task group right after spawning it and unregisters it once the run stopped it; the
-    kernel closes
-    the pipe when the worker dies, and the keeper then stops every group still registered.
+    kernel closes the pipe when the worker dies, and the keeper then stops every group
+    still registered.
     The write end is non-inheritable and Popen closes other fds in the child (close_fds),
     so no task holds the pipe open after the worker is gone. Writes are one lock's (tasks
     run on many threads). If the keeper died (a write fails, or it exited), the next
@@ -282,8 +282,9 @@ class _Keeper:
     unsafe in a threaded worker. Being the worker's user (root where run_as applies),
     the keeper may signal a group that changed identity. A worker killed between a
     task's spawn and its registration leaves that task unkept: a window of one line and
-    one uncontended write (the keeper is started before the spawn, so no registration
-    waits behind its start; CI once lost that race when it did).
+    one uncontended write. (The keeper used to start on the first registration, under
+    the lock, so a second task's registration waited behind a Python start: a CI run
+    left a hung task group behind, most likely in that wait.)
     """
 
     def __init__(self) -> None:
