@@ -241,6 +241,21 @@ def test_a_worker_that_cannot_confirm_its_lease_stops_the_task_and_gives_it_back
     assert row.attempt >= 2 and row.errors[0]["error"].startswith("lease expired")
 
 
+def worker_process(
+    worker_id: str, settings: Settings, db_url: str, prefix: str
+) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of a worker process on this test's database and topics."""
+    env = {
+        **os.environ,
+        "CRONFLEET_DATABASE_URL": db_url,
+        "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
+    }
+    argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", worker_id]
+    argv += ["--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
+    return argv, env
+
+
 def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
     engine: Engine,
     publisher: RunPublisher,
@@ -257,15 +272,8 @@ def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
     )
     job = make_job(engine, task=task)
     rid = make_run(engine, job)
-    env = {
-        **os.environ,
-        "CRONFLEET_DATABASE_URL": db_url,
-        "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-        "CRONFLEET_RUN_LEASE_TTL_MS": "2000",
-        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
-    }
-    argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "doomed"]
-    argv += ["--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
+    argv, env = worker_process("doomed", settings, db_url, prefix)
+    env["CRONFLEET_RUN_LEASE_TTL_MS"] = "2000"
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
     try:
         publish(publisher, engine, rid)
@@ -304,14 +312,7 @@ def _sigkill_worker_running_hung_tasks(
     """A worker process runs `tasks` shells whose `sleep` hangs, all at once, and is
     SIGKILLed: every one of their groups must end (its keeper stops them)."""
     started = [tmp_path / f"started-{i}" for i in range(tasks)]
-    env = {
-        **os.environ,
-        "CRONFLEET_DATABASE_URL": db_url,
-        "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
-    }
-    argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "doomed"]
-    argv += ["--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
+    argv, env = worker_process("doomed", settings, db_url, prefix)
     argv += ["--concurrency", str(tasks)]
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
     pgids: list[int] = []
@@ -385,11 +386,8 @@ def test_sigterm_finishes_the_in_flight_run_and_exits(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "CRONFLEET_DATABASE_URL": db_url}
-    env["CRONFLEET_KAFKA_BOOTSTRAP"] = settings.kafka_bootstrap
-    env["CRONFLEET_TASK_POLICY_FILE"] = settings.task_policy_file
-    argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "polite", "--metrics-port"]
-    argv += [str(port), "--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
+    argv, env = worker_process("polite", settings, db_url, prefix)
+    argv += ["--metrics-port", str(port)]
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
     try:
         publish(publisher, engine, rid)
@@ -412,14 +410,7 @@ def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_worker_runs_on(
     """Where a stuck worker waits, without stopping it (the chaos drills ask each worker
     this when the fleet does not go quiet)."""
     log_path = tmp_path / "worker.log"
-    env = {
-        **os.environ,
-        "CRONFLEET_DATABASE_URL": db_url,
-        "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
-    }
-    argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "dumper"]
-    argv += ["--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]
+    argv, env = worker_process("dumper", settings, db_url, prefix)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, env=env, stderr=log, start_new_session=True)
     try:
