@@ -8,8 +8,10 @@ Exit codes: 0 success, 1 failure at run time, 2 bad input (one line on stderr).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import importlib
+import io
 import signal
 import sys
 
@@ -53,8 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     # `kill -USR1 PID` writes every thread's stack to stderr (the service's log): where a
-    # stuck worker or node waits, without stopping it
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # stuck worker or node waits, without stopping it. Not when stderr is no file (main()
+    # called with it captured, as tests do).
+    with contextlib.suppress(io.UnsupportedOperation, AttributeError, ValueError):
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr.fileno(), all_threads=True)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -414,7 +414,8 @@ def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_worker_runs_on(
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, env=env, stderr=log, start_new_session=True)
     try:
-        wait_until("the worker to start", lambda: b"started" in log_path.read_bytes())
+        # in its loop: its consumers are assigned from within the loop's polls
+        wait_until("the worker's loop", lambda: b"assigned" in log_path.read_bytes())
         proc.send_signal(signal.SIGUSR1)
         wait_until("the stacks in its log", lambda: b"Current thread" in log_path.read_bytes())
         dump = log_path.read_text(errors="replace").split("Current thread", 1)[1]
