@@ -26,7 +26,10 @@ def runs_read(engine: Engine) -> list[RunFacts]:
         ).all()
     return [
         RunFacts(
-            *r[:8],
+            r[0],
+            r[1],
+            to_epoch_ms(r[2]),
+            *r[3:8],
             created_ms=to_epoch_ms(r[8]),
             dispatched_ms=None if r[9] is None else to_epoch_ms(r[9]),
         )

@@ -34,6 +34,7 @@ def test_drill_passes_and_its_fault_happened(
     assert result.audit is not None and result.history is not None
     a = result.audit
     assert a.expected > 0 and a.effects > 0
+    assert all(isinstance(r.scheduled_ms, int) for r in result.history.runs)
     assert a.lost == [], a.lost[:5]
     assert a.duplicate_effects == [], a.duplicate_effects[:5]
     assert a.stale_writes == [], a.stale_writes[:5]
