@@ -48,7 +48,7 @@ malformed messages included: those are handed out by `take_rejected()` for the c
 to put on the dead-letter topic before it commits, so a poison message is neither
 redelivered forever nor lost. What was returned but not committed is redelivered to the
 group: at-least-once. A commit that fails is sent again with the next one
-(kit.transport.offsets). Not thread-safe: one thread polls and commits.
+(kit.core.offsets). Not thread-safe: one thread polls and commits.
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from kit.core.dispatch import PRIORITY_TIERS, tier_rank
+from kit.core.offsets import PendingOffsets
 from kit.transport.kafka_client import client_config
 from kit.transport.message import DEFAULT_TOPIC_PREFIX, MessageError, RunMessage, topic_for
-from kit.transport.offsets import PendingOffsets
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class TieredConsumer:
 
     def commit(self) -> None:
         """Commit everything returned so far. A failed commit is tried again with the
-        next one (kit.transport.offsets: why it must not be forgotten); its messages are
+        next one (kit.core.offsets: why it must not be forgotten); its messages are
         redelivered only if their partition moves to another member meanwhile."""
         for tier in self._tiers:
             if not tier.owed:

@@ -1,4 +1,4 @@
-"""The offsets a consumer owes its group (kit.transport.offsets): a failed commit is
+"""The offsets a consumer owes its group (kit.core.offsets): a failed commit is
 owed again, never behind what came later, and dropped with its partition."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kit.transport.offsets import PendingOffsets
+from kit.core.offsets import PendingOffsets
 
 
 def test_what_was_returned_is_owed_up_to_the_next_offset() -> None:
