@@ -26,6 +26,7 @@ import json
 import os
 import statistics
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -152,7 +153,22 @@ def main() -> int:
             f"{model_med:.3f} s, {err_med:+.1%} against the measured median "
             f"({'within' if abs(err_med) <= 0.15 else 'NOT within'} 15 %)"
         )
+    # the p99 is the slower worker's: the two workers' p99s, faster and slower, medians
+    by_worker = {
+        "measured": pair_medians(
+            [w["start_lag_s"][1] for w in m["runs_by_worker"].values()]
+            for _, m in measured
+            if m.get("runs_by_worker")
+        ),
+        "model": pair_medians([w[1] for w in r["start_lag_by_worker_s"]] for r in predicted),
+    }
+    print(
+        "  each worker's p99, faster / slower (medians over runs, over seeds): measured "
+        f"{by_worker['measured'][0]:.3f} / {by_worker['measured'][1]:.3f} s, model "
+        f"{by_worker['model'][0]:.3f} / {by_worker['model'][1]:.3f} s"
+    )
     out = {
+        "by_worker_p99_fast_slow_s": by_worker,
         "predicted": predicted,
         "predicted_p99_s": pred,
         "predicted_p99_by_run_s": per_run,
@@ -170,6 +186,14 @@ def main() -> int:
     if args.plot:
         plot(Path(args.plot), predicted, measured)
     return 0
+
+
+def pair_medians(p99s: Iterable[list[float]]) -> tuple[float, float]:
+    """The median of the fastest and of the slowest worker's p99 over runs (or seeds)."""
+    rows = [sorted(p) for p in p99s if p]
+    if not rows:
+        return (float("nan"), float("nan"))
+    return statistics.median(r[0] for r in rows), statistics.median(r[-1] for r in rows)
 
 
 def label(f: str) -> str:

@@ -595,6 +595,7 @@ class StormModel:
         self.claimed = np.full(n, np.nan)
         self.started = np.full(n, np.nan)
         self.finished = np.full(n, np.nan)
+        self.worker_of = np.full(n, -1)
         self.given_back = 0
         self.verdicts: set[str] = set()
         prefetch = int(sc["prefetch"]) or -(-n // w)
@@ -765,6 +766,7 @@ class StormModel:
             yield env.process(self.cpu.run("broker", k * c.broker))
             self.published[chunk] = env.now
             for i in range(w):  # keyed by job: an even share per worker's partitions
+                self.worker_of[chunk[i::w]] = i
                 self.workers[i].deliver(chunk[i::w])
 
     # -- running it ---------------------------------------------------------------------
@@ -799,6 +801,12 @@ class StormModel:
             "given_back": self.given_back,
             "task": self.task,
             "start_lag_s": [pct(lag, 0.5), pct(lag, 0.99), pct(lag, 1.0)],
+            # each worker's p50 / p99 / max, as the benchmark's runs_by_worker
+            "start_lag_by_worker_s": [
+                [pct(a, 0.5), pct(a, 0.99), pct(a, 1.0)]
+                for i in range(len(self.workers))
+                for a in [self.started[(self.worker_of == i) & np.isfinite(self.started)]]
+            ],
             "all_claimed_s": None if claimed.size < self.n else round(float(claimed.max()), 3),
             "published_s": None
             if pub.size < self.n

@@ -840,21 +840,7 @@ class Worker:
         sent = time.monotonic()
         now_ms = int(sent * 1000)
         with self._lock:
-            entries = [
-                e
-                for e in self._in_flight.values()
-                if not (e.fenced or e.releasing)
-                and (
-                    e.done  # a finished task's outcome is still to be written under its lease
-                    or beat_wanted(
-                        e.started,
-                        int(e.confirmed_until * 1000),
-                        None if math.isinf(e.deadline) else int(e.deadline * 1000),
-                        now_ms,
-                        self.beat_horizon_ms,
-                    )
-                )
-            ]
+            entries = [e for e in self._in_flight.values() if self._beat_wanted(e, now_ms)]
         if not entries:
             return set()
         started = {e.run.run_id: e.started_ms for e in entries if e.started_ms is not None}
@@ -877,6 +863,24 @@ class Worker:
             self.metrics.leases_lost.inc(len(stopped))
             log.warning("leases lost (reaped or cancelled), stopping: %s", sorted(stopped))
         return stopped
+
+    def _beat_wanted(self, entry: _InFlight, now_ms: int) -> bool:
+        """kit.core.leases.beat_wanted for one run held, running or finished. A finished
+        task's outcome is still to be written under its lease, so its timeout no longer
+        applies; but, like any other, its lease is extended only when it would end within
+        the horizon: renewing every finished run at every beat renewed thousands with 30 s
+        left at a storm's second (a beat during the starts took the worker's lock and a
+        statement while half its runs waited to start)."""
+        if entry.fenced or entry.releasing:
+            return False
+        deadline = None if entry.done or math.isinf(entry.deadline) else entry.deadline
+        return beat_wanted(
+            entry.started or entry.done,
+            int(entry.confirmed_until * 1000),
+            None if deadline is None else int(deadline * 1000),
+            now_ms,
+            self.beat_horizon_ms,
+        )
 
     def stop_cancelled(self, run_ids: Iterable[str]) -> set[str]:
         """Runs cancelled through the API (kit.store.run_cancel): stop their tasks now.

@@ -49,3 +49,24 @@ def test_a_run_whose_lease_is_not_confirmed_is_fenced() -> None:
     entry = held(w, started=True, deadline=time.monotonic() + 60)
     w._fence_pass(entry.confirmed_until)  # within the margin of its lease's end
     assert entry.fenced and entry.cancel.is_set()
+
+
+def test_a_finished_run_is_beaten_only_when_its_lease_would_end_within_the_horizon() -> None:
+    """Its outcome is still to be written under its lease, whatever its timeout; but one
+    with most of a ttl left is not renewed (it used to be, at every beat: thousands at a
+    storm's second)."""
+    w = worker()
+    entry = held(w, started=True, done=True, deadline=time.monotonic() - 1)
+    now = time.monotonic()
+    assert not w._beat_wanted(entry, int(now * 1000))  # 30 s left, horizon 28 s
+    soon = entry.confirmed_until - w.beat_horizon_ms / 1000 + 1
+    assert w._beat_wanted(entry, int(soon * 1000))  # past its deadline: still beaten
+
+
+def test_a_running_run_is_not_beaten_past_its_deadline() -> None:
+    w = worker()
+    entry = held(w, started=True, deadline=time.monotonic() - 1)
+    soon = entry.confirmed_until - w.beat_horizon_ms / 1000 + 1
+    assert not w._beat_wanted(entry, int(soon * 1000))
+    entry.deadline = soon + 60
+    assert w._beat_wanted(entry, int(soon * 1000))
