@@ -475,14 +475,14 @@ class StormWorker:
 
     def _finish(self, phase_s: float) -> Process:
         """kit.worker's finisher: each turn it first observes the start lags recorded so
-        far (on the interpreter lock, even while the hold thread starts), then, with
+        far (on the interpreter lock; not while the hold thread starts), then, with
         successes to write, waits for the second's starts to end and writes a batch; with
         none it waits for them up to 0.1 s. Its turns' phase against T is the seed's."""
         m, c = self.m, self.m.costs
         env = m.env
         yield env.timeout(phase_s)
         while True:
-            if self.lags:
+            if self.lags and not self.starting:  # kit.worker: not while the hold thread starts
                 n, self.lags = self.lags, 0
                 yield env.process(m.cpu.run(self.name, n * c.observe_lag, self.gil))
             if not self.succeeded:

@@ -754,7 +754,8 @@ class Worker:
         """Write successes in batches until stopped and nothing is left to write."""
         succeeded = self._succeeded
         while True:
-            self._observe_lags()
+            if not self._starting.is_set():  # not on the interpreter lock the starts need
+                self._observe_lags()
             if not succeeded:
                 if self._finisher_stop.is_set():
                     return

@@ -123,15 +123,14 @@ def test_a_publish_chunk_waits_for_its_acknowledgement_before_the_next():
     assert dear["published_s"][1] - cheap["published_s"][1] > 0.9
 
 
-def test_the_finishers_lag_observation_takes_the_hold_threads_interpreter_lock():
-    """kit.worker's finisher observes the start lags recorded so far at its turn, even
-    while the hold thread starts: a dearer observation delays the last starts."""
-    # whether its turn falls in the starts (after the wheel's pop) is the seed's phase
-    seeds = range(1, 7)
-    cheap = [storm(*FULL, seed=s, worker_observe_lag_s=0.0)["start_lag_s"][2] for s in seeds]
-    dear = [storm(*FULL, seed=s, worker_observe_lag_s=4e-6)["start_lag_s"][2] for s in seeds]
-    assert any(d > c + 0.01 for c, d in zip(cheap, dear, strict=True))
-    assert all(d >= c - 1e-9 for c, d in zip(cheap, dear, strict=True))
+def test_the_finishers_lag_observation_waits_for_the_starts():
+    """kit.worker's finisher observes the start lags recorded so far at its turn, but not
+    while the hold thread starts (it used to, on the interpreter lock the starts need): a
+    dearer observation no longer delays any start, whatever the finisher's phase."""
+    for s in range(1, 7):  # whether its turn falls in the starts is the seed's phase
+        cheap = storm(*FULL, seed=s, worker_observe_lag_s=0.0)
+        dear = storm(*FULL, seed=s, worker_observe_lag_s=4e-6)
+        assert dear["start_lag_s"] == cheap["start_lag_s"]
 
 
 def test_heartbeats_renew_only_leases_ending_within_the_horizon():
