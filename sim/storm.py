@@ -526,6 +526,9 @@ class StormWorker:
         env = m.env
         yield env.timeout(phase_s)
         while True:
+            waited = env.now + m.sc["finish_yield_s"]  # kit.worker: after the starts
+            while self.starting and env.now < waited:
+                yield env.timeout(0.01)
             sent = env.now
             horizon = sent + m.ttl_s
             beaten = [

@@ -147,6 +147,18 @@ def test_heartbeats_renew_only_leases_ending_within_the_horizon():
     assert off["heartbeats"] == [] and off["succeeded"] == 50_000
 
 
+def test_a_beat_due_during_the_starts_comes_after_them():
+    """kit.worker's heartbeat thread lets the second's starts go first, as the finisher
+    does: with short leases the beats due at T + 0.05 s come after each worker's last start."""
+    r = storm(*FULL, "storm.run_ttl_s=3", "storm.heartbeat_s=1", "storm.heartbeat_phases=0.05,0.05")
+    first = {}
+    for name, at, _n in r["heartbeats"]:
+        first.setdefault(name, at)
+    assert len(first) == 2
+    for i, (_p50, _p99, last_start) in enumerate(r["start_lag_by_worker_s"]):
+        assert first[f"worker-{i}"] >= last_start - 0.001
+
+
 def test_a_heartbeat_at_the_second_renews_nothing_and_does_not_delay_the_starts():
     """Before the rule, a worker's beat at T + 0.05 s extended every run it had started,
     on the interpreter lock its hold thread needs, and delayed the starts by more than

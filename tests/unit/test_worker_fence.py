@@ -85,3 +85,24 @@ def test_the_finisher_leaves_start_lags_to_observe_until_the_starts_end() -> Non
     w._starting.clear()
     w._finish_loop()
     assert not w._lags
+
+
+def test_a_beat_due_during_the_starts_waits_for_them() -> None:
+    """A beat walks every run in flight under the worker's lock; during a storm's starts
+    it waits (at most _FINISH_YIELD_S) like the finisher."""
+    import threading
+
+    w = worker()
+    w.heartbeat_s = 0.05
+    beats: list[float] = []
+    w.heartbeat = lambda: beats.append(time.monotonic()) or set()  # type: ignore[method-assign]
+    w._starting.set()
+    loop = threading.Thread(target=w._heartbeat_loop, daemon=True)
+    loop.start()
+    time.sleep(0.3)
+    cleared = time.monotonic()
+    w._starting.clear()
+    time.sleep(0.2)
+    w._beating.set()
+    loop.join(5)
+    assert beats and beats[0] >= cleared
