@@ -61,6 +61,39 @@ def probe_fsync(stop: threading.Event, out: list[tuple[float, float]]) -> None:
         os.unlink(path)
 
 
+def sample_writeback(stop: threading.Event, out: list[tuple[float, int, int, int]]) -> None:
+    """The page cache's dirty and under-writeback KiB, and the disk's writes in flight
+    (/proc/diskstats of the root's device), every 10 ms: does a stalled fdatasync meet
+    the kernel writing back what other processes dirtied?"""
+    dev = os.path.basename(os.path.realpath(_root_device()))
+    while not stop.is_set():
+        mem = dict(
+            line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines()
+        )
+        in_flight = 0
+        for line in Path("/proc/diskstats").read_text().splitlines():
+            f = line.split()
+            if f[2] == dev:
+                in_flight = int(f[11])
+        out.append(
+            (
+                time.time(),
+                int(mem["Dirty"].split()[0]),
+                int(mem["Writeback"].split()[0]),
+                in_flight,
+            )
+        )
+        time.sleep(0.01)
+
+
+def _root_device() -> str:
+    for line in Path("/proc/mounts").read_text().splitlines():
+        dev, mount = line.split()[:2]
+        if mount == "/":
+            return dev
+    return "vda"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -68,6 +101,11 @@ def main() -> None:
     parser.add_argument("--mix", default="jobs mix", choices=list(api_speed.MIXES))
     parser.add_argument("--duration", type=int, default=12)
     parser.add_argument("--fsync-probe", action="store_true")
+    parser.add_argument(
+        "--writeback",
+        action="store_true",
+        help="sample the page cache's dirty and writeback KiB and the disk's writes in flight",
+    )
     args = parser.parse_args()
     stop = threading.Event()
     waits: collections.Counter[str] = collections.Counter()
@@ -75,6 +113,9 @@ def main() -> None:
     threads = [threading.Thread(target=sample_waits, args=(stop, waits))]
     if args.fsync_probe:
         threads.append(threading.Thread(target=probe_fsync, args=(stop, fsyncs)))
+    writeback: list[tuple[float, int, int, int]] = []
+    if args.writeback:
+        threads.append(threading.Thread(target=sample_writeback, args=(stop, writeback)))
     idle: list[tuple[float, float]] = []
     if args.fsync_probe:  # the same probe for 5 s before the mix: the disk alone
         idle_stop = threading.Event()
@@ -122,6 +163,39 @@ def main() -> None:
             f"p50 {1000 * lat[len(lat) // 2]:.2f} ms, "
             f"p99 {1000 * lat[int(0.99 * (len(lat) - 1))]:.2f} ms, max {1000 * lat[-1]:.0f} ms; "
             f"over 50 ms at (s, ms): {spikes}"
+        )
+
+    if writeback:
+        report_writeback(writeback, fsyncs)
+
+
+def report_writeback(
+    samples: list[tuple[float, int, int, int]], fsyncs: list[tuple[float, float]]
+) -> None:
+    dirty = sorted(d for _, d, _, _ in samples)
+    wb = sorted(w for _, _, w, _ in samples)
+    print(
+        f"page cache every 10 ms ({len(samples):,} samples): dirty KiB p50 "
+        f"{dirty[len(dirty) // 2]:,} max {dirty[-1]:,}; writeback KiB p50 "
+        f"{wb[len(wb) // 2]:,} max {wb[-1]:,}"
+    )
+    slow = [(t, d) for t, d in fsyncs if d > 0.05]
+    if not slow or not samples:
+        return
+    print("each fdatasync over 50 ms, with the most under writeback and in flight in the")
+    print("100 ms before it ended (KiB, requests):")
+    for t, d in slow:
+        near = [s for s in samples if t - d - 0.1 <= s[0] <= t]
+        print(
+            f"    {1000 * d:.0f} ms: writeback max {max((s[2] for s in near), default=0):,}, "
+            f"dirty max {max((s[1] for s in near), default=0):,}, "
+            f"in flight max {max((s[3] for s in near), default=0)}"
+        )
+    calm = [s for s in samples if all(abs(s[0] - t) > 0.2 for t, _ in slow)]
+    if calm:
+        print(
+            f"    elsewhere: writeback max {max(s[2] for s in calm):,}, "
+            f"in flight max {max(s[3] for s in calm)}"
         )
 
 
