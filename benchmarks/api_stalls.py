@@ -67,9 +67,7 @@ def sample_writeback(stop: threading.Event, out: list[tuple[float, int, int, int
     the kernel writing back what other processes dirtied?"""
     dev = os.path.basename(os.path.realpath(_root_device()))
     while not stop.is_set():
-        mem = dict(
-            line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines()
-        )
+        mem = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
         in_flight = 0
         for line in Path("/proc/diskstats").read_text().splitlines():
             f = line.split()
