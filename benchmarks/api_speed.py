@@ -140,6 +140,16 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def migrate_stack() -> None:
+    """The stack's own database at this code's schema: the suites mint their token there,
+    and a fresh `cronfleet stack up` is not migrated."""
+    sys.path.insert(0, str(REPO))
+    from kit.settings import load_settings
+    from kit.store import migrate
+
+    migrate.upgrade(load_settings().database_url)
+
+
 def run_mix(mix: str, port: int, duration_s: int, out: Path) -> dict[str, Any]:
     args = list(MIXES[mix])
     suite = args[0]
@@ -165,6 +175,11 @@ def run_mix(mix: str, port: int, duration_s: int, out: Path) -> dict[str, Any]:
         text=True,
         timeout=duration_s + 300,
     )
+    if not (out / "summary.json").exists():
+        raise RuntimeError(
+            f"the {mix!r} suite wrote no summary (exit {result.returncode}): "
+            f"{(result.stdout + result.stderr)[-3000:]}"
+        )
     summary = json.loads((out / "summary.json").read_text())
     summary["exit_code"] = result.returncode
     return summary
@@ -345,13 +360,7 @@ def main() -> None:
     if args.report:
         report(args)
         return
-    # The stack's own database, at this code's schema (as `bash scripts/main.sh` leaves
-    # it): the suites mint their token there, and a fresh stack is not migrated.
-    sys.path.insert(0, str(REPO))
-    from kit.settings import load_settings
-    from kit.store import migrate
-
-    migrate.upgrade(load_settings().database_url)
+    migrate_stack()
     for _ in range(args.series):
         series(args)
 

@@ -105,6 +105,7 @@ def main() -> None:
         help="sample the page cache's dirty and writeback KiB and the disk's writes in flight",
     )
     args = parser.parse_args()
+    api_speed.migrate_stack()
     stop = threading.Event()
     waits: collections.Counter[str] = collections.Counter()
     fsyncs: list[tuple[float, float]] = []

@@ -51,15 +51,23 @@ def _admin() -> Any:
     return psycopg.connect(conninfo_of(load_settings().database_url), autocommit=True)
 
 
+def _superuser(sql: str) -> None:
+    """ALTER SYSTEM and CHECKPOINT are the superuser's; the kit's role only reads."""
+    from kit.stack.postgres import Postgres
+
+    Postgres.default().superuser_sql(sql)
+
+
 def apply(conn: Any, arm: dict[str, str]) -> None:
+    statements = []
     for name in SETTINGS:
         if name == "track_wal_io_timing":
-            conn.execute("ALTER SYSTEM SET track_wal_io_timing = on")
+            statements.append("ALTER SYSTEM SET track_wal_io_timing = on;")
         elif name in arm:
-            conn.execute(f"ALTER SYSTEM SET {name} = '{arm[name]}'")
+            statements.append(f"ALTER SYSTEM SET {name} = '{arm[name]}';")
         else:
-            conn.execute(f"ALTER SYSTEM RESET {name}")
-    conn.execute("SELECT pg_reload_conf()")
+            statements.append(f"ALTER SYSTEM RESET {name};")
+    _superuser("\n".join([*statements, "SELECT pg_reload_conf();"]))
     time.sleep(0.5)
     for name, value in arm.items():
         shown = conn.execute(f"SHOW {name}").fetchone()[0]
@@ -77,7 +85,7 @@ def one_run(conn: Any, arm: str, processes: int, duration_s: int, tmp: Path) -> 
     port = api_speed.free_port()
     proc = api_speed.serve(None, processes, port, tmp / f"api-{arm}-{processes}.log")
     try:
-        conn.execute("CHECKPOINT")
+        _superuser("CHECKPOINT")
         before = wal_counters(conn)
         summary = api_speed.run_mix(MIX, port, duration_s, tmp / f"out-{time.time_ns()}")
         after = wal_counters(conn)
@@ -114,6 +122,7 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=12, help="seconds per run")
     parser.add_argument("--json", required=True)
     args = parser.parse_args()
+    api_speed.migrate_stack()
     results: list[dict[str, Any]] = []
     total = args.rounds * len(args.processes) * len(ARMS)
     with _admin() as conn, tempfile.TemporaryDirectory(prefix="cf-api-wal-") as tmp:
@@ -138,8 +147,7 @@ def main() -> None:
                         )
         finally:
             apply(conn, {})
-            conn.execute("ALTER SYSTEM RESET track_wal_io_timing")
-            conn.execute("SELECT pg_reload_conf()")
+            _superuser("ALTER SYSTEM RESET track_wal_io_timing; SELECT pg_reload_conf();")
 
 
 if __name__ == "__main__":

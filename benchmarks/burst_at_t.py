@@ -39,6 +39,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -102,6 +103,9 @@ def main() -> None:
         "sampler's own CPU then negligible: cronfleet calibrate --storm-at-t)",
     )
     args = ap.parse_args()
+    if shutil.which("py-spy") is None:
+        # found otherwise only 3 s before T, with the burst's 50,000 jobs made for nothing
+        sys.exit("burst_at_t: py-spy is missing (pip install -e '.[bench]')")
     args.out.mkdir(parents=True, exist_ok=True)
     bench = subprocess.Popen(
         [

@@ -194,6 +194,11 @@ class Postgres:
         if exists.strip() != "1":
             self._psql(bin_dir, f"CREATE DATABASE {DATABASE} OWNER {ROLE}")
 
+    def superuser_sql(self, sql: str) -> str:
+        """SQL as the cluster's superuser over its socket, for what the kit's role may not
+        do (ALTER SYSTEM, CHECKPOINT): benchmarks of the server's settings on this stack."""
+        return self._psql(server_bin_dir(install=False), sql)
+
     def _psql(self, bin_dir: Path, sql: str) -> str:
         """Run SQL given on stdin, not argv: a password in argv shows in `ps`."""
         return as_postgres(

@@ -2,6 +2,7 @@
 # The storm model's calibration and its comparison, in one sitting, alone on the machine:
 #   scripts/quiet docs/benchmarks/storm_2core/2026-12-03/series.sh OUT_DIR [RUNS]
 # from the worktree's root (the services import the kit from the working directory).
+# The calibration run samples with py-spy: pip install -e '.[bench]' first.
 # 1. the calibration run: a burst sampled thread by thread (benchmarks/burst_at_t.py,
 #    every 100 ms from T - 11 s to T + 6 s), not one of the compared runs;
 # 2. the profile from it (cronfleet calibrate --only-worker-starts: the worker's start,
