@@ -4,7 +4,7 @@ measured runs of the kit (`benchmarks/life_of_a_run.py --mode burst`, their JSON
     python benchmarks/storm_model.py [--seeds 10] [--measured FILE ...] [--profile PATH]
         [--json PATH] [--plot PATH]
 
---measured defaults to docs/benchmarks/storm_2core/2026-12-03/sitting3/run*/burst-1node.json
+--measured defaults to docs/benchmarks/storm_2core/2026-12-04/sitting6/run*/burst-1node.json
 (the compared runs of the sitting whose calibration run is sim/profiles/default.toml's;
 docs/sim-storm.md has every sitting and the earlier comparisons).
 
@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from sim.scenario import load_profile, read_scenario_file
 from sim.storm import load_storm, simulate_storm
 
-DEFAULT_MEASURED = "docs/benchmarks/storm_2core/2026-12-03/sitting3/run*/burst-1node.json"
+DEFAULT_MEASURED = "docs/benchmarks/storm_2core/2026-12-04/sitting6/run*/burst-1node.json"
 
 
 def main() -> int:
