@@ -318,7 +318,8 @@ def _why_not_quiet(ctx: DrillContext) -> list[str]:
     """What a reader of a failed drill (often only CI's output) needs to find where runs
     got stuck: the partitions the workers' group has not committed to their end, and
     where each worker's poll loop is (its main thread's stack, written to its log by
-    SIGUSR1: kit.cli registers faulthandler)."""
+    SIGUSR1: kit.cli registers faulthandler) and what its consumer holds and has read
+    (SIGUSR2: kit.worker.cli)."""
     notes: list[str] = []
     try:
         progress = QueueProgress(ctx.stack.kafka_bootstrap, ctx.group, topic_prefix=ctx.prefix)
@@ -338,12 +339,19 @@ def _why_not_quiet(ctx: DrillContext) -> list[str]:
         with contextlib.suppress(OSError):
             sizes[name] = log_path.stat().st_size
             os.kill(ctx.fleet.pid(name), signal.SIGUSR1)
-    time.sleep(1.0)
+            os.kill(ctx.fleet.pid(name), signal.SIGUSR2)
+    time.sleep(1.5)
     for name, size in sizes.items():
         with contextlib.suppress(OSError), (ctx.fleet.log_dir / f"{name}.log").open("rb") as f:
             f.seek(size)
-            frames = main_thread_frames(f.read().decode(errors="replace"))
+            dump = f.read().decode(errors="replace")
+            frames = main_thread_frames(dump)
             notes.append(f"{name} main thread, innermost first: {' | '.join(frames[:8])}")
+            notes += [
+                f"{name} {ln.split('consumer state: ', 1)[1]}"
+                for ln in dump.splitlines()
+                if "consumer state: " in ln
+            ][:1]
     return notes
 
 

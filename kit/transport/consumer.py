@@ -103,6 +103,7 @@ class _Tier:
     start: dict[int, int] = field(default_factory=dict)  # first offset to read, if none read
     owed: PendingOffsets = field(default_factory=PendingOffsets)  # returned, not committed
     stalled_since: float | None = None  # served, lagging, fetching nothing since (monotonic)
+    read_to: dict[int, int] = field(default_factory=dict)  # next offset after what was read
     commit_failures: int = 0  # in a row
 
 
@@ -166,9 +167,8 @@ class TieredConsumer:
                 return []
             # Block briefly on the tier expected to produce next (or the top one).
             tier = blocker or self._tiers[0]
-            tier.buffer.extend(
-                _ok(tier.consumer.consume(max_messages, min(remaining, _IDLE_WAIT_S)))
-            )
+            fetched = tier.consumer.consume(max_messages, min(remaining, _IDLE_WAIT_S))
+            tier.buffer.extend(_read(tier, fetched))
 
     def take_rejected(self) -> list[Rejected]:
         """The malformed messages polled since the last call (their offsets are in the
@@ -230,6 +230,26 @@ class TieredConsumer:
             out[tier.name] = total
         return out
 
+    def describe(self) -> str:
+        """This consumer's view of each tier in one line, for the reader of a stuck
+        worker's log (`kill -USR2 PID`): per assigned partition how far it was read, and
+        librdkafka's position and cached high watermark beside it."""
+        out = []
+        for tier in self._tiers:
+            rows = []
+            for p in sorted(tier.assigned or ()):
+                tp = TopicPartition(tier.topic, p)
+                try:
+                    pos: int | str = tier.consumer.position([tp])[0].offset
+                    hi: int | str = tier.consumer.get_watermark_offsets(tp, cached=True)[1]
+                except KafkaException as exc:
+                    pos = hi = f"unknown ({exc})"
+                held = " paused" if p in tier.paused else ""
+                rows.append(f"{p}: read to {tier.read_to.get(p)}, position {pos}, high {hi}{held}")
+            where = "; ".join(rows) if tier.assigned is not None else "no assignment yet"
+            out.append(f"{tier.name} [{where}] buffered {len(tier.buffer)}")
+        return " | ".join(out) + f" | unstalls {self.unstalls}, rebalances {self.rebalances}"
+
     def close(self) -> None:
         for tier in self._tiers:
             tier.consumer.close()
@@ -263,15 +283,23 @@ class TieredConsumer:
         return found, blocker
 
     def _stalled(self, tier: _Tier) -> None:
-        """A served tier that fetched nothing for `_STALL_S`: resume its partitions that
-        lag by fresh watermarks. librdkafka can keep a partition paused across a
-        re-assignment while this consumer's bookkeeping has it resumed; that partition is
-        then never fetched again (its cached watermark goes stale with it, so it even
-        looks drained), and the runs on it are not lost (the group never read past them)
-        but never start. The likeliest reading of CI's one clock-skew failure: two runs
-        pending for good, their messages on a partition its owner got back in a
-        rebalance that began while its tier was held (paused), never fetched after.
-        Resuming a partition that is not paused does nothing."""
+        """A tier not held that fetched nothing for `_STALL_S` while the broker has
+        messages past what this consumer read: read them again from where it stopped
+        (seek, resume). "Where it stopped" is this consumer's own record of what it read
+        since the partition was assigned, else the group's committed offset, never
+        librdkafka's position: that can run ahead of what was ever returned.
+
+        Two ways a partition was left unfetched for good, both in CI's clock-skew drill,
+        both on a partition its owner got back in a rebalance while its tier was held:
+        librdkafka kept it paused while this consumer's bookkeeping had it resumed
+        (2026-12-03); and messages fetched just before the revocation (dropped with the
+        revoked partition) were never fetched again after it came back, while the
+        position stood past them, so a lag measured from the position was 0 (2026-12-04).
+        The runs were never lost (the group never committed past them), but never started.
+        The drained check's cached start offsets are dropped too: one taken before a late
+        commit landed would keep a tier "not drained", and every tier below it held, for
+        good.
+        """
         now = time.monotonic()
         if tier.stalled_since is None:
             tier.stalled_since = now
@@ -279,40 +307,53 @@ class TieredConsumer:
         if now - tier.stalled_since < _STALL_S or not tier.assigned:
             return
         tier.stalled_since = now
-        lagging = []
-        for p in sorted(tier.assigned):
-            lag = self._fresh_lag(tier, p)
-            if lag is None:  # the broker does not answer: no verdict this round
-                return
-            if lag > 0:
-                lagging.append(p)
-        if lagging:
-            tier.consumer.resume([TopicPartition(tier.topic, p) for p in lagging])
-            self.unstalls += 1
-            log.info("%s %s lag, fetched nothing in %.0f s: resumed", tier.topic, lagging, _STALL_S)
+        tier.start.clear()  # the drained check asks the group's committed offsets afresh
+        behind = self._behind(tier)
+        if not behind:
+            return
+        for p, offset in sorted(behind.items()):
+            try:
+                tier.consumer.seek(TopicPartition(tier.topic, p, offset))
+            except KafkaException as exc:  # not fetching yet: resumed, tried next round
+                log.debug("seek %s[%d] to %d: %s", tier.topic, p, offset, exc)
+        tier.consumer.resume([TopicPartition(tier.topic, p) for p in sorted(behind)])
+        self.unstalls += 1
+        log.warning(
+            "%s fetched nothing in %.0f s with messages unread: reading again from %s",
+            tier.topic,
+            _STALL_S,
+            dict(sorted(behind.items())),
+        )
 
-    def _fresh_lag(self, tier: _Tier, p: int) -> int | None:
-        """High watermark (asked of the broker) - next offset to read; None if unknown.
-        Messages already fetched and held locally are not lag."""
-        tp = TopicPartition(tier.topic, p)
+    def _behind(self, tier: _Tier) -> dict[int, int]:
+        """The assigned partitions whose high watermark (asked of the broker) is past the
+        next offset to read, with that offset; {} when the broker does not answer."""
+        parts = sorted(tier.assigned or ())
+        start = {p: tier.read_to[p] for p in parts if p in tier.read_to}
         try:
-            lo, hi = tier.consumer.get_watermark_offsets(tp, timeout=_QUERY_TIMEOUT_S)
-            pos = tier.consumer.position([tp])[0].offset
-            if pos < 0:
-                pos = tier.consumer.committed([tp], timeout=_QUERY_TIMEOUT_S)[0].offset
-            if pos < 0:
-                pos = lo  # nothing read, nothing committed: auto.offset.reset=earliest
+            unread = [TopicPartition(tier.topic, p) for p in parts if p not in start]
+            if unread:
+                for tp in tier.consumer.committed(unread, timeout=_QUERY_TIMEOUT_S):
+                    start[tp.partition] = tp.offset  # < 0: the group committed nothing
+            out: dict[int, int] = {}
+            for p in parts:
+                lo, hi = tier.consumer.get_watermark_offsets(
+                    TopicPartition(tier.topic, p), timeout=_QUERY_TIMEOUT_S
+                )
+                first = start[p] if start.get(p, -1) >= 0 else lo  # auto.offset.reset=earliest
+                if hi > first:
+                    out[p] = first
         except KafkaException as exc:
-            log.debug("lag of %s[%d] unknown: %s", tier.topic, p, exc)
-            return None
-        return max(0, hi - pos - sum(1 for m in tier.buffer if m.partition() == p))
+            log.debug("what %s has unread is unknown: %s", tier.topic, exc)
+            return {}
+        return out
 
     def _take(self, tier: _Tier, n: int) -> list[Message]:
         out: list[Message] = []
         while tier.buffer and len(out) < n:
             out.append(tier.buffer.popleft())
         if len(out) < n:
-            out += _ok(tier.consumer.consume(n - len(out), 0))
+            out += _read(tier, tier.consumer.consume(n - len(out), 0))
         return out
 
     def _decode(self, tier: _Tier, raw: list[Message]) -> list[RunMessage]:
@@ -337,7 +378,7 @@ class TieredConsumer:
             if fresh:
                 tier.consumer.pause([TopicPartition(tier.topic, p) for p in sorted(fresh)])
                 tier.paused |= fresh
-        tier.buffer.extend(_ok(tier.consumer.consume(1000, 0)))
+        tier.buffer.extend(_read(tier, tier.consumer.consume(1000, 0)))
 
     def _release(self, tier: _Tier) -> None:
         if tier.paused:
@@ -388,6 +429,8 @@ class TieredConsumer:
                 tier.assigned = set()
             tier.assigned |= {tp.partition for tp in partitions}
             tier.paused -= {tp.partition for tp in partitions}
+            for tp in partitions:  # read afresh from the group's committed offset
+                tier.read_to.pop(tp.partition, None)
             self.rebalances += 1
             log.info("%s assigned %s", tier.topic, sorted(tier.assigned))
 
@@ -403,9 +446,19 @@ class TieredConsumer:
             tier.buffer = deque(m for m in tier.buffer if m.partition() not in gone)
             for p in gone:
                 tier.start.pop(p, None)
+                tier.read_to.pop(p, None)
             tier.owed.revoked(gone)
 
         return on_revoke
+
+
+def _read(tier: _Tier, messages: list[Message]) -> list[Message]:
+    """`_ok`, noting how far this consumer has read each partition."""
+    out = _ok(messages)
+    for m in out:
+        p = m.partition()
+        tier.read_to[p] = max(tier.read_to.get(p, 0), m.offset() + 1)
+    return out
 
 
 def _ok(messages: list[Message]) -> list[Message]:

@@ -106,6 +106,9 @@ def _run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # `kill -USR2 PID` logs what the consumer holds, has read and is assigned (a stuck
+    # worker's other half beside SIGUSR1's stacks: kit.cli).
+    signal.signal(signal.SIGUSR2, lambda *_: worker.describe_wanted.set())
     logging.getLogger(__name__).info("worker %s started (concurrency %d)", worker_id, concurrency)
     try:
         worker.run(stop, drain_s=args.drain_s)

@@ -318,6 +318,7 @@ class Worker:
         self._finisher_stop = threading.Event()
         # Cancellations reach the running task at once (and the fleet view sees us).
         self.link = WorkerLink(engine, worker_id, concurrency, self.in_flight, self.stop_cancelled)
+        self.describe_wanted = threading.Event()  # log the consumer's state once
 
     # -- the consume loop -------------------------------------------------------------
 
@@ -345,6 +346,9 @@ class Worker:
                 if free == 0:
                     continue
                 messages = self.consumer.poll_batch(max_messages=free, timeout_s=0.5)
+                if self.describe_wanted.is_set():  # SIGUSR2 (kit.worker.cli)
+                    self.describe_wanted.clear()
+                    log.warning("consumer state: %s", self.consumer.describe())
                 if time.monotonic() - last_lag > _LAG_EVERY_S:
                     last_lag = time.monotonic()
                     for tier, lag in self.consumer.lag_by_tier().items():

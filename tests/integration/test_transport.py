@@ -346,3 +346,31 @@ def test_a_partition_paused_behind_the_consumers_back_is_fetched_again(
         got = drain(c, len(sent))
         assert sorted(m.run_id for m in got) == sorted(m.run_id for m in sent)
         assert c.unstalls >= 1
+
+
+def test_a_partition_whose_position_ran_past_unread_runs_is_read_again(
+    bootstrap: str, prefix: str
+) -> None:
+    """CI's clock-skew drill (2026-12-04): runs fetched just before their partition was
+    revoked, then dropped with it, were never fetched after the partition came back,
+    while librdkafka's position stood past them (so a lag measured from the position
+    was 0, and the stall check saw nothing). Here the position is moved past five
+    unread runs by hand (a seek behind the consumer's back); they must still come back,
+    each once."""
+    with TieredConsumer(bootstrap, f"g-{prefix}", tiers=("low",), topic_prefix=prefix) as c:
+        deadline = time.monotonic() + WAIT_S
+        while not c.assignment()["low"] and time.monotonic() < deadline:
+            c.poll_batch(10, 0.2)
+        parts = sorted(c.assignment()["low"])
+        assert parts
+        c.poll_batch(10, 1.0)  # every partition fetching
+        topic = topic_for("low", prefix)
+        sent = runs("low", 5)
+        RunPublisher(bootstrap, topic_prefix=prefix).publish(sent)
+        inner = c._tiers[0].consumer
+        for p in parts:
+            _, high = inner.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            inner.seek(TopicPartition(topic, p, high))
+        got = drain(c, len(sent))
+        assert sorted(m.run_id for m in got) == sorted(m.run_id for m in sent)
+        assert c.unstalls >= 1

@@ -404,11 +404,11 @@ def test_sigterm_finishes_the_in_flight_run_and_exits(
     assert (row.status, row.worker_id) == ("succeeded", "polite")
 
 
-def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_worker_runs_on(
+def test_sigusr1_and_sigusr2_write_stacks_and_consumer_state_and_the_worker_runs_on(
     tmp_path: Path, settings: Settings, db_url: str, prefix: str
 ) -> None:
-    """Where a stuck worker waits, without stopping it (the chaos drills ask each worker
-    this when the fleet does not go quiet)."""
+    """Where a stuck worker waits and what its consumer holds, without stopping it (the
+    chaos drills ask each worker both when the fleet does not go quiet)."""
     log_path = tmp_path / "worker.log"
     argv, env = worker_process("dumper", settings, db_url, prefix)
     with log_path.open("wb") as log:
@@ -420,6 +420,10 @@ def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_worker_runs_on(
         wait_until("the stacks in its log", lambda: b"Current thread" in log_path.read_bytes())
         dump = log_path.read_text(errors="replace").split("Current thread", 1)[1]
         assert "kit/worker/worker.py" in dump  # the main thread is in the worker's loop
+        proc.send_signal(signal.SIGUSR2)
+        wait_until("its consumer's state", lambda: b"consumer state: " in log_path.read_bytes())
+        state = log_path.read_text(errors="replace").split("consumer state: ", 1)[1]
+        assert "critical [0: read to None, position" in state.splitlines()[0]
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
