@@ -87,11 +87,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--starts", type=int, default=25_000, help="runs held and started at once")
     p.add_argument(
         "--storm-cpu",
-        default=None,
+        action="append",
+        default=[],
         metavar="JSON",
         help="with --only-worker-starts or --only-storm, and --storm-at-t: also set the "
         "storm's CPU per run of each step from a burst sampled by `benchmarks/burst_at_t.py "
-        "--before 11 --after 6 --period-ms 100` (its burst-1node.json: CPU by phase)",
+        "--before 11 --after 6 --period-ms 100` (its burst-1node.json: CPU by phase); "
+        "given once per sampled run (each with its --storm-at-t, in the same order), each "
+        "key is the median over the runs",
     )
     p.add_argument(
         "--only-storm",
@@ -101,7 +104,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--storm-at-t",
-        default=None,
+        action="append",
+        default=[],
         metavar="JSON",
         help="with --storm-cpu: the same run's all_at_t.json (every task's CPU by thread): "
         "the scan-ahead's steps thread by thread, the hold threads' CPU per run started, "
@@ -135,22 +139,31 @@ def main(args: argparse.Namespace) -> int:
     if args.only_storm or args.only_worker_starts:
         if args.only_storm and not args.storm_cpu:
             raise SystemExit("--only-storm: needs --storm-cpu (a burst's JSON)")
-        if bool(args.storm_cpu) != bool(args.storm_at_t):
+        if len(args.storm_cpu) != len(args.storm_at_t):
             raise SystemExit(
-                "--storm-cpu and --storm-at-t: both, from the same sampled run "
-                "(benchmarks/burst_at_t.py: its burst-1node.json and all_at_t.json)"
+                "--storm-cpu and --storm-at-t: as many of one as of the other, each pair from "
+                "the same sampled run (benchmarks/burst_at_t.py: its burst-1node.json and "
+                "all_at_t.json)"
             )
         starts = {} if args.only_storm else measure_worker_starts(args.starts)
         storm: dict[str, float] = {}
+        runs: list[dict[str, float]] = []
         if args.storm_cpu:
-            at_t = storm_at_t(Path(args.storm_at_t))
-            storm = storm_cpu(Path(args.storm_cpu), at_t)
-            if at_t.get("unknown_postgres_s", 0.0) > 0.05:
-                print(
-                    f"  (PostgreSQL CPU of unknown clients: {at_t['unknown_postgres_s']:.2f} s, "
-                    "counted as the rest's)"
-                )
-        source = f"{args.storm_cpu} and {args.storm_at_t}" if storm else None
+            for cpu_path, at_t_path in zip(args.storm_cpu, args.storm_at_t, strict=True):
+                at_t = storm_at_t(Path(at_t_path))
+                runs.append(storm_cpu(Path(cpu_path), at_t))
+                if at_t.get("unknown_postgres_s", 0.0) > 0.05:
+                    print(
+                        f"  ({at_t_path}: PostgreSQL CPU of unknown clients "
+                        f"{at_t['unknown_postgres_s']:.2f} s, counted as the rest's)"
+                    )
+            storm = median_by_key(runs)
+        source = None
+        if storm:
+            pairs = zip(args.storm_cpu, args.storm_at_t, strict=True)
+            source = "; ".join(f"{c} and {a}" for c, a in pairs)
+            if len(runs) > 1:
+                source += f" (each key the median of the {len(runs)} runs)"
         update_profile(
             out, starts, args.starts, storm or None, source, starts_measured=not args.only_storm
         )
@@ -1502,6 +1515,14 @@ def storm_cpu(path: Path, at_t: dict[str, Any]) -> dict[str, float]:
         if k.startswith("storm_at_t_slot_"):
             out[k] = v
     return out
+
+
+def median_by_key(runs: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each key's median over the sampled runs that have it. One run's storm can carry
+    what is not the kit's (an autovacuum at T, a heartbeat in the starts: sitting 7 of
+    2026-12-04 took its model 17 % high from one such run); a median of three does not."""
+    keys = sorted({k for r in runs for k in r})
+    return {k: statistics.median([r[k] for r in runs if k in r]) for k in keys}
 
 
 def update_profile(

@@ -5,11 +5,18 @@ each step's CPU per run for the storm model."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from kit.calibrate import measure_worker_starts, storm_at_t, storm_cpu, update_profile
+from kit.calibrate import (
+    measure_worker_starts,
+    median_by_key,
+    storm_at_t,
+    storm_cpu,
+    update_profile,
+)
 
 
 def test_the_worker_start_path_is_measured_on_the_kits_own_worker():
@@ -206,3 +213,43 @@ def test_only_the_storm_keys_leave_the_measured_start_path_and_its_note(tmp_path
     assert "worker_start_inline_s = 0.000001" in text
     assert 'worker_starts = "measured at noon"' in text and text.count("worker_starts =") == 1
     assert "storm_at_t_cpu_s = 0.065000000" in text and "storm_other_cpu_per_s" not in text
+
+
+def test_several_sampled_runs_give_each_key_its_median():
+    """One run's storm can carry what is not the kit's (an autovacuum at T): its keys are
+    outvoted by the other runs', and a key only some runs have is the median of those."""
+    runs = [
+        {"storm_at_t_cpu_s": 0.060, "storm_at_t_slot_0_cpu_s": 0.02},
+        {"storm_at_t_cpu_s": 0.183, "storm_at_t_slot_0_cpu_s": 0.09},  # autovacuum at T
+        {"storm_at_t_cpu_s": 0.066},
+    ]
+    assert median_by_key(runs) == pytest.approx(
+        {"storm_at_t_cpu_s": 0.066, "storm_at_t_slot_0_cpu_s": 0.055}
+    )
+
+
+def test_calibrate_takes_the_median_of_the_sampled_runs_it_is_given(tmp_path):
+    """`cronfleet calibrate --only-storm` with three sampled runs, one of them with twice
+    the PostgreSQL CPU in the scan-ahead: the profile gets the middle run's figure."""
+    from kit.cli import main
+
+    pairs = []
+    for i, pg in enumerate((30.0, 60.0, 33.0)):
+        d = tmp_path / f"s{i}"
+        d.mkdir()
+        burst = _burst(d, idle=IDLE, ahead=AHEAD, after=AFTER)
+        sampled = _sampled(d, {**CATS, "postgres for scheduler": _cat(ahead=pg)}, 1000.0)
+        pairs += ["--storm-cpu", str(burst), "--storm-at-t", str(sampled)]
+    one = storm_cpu(Path(pairs[1]), storm_at_t(Path(pairs[3])))
+    middle = storm_cpu(Path(pairs[9]), storm_at_t(Path(pairs[11])))
+    prof = tmp_path / "p.toml"
+    prof.write_text("[service_times]\nclaim_s = 0.5\n\n[measured]\n")
+    assert main(["calibrate", "--only-storm", *pairs, "--out", str(prof)]) == 0
+    got = tomllib.loads(prof.read_text())["service_times"]
+    changed = [k for k in one if one[k] != middle[k]]
+    assert changed  # the PostgreSQL CPU of the scan moved some keys
+    for k in changed:
+        assert got[k] == pytest.approx(middle[k], rel=1e-6)
+    assert "median of the 3 runs" in tomllib.loads(prof.read_text())["measured"]["storm_cpu"]
+    with pytest.raises(SystemExit, match="as many of one"):
+        main(["calibrate", "--only-storm", *pairs[:6], "--storm-cpu", pairs[1], "--out", str(prof)])
