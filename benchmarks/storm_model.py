@@ -37,6 +37,10 @@ from sim.storm import load_storm, simulate_storm
 DEFAULT_MEASURED = "docs/benchmarks/storm_2core/2026-12-04/sitting6/run*/burst-1node.json"
 
 
+def _wild(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=10)
@@ -45,10 +49,12 @@ def main() -> int:
     ap.add_argument("--json", default=None)
     ap.add_argument("--plot", default=None)
     args = ap.parse_args()
-    files = args.measured if args.measured is not None else sorted(glob.glob(DEFAULT_MEASURED))
+    # a pattern given quoted (as the docs write it) is expanded here, like the default
+    patterns = args.measured if args.measured is not None else [DEFAULT_MEASURED]
+    files = [f for pat in patterns for f in (sorted(glob.glob(pat)) if _wild(pat) else [pat])]
     measured = [(f, json.loads(Path(f).read_text())) for f in files]
     if not measured:
-        print(f"no measured runs ({DEFAULT_MEASURED}): run benchmarks/life_of_a_run.py first")
+        print(f"no measured runs ({', '.join(patterns)}): run benchmarks/life_of_a_run.py first")
         return 2
     shapes = {(m["jobs"], m["workers"]) for _, m in measured}
     if len(shapes) != 1:
