@@ -431,6 +431,7 @@ class TieredConsumer:
             tier.paused -= {tp.partition for tp in partitions}
             for tp in partitions:  # read afresh from the group's committed offset
                 tier.read_to.pop(tp.partition, None)
+            tier.stalled_since = None  # a stall counts from here, not from polls before
             self.rebalances += 1
             log.info("%s assigned %s", tier.topic, sorted(tier.assigned))
 
