@@ -326,6 +326,16 @@ def test_a_commit_neither_waits_for_a_hung_broker_nor_is_forgotten(
         consumer.close()
 
 
+def _low_assigned(c: TieredConsumer) -> list[int]:
+    """The low tier's partitions, once the group has assigned them (polling until then)."""
+    deadline = time.monotonic() + WAIT_S
+    while not c.assignment()["low"] and time.monotonic() < deadline:
+        c.poll_batch(10, 0.2)
+    parts = sorted(c.assignment()["low"])
+    assert parts
+    return parts
+
+
 def test_a_partition_paused_behind_the_consumers_back_is_fetched_again(
     bootstrap: str, prefix: str
 ) -> None:
@@ -334,13 +344,9 @@ def test_a_partition_paused_behind_the_consumers_back_is_fetched_again(
     waited). Here the disagreement is made by hand: the low tier's partition is paused
     inside librdkafka only; its runs must still come back."""
     with TieredConsumer(bootstrap, f"g-{prefix}", tiers=("low",), topic_prefix=prefix) as c:
-        deadline = time.monotonic() + WAIT_S
-        while not c.assignment()["low"] and time.monotonic() < deadline:
-            c.poll_batch(10, 0.2)
-        parts = c.assignment()["low"]
-        assert parts
+        parts = _low_assigned(c)
         topic = topic_for("low", prefix)
-        c._tiers[0].consumer.pause([TopicPartition(topic, p) for p in sorted(parts)])
+        c._tiers[0].consumer.pause([TopicPartition(topic, p) for p in parts])
         sent = runs("low", 5)
         RunPublisher(bootstrap, topic_prefix=prefix).publish(sent)
         got = drain(c, len(sent))
@@ -358,11 +364,7 @@ def test_a_partition_whose_position_ran_past_unread_runs_is_read_again(
     unread runs by hand (a seek behind the consumer's back); they must still come back,
     each once."""
     with TieredConsumer(bootstrap, f"g-{prefix}", tiers=("low",), topic_prefix=prefix) as c:
-        deadline = time.monotonic() + WAIT_S
-        while not c.assignment()["low"] and time.monotonic() < deadline:
-            c.poll_batch(10, 0.2)
-        parts = sorted(c.assignment()["low"])
-        assert parts
+        parts = _low_assigned(c)
         c.poll_batch(10, 1.0)  # every partition fetching
         topic = topic_for("low", prefix)
         sent = runs("low", 5)
