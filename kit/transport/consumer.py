@@ -289,12 +289,12 @@ class TieredConsumer:
         since the partition was assigned, else the group's committed offset, never
         librdkafka's position: that can run ahead of what was ever returned.
 
-        Two ways a partition was left unfetched for good, both in CI's clock-skew drill,
-        both on a partition its owner got back in a rebalance while its tier was held:
-        librdkafka kept it paused while this consumer's bookkeeping had it resumed
-        (2026-12-03); and messages fetched just before the revocation (dropped with the
-        revoked partition) were never fetched again after it came back, while the
-        position stood past them, so a lag measured from the position was 0 (2026-12-04).
+        CI's clock-skew drill twice left runs on a partition unfetched for good, each time
+        a partition its owner got back in a rebalance: the likeliest reading the first
+        time (2026-12-03), librdkafka kept it paused while this consumer's bookkeeping had
+        it resumed; the second (2026-12-04) came after the check that resumed such
+        partitions, which measured lag from librdkafka's position and is blind to a
+        position standing past messages never returned. Neither cause was reproduced.
         The runs were never lost (the group never committed past them), but never started.
         The drained check's cached start offsets are dropped too: one taken before a late
         commit landed would keep a tier "not drained", and every tier below it held, for

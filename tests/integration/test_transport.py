@@ -357,12 +357,12 @@ def test_a_partition_paused_behind_the_consumers_back_is_fetched_again(
 def test_a_partition_whose_position_ran_past_unread_runs_is_read_again(
     bootstrap: str, prefix: str
 ) -> None:
-    """CI's clock-skew drill (2026-12-04): runs fetched just before their partition was
-    revoked, then dropped with it, were never fetched after the partition came back,
-    while librdkafka's position stood past them (so a lag measured from the position
-    was 0, and the stall check saw nothing). Here the position is moved past five
-    unread runs by hand (a seek behind the consumer's back); they must still come back,
-    each once."""
+    """CI's clock-skew drill (2026-12-04): runs on two partitions that went back to their
+    owners in a rebalance were never fetched after it, and the stall check saw nothing.
+    It measured lag from librdkafka's position, which is blind to a position standing
+    past runs never returned: the one way found for it to miss. Here the position is
+    moved past five unread runs by hand (a seek behind the consumer's back); they must
+    still come back."""
     with TieredConsumer(bootstrap, f"g-{prefix}", tiers=("low",), topic_prefix=prefix) as c:
         parts = _low_assigned(c)
         c.poll_batch(10, 1.0)  # every partition fetching
