@@ -342,13 +342,13 @@ class Worker:
         last_lag = 0.0
         try:
             while not stop.is_set():
+                if self.describe_wanted.is_set():  # SIGUSR2 (kit.worker.cli), even when full
+                    self.describe_wanted.clear()
+                    log.warning("consumer state: %s", self.consumer.describe())
                 free = self._wait_for_slot(stop)
                 if free == 0:
                     continue
                 messages = self.consumer.poll_batch(max_messages=free, timeout_s=0.5)
-                if self.describe_wanted.is_set():  # SIGUSR2 (kit.worker.cli)
-                    self.describe_wanted.clear()
-                    log.warning("consumer state: %s", self.consumer.describe())
                 if time.monotonic() - last_lag > _LAG_EVERY_S:
                     last_lag = time.monotonic()
                     for tier, lag in self.consumer.lag_by_tier().items():
