@@ -293,7 +293,8 @@ def _report(environment: Any, **_: Any) -> None:
     stats = STATE.get("final_stats") or {}
     acked_once = sum(1 for n in LEDGER.acked.values() if n == 1)
     twice = sorted(t for t, n in LEDGER.acked.items() if n > 1)
-    lost = sorted(LEDGER.enqueued - set(LEDGER.acked))
+    lost, held = unacked_account(len(LEDGER.enqueued - set(LEDGER.acked)), stats)
+    drained = bool(STATE.get("drained"))
     unknown = sorted(set(LEDGER.acked) - LEDGER.enqueued)
     stats_ok = (
         bool(stats)
@@ -312,7 +313,7 @@ def _report(environment: Any, **_: Any) -> None:
     enqueue_rate = len(LEDGER.enqueued) / produce_s
     ack_rate = len(LEDGER.acked) / span_s
     steady = _steady_ack_rate()
-    verdict_ok = not twice and not lost and not unknown and stats_ok and STATE.get("drained")
+    verdict_ok = not twice and not lost and not unknown and stats_ok and drained
     misses = []
     if options.target_p99_ms and worst_p99 > options.target_p99_ms:
         misses.append(f"p99 per call {worst_p99:.0f} ms > target {options.target_p99_ms:.0f} ms")
@@ -339,11 +340,10 @@ def _report(environment: Any, **_: Any) -> None:
         f"enqueued {len(LEDGER.enqueued):,} in {produce_s:.1f} s ({enqueue_rate:,.0f} tasks/s); "
         f"acked {len(LEDGER.acked):,} ({ack_rate:,.0f} tasks/s from first enqueue to drained; "
         f"{steady:,.0f} tasks/s while producing)",
-        f"ledger: acked exactly once {acked_once:,}, acked twice {len(twice)}, lost "
-        f"{len(lost)}, acks of unknown tasks {len(unknown)}, nacked once {LEDGER.nacked}, "
-        f"lease refusals {LEDGER.refused}",
-        f"stats at the end: {stats} ({'consistent' if stats_ok else 'INCONSISTENT'} with the "
-        "ledger: nothing queued or leased, no dead letter)",
+        f"ledger: acked exactly once {acked_once:,}, acked twice {len(twice)}, lost (not "
+        f"acked, no longer in the queue) {lost}, acks of unknown tasks {len(unknown)}, "
+        f"nacked once {LEDGER.nacked}, lease refusals {LEDGER.refused}",
+        f"stats at the end: {stats} ({_stats_verdict(stats, drained, held)})",
         f"worst p99 per call (stats polls aside): {worst_p99:.0f} ms",
     ]
     png = directory / "queue_throughput.png"
@@ -361,7 +361,9 @@ def _report(environment: Any, **_: Any) -> None:
         "enqueued": len(LEDGER.enqueued),
         "acked": len(LEDGER.acked),
         "acked_twice": len(twice),
-        "lost": len(lost),
+        "lost": lost,
+        "drained": drained,
+        "held_when_drain_ended": held,
         "nacked": LEDGER.nacked,
         "refused": LEDGER.refused,
         "enqueue_tasks_per_s": enqueue_rate,
@@ -382,6 +384,29 @@ def _report(environment: Any, **_: Any) -> None:
         [str(png)],
     )
     print("\n".join(verdict), file=sys.stderr)
+
+
+def unacked_account(unacked: int, stats: dict[str, Any]) -> tuple[int, int]:
+    """(lost, held): of the tasks enqueued and never acked, those the queue no longer holds
+    are lost; those it still holds (queued, leased, dead letter, per its final stats) are
+    late. The queue is this run's own, so every task it holds is one of the ledger's."""
+    held = sum(int(stats.get(key) or 0) for key in ("queued", "leased", "dlq"))
+    held = min(held, unacked)  # an ack answered after the last stats poll
+    return unacked - held, held
+
+
+def _stats_verdict(stats: dict[str, Any], drained: bool, held: int) -> str:
+    if not stats:
+        return "no stats read: the queue's side is unchecked"
+    if not drained:
+        return (
+            f"the queue did not drain within --drain-timeout: it still holds {held:,} tasks "
+            "not acked, late rather than lost; more was offered than this setup acks "
+            "(a lower --rate, or a longer --drain-timeout)"
+        )
+    if stats.get("dlq"):
+        return "INCONSISTENT with the ledger: dead letters, which no nack of this suite makes"
+    return "consistent with the ledger: nothing queued or leased, no dead letter"
 
 
 _OPTION_KEYS = (

@@ -214,6 +214,32 @@ def test_queue_fails_when_a_target_is_missed(kit: Kit) -> None:
     assert "FAIL" in Path(kit.out / "queue" / "summary.md").read_text()
 
 
+def test_a_queue_that_does_not_drain_fails_with_its_tasks_late_not_lost(kit: Kit) -> None:
+    """No pull workers: every task stays queued past the drain. The run fails, and its
+    ledger calls them held by the queue, not lost (before, the README's queue command at an
+    unbounded rate reported 19,618 tasks "lost" that the queue's stats still counted)."""
+    kit.run_all(workers=0)
+    result = kit.suite(
+        "queue",
+        "--duration",
+        "2",
+        "--producers",
+        "1",
+        "--consumers",
+        "0",
+        "--rate",
+        "50",
+        "--drain-timeout",
+        "2",
+    )
+    assert result.returncode == 1
+    summary = _summary(kit, "queue")
+    assert summary["enqueued"] > 0 and summary["acked"] == 0
+    assert summary["drained"] is False and summary["lost"] == 0
+    assert summary["held_when_drain_ended"] == summary["enqueued"]
+    assert "did not drain" in Path(kit.out / "queue" / "summary.md").read_text()
+
+
 def test_a_suite_that_cannot_set_up_says_why_and_exits_2(kit: Kit) -> None:
     """No database to mint the token in (here: one that does not exist; in the field: one
     not migrated). Before, the queue suite's users looped on the missing state with
