@@ -4,10 +4,13 @@ says what was executed and what took effect, keyed by each run's idempotency key
 Every task is `/bin/sh -c TASK_SCRIPT chaos-task MODE PRE_S WINDOW_S LEDGER_DIR`:
 - it appends `start` to exec.log first thing (with $PPID: the worker running it);
 - MODE `key` honours the idempotency key the way a typical target does: look the key
-  up (a marker file), and only if it is new, make the effect (append to effects.log)
-  and then remember the key. Check and act are two steps: two executions of one run
-  that overlap in time both act, and the ledger shows the key twice (a duplicate
-  effect). One after the other, the second finds the key and records `dedup`.
+  up, and only if it is new, make the effect. The effect is one line appended to
+  effects.log, and that line is also the key's record (a marker file after it is only a
+  fast path): a target that made its effect and remembered the key in two steps made
+  the effect twice when a kill fell between them (a poison `killworker` sibling did, in
+  CI). Check and act are still two steps: two executions of one run that overlap in
+  time both act, and the ledger shows the key twice (a duplicate effect). One after the
+  other, the second finds the key and records `dedup`.
 - MODE `naive` ignores the key: every execution that gets that far is an effect;
 - MODE `fail`, `hang`, `crash`, `killworker` are poison: exit 3; sleep past the job's
   timeout; die by SIGSEGV; SIGKILL the worker that runs it. None reaches an effect.
@@ -40,7 +43,7 @@ case "$1" in
   killworker) kill -KILL $PPID; sleep 2; exit 0 ;;
 esac
 [ "$2" = 0 ] || sleep "$2"
-if [ "$1" = key ] && [ -e "$L/done/$K" ]; then
+if [ "$1" = key ] && { [ -e "$L/done/$K" ] || grep -q "^effect $K " "$L/effects.log"; }; then
   echo "dedup $K $A $(date +%s%3N) $PPID" >> "$L/exec.log"; exit 0
 fi
 echo "effect $K $A $(date +%s%3N) $PPID" >> "$L/effects.log"
