@@ -256,6 +256,41 @@ def test_the_comparison_reads_the_measured_runs(tmp_path: Path):
     assert row["within_15pct"] == (abs(row["error"]) <= 0.15)
 
 
+def _sitting(root: Path, name: str, runs: list[float], median: float, model: float) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    compared = [{"measured_p99_s": r} for r in runs]
+    summary = {"compared": compared, "measured_median_p99_s": median, "model_median_p99_s": model}
+    (d / "model_vs_kit.json").write_text(json.dumps(summary))
+    return d
+
+
+def _sittings(*dirs: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "benchmarks/storm_sittings.py", *map(str, dirs)]
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
+def test_the_sittings_table_judges_each_sitting_by_the_median_of_its_runs(tmp_path: Path):
+    """benchmarks/storm_sittings.py: a model 10 % over its sitting's median is within, one
+    20 % under is not, and a prediction written before the sitting is judged beside it."""
+    near = _sitting(tmp_path, "d1/near", [0.08, 0.10, 0.30], 0.10, 0.11)
+    far = _sitting(tmp_path, "d1/far", [0.09, 0.10, 0.11, 0.12], 0.105, 0.084)
+    (far / "model_pooled.json").write_text(json.dumps({"model_median_p99_s": 0.126}))
+    p = _sittings(near, far)
+    assert p.returncode == 0, p.stderr
+    rows = {line.split()[0]: line for line in p.stdout.splitlines()[1:]}
+    assert "+10.0%  yes" in rows["d1/near"]
+    assert "-20.0%  NO" in rows["d1/far"]
+    assert rows["d1/far"].rstrip().endswith("+20.0%  NO")
+
+
+def test_the_sittings_table_refuses_a_summary_its_runs_do_not_give(tmp_path: Path):
+    wrong = _sitting(tmp_path, "d1/s", [0.08, 0.10, 0.30], 0.15, 0.11)  # the median is 0.10
+    p = _sittings(wrong)
+    assert p.returncode != 0
+    assert "is not the median of its runs" in p.stderr
+
+
 def test_defaults_cover_every_key_of_the_scenario():
     assert set(RAW["storm"]) <= set(STORM_DEFAULTS["storm"])
 
