@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +45,7 @@ def read_sitting(path: Path) -> Sitting:
     runs = sorted(c["measured_p99_s"] for c in d["compared"])
     if not runs:
         raise ValueError(f"{path}: no compared runs")
-    mid = len(runs) // 2
-    median = runs[mid] if len(runs) % 2 else (runs[mid - 1] + runs[mid]) / 2
+    median = statistics.median(runs)
     if abs(median - d["measured_median_p99_s"]) > 1e-9:
         raise ValueError(
             f"{path}: measured_median_p99_s {d['measured_median_p99_s']} is not "
