@@ -58,6 +58,8 @@ exit 0
 def task_spec(ledger: Path, mode: str, pre_s: float = 0.0, window_s: float = 0.0) -> dict:
     if mode not in MODES:
         raise ValueError(f"mode: one of {', '.join(MODES)}")
+    if not ledger.is_absolute():  # a task runs in its own directory: relative would miss
+        raise ValueError(f"ledger: {ledger} must be an absolute path")
     return {
         "type": "command",
         "argv": ["/bin/sh", "-c", TASK_SCRIPT, "chaos-task", mode, _num(pre_s), _num(window_s),

@@ -87,7 +87,8 @@ def free_port() -> int:
 
 def run_drill(drill: Drill, stack: ChaosStack, opts: RunOptions, command: str) -> DrillResult:
     started = time.monotonic()
-    out = opts.out / drill.name
+    # absolute: tasks run in a directory of their own and are handed the ledger's path
+    out = opts.out.resolve() / drill.name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     tag = f"{drill.number}{int(time.time()) % 100000:05d}"
