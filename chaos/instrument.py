@@ -1,8 +1,9 @@
 """The drill's witness inside its own database: triggers that record, as they commit,
 the writes a stale node or worker could make, with what the writer could see then.
 
-- `fire`: a scheduler node deleted (fired or advanced) a trigger; recorded with the
-  partition's lease row as the writing statement sees it. A node that commits while it
+- `fire`: a scheduler node deleted or moved a trigger (fired it, advanced it in place,
+  parked it for a paused job); recorded with the partition's lease row as the writing
+  statement sees it. A node that commits while it
   is not the lease's unexpired owner has had a stale write accepted.
 - `claim`, `finish`, `holder_write`, `reap`: changes to a run that is (or becomes)
   `running`, with the run's holder before the change. A worker writing a run another
@@ -60,7 +61,7 @@ BEGIN
 END $$;
 
 DROP TRIGGER IF EXISTS chaos_trigger_deleted ON triggers;
-CREATE TRIGGER chaos_trigger_deleted AFTER DELETE ON triggers
+CREATE TRIGGER chaos_trigger_deleted AFTER DELETE OR UPDATE ON triggers
 FOR EACH ROW EXECUTE FUNCTION chaos_trigger_deleted();
 
 CREATE OR REPLACE FUNCTION chaos_run_written() RETURNS trigger

@@ -26,9 +26,16 @@ def jitter_offset_ms(job_id: str, max_jitter_ms: int) -> int:
     return _hash(job_id) % max_jitter_ms
 
 
+# A personalised hash, so offsets are not correlated with partition_of(). Each hash
+# starts from a copy of the personalised state: half the cost of setting the parameters
+# up again (a scan computes one per jittered job it fires).
+_BLAKE = blake2b(digest_size=8, person=_PERSON)
+
+
 def _hash(job_id: str) -> int:
-    # A personalised hash, so offsets are not correlated with partition_of().
-    return int.from_bytes(blake2b(job_id.encode(), digest_size=8, person=_PERSON).digest(), "big")
+    h = _BLAKE.copy()
+    h.update(job_id.encode())
+    return int.from_bytes(h.digest(), "big")
 
 
 def jitter_offsets_ms(job_ids: Iterable[str], max_jitter_ms: int) -> list[int]:

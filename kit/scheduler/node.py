@@ -33,7 +33,7 @@ from kit.scheduler import metrics as m
 from kit.scheduler.leases import LeasePass, PartitionLeases
 from kit.scheduler.scan import DEFAULT_BATCH, HeldRun, JobViews, ScanResult, scan_partitions
 from kit.transport import PublishError, RunMessage
-from kit.transport.publisher import EncodedRun
+from kit.transport.publisher import Encoded
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class Publisher(Protocol):
     def publish(self, messages: Sequence[RunMessage], timeout_s: float = 10.0) -> None: ...
 
     def publish_encoded(
-        self, messages: Sequence[EncodedRun], timeout_s: float = 10.0
+        self, messages: Sequence[Encoded], timeout_s: float = 10.0
     ) -> dict[str, int] | None: ...
 
 
@@ -207,10 +207,10 @@ class SchedulerNode:
         return sent
 
     def _publish(self, runs: list[HeldRun]) -> list[HeldRun]:
-        """Produce and flush; the runs whose delivery was confirmed."""
-        messages = [r.message for r in runs]
+        """Produce and flush; the runs whose delivery was confirmed. A held run is its
+        own message (kit.scheduler.scan.HeldRun)."""
         try:
-            acked = self.publisher.publish_encoded(messages) or {}
+            acked = self.publisher.publish_encoded(runs) or {}
             ok = runs
         except PublishError as exc:
             failed = set(exc.failed_run_ids)

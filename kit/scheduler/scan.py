@@ -1,40 +1,42 @@
 """One fenced scan of a node's partitions: lock own leases, read due triggers, decide
-with kit.core.trigger, write runs and advance triggers, all in one transaction.
+them with kit.core (kit.core.trigger_batch), write runs and advance triggers, all in one
+transaction.
 
 Only partitions whose lease row this transaction locked (owner, believed epoch,
 unexpired) are processed; a takeover waits for the commit, so a node that lost a
 partition commits nothing for it.
+
+The rows move as columns: the due rows are transposed once (zip), each distinct job
+shape (schedule, overlap, misfire, tier, jitter, paused: many jobs share one) is parsed
+once per node, the next fire times are looked up once per schedule and instant
+(kit.core.fire_table, kept by the node across scans), and each write is one statement
+for the whole batch. Per fired run the Python work left is its id, its queue message
+and its place in the statements' arrays.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import IntegrityError
 
 from kit.core.defaults import MISFIRE_GRACE_MS, SCAN_BATCH_ROWS
 from kit.core.dispatch import rescan_at_once, scan_window
-from kit.core.jitter import jitter_offset_ms
+from kit.core.fire_table import FireTable
 from kit.core.policies import MisfirePolicy, OverlapPolicy
 from kit.core.schedule import Schedule, parse_schedule
 from kit.core.timeutil import EPOCH, to_epoch_ms
-from kit.core.trigger import (
-    PROGRESS_EVERY,
-    DueTrigger,
-    JobView,
-    TriggerDecision,
-    decide_scan,
-    overlap_limit_ms,
-)
+from kit.core.trigger import PROGRESS_EVERY, TriggerDecision, overlap_limit_ms
+from kit.core.trigger_batch import BatchPlan, DueBatch, JobShape, decide_batch
 from kit.store import scheduling as sql
 from kit.store.db import db_now
-from kit.transport.message import RunMessage
-from kit.transport.publisher import EncodedRun, encode
+from kit.transport.publisher import EncodedRun, message_value
 
 DEFAULT_BATCH = SCAN_BATCH_ROWS
 # What IdleGuard sends: the cheapest statement, its only use to end an idle stretch.
@@ -79,23 +81,53 @@ class IdleGuard:
             self.sent()
 
 
-@dataclass(frozen=True)
 class HeldRun:
     """A committed run to publish, its queue message encoded when it is made (while
-    scanning, ahead of its second, so the publish at the second only produces)."""
+    scanning, ahead of its second, so the publish only produces). It is its own
+    message (kit.transport.publisher.Encoded: run id, tier, key, value): a burst holds
+    tens of thousands, so one small object each, not three."""
 
-    run_id: str
-    job_id: str
-    attempt: int
-    scheduled_at_ms: int
-    due_ms: int
-    tier: str
-    partition_id: int
-    epoch: int
-    message: EncodedRun = field(init=False, repr=False, compare=False)
+    __slots__ = (
+        "attempt",
+        "due_ms",
+        "epoch",
+        "job_id",
+        "key",
+        "partition_id",
+        "run_id",
+        "scheduled_at_ms",
+        "tier",
+        "value",
+    )
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "message", encode(RunMessage.of(self)))
+    def __init__(
+        self,
+        run_id: str,
+        job_id: str,
+        attempt: int,
+        scheduled_at_ms: int,
+        due_ms: int,
+        tier: str,
+        partition_id: int,
+        epoch: int,
+    ) -> None:
+        self.run_id = run_id
+        self.job_id = job_id
+        self.attempt = attempt
+        self.scheduled_at_ms = scheduled_at_ms
+        self.due_ms = due_ms
+        self.tier = tier
+        self.partition_id = partition_id
+        self.epoch = epoch
+        self.key = job_id.encode()
+        self.value = message_value(run_id, job_id, attempt, scheduled_at_ms, tier)
+
+    @property
+    def message(self) -> EncodedRun:
+        return EncodedRun(self.run_id, self.tier, self.key, self.value)
+
+    def __repr__(self) -> str:
+        return f"HeldRun({self.run_id}, {self.job_id}, attempt {self.attempt}, due {self.due_ms})"
 
 
 @dataclass
@@ -116,75 +148,88 @@ class ScanResult:
         return rescan_at_once(self.full, self.taken)
 
 
+ShapeKey = tuple[str, str, str, str, int, bool]
+
+
 class JobViews:
-    """Parsed jobs by (job_id, version): a schedule is parsed once per version, not
-    once per scan; distinct schedule and misfire texts (many jobs share one) once, and
-    the JSON is decoded only when a text is new."""
+    """What a node remembers from scan to scan: each distinct job shape
+    (kit.core.trigger_batch.JobShape), by the texts it is read from, parsed once
+    (distinct schedule and misfire texts once each, the JSON decoded only when a text is
+    new), and the next fire times of the schedules (`fires`). A schedule of an interval
+    without an anchor counts from its job's creation, so its shapes are kept per
+    creation instant. Bounded: each cache starts again empty when full."""
 
     def __init__(self, limit: int = 200_000) -> None:
-        self._cache: dict[tuple[str, int], JobView] = {}
-        self._schedules: dict[str, Schedule] = {}  # texts that do not depend on created_at
-        self._anchored: dict[tuple[str, int], Schedule] = {}  # every_s without an anchor
+        self._shapes: dict[ShapeKey, JobShape] = {}
+        self._anchored: dict[tuple[ShapeKey, int], JobShape] = {}
+        self._unanchored: set[str] = set()  # interval texts without an anchor
+        self._schedules: dict[str, Schedule] = {}
         self._misfires: dict[str, MisfirePolicy] = {}
         self._overlaps: dict[str, OverlapPolicy] = {}
         self._limit = limit
+        self.fires = FireTable()
 
-    def _schedule(self, text: str, created_at_us: int) -> Schedule:
-        hit = self._schedules.get(text)
-        if hit is not None:
-            return hit
-        hit = self._anchored.get((text, created_at_us))
-        if hit is not None:
-            return hit
-        data = json.loads(text)
-        hit = parse_schedule(data, now=EPOCH + timedelta(microseconds=created_at_us))
-        if "every_s" in data and "anchor" not in data:
-            if len(self._anchored) >= self._limit:
-                self._anchored.clear()
-            self._anchored[(text, created_at_us)] = hit
-        else:
-            if len(self._schedules) >= self._limit:
-                self._schedules.clear()
-            self._schedules[text] = hit
-        return hit
+    def get(self, key: ShapeKey) -> JobShape | None:
+        """The shape of a job row's texts, if parsed already (an anchored schedule)."""
+        return self._shapes.get(key)
 
-    def _misfire(self, text: str) -> MisfirePolicy:
-        hit = self._misfires.get(text)
+    def shape(self, key: ShapeKey, created_at_us: int) -> JobShape:
+        """The shape of a job row's texts (schedule, overlap, misfire, priority,
+        jitter_s, paused), parsed if new."""
+        schedule_text = key[0]
+        if schedule_text in self._unanchored:
+            hit = self._anchored.get((key, created_at_us))
+            if hit is None:
+                hit = self._parse(key, created_at_us)
+                if len(self._anchored) >= self._limit:
+                    self._anchored.clear()
+                self._anchored[(key, created_at_us)] = hit
+            return hit
+        hit = self._shapes.get(key)
         if hit is None:
-            hit = self._misfires[text] = MisfirePolicy.parse(json.loads(text))
+            hit = self._parse(key, created_at_us)
+            if schedule_text in self._unanchored:
+                return self.shape(key, created_at_us)
+            if len(self._shapes) >= self._limit:
+                self._shapes.clear()
+            self._shapes[key] = hit
         return hit
 
-    def _overlap(self, text: str) -> OverlapPolicy:
-        hit = self._overlaps.get(text)
-        if hit is None:
-            hit = self._overlaps[text] = OverlapPolicy.parse(text)
-        return hit
+    def _parse(self, key: ShapeKey, created_at_us: int) -> JobShape:
+        schedule_text, overlap, misfire_text, priority, jitter_s, paused = key
+        schedule = self._schedules.get(schedule_text)
+        if schedule is None:
+            data = json.loads(schedule_text)
+            schedule = parse_schedule(data, now=EPOCH + timedelta(microseconds=created_at_us))
+            if "every_s" in data and "anchor" not in data:
+                self._unanchored.add(schedule_text)
+            else:
+                if len(self._schedules) >= self._limit:
+                    self._schedules.clear()
+                self._schedules[schedule_text] = schedule
+        misfire = self._misfires.get(misfire_text)
+        if misfire is None:
+            misfire = self._misfires[misfire_text] = MisfirePolicy.parse(json.loads(misfire_text))
+        policy = self._overlaps.get(overlap)
+        if policy is None:
+            policy = self._overlaps[overlap] = OverlapPolicy.parse(overlap)
+        return JobShape(schedule, priority, jitter_s, paused, policy, misfire)
 
-    def view(self, row: tuple[Any, ...]) -> JobView | None:
-        """The job of a due-trigger row (kit.store.scheduling.DUE_COLUMNS), or None
-        when the job is gone."""
-        (_c, _p, _f, job_id, _jv, _k, _a, _r, version, _t, schedule, overlap, misfire,
-         priority, jitter_s, paused, created_at_us) = row  # fmt: skip
-        if version is None:
-            return None
-        key = (job_id, version)
-        hit = self._cache.get(key)
-        if hit is not None and hit.paused == paused:
-            return hit
-        view = JobView(
-            job_id=job_id,
-            version=version,
-            schedule=self._schedule(schedule, created_at_us),
-            priority=priority,
-            jitter_offset_ms=jitter_offset_ms(job_id, jitter_s * 1000) if jitter_s else 0,
-            paused=paused,
-            overlap=self._overlap(overlap),
-            misfire=self._misfire(misfire),
-        )
-        if len(self._cache) >= self._limit:
-            self._cache.clear()
-        self._cache[key] = view
-        return view
+    def shapes(
+        self, columns: Sequence[Sequence[Any]], guard: Callable[[], None]
+    ) -> list[JobShape | None]:
+        """Each due row's job shape (None: the job is gone), from the due columns
+        (kit.store.scheduling.DUE_COLUMNS): a lookup per row, a parse per new shape."""
+        versions, created = columns[8], columns[16]
+        keys = list(zip(columns[10], columns[11], columns[12], columns[13], columns[14],
+                        columns[15], strict=True))  # fmt: skip
+        get = self._shapes.get
+        out: list[JobShape | None] = [get(k) for k in keys]
+        for i, hit in enumerate(out):
+            if hit is None and versions[i] is not None:
+                guard()  # a new shape parses its texts (a cron validates with croniter)
+                out[i] = self.shape(keys[i], created[i])
+        return out
 
 
 def scan_partitions(
@@ -222,54 +267,105 @@ def scan_partitions(
         result.full = len(rows) >= batch
         if not rows:
             return result
-        views: dict[str, JobView] = {}
-        tenants: dict[str, str] = {}
-        due: list[DueTrigger] = []
-        ctid_of: dict[int, str] = {}  # id(trigger) -> its row address
-        view_of = jobs.view
-        for row in rows:
-            guard()  # every row: a job's first view parses its schedule (croniter), ~10 ms
-            (ctid, part, fire_us, job_id, job_version, kind, attempt, rsa_us, version,
-             tenant) = row[:10]  # fmt: skip
-            trig = DueTrigger(
-                part,
-                fire_us // 1000,
-                job_id,
-                job_version,
-                kind,
-                attempt,
-                None if rsa_us is None else rsa_us // 1000,
-            )
-            due.append(trig)
-            ctid_of[id(trig)] = ctid
-            if version is not None:
-                view = view_of(row)
-                if view is not None:
-                    views[job_id] = view
-                    tenants[job_id] = tenant
-        overlap_jobs = {j for j, v in views.items() if v.overlap is not OverlapPolicy.allow}
-        guard()
-        active = sql.runs_active_counts(conn, overlap_jobs)
-        guard.sent()
-        decisions = decide_scan(
-            due, views, active, now_ms, hi_ms, guard, misfire_grace_ms=misfire_grace_ms
+        columns = list(zip(*rows, strict=True))
+        del rows
+        due = DueBatch(
+            partition_id=list(columns[1]),
+            fire_at_ms=list(columns[2]),
+            job_id=list(columns[3]),
+            job_version=list(columns[4]),
+            kind=list(columns[5]),
+            attempt=list(columns[6]),
+            run_scheduled_at_ms=list(columns[7]),
+            version=list(columns[8]),
+            shape=jobs.shapes(columns, guard),
+            active=list(columns[17]),
         )
         guard()
-        _write(conn, decisions, ctid_of, views, tenants, epochs, result, guard)
+        plan = decide_batch(
+            due, now_ms, hi_ms, jobs.fires, guard, misfire_grace_ms=misfire_grace_ms
+        )
+        guard()
+        _write(conn, due, columns[0], columns[9], plan, epochs, result, guard)
     return result
 
 
 def _write(
     conn: Any,
-    decisions: list[TriggerDecision],
-    ctid_of: Mapping[int, str],
-    views: Mapping[str, JobView],
-    tenants: Mapping[str, str],
+    due: DueBatch,
+    ctids: Sequence[str],
+    tenants: Sequence[str],
+    plan: BatchPlan,
     epochs: Mapping[int, int],
     result: ScanResult,
     guard: IdleGuard,
 ) -> None:
-    sql.runs_cancel_active(conn, {d.trigger.job_id for d in decisions if d.cancel_active})
+    """Carry out a batch's plan: the common case's runs and trigger moves as one
+    statement each, under a savepoint (a run or a trigger slot that exists already
+    raises; then the whole plan goes by the general statements), then the rest."""
+    general = plan.general
+    sql.runs_cancel_active(conn, {d.trigger.job_id for _, d in general if d.cancel_active})
+    if plan.on_time:
+        try:
+            with conn.begin_nested():
+                _write_on_time(conn, due, ctids, tenants, plan, epochs, result, guard)
+        except IntegrityError:
+            result.held.clear()
+            result.taken = 0
+            general = sorted(plan.decisions(due).items())
+    _write_general(conn, due, ctids, tenants, general, epochs, result, guard)
+
+
+def _write_on_time(
+    conn: Any,
+    due: DueBatch,
+    ctids: Sequence[str],
+    tenants: Sequence[str],
+    plan: BatchPlan,
+    epochs: Mapping[int, int],
+    result: ScanResult,
+    guard: IdleGuard,
+) -> None:
+    job_ids, versions, shapes, parts = due.job_id, due.version, due.shape, due.partition_id
+    which = plan.run_trigger
+    fired = sql.FiredRows(
+        run_ids=plan.run_ids,
+        job_ids=[job_ids[i] for i in which],
+        tenants=[tenants[i] for i in which],
+        versions=[versions[i] for i in which],  # type: ignore[misc]
+        priorities=[shapes[i].priority for i in which],  # type: ignore[union-attr]
+        scheduled_at_ms=plan.run_at_ms,
+    )
+    moved = [(ctids[i], n) for i, n in zip(plan.on_time, plan.next_fire_at_ms, strict=True)]
+    sql.runs_insert_fired(conn, fired)
+    sql.triggers_advance(conn, [c for c, n in moved if n is not None],
+                         [n for _c, n in moved if n is not None])  # fmt: skip
+    sql.triggers_delete(conn, [c for c, n in moved if n is None])
+    guard.sent()
+    held = result.held
+    for k, (rid, job, tier, at) in enumerate(
+        zip(fired.run_ids, fired.job_ids, fired.priorities, fired.scheduled_at_ms, strict=True)
+    ):
+        if not k & 1023:
+            guard()  # encoding each held run's message, before the commit
+        p = parts[which[k]]
+        held.append(HeldRun(rid, job, 1, at, at, tier, p, epochs[p]))
+    result.taken += len(moved)
+
+
+def _write_general(
+    conn: Any,
+    due: DueBatch,
+    ctids: Sequence[str],
+    tenants: Sequence[str],
+    decisions: Sequence[tuple[int, TriggerDecision]],
+    epochs: Mapping[int, int],
+    result: ScanResult,
+    guard: IdleGuard,
+) -> None:
+    """Write decisions of kit.core.trigger one by one, as decide_scan made them."""
+    if not decisions:
+        return
     rows = sql.RunRows()
     partition_of_run: dict[str, int] = {}
     rearms: dict[str, int] = {}
@@ -277,13 +373,13 @@ def _write(
     cancels: dict[str, str] = {}
     deletes: list[str] = []
     nexts: list[tuple[int, int, str, int]] = []
-    for n, d in enumerate(decisions):
+    for n, (i, d) in enumerate(decisions):
         if n % PROGRESS_EVERY == 0:
             guard()
         trig = d.trigger
         if not d.delete:
             continue
-        deletes.append(ctid_of[id(trig)])
+        deletes.append(ctids[i])
         result.taken += 1
         if d.dropped is not None and d.cancel_run_id is None:
             result.dropped += 1
@@ -292,23 +388,22 @@ def _write(
         if d.rearm is not None:
             rearms[d.rearm.run_id] = d.rearm.attempt
             rearm_of[d.rearm.run_id] = (d.rearm, trig.partition_id)
-        job = views.get(trig.job_id)
+        version = due.version[i]
         if d.runs:
-            assert job is not None  # runs are only planned for a live job
-            tenant = tenants[trig.job_id]
+            assert version is not None  # runs are only planned for a live job
             for r in d.runs:
                 rows.run_ids.append(r.run_id)
                 rows.job_ids.append(r.job_id)
-                rows.tenants.append(tenant)
-                rows.versions.append(job.version)
+                rows.tenants.append(tenants[i])
+                rows.versions.append(version)
                 rows.priorities.append(r.priority)
                 rows.scheduled_at_ms.append(r.scheduled_at_ms)
                 rows.statuses.append(r.status)
                 rows.kinds.append(r.trigger_kind)
                 rows.skip_reasons.append(r.skip_reason)
                 partition_of_run[r.run_id] = trig.partition_id
-        if d.next_fire_at_ms is not None and job is not None:
-            nexts.append((trig.partition_id, d.next_fire_at_ms, trig.job_id, job.version))
+        if d.next_fire_at_ms is not None and version is not None:
+            nexts.append((trig.partition_id, d.next_fire_at_ms, trig.job_id, version))
     inserted = sql.runs_insert(conn, rows)
     rearmed = sql.runs_rearm(conn, rearms)
     sql.runs_cancel_retries(conn, cancels)
@@ -317,21 +412,21 @@ def _write(
     held = result.held
     skipped = result.skipped
     guard.sent()
-    for i, rid in enumerate(rows.run_ids):
-        if i % PROGRESS_EVERY == 0:
+    for k, rid in enumerate(rows.run_ids):
+        if k % PROGRESS_EVERY == 0:
             guard()  # encoding each held run's message, before the commit
         if rid not in inserted:
             continue
-        reason = rows.skip_reasons[i]
-        if rows.statuses[i] == "pending" and reason is None:
+        reason = rows.skip_reasons[k]
+        if rows.statuses[k] == "pending" and reason is None:
             p = partition_of_run[rid]
-            ms = rows.scheduled_at_ms[i]
-            held.append(HeldRun(rid, rows.job_ids[i], 1, ms, ms, rows.priorities[i], p, epochs[p]))
+            ms = rows.scheduled_at_ms[k]
+            held.append(HeldRun(rid, rows.job_ids[k], 1, ms, ms, rows.priorities[k], p, epochs[p]))
         else:
             reason = reason or "skipped"
             skipped[reason] = skipped.get(reason, 0) + 1
-    for n, rid in enumerate(rearmed):
-        if n % PROGRESS_EVERY == 0:
+    for k, rid in enumerate(rearmed):
+        if k % PROGRESS_EVERY == 0:
             guard()
         rearm, p = rearm_of[rid]
         held.append(

@@ -174,9 +174,11 @@ _LOCK_OWN = text(
     FOR SHARE OF l
     """
 )
-# Raw DBAPI cursor (tuples, no SQLAlchemy rows): the scan's one per-row fetch. Times
-# come as integer epoch microseconds (exact), `ctid` names the locked row for the
-# delete. Column order is DUE_COLUMNS.
+# Raw DBAPI cursor (tuples, no SQLAlchemy rows): the scan's one per-row fetch, which the
+# scan turns into columns at once (zip). Times come as integer epoch milliseconds
+# (floored, as kit.core.timeutil.to_epoch_ms), the job's creation in microseconds (an
+# interval without an anchor counts from it), `ctid` names the locked row for the
+# advance or delete. Column order is DUE_COLUMNS.
 #
 # The OR clause is the negation of kit.core.trigger.held_back: a trigger of a job that
 # limits overlap, not paused, is not read before `overlap_hi_ms` (its fire is judged
@@ -187,13 +189,33 @@ _LOCK_OWN = text(
 # for a job that is gone (`j.job_id IS NULL`), and it names both sides of the join, so
 # it restricts neither table alone: no partial index of jobs (ix_jobs_list_paused) can
 # stand in for the key lookup (the lesson of kit.store.claims._CLAIM).
+#
+# The job is looked up by its key for each trigger (LATERAL, fenced by OFFSET 0): the
+# triggers' fire times move every second, so the planner's estimate of how many are due
+# is often far off, and on a high one it chose to hash the whole jobs table (a sequential
+# scan of 1 GB for 2,000 triggers at a million schedules: 1.8 s, benchmarks/
+# trigger_index.py).
+#
+# `active`: the job's busy runs (kit.core.leases.BUSY), counted only where the decision
+# judges overlap with them (a schedule trigger of its job's version, the job limiting
+# overlap and not paused; kit.core.trigger_batch.DueBatch), in the same statement rather
+# than a second one with the jobs' ids sent back.
 _DUE = f"""
-    SELECT t.ctid::text, t.partition_id, (extract(epoch FROM t.fire_at) * 1000000)::bigint,
+    SELECT t.ctid::text, t.partition_id, floor(extract(epoch FROM t.fire_at) * 1000)::bigint,
            t.job_id::text, t.job_version, t.kind, t.attempt,
-           (extract(epoch FROM t.run_scheduled_at) * 1000000)::bigint,
+           floor(extract(epoch FROM t.run_scheduled_at) * 1000)::bigint,
            j.version, j.tenant, j.schedule::text, j.overlap, j.misfire::text,
-           j.priority, j.jitter_s, j.paused, (extract(epoch FROM j.created_at) * 1000000)::bigint
-    FROM triggers AS t LEFT JOIN jobs AS j ON j.job_id = t.job_id
+           j.priority, j.jitter_s, j.paused, (extract(epoch FROM j.created_at) * 1000000)::bigint,
+           CASE WHEN t.kind = '{TriggerKind.schedule.value}' AND j.version = t.job_version
+                     AND j.overlap <> '{OverlapPolicy.allow.value}' AND NOT j.paused
+                THEN (SELECT count(*) FROM runs AS r
+                      WHERE r.job_id = t.job_id AND r.status IN {BUSY_SQL})
+                ELSE 0 END
+    FROM triggers AS t LEFT JOIN LATERAL (
+        SELECT job_id, version, tenant, schedule, overlap, misfire, priority, jitter_s, paused,
+               created_at
+        FROM jobs WHERE jobs.job_id = t.job_id OFFSET 0
+    ) AS j ON true
     WHERE t.partition_id = ANY(CAST(%(parts)s AS smallint[]))
       AND t.fire_at <= timestamptz 'epoch' + %(hi_ms)s * interval '1 millisecond'
       AND (t.fire_at <= timestamptz 'epoch' + %(overlap_hi_ms)s * interval '1 millisecond'
@@ -207,12 +229,12 @@ _DUE = f"""
 DUE_COLUMNS = [
     "ctid",
     "partition_id",
-    "fire_at_us",
+    "fire_at_ms",
     "job_id",
     "job_version",
     "kind",
     "attempt",
-    "run_scheduled_at_us",
+    "run_scheduled_at_ms",
     "version",
     "tenant",
     "schedule",
@@ -222,6 +244,7 @@ DUE_COLUMNS = [
     "jitter_s",
     "paused",
     "created_at_us",
+    "active",
 ]
 _ACTIVE = text(
     f"""
@@ -253,6 +276,38 @@ _INSERT_RUNS = text(
     RETURNING run_id::text
     """
 )
+# The runs a scan fired as the common case (kit.core.trigger_batch): pending, of a
+# schedule, first attempt. No ON CONFLICT: its arbiter probe and speculative insertion
+# cost about as much as the insert itself on the partitioned table, and a run of the same
+# id existing already is rare (an edit that put back a fire already made, a backfill of
+# a fire the scheduler was late for); the scan makes it under a savepoint and, on a
+# conflict, writes the batch again by the general statements (kit.scheduler.scan).
+_INSERT_FIRED = text(
+    """
+    INSERT INTO runs (run_id, job_id, tenant, job_version, priority, scheduled_at, attempt,
+                      status, trigger_kind)
+    SELECT r.run_id, r.job_id, r.tenant, r.v, r.prio,
+           timestamptz 'epoch' + r.at_ms * interval '1 millisecond', 1, 'pending', 'schedule'
+    FROM unnest(CAST(:ids AS uuid[]), CAST(:jobs AS uuid[]), CAST(:tenants AS text[]),
+                CAST(:versions AS int[]), CAST(:prios AS text[]), CAST(:ats AS bigint[]))
+         AS r(run_id, job_id, tenant, v, prio, at_ms)
+    """
+)
+# A trigger that fired moves to its next fire time in place, by the row address the
+# scan locked: one new row version instead of a delete and an insert (and no ON CONFLICT
+# probe). An edit waiting on the row's lock then finds the moved row by its update
+# chain (it deletes or re-versions it), where it could not see a row inserted anew.
+# The new slot taken (a schedule trigger of the job already there) raises a unique
+# violation: the scan falls back as for _INSERT_FIRED.
+_ADVANCE_TRIGGERS = text(
+    """
+    UPDATE triggers AS t SET fire_at = timestamptz 'epoch' + u.f * interval '1 millisecond'
+    FROM unnest(CAST(:ctids AS tid[]), CAST(:ats AS bigint[])) AS u(c, f)
+    WHERE t.ctid = u.c
+    """
+)
+
+
 # Retrying runs by key, their status checked above the fence (OFFSET 0): beside the key,
 # `status = 'retry_scheduled'` lets stale statistics send the planner through the whole
 # partial index of busy runs per batch (kit.store.claims._CLAIM says more).
@@ -412,6 +467,46 @@ def runs_insert(conn: Connection, rows: RunRows) -> set[str]:
         "reasons": pg_text_array(rows.skip_reasons),
     }
     return set(conn.execute(_INSERT_RUNS, params).scalars())
+
+
+@dataclass
+class FiredRows:
+    """Runs fired as the common case, column by column: pending, 'schedule', attempt 1."""
+
+    run_ids: list[str] = field(default_factory=list)
+    job_ids: list[str] = field(default_factory=list)
+    tenants: list[str] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    priorities: list[str] = field(default_factory=list)
+    scheduled_at_ms: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.run_ids)
+
+
+def runs_insert_fired(conn: Connection, rows: FiredRows) -> None:
+    """Insert runs fired as the common case, every one new: a run id that exists already
+    raises IntegrityError (call under a savepoint; runs_insert takes the rest)."""
+    if not rows:
+        return
+    params = {
+        "ids": pg_array(rows.run_ids),
+        "jobs": pg_array(rows.job_ids),
+        "tenants": pg_text_array(rows.tenants),
+        "versions": pg_array(rows.versions),
+        "prios": pg_text_array(rows.priorities),
+        "ats": pg_array(rows.scheduled_at_ms),
+    }
+    conn.execute(_INSERT_FIRED, params)
+
+
+def triggers_advance(conn: Connection, ctids: Sequence[str], fire_at_ms: Sequence[int]) -> None:
+    """Move triggers this transaction read and locked to their next fire time (epoch
+    ms), in place. A slot already taken raises IntegrityError (call under a savepoint;
+    triggers_delete and triggers_insert take the rest)."""
+    if not ctids:
+        return
+    conn.execute(_ADVANCE_TRIGGERS, {"ctids": pg_text_array(ctids), "ats": pg_array(fire_at_ms)})
 
 
 def runs_rearm(conn: Connection, attempts: Mapping[str, int]) -> set[str]:

@@ -3,9 +3,9 @@ still commits: the server ends a scheduler transaction idle for half a lease
 (kit.scheduler.node.scheduler_engine), and a scan of many due cron triggers once spent
 longer than that between two statements, was killed, and was retried on the same rows
 every second: nothing fired (benchmarks/scan_gap.py: 5.1-8.6 s idle at 20,000 varied
-cron triggers against a 5 s timeout). Here the lease is 1 s (a 500 ms timeout) and each
-job's first parse is made 2 ms slower, so the same code path idles ~1.2 s without the
-guard on any machine."""
+cron triggers against a 5 s timeout). Here the lease is 1 s (a 500 ms timeout), every
+job has settings of its own (its misfire deadline), and each settings' first parse is
+made 2 ms slower, so the same code path idles ~1.2 s without the guard on any machine."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from sqlalchemy import Engine, text
 from kit.core.policies import MisfirePolicy
 from kit.core.retry import RetryPolicy
 from kit.core.schedule import CronSchedule
-from kit.core.trigger import JobView
+from kit.core.trigger_batch import JobShape
 from kit.scheduler.node import NodeConfig, SchedulerNode, idle_timeout_ms, scheduler_engine
 from kit.scheduler.scan import JobViews
 from kit.store.jobs import JobSpec, jobs_create_batch
@@ -32,11 +32,11 @@ ZONES = ("UTC", "Europe/Paris", "Asia/Kathmandu", "America/St_Johns", "Pacific/C
 
 
 class SlowJobViews(JobViews):
-    """Every job view built costs 2 ms more: a stand-in for croniter on a slow machine."""
+    """Every job shape parsed costs 2 ms more: a stand-in for croniter on a slow machine."""
 
-    def view(self, row: tuple[Any, ...]) -> JobView | None:
+    def shape(self, key: Any, created_at_us: int) -> JobShape:
         time.sleep(0.002)
-        return super().view(row)
+        return super().shape(key, created_at_us)
 
 
 class NoPublish:
@@ -67,10 +67,10 @@ def test_a_scan_longer_than_the_idle_timeout_fires_every_due_run(
         timeout = conn.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one()
     assert timeout == f"{idle_timeout_ms(config)}ms"
     due = (now + timedelta(minutes=2)).replace(second=0, microsecond=0)
-    retry, misfire = RetryPolicy().to_dict(), MisfirePolicy().to_dict()
+    retry = RetryPolicy().to_dict()
     specs = [
         JobSpec(f"j{i}", CronSchedule("* * * * *", ZONES[i % len(ZONES)]), {"type": "noop"},
-                retry, misfire)
+                retry, MisfirePolicy(deadline_s=i).to_dict())
         for i in range(JOBS)
     ]  # fmt: skip
     jobs_create_batch(sched_engine, "acme", specs, now=due - timedelta(seconds=5))
