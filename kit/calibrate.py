@@ -396,6 +396,7 @@ SCAN_CALLS = (
     "runs_cancel_retries",
     "triggers_advance",
     "triggers_delete",
+    "triggers_park",
     "triggers_insert",
 )
 TIERS = {"critical": 0.05, "high": 0.15, "normal": 0.6, "low": 0.2}  # the scenario's

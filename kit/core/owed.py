@@ -14,6 +14,14 @@ decided by `kit.core.trigger.trigger_after_edit`, as `kit.store.jobs.job_update`
 A fire is named by its run id (`kit.core.ids.run_id(job, trigger time)`), so matching
 a fire to its run is a lookup, and a backfill of a fire already run creates nothing.
 
+A paused job writes nothing for the fires it owes (its trigger waits for the resume,
+kit.core.trigger): a fire without a run is skipped 'paused' when the job was paused at
+its time, from the audit log's pauses and resumes (`paused_spans`). A resume records
+the fire the trigger waited at (the first the job owed: earlier than the pause when no
+scan had reached it yet), and the span starts there if that is before the pause. At the
+resume the misfire policy runs some of the owed fires (kit.core.trigger.
+trigger_after_resume): those have runs.
+
 Pure: every instant is an argument.
 """
 
@@ -62,6 +70,44 @@ def check_instant(value: datetime, field: str) -> datetime:
     if not EARLIEST <= value <= LATEST:
         raise FieldError(field, f"must be between {_iso(EARLIEST)} and {_iso(LATEST)}")
     return value
+
+
+@dataclass(frozen=True)
+class PausedSpan:
+    """The fires from `since` until `until` (None: still) were owed by a paused job."""
+
+    since: datetime
+    until: datetime | None
+
+
+@dataclass(frozen=True)
+class PauseChange:
+    """A change of a job's paused state (its creation, an edit, a pause or resume, the
+    kit's auto-pause). A resume names `owed_from`: the fire its trigger waited at."""
+
+    at: datetime
+    paused: bool
+    owed_from: datetime | None = None
+
+
+def paused_spans(
+    changes: Sequence[PauseChange], waiting_at: datetime | None = None
+) -> list[PausedSpan]:
+    """The fires a job owed while paused, as spans, from its changes in order: from the
+    pause, or from the fire its trigger waited at when that came first, to the resume.
+    `waiting_at`: the fire a job still paused waits at (its trigger's)."""
+    out: list[PausedSpan] = []
+    since: datetime | None = None
+    for change in changes:
+        if change.paused and since is None:
+            since = change.at
+        elif not change.paused and since is not None:
+            owed = change.owed_from
+            out.append(PausedSpan(since if owed is None else min(since, owed), change.at))
+            since = None
+    if since is not None:
+        out.append(PausedSpan(since if waiting_at is None else min(since, waiting_at), None))
+    return out
 
 
 @dataclass(frozen=True)
@@ -209,14 +255,18 @@ def explain_fires(
     runs: Mapping[str, RunView],
     now: datetime,
     due_grace_ms: int = DUE_GRACE_MS,
+    paused: Sequence[PausedSpan] = (),
 ) -> list[Explained]:
-    """What became of each owed fire, judged at `now` from the job's runs by id."""
+    """What became of each owed fire, judged at `now` from the job's runs by id and the
+    stretches the job was paused."""
     grace = timedelta(milliseconds=due_grace_ms)
     out: list[Explained] = []
     for fire in owed:
         run = runs.get(fire.run_id)
         if run is None:
-            if fire.at > now - grace:
+            if fire.at <= now and _paused_at(fire.at, paused):
+                out.append(Explained(fire, Outcome.skipped, None, _SKIP_REASONS[SKIP_PAUSED]))
+            elif fire.at > now - grace:
                 why = "its time has not come" if fire.at > now else "due moments ago"
                 out.append(Explained(fire, Outcome.not_yet_due, None, why))
             else:
@@ -230,6 +280,10 @@ def explain_fires(
             continue
         out.append(Explained(fire, Outcome.ran, run, _ran_reason(run)))
     return out
+
+
+def _paused_at(at: datetime, spans: Sequence[PausedSpan]) -> bool:
+    return any(s.since <= at and (s.until is None or at < s.until) for s in spans)
 
 
 def _ran_reason(run: RunView) -> str | None:

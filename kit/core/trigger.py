@@ -15,7 +15,12 @@ Rules:
   (kit.core.defaults.misfire_grace_ms: a dead node's partition moves and is scanned),
   so losing a node never turns an on-time fire into a missed one; a fire later than
   that was missed by an outage.
-- A paused job records a skipped run (reason 'paused') for each fire and advances.
+- A paused job's schedule trigger waits for its resume: when it comes due the scan
+  parks it (out of every scan's reach, holding the fire it owed) and writes no run, so
+  a paused job costs nothing per fire. On resume, `trigger_after_resume` puts it back
+  where the misfire policy wants the owed fires taken up; the owed fires it passes over
+  are written nowhere (explain derives them, skipped 'paused', from the audit log's
+  pause and resume: kit.core.owed).
 - Overlap (forbid/queue/replace) is judged against the job's runs that are pending,
   dispatched or running when the scan looks. Because the scan looks ahead, a job with
   such a policy is only fired within `OVERLAP_HORIZON_MS` of its fire time, so the
@@ -44,6 +49,7 @@ from kit.core.defaults import MISFIRE_GRACE_MS
 from kit.core.fire_table import FireTable
 from kit.core.ids import run_id as make_run_id
 from kit.core.policies import (
+    MisfireKind,
     MisfirePolicy,
     OverlapAction,
     OverlapPolicy,
@@ -163,6 +169,8 @@ class TriggerDecision:
     cancel_run_id: str | None = None  # a retry that will not happen (job paused/edited/gone)
     cancel_active: bool = False  # overlap 'replace': cancel the job's active runs first
     dropped: str | None = None  # why the trigger was deleted without any run
+    # a paused job's trigger: parked, holding this fire (the one it owes) until a resume
+    parked_fire_at_ms: int | None = None
 
 
 def overlap_limit_ms(
@@ -238,6 +246,54 @@ def trigger_after_edit(
     if again is not None and to_epoch_ms(again) == nominal:
         return EditedTrigger(nominal + new_jitter_offset_ms)
     return EditedTrigger(None, skipped_ms=old_fire_at_ms)
+
+
+def trigger_after_resume(
+    fire_at_ms: int | None,
+    job: JobView,
+    now_ms: int,
+    misfire_grace_ms: int = MISFIRE_GRACE_MS,
+) -> int | None:
+    """Where a resumed job's schedule trigger goes. It waited at `fire_at_ms`, the first
+    fire the job owed (parked by a scan, or not reached by one yet); the fires owed since
+    are missed fires, and the job's misfire policy says which of the late ones (before
+    `now_ms - misfire_grace_ms`) still run: all of them (`run_all`: it stays), the
+    latest one (`run_once`: it goes to that fire), those within the deadline
+    (`skip_late`: it goes to the first of them, or to the first fire after when none
+    is). Nothing late: it stays. The scan then fires from there as for any late trigger.
+    None: no fire is left (a one-off past its chance). tests/property/
+    test_resume_props.py holds this equal to plan_misfire over every owed fire."""
+    if fire_at_ms is None:
+        return None
+    late_before = now_ms - misfire_grace_ms
+    policy = job.misfire
+    if fire_at_ms >= late_before or policy.kind == MisfireKind.run_all:
+        return fire_at_ms
+    if policy.kind == MisfireKind.skip_late:
+        # within the deadline, or not late at all (a deadline shorter than the grace)
+        first_kept = min(now_ms - policy.deadline_s * 1000, late_before)
+        if fire_at_ms >= first_kept:
+            return fire_at_ms
+        return next_fire_ms(job, first_kept - 1)
+    return _last_fire_before(job, fire_at_ms, late_before)
+
+
+def _last_fire_before(job: JobView, start_ms: int, before_ms: int) -> int:
+    """The latest of `start_ms` (< before_ms) and the job's fire times after it that is
+    before `before_ms`; found by walking back a window at a time (an hour, then four
+    times as far), not from `start_ms`, which may be a year of fires ago."""
+    span = 3_600_000
+    while True:
+        lo = max(start_ms, before_ms - span)
+        t: int | None = start_ms if lo == start_ms else next_fire_ms(job, lo - 1)
+        last: int | None = None
+        while t is not None and t < before_ms:
+            last = t
+            nxt = next_fire_ms(job, t)
+            t = nxt if nxt is None or nxt > t else None
+        if last is not None:
+            return last
+        span *= 4
 
 
 def decide_trigger(
@@ -334,6 +390,8 @@ def decide_trigger_full(
         limit_ms = overlap_limit_ms(now_ms, horizon_ms, overlap_horizon_ms)
     if trigger.fire_at_ms > limit_ms:
         return TriggerDecision(trigger, delete=False)
+    if job.paused:
+        return TriggerDecision(trigger, delete=True, parked_fire_at_ms=trigger.fire_at_ms)
 
     times: list[int] = []
     t: int | None = trigger.fire_at_ms
@@ -342,10 +400,6 @@ def decide_trigger_full(
         nxt = next_fire_ms(job, t, fires)
         t = nxt if nxt is None or nxt > t else None  # a schedule must move forward
     next_at = t
-
-    if job.paused:
-        runs = tuple(_run(job, f, "skipped", "schedule", SKIP_PAUSED) for f in times)
-        return TriggerDecision(trigger, delete=True, runs=runs, next_fire_at_ms=next_at)
 
     late_before = now_ms - misfire_grace_ms
     late = [f for f in times if f < late_before]

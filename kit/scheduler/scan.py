@@ -138,6 +138,7 @@ class ScanResult:
     held: list[HeldRun] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> runs
     dropped: int = 0
+    parked: int = 0  # paused jobs' triggers set aside until their resume
     triggers: int = 0  # rows read
     taken: int = 0  # of those, triggers the scan deleted (fired, skipped or dropped)
     full: bool = False  # the batch limit was reached: more may be due
@@ -372,6 +373,7 @@ def _write_general(
     rearm_of: dict[str, Any] = {}
     cancels: dict[str, str] = {}
     deletes: list[str] = []
+    parks: dict[str, str] = {}  # job -> its trigger to park (one each)
     nexts: list[tuple[int, int, str, int]] = []
     for n, (i, d) in enumerate(decisions):
         if n % PROGRESS_EVERY == 0:
@@ -379,8 +381,11 @@ def _write_general(
         trig = d.trigger
         if not d.delete:
             continue
-        deletes.append(ctids[i])
         result.taken += 1
+        if d.parked_fire_at_ms is not None and trig.job_id not in parks:
+            parks[trig.job_id] = ctids[i]
+            continue
+        deletes.append(ctids[i])
         if d.dropped is not None and d.cancel_run_id is None:
             result.dropped += 1
         if d.cancel_run_id is not None:
@@ -408,7 +413,9 @@ def _write_general(
     rearmed = sql.runs_rearm(conn, rearms)
     sql.runs_cancel_retries(conn, cancels)
     sql.triggers_delete(conn, deletes)
+    sql.triggers_park(conn, list(parks.values()))
     sql.triggers_insert(conn, nexts)
+    result.parked += len(parks)
     held = result.held
     skipped = result.skipped
     guard.sent()

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine, select
 from kit.core.audit import job_diff, redacted
 from kit.core.errors import FieldError
 from kit.core.jitter import jitter_offset_ms
-from kit.core.owed import ScheduleEra
+from kit.core.owed import PauseChange, PausedSpan, ScheduleEra, paused_spans
 from kit.core.schedule import parse_schedule, schedule_to_dict
 from kit.store.db import is_uuid
 from kit.store.errors import JobNotFound
@@ -29,6 +29,9 @@ from kit.store.schema import job_audit, jobs
 
 MAX_PAGE = 500
 KIT_ACTOR = "kit"
+# What a resume's entry records beside `paused`: its schedule trigger moved from the fire
+# it waited at to where the misfire policy takes the owed fires up (kit.store.jobs).
+RESUMED_TRIGGER = "trigger.fire_at"
 
 
 def job_view(spec: Any) -> dict[str, Any]:
@@ -222,3 +225,40 @@ def schedule_eras(
             )
         )
     return eras, complete
+
+
+def paused_stretches(
+    conn: Connection,
+    job_id: str,
+    paused_now: bool,
+    created_at: datetime,
+    waiting_at: datetime | None = None,
+) -> list[PausedSpan]:
+    """The fires the job owed while paused (kit.core.owed.paused_spans), from its audit
+    log: the paused state each entry left it in (a create's or an edit's snapshot, a
+    pause or resume, the kit's auto-pause) and, for a resume, the fire its trigger waited
+    at (the change `trigger.fire_at` it records). A job without a create entry (created
+    in bulk) is taken as it is now, or as the opposite of its first change, since its
+    creation. `waiting_at`: a paused job's trigger's fire now."""
+    rows = conn.execute(
+        select(job_audit.c.action, job_audit.c.at, job_audit.c.snapshot, job_audit.c.changes)
+        .where(job_audit.c.job_id == job_id)
+        .order_by(job_audit.c.audit_id)
+    ).all()
+    changes: list[PauseChange] = []
+    for row in rows:
+        if row.snapshot is not None and "paused" in row.snapshot:
+            paused = bool(row.snapshot["paused"])
+        elif row.changes and isinstance(row.changes.get("paused"), dict):
+            paused = bool(row.changes["paused"].get("to"))
+        else:
+            continue
+        moved = (row.changes or {}).get(RESUMED_TRIGGER)
+        owed = moved.get("from") if isinstance(moved, dict) else None
+        changes.append(
+            PauseChange(row.at, paused, None if owed is None else datetime.fromisoformat(owed))
+        )
+    if not rows or rows[0].action != "create":
+        first = (not changes[0].paused) if changes else paused_now
+        changes.insert(0, PauseChange(created_at, first))
+    return paused_spans(changes, waiting_at if paused_now else None)

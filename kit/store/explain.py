@@ -1,5 +1,7 @@
 """ "Why didn't my job run?" (GET /v1/jobs/{id}/explain): every fire the job's schedule
-owed in a range, matched with its run by id, judged by kit.core.owed.
+owed in a range, matched with its run by id, judged by kit.core.owed. A paused job
+writes nothing for its fires: the audit log's pauses and resumes say which fires
+without a run were skipped because of one.
 
 The schedule in force at each time comes from the job's audit log (its create and the
 edits that changed the schedule or jitter); runs in the range that no owed fire names
@@ -24,7 +26,7 @@ from kit.core.owed import (
     explain_fires,
     owed_fires,
 )
-from kit.store.audit import schedule_eras
+from kit.store.audit import paused_stretches, schedule_eras
 from kit.store.db import db_now, is_uuid
 from kit.store.errors import JobNotFound
 from kit.store.jobs import job_read_in
@@ -85,6 +87,7 @@ def job_explain(
             raise JobNotFound(job_id)
         at = db_now(conn, now)
         eras, complete = schedule_eras(conn, job_id, job.spec, job.created_at)
+        paused = paused_stretches(conn, job_id, job.spec.paused, job.created_at, job.next_fire_at)
         owed = owed_fires(job_id, eras, start, end, limit + 1, written_ahead_ms)
         next_from = owed[limit].at if len(owed) > limit else None
         owed = owed[:limit]
@@ -120,7 +123,7 @@ def job_explain(
         start=start,
         end=end,
         eras=eras,
-        fires=explain_fires(owed, views, at, due_grace_ms),
+        fires=explain_fires(owed, views, at, due_grace_ms, paused),
         other_runs=other,
         next_from=next_from,
         history_complete=complete,

@@ -2,7 +2,8 @@
 
 An edit bumps `version` and replaces the job's triggers with one of the new version, so a
 trigger of an older version cannot fire. Deleting a job removes its triggers and keeps
-its run history. A paused job keeps its trigger: the scheduler skips the fire and says why.
+its run history. A paused job keeps its trigger: the scheduler parks it when it comes
+due, and a resume puts it back where the misfire policy wants the owed fires.
 
 The operations the jobs API calls (create, get, edit, delete) are written once, as steps
 (kit.store.pg_async: statements yielded, rows received, decisions with kit.core in
@@ -36,6 +37,7 @@ from kit.core.ids import run_id as make_run_id
 from kit.core.jitter import jitter_offset_ms
 from kit.core.leases import RunStatus
 from kit.core.partitions import PARTITION_COUNT, partition_of
+from kit.core.policies import MisfirePolicy
 from kit.core.schedule import (
     CronSchedule,
     OneOffSchedule,
@@ -45,8 +47,14 @@ from kit.core.schedule import (
     schedule_to_dict,
 )
 from kit.core.timeutil import EPOCH, from_epoch_ms, to_epoch_ms
-from kit.core.trigger import SKIP_EDITED, TriggerKind, trigger_after_edit
-from kit.store.audit import KIT_ACTOR, job_view
+from kit.core.trigger import (
+    SKIP_EDITED,
+    JobView,
+    TriggerKind,
+    trigger_after_edit,
+    trigger_after_resume,
+)
+from kit.store.audit import KIT_ACTOR, RESUMED_TRIGGER, job_view
 from kit.store.db import db_now, is_uuid
 from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken
 from kit.store.pg_async import (
@@ -217,9 +225,13 @@ _RETURNING = ", ".join(_READ_COLUMNS)
 _SCHEDULE = TriggerKind.schedule.value
 _NOW = "coalesce(%(now)s::timestamptz, now())"
 
-# A job with its next schedule fire (what JobRecord needs).
+# A job with its next schedule fire (what JobRecord needs): a paused job's parked
+# trigger (kit.store.scheduling._PARK_TRIGGERS) by the fire it waits at.
+NEXT_FIRE_SQL = (
+    "coalesce(min(t.fire_at) FILTER (WHERE t.parked_fire_at IS NULL), min(t.parked_fire_at))"
+)
 JOB_READ_SQL = f"""
-SELECT {_JOB}, (SELECT min(t.fire_at) FROM triggers AS t
+SELECT {_JOB}, (SELECT {NEXT_FIRE_SQL} FROM triggers AS t
         WHERE t.job_id = j.job_id AND t.kind = '{_SCHEDULE}') AS next_fire_at
 FROM jobs AS j
 WHERE j.tenant = %(tenant)s AND j.job_id = %(job_id)s::uuid"""
@@ -291,7 +303,7 @@ WITH j AS (
     FROM j WHERE %(fire_at)s::timestamptz IS NOT NULL
     ON CONFLICT (partition_id, fire_at, job_id, kind) DO UPDATE
         SET job_version = EXCLUDED.job_version, attempt = EXCLUDED.attempt,
-            run_scheduled_at = NULL
+            run_scheduled_at = NULL, parked_fire_at = NULL
 )
 SELECT {_JOB}, %(fire_at)s::timestamptz AS next_fire_at FROM j"""
 
@@ -466,10 +478,19 @@ def _update(params: JobUpdate) -> Steps[JobRecord]:
             fire_at = first_fire_at(spec, params.job_id, now)
         if moved.skipped_ms is not None:
             skipped_at = from_epoch_ms(moved.skipped_ms)
+    elif current.spec.paused and not spec.paused:
+        fire_at = _resumed_fire_at(current, spec, now)
     else:
-        fire_at = current.next_fire_at
+        fire_at = current.next_fire_at  # a paused job's trigger: the scan parks it again
     before, after = job_view(current.spec), job_view(spec)
     diff = job_diff(before, after)
+    action = edit_action(diff)
+    if current.spec.paused and not spec.paused and current.next_fire_at is not None:
+        # what explain needs to know which fires the pause passed over (kit.core.owed)
+        diff[RESUMED_TRIGGER] = {
+            "from": current.next_fire_at.isoformat(),
+            "to": None if fire_at is None else fire_at.isoformat(),
+        }
     (row,) = (
         yield Query(
             JOB_UPDATE_SQL,
@@ -479,7 +500,7 @@ def _update(params: JobUpdate) -> Steps[JobRecord]:
                 # a resumed job starts a new auto-pause streak
                 "reset_dead_streak": current.spec.paused and not spec.paused,
                 "actor": params.actor,
-                "action": edit_action(diff),
+                "action": action,
                 "at": now,
                 "changes": Jsonb(diff),
                 "snapshot": Jsonb(redacted(after)),
@@ -503,6 +524,23 @@ def _update(params: JobUpdate) -> Steps[JobRecord]:
             },
         )
     return job_record(row)
+
+
+def _resumed_fire_at(current: JobRecord, spec: JobSpec, now: datetime) -> datetime | None:
+    """Where a resumed job's trigger goes: the fires it owed while paused, from the one
+    its trigger waits at, go through its misfire policy (kit.core.trigger.
+    trigger_after_resume); the ones passed over are written nowhere (explain)."""
+    if current.next_fire_at is None:
+        return None
+    view = JobView(
+        job_id=current.job_id,
+        version=current.version + 1,
+        schedule=spec.schedule,
+        jitter_offset_ms=jitter_offset_ms(current.job_id, spec.jitter_s * 1000),
+        misfire=MisfirePolicy.parse(dict(spec.misfire)),
+    )
+    resumed = trigger_after_resume(to_epoch_ms(current.next_fire_at), view, to_epoch_ms(now))
+    return None if resumed is None else from_epoch_ms(resumed)
 
 
 def _delete(tenant: str, job_id: str, actor: str) -> Steps[None]:

@@ -168,8 +168,14 @@ def jobs_list(
     if not 1 <= limit <= MAX_PAGE:
         raise FieldError("limit", f"must be between 1 and {MAX_PAGE}")
     after = _cursor_decode(cursor) if cursor else None
+    # a paused job's parked trigger by the fire it waits at (kit.store.jobs.NEXT_FIRE_SQL)
     next_fire_at = (
-        select(func.min(triggers.c.fire_at))
+        select(
+            func.coalesce(
+                func.min(triggers.c.fire_at).filter(triggers.c.parked_fire_at.is_(None)),
+                func.min(triggers.c.parked_fire_at),
+            )
+        )
         .where(triggers.c.job_id == jobs.c.job_id, triggers.c.kind == "schedule")
         .scalar_subquery()
         .label("next_fire_at")

@@ -308,6 +308,23 @@ _ADVANCE_TRIGGERS = text(
 )
 
 
+# A paused job's trigger that came due waits for its resume (kit.core.trigger): out of
+# every scan's range (fire_at 'infinity'), the fire it owed kept, moved in place as
+# _ADVANCE_TRIGGERS moves a trigger. A job that has a trigger parked already keeps that
+# one; this one is deleted (_DELETE_TRIGGERS finds only the rows not moved: a row this
+# transaction updated is not visible to its later statements).
+_PARK_TRIGGERS = text(
+    """
+    UPDATE triggers AS t SET parked_fire_at = t.fire_at, fire_at = 'infinity'
+    WHERE t.ctid = ANY(CAST(:ctids AS tid[]))
+      AND NOT EXISTS (
+          SELECT FROM triggers AS p
+          WHERE p.partition_id = t.partition_id AND p.fire_at = 'infinity'
+            AND p.job_id = t.job_id AND p.kind = t.kind)
+    """
+)
+
+
 # Retrying runs by key, their status checked above the fence (OFFSET 0): beside the key,
 # `status = 'retry_scheduled'` lets stale statistics send the planner through the whole
 # partial index of busy runs per batch (kit.store.claims._CLAIM says more).
@@ -533,6 +550,15 @@ def triggers_delete(conn: Connection, ctids: Sequence[str]) -> int:
     if not ctids:
         return 0
     return conn.execute(_DELETE_TRIGGERS, {"ctids": pg_text_array(ctids)}).rowcount
+
+
+def triggers_park(conn: Connection, ctids: Sequence[str]) -> None:
+    """Park triggers this transaction read and locked (paused jobs' schedule triggers,
+    one per job), or delete those whose job has one parked already."""
+    if not ctids:
+        return
+    conn.execute(_PARK_TRIGGERS, {"ctids": pg_text_array(ctids)})
+    conn.execute(_DELETE_TRIGGERS, {"ctids": pg_text_array(ctids)})
 
 
 def triggers_insert(conn: Connection, rows: Sequence[tuple[int, int, str, int]]) -> None:

@@ -145,10 +145,17 @@ triggers = Table(
     Column("attempt", Integer, nullable=False, server_default=text("1")),
     # For a retry trigger: the scheduled time of the run it retries (its run id).
     _tstz("run_scheduled_at"),
+    # A paused job's schedule trigger, parked by the scan: the fire it owed, kept until a
+    # resume puts it back (fire_at is 'infinity' meanwhile: no scan reaches it;
+    # migration 0012).
+    _tstz("parked_fire_at"),
     # kind is in the key: a schedule trigger and a retry trigger of the job may share an
     # instant (migration 0006).
     PrimaryKeyConstraint("partition_id", "fire_at", "job_id", "kind"),
     CheckConstraint(_in("kind", TRIGGER_KINDS), name="kind"),
+    CheckConstraint(
+        "parked_fire_at IS NULL OR (kind = 'schedule' AND fire_at = 'infinity')", name="parked"
+    ),
     Index(None, "job_id"),
 )
 

@@ -57,14 +57,14 @@ def test_explain_accounts_for_every_fire_through_pause_edit_and_a_lost_run(
         parse_schedule({"cron": "* * * * *"}, now=T0),
         {"type": "noop"},
         {"max_attempts": 1},
-        {"kind": "run_once", "deadline_s": 60},
+        {"kind": "skip_late", "deadline_s": 0},
     )
     job = job_create(engine, JobCreate("acme", spec, now=T0, actor="tok-create")).job.job_id
     node.scan_once(now=at(1))  # fires 00:01
     node.scan_once(now=at(2))  # fires 00:02
     update(engine, job, at(2, 30), paused=True)
-    node.scan_once(now=at(3))  # 00:03 skipped: paused
-    update(engine, job, at(3, 30), paused=False)
+    node.scan_once(now=at(3))  # 00:03 owed: the paused job's trigger waits, nothing written
+    update(engine, job, at(3, 30), paused=False)  # skip_late, deadline 0: 00:03 is passed over
     update(engine, job, at(3, 40), schedule=parse_schedule({"cron": "*/2 * * * *"}, now=T0))
     node.scan_once(now=at(4))  # 00:04 under the new schedule
     with engine.begin() as conn:  # a run lost to a bug
@@ -75,7 +75,7 @@ def test_explain_accounts_for_every_fire_through_pause_edit_and_a_lost_run(
     assert got == [
         (at(1), Outcome.ran, "pending"),
         (at(2), Outcome.missing, None),
-        (at(3), Outcome.skipped, "skipped"),
+        (at(3), Outcome.skipped, None),  # no run: the audit log's pause says why
         (at(4), Outcome.ran, "pending"),
         (at(6), Outcome.not_yet_due, None),
         (at(8), Outcome.not_yet_due, None),
@@ -96,6 +96,12 @@ def test_explain_accounts_for_every_fire_through_pause_edit_and_a_lost_run(
         ("create", "tok-create", 1),
     ]
     assert page.entries[0].changes == {"schedule.cron": {"from": "* * * * *", "to": "*/2 * * * *"}}
+    # the resume says where its trigger went: from the fire it waited at (00:03, passed
+    # over: skip_late with no deadline) to the next one
+    assert page.entries[1].changes["trigger.fire_at"] == {
+        "from": at(3).isoformat(),
+        "to": at(4).isoformat(),
+    }
     assert page.entries[0].at == at(3, 40)
 
 

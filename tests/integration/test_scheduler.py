@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from sqlalchemy import Engine, text
 
+from kit.core.defaults import MISFIRE_GRACE_MS
 from kit.core.dispatch import PRIORITY_TIERS
 from kit.core.ids import run_id
 from kit.core.partitions import partition_of
@@ -23,6 +24,7 @@ from kit.core.timeutil import to_epoch_ms
 from kit.scheduler.node import NodeConfig, SchedulerNode
 from kit.settings import Settings
 from kit.store.jobs import JobCreate, JobSpec, JobUpdate, job_create, job_update
+from kit.store.jobs_list import jobs_list
 from kit.transport import RunMessage, RunPublisher, ensure_topics, topic_for
 from tests.integration.waiting import wait_until
 
@@ -415,18 +417,56 @@ def test_losing_a_node_skips_no_fire(engine, make_node) -> None:
 # -- policies -----------------------------------------------------------------------------
 
 
-def test_paused_job_records_a_skipped_run_and_advances(engine, make_node) -> None:
-    now = db_now(engine)
-    job = create(engine, "paused", {"every_s": 10}, now, paused=True)
+@pytest.mark.parametrize(
+    ("misfire", "fired"),
+    [
+        (MisfirePolicy("run_once"), ["latest"]),
+        (MisfirePolicy("skip_late", 25), ["last 25 s"]),
+        (MisfirePolicy("run_all"), ["all"]),
+    ],
+)
+def test_a_paused_job_writes_nothing_per_fire_and_resumes_by_its_misfire_policy(
+    engine, make_node, misfire, fired
+) -> None:
+    now = db_now(engine).replace(microsecond=0)
+    job = create(engine, "paused", {"every_s": 10}, now, paused=True, misfire=misfire)
     node = owned_node(make_node)
     (trig,) = rows(engine, "SELECT fire_at FROM triggers")
-    scan = node.scan_once(now=trig.fire_at - timedelta(seconds=1))
-    assert scan.held == [] and scan.skipped == {"paused": 1}
-    (run,) = runs_of(engine, job)
-    assert (run.status, run.skip_reason, run.scheduled_at) == ("skipped", "paused", trig.fire_at)
-    assert rows(engine, "SELECT fire_at FROM triggers")[0].fire_at == trig.fire_at + timedelta(
-        seconds=10
-    )
+    first = node.scan_once(now=trig.fire_at - timedelta(seconds=1))
+    assert (first.held, first.skipped, first.parked, first.taken) == ([], {}, 1, 1)
+    (parked,) = rows(engine, "SELECT fire_at = 'infinity' AS away, parked_fire_at FROM triggers")
+    assert (parked.away, parked.parked_fire_at) == (True, trig.fire_at)
+    # two minutes of scans: nothing read, nothing written; the job shows the fire it owes
+    for k in range(1, 13):
+        assert node.scan_once(now=trig.fire_at + timedelta(seconds=10 * k)).triggers == 0
+    assert runs_of(engine, job) == []
+    resume_at = trig.fire_at + timedelta(minutes=2, seconds=5)
+    assert job_update_at(engine, job, resume_at, paused=True).next_fire_at == trig.fire_at
+    ((listed, _last),) = jobs_list(engine, "acme").jobs
+    assert (listed.status, listed.next_fire_at) == ("paused", trig.fire_at)
+    resumed = job_update_at(engine, job, resume_at, paused=False)
+    owed = [trig.fire_at + timedelta(seconds=10 * k) for k in range(13)]  # up to 2 min
+    late = [t for t in owed if t < resume_at - timedelta(milliseconds=MISFIRE_GRACE_MS)]
+    first_fired = {
+        "latest": late[-1],
+        "last 25 s": min(t for t in owed if t >= resume_at - timedelta(seconds=25)),
+        "all": owed[0],
+    }[fired[0]]
+    assert resumed.next_fire_at == first_fired
+    (back,) = rows(engine, "SELECT fire_at, parked_fire_at FROM triggers")
+    assert (back.fire_at, back.parked_fire_at) == (first_fired, None)
+    scan = node.scan_once(now=resume_at)
+    ran = sorted(h.scheduled_at_ms for h in scan.held)
+    assert ran == [to_epoch_ms(t) for t in owed if t >= first_fired] + [
+        to_epoch_ms(owed[-1]) + 10_000 * k for k in range(1, 2)
+    ]
+    assert [r.status for r in runs_of(engine, job)] == ["pending"] * len(ran)
+
+
+def job_update_at(engine: Engine, job_id: str, now: datetime, **changes: object):
+    """An edit at an explicit instant (a pause whose value is already set is one too: it
+    bumps the version and reads the job back)."""
+    return job_update(engine, JobUpdate("acme", job_id, changes, now=now))
 
 
 def test_an_old_version_trigger_never_fires(engine, make_node) -> None:

@@ -10,11 +10,14 @@ from kit.core.errors import FieldError
 from kit.core.ids import run_id
 from kit.core.owed import (
     Outcome,
+    PauseChange,
+    PausedSpan,
     RunView,
     ScheduleEra,
     dst_note,
     explain_fires,
     owed_fires,
+    paused_spans,
     plan_backfill,
 )
 from kit.core.schedule import CronSchedule, IntervalSchedule, OneOffSchedule
@@ -158,6 +161,47 @@ def test_explain_tells_ran_skipped_not_yet_due_and_missing_apart() -> None:
     assert got[0].run is not None and got[0].run.status == "succeeded"
     assert got[1].reason == "the job was paused"
     assert got[2].reason == "exit code 1"
+
+
+def test_paused_spans_run_from_the_pause_or_the_fire_the_trigger_waited_at() -> None:
+    changes = [
+        PauseChange(utc(2030, 1, 1), False),  # created
+        PauseChange(utc(2030, 1, 2), True),  # paused
+        PauseChange(utc(2030, 1, 2, 1), True),  # an edit while paused
+        PauseChange(utc(2030, 1, 3), False, owed_from=utc(2030, 1, 1, 23, 59)),  # resumed
+        PauseChange(utc(2030, 1, 4), True),  # paused again, still
+    ]
+    assert paused_spans(changes, waiting_at=utc(2030, 1, 4, 0, 1)) == [
+        PausedSpan(utc(2030, 1, 1, 23, 59), utc(2030, 1, 3)),  # its trigger had lagged
+        PausedSpan(utc(2030, 1, 4), None),
+    ]
+    assert paused_spans([PauseChange(utc(2030, 1, 1), True)]) == [PausedSpan(utc(2030, 1, 1), None)]
+
+
+def test_a_fire_a_paused_job_owed_has_no_run_and_is_skipped_paused() -> None:
+    era = ScheduleEra(CronSchedule("* * * * *"), since=utc(2030, 1, 1))
+    fires = owed_fires(JOB, [era], utc(2030, 1, 2, 0, 0), utc(2030, 1, 2, 0, 8), 10)
+    runs = {f.run_id: RunView(f.run_id, "succeeded") for f in fires[:2]}  # 00:00, 00:01
+    runs[fires[5].run_id] = RunView(fires[5].run_id, "succeeded")  # 00:05: the resume ran it
+    spans = [PausedSpan(utc(2030, 1, 2, 0, 2), utc(2030, 1, 2, 0, 5, 30))]
+    now = utc(2030, 1, 2, 0, 7, 10)
+    got = explain_fires(fires, runs, now, due_grace_ms=30_000, paused=spans)
+    assert [(e.outcome, e.run is None) for e in got] == [
+        (Outcome.ran, False),
+        (Outcome.ran, False),
+        (Outcome.skipped, True),
+        (Outcome.skipped, True),
+        (Outcome.skipped, True),
+        (Outcome.ran, False),
+        (Outcome.missing, True),  # 00:06: after the resume, no run
+        (Outcome.not_yet_due, True),
+    ]
+    assert {e.reason for e in got[2:5]} == {"the job was paused"}
+    # a future fire of a paused job is not yet due: a resume may still run it
+    ahead = explain_fires(
+        fires, {}, utc(2030, 1, 2, 0, 3, 30), 30_000, [PausedSpan(utc(2030, 1, 2), None)]
+    )
+    assert [e.outcome for e in ahead[4:]] == [Outcome.not_yet_due] * 4
 
 
 def test_backfill_refuses_a_future_end_a_reversed_range_and_too_many_fires() -> None:

@@ -78,10 +78,34 @@ def test_old_version_and_deleted_job_never_fire():
         assert d.delete and d.runs == () and d.next_fire_at_ms is None and d.dropped == why
 
 
-def test_paused_records_skipped_runs_and_advances():
+def test_a_paused_job_parks_its_trigger_and_writes_no_run():
     d = decide_trigger(trig(T0), every(2, paused=True), now_ms=T0, horizon_ms=T0 + 5000)
-    assert [(r.status, r.skip_reason) for r in d.runs] == [("skipped", "paused")] * 3
-    assert fired_runs([d]) == [] and d.next_fire_at_ms == T0 + 6000
+    assert d.delete and d.runs == () and d.parked_fire_at_ms == T0
+    assert fired_runs([d]) == [] and d.next_fire_at_ms is None
+    late = decide_trigger(trig(T0 - 600_000), every(2, paused=True), T0, T0 + 5000)
+    assert late.parked_fire_at_ms == T0 - 600_000 and late.runs == ()
+    # not due yet: left where it is, as for any job
+    ahead = decide_trigger(trig(T0 + 6000), every(2, paused=True), T0, T0 + 5000)
+    assert not ahead.delete and ahead.parked_fire_at_ms is None
+
+
+def test_a_resumed_trigger_goes_where_the_misfire_policy_takes_up_the_owed_fires():
+    from kit.core.policies import MisfirePolicy
+    from kit.core.trigger import trigger_after_resume
+
+    def job(kind: str, deadline_s: int = 60) -> JobView:
+        return JobView(JOB, 3, IntervalSchedule(60, from_epoch_ms(T0)),
+                       misfire=MisfirePolicy(kind, deadline_s))  # fmt: skip
+
+    parked, now = T0, T0 + 3_600_000 + 20_000  # 61 fires owed, the latest 20 s ago
+    assert trigger_after_resume(parked, job("run_all"), now, 5000) == parked
+    assert trigger_after_resume(parked, job("run_once"), now, 5000) == T0 + 3_600_000
+    assert trigger_after_resume(parked, job("skip_late", 600), now, 5000) == T0 + 3_060_000
+    # nothing within the deadline: the next fire, whatever the policy skipped
+    assert trigger_after_resume(parked, job("skip_late", 0), now, 5000) == T0 + 3_660_000
+    # a fire of a moment ago is on time, not late: it stays owed
+    assert trigger_after_resume(parked, job("run_once"), T0 + 3_000, 5000) == parked
+    assert trigger_after_resume(None, job("run_all"), now, 5000) is None
 
 
 def test_overlap_forbid_skips_while_a_run_is_active_and_looks_only_a_second_ahead():
@@ -112,7 +136,7 @@ def test_held_back_is_what_the_scan_leaves_for_later():
     forbid = every(60, overlap=OverlapPolicy.forbid)
     taken = [
         (later, every(60)),  # overlap allowed
-        (later, every(60, overlap=OverlapPolicy.forbid, paused=True)),  # skipped as paused
+        (later, every(60, overlap=OverlapPolicy.forbid, paused=True)),  # parked
         (later, None),  # job gone: dropped
         (trig(T0 + 5000, version=2), forbid),  # stale version: dropped
         (trig(T0 + 5000, kind="manual"), forbid),
@@ -364,7 +388,7 @@ def test_a_one_off_within_a_millisecond_fires_once():
     assert [r.scheduled_at_ms for r in d.runs] == [T0] and d.next_fire_at_ms is None
     paused = JobView(JOB, 1, OneOffSchedule(at), paused=True)
     d = decide_trigger(trig(T0), paused, now_ms=T0, horizon_ms=T0 + 5000)
-    assert [(r.scheduled_at_ms, r.skip_reason) for r in d.runs] == [(T0, "paused")]
+    assert d.runs == () and d.parked_fire_at_ms == T0
 
 
 def test_the_general_rules_decide_whole_decisions():
@@ -388,10 +412,7 @@ def test_the_general_rules_decide_whole_decisions():
     on_time = trig(T0)
     paused = every(60, paused=True)
     d = decide_trigger_full(on_time, paused, T0, T0 + 5000)
-    assert d.trigger == on_time and d.delete and d.next_fire_at_ms == T0 + 60_000
-    assert [(r.status, r.trigger_kind, r.skip_reason) for r in d.runs] == [
-        ("skipped", "schedule", "paused")
-    ]
+    assert d == TriggerDecision(on_time, delete=True, parked_fire_at_ms=T0)
     # no active runs unless told; the overlap horizon is the one given
     forbid = every(60, overlap=OverlapPolicy.forbid)
     assert decide_trigger_full(on_time, forbid, T0, T0 + 5000).runs[0].fired
@@ -412,10 +433,10 @@ def test_an_occurrence_due_at_the_edit_itself_is_owed():
 
 
 def test_the_shortcut_hands_every_limit_to_the_general_rules():
-    # a paused job goes by the general rules: max_fires still bounds it
+    # a paused job goes by the general rules: parked whatever the cap
     paused = every(1, paused=True)
     d = decide_trigger(trig(T0), paused, now_ms=T0, horizon_ms=T0 + 5000, max_fires=2)
-    assert [r.scheduled_at_ms for r in d.runs] == [T0, T0 + 1000]
+    assert d.runs == () and d.parked_fire_at_ms == T0
     forbid = every(600, overlap=OverlapPolicy.forbid)
     later = trig(T0 + 1500)
     assert not decide_trigger(later, forbid, now_ms=T0, horizon_ms=T0 + 5000).delete
