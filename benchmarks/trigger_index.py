@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
+from scan_clock import Publishing, WallClock
 from scratch_db import drop_database, log, pg_url, recreate_database, server_facts
 from sqlalchemy.engine import URL, make_url
 
@@ -88,6 +89,7 @@ CRONS = (
     ("10 22 * * 0", "Asia/Kolkata"),
 )
 PRIORITIES = ("critical", "high", "normal", "normal", "normal", "low")
+OVERLAPS = ("allow", "allow", "forbid")  # a variant's overlap policy (variant % 3)
 
 
 # ---------------------------------------------------------------- rows
@@ -130,7 +132,7 @@ class JobLine:
             self.variants.append(
                 (
                     f'{schedule}\t{tz}\t{head}, "url": "https://hooks{k % 7}.example.org/v1/',
-                    f"\t{retry}\t{60 * (1 + k % 30)}\t{('allow', 'allow', 'forbid')[k % 3]}"
+                    f"\t{retry}\t{60 * (1 + k % 30)}\t{OVERLAPS[k % 3]}"
                     f"\t{misfire}\t{priority}\t0\tf\t1\t{CREATED_AT}\t{CREATED_AT}\n",
                 )
             )
@@ -155,6 +157,11 @@ class JobLine:
 
     def line(self, i: int, job_id: str) -> str:
         return self.render(i, job_id, self.bodies[i % len(self.bodies)])
+
+    @staticmethod
+    def limits(i: int) -> bool:
+        """Whether job `i` limits overlap (its variant's overlap is `forbid`)."""
+        return OVERLAPS[i % 48 % 3] != "allow"
 
 
 class FireTimeText:
@@ -220,6 +227,7 @@ class SizeResult:
     reindex_triggers_s: float | None = None
     scans: list[Any] = field(default_factory=list)  # Scan, one per scan_partitions call
     stalled_full_scans: int = 0  # full batches of which nothing could be taken yet
+    spikes: list[Any] = field(default_factory=list)  # spike_outcomes
     sizes_bytes: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -257,8 +265,12 @@ def load(
     chunk_rows: int,
     total: int,
 ) -> None:
-    """COPY `count` jobs and their triggers, one transaction per chunk."""
+    """COPY `count` jobs and their triggers, one transaction per chunk. A trigger says
+    whether its job limits overlap (one job in three: `forbid`), as the kit writes it,
+    when the schema has the column (an older kit's has not)."""
     fire_text = FireTimeText()
+    flags = has_column(conn, "triggers", "limits_overlap")
+    flag_col = ", limits_overlap" if flags else ""
     done = 0
     t_start = time.perf_counter()
     last_report = t_start
@@ -273,7 +285,12 @@ def load(
         jobs_buf = "".join([lines.line(base + k, ids[k]) for k in range(n)]).encode()
         offs = offsets_us[done : done + n].tolist()
         trig_buf = "".join(
-            [f"{parts[k]}\t{fire_text(offs[k])}\t{ids[k]}\t1\tschedule\t1\n" for k in range(n)]
+            [
+                f"{parts[k]}\t{fire_text(offs[k])}\t{ids[k]}\t1\tschedule\t1"
+                + (("\tt" if lines.limits(base + k) else "\tf") if flags else "")
+                + "\n"
+                for k in range(n)
+            ]
         ).encode()
         t3 = time.perf_counter()
         with conn.cursor() as cur:
@@ -281,8 +298,8 @@ def load(
                 copy.write(jobs_buf)
             t4 = time.perf_counter()
             with cur.copy(
-                "COPY triggers (partition_id, fire_at, job_id, job_version, kind, attempt)"
-                " FROM STDIN"
+                "COPY triggers (partition_id, fire_at, job_id, job_version, kind, attempt"
+                f"{flag_col}) FROM STDIN"
             ) as copy:
                 copy.write(trig_buf)
         t5 = time.perf_counter()
@@ -310,17 +327,26 @@ def load(
             )
 
 
+def has_column(conn: psycopg.Connection, table: str, column: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_name = %s AND column_name = %s",
+        (table, column),
+    ).fetchone()
+    return row is not None
+
+
 def result_rate(rows: int, seconds: float) -> str:
     return f"{rows / seconds:>9,.0f}" if seconds > 0 else "        -"
 
 
 def vacuum_analyze(url: str) -> float:
-    """VACUUM sets the visibility map (as autovacuum would after a bulk insert) and
+    """VACUUM sets the visibility map and the rows' hint bits (as autovacuum would after
+    a bulk insert: without it, every job row's first read by a scan dirtied its page) and
     ANALYZE gives the planner real statistics; timed so the cost is on the record."""
     with psycopg.connect(url, autocommit=True) as conn:
         t0 = time.perf_counter()
         conn.execute("VACUUM (ANALYZE) triggers")
-        conn.execute("ANALYZE jobs")
+        conn.execute("VACUUM (ANALYZE) jobs")
         return time.perf_counter() - t0
 
 
@@ -373,6 +399,7 @@ class Scan:
     held: int
     full: bool
     sql_ms: dict[str, float]
+    late_ms: float = 0.0  # how long after its whole second the scan began
 
 
 def own_all_partitions(engine: Any, node: str) -> dict[int, int]:
@@ -381,56 +408,111 @@ def own_all_partitions(engine: Any, node: str) -> dict[int, int]:
 
 
 def scan_series(url: str, result: SizeResult, args: argparse.Namespace) -> None:
-    """The warm-up catch-up, then `--series` series of `--series-s` scans, one per second."""
+    """The warm-up catch-up, then `--series` series of `--series-s` seconds on the wall
+    clock (scan_clock.WallClock): a scan at each whole second at the database time it
+    starts, again at once when it filled its batch and took some, the next at the next
+    whole second after it ends; what each commits published at once (scan_clock.
+    Publishing, unless --no-publish)."""
     engine = engine_for(url.replace("postgresql://", "postgresql+psycopg://", 1), pool_size=2)
     node = "bench-node"
     jobs = JobViews()
+    publishing = None if args.no_publish else Publishing(load_settings().kafka_bootstrap)
     try:
         epochs = own_all_partitions(engine, node)
         assert len(epochs) == PARTITION_COUNT, len(epochs)
         with SqlTimer() as timer:
 
-            def scan(series: int, second: int, kind: str) -> bool:
-                at = T0 + timedelta(seconds=second)
+            def scan(series: int, second: int, kind: str, at: datetime, late_ms: float) -> bool:
                 t0 = time.perf_counter()
                 r = scan_partitions(
                     engine, node, epochs, scan_ahead_ms=args.scan_ahead_ms, now=at, jobs=jobs
                 )
+                committed = time.time()
                 ms = (time.perf_counter() - t0) * 1000
                 sql_ms = {k: v * 1000 for k, v in timer.take().items() if v}
                 result.scans.append(
-                    Scan(series, second, kind, ms, r.triggers, len(r.held), r.full, sql_ms)
+                    Scan(series, second, kind, ms, r.triggers, len(r.held), r.full, sql_ms, late_ms)
                 )
-                progress = bool(r.held or r.skipped or r.dropped)
+                if publishing is not None:
+                    publishing.put(r.held, committed)
+                progress = bool(r.held or r.skipped or r.dropped or getattr(r, "parked", 0))
                 if r.full and not progress:
                     # A full batch of which nothing could be taken: triggers of
                     # overlap-limited jobs not yet within their 1 s horizon fill the LIMIT.
                     # The node would scan again at once until its clock moves on (a busy
-                    # loop, reported); here the clock is ours, so go to the next second.
+                    # loop, reported); here it waits for the next second.
                     result.stalled_full_scans += 1
                 return r.full and progress
 
             # catch up the first window (a node that just took its partitions), untimed
-            while scan(0, -1, "catch-up"):
+            while scan(0, -1, "catch-up", T0 - timedelta(seconds=1), 0.0):
                 pass
             spikes = set().union(*(spike_seconds(s, args) for s in range(1, args.series + 1)))
+            clock = WallClock(T0)
+            total = args.series * args.series_s
+            second = 0
+            while second < total:
+                clock.wait_for(second)
+                series = second // args.series_s + 1
+                kind = "spike" if second in spikes else "steady"
+                late_ms = (clock.elapsed_s() - second) * 1000
+                while scan(series, second, kind, clock.now(), late_ms):
+                    kind = "spike"  # the same second again: the spike's rest
+                    late_ms = (clock.elapsed_s() - second) * 1000
+                second = max(second + 1, clock.next_second())
             for s in range(1, args.series + 1):
-                first = (s - 1) * args.series_s
-                for k in range(args.series_s):
-                    second = first + k
-                    kind = "spike" if second in spikes else "steady"
-                    while scan(s, second, kind):
-                        kind = "spike"  # the same second again: the spike's rest
                 done = [x for x in result.scans if x.series == s]
                 steady = [x.ms for x in done if x.kind == "steady"]
                 log(
                     f"    series {s}: {len(done)} scans, steady p50 {pct(steady, 50):.1f} ms"
-                    f" p99 {pct(steady, 99):.1f} ms max {max(steady):.1f} ms;"
+                    f" p99 {pct(steady, 99):.1f} ms max {max(steady, default=math.nan):.1f} ms;"
                     f" spike {[round(x.ms) for x in done if x.kind == 'spike']} ms"
                     f" for {[x.triggers for x in done if x.kind == 'spike']} rows"
                 )
+        if publishing is not None:
+            publishing.close()
+            per = result.spike_rows // args.series
+            result.spikes = spike_outcomes(publishing.records, clock, per, args)
+            for o in result.spikes:
+                log(
+                    f"    spike of series {o['series']}: {o['runs']:,} runs, last committed"
+                    f" {o['last_commit_lead_ms']:,.0f} ms and last acknowledged"
+                    f" {o['last_ack_lead_ms']:,.0f} ms before its second;"
+                    f" {o['late_inserted']} inserted late, {o['late_published']} published late,"
+                    f" {o['missing']} not published"
+                )
     finally:
         engine.dispose()
+
+
+def spike_outcomes(
+    records: list[Any], clock: WallClock, per_spike: int, args: argparse.Namespace
+) -> list[dict]:
+    """Per spike: its runs (those scheduled at its second; `per_spike` expected), how
+    long before that second the last was committed and the last acknowledged (negative:
+    after), and how many were committed or acknowledged after it, never acknowledged,
+    or not published at all."""
+    out = []
+    for s in range(1, args.series + 1):
+        due_ms = clock.t0_ms + spike_fire_s(s, args) * 1000
+        due_s = clock.wall_of(due_ms)
+        mine = [r for r in records if r.scheduled_at_ms == due_ms]
+        if not mine:
+            out.append({"series": s, "runs": 0, "missing": per_spike})
+            continue
+        acked = [r.acked_s for r in mine if r.acked_s is not None]
+        out.append(
+            {
+                "series": s,
+                "runs": len(mine),
+                "last_commit_lead_ms": (due_s - max(r.committed_s for r in mine)) * 1000,
+                "last_ack_lead_ms": (due_s - max(acked)) * 1000 if acked else math.nan,
+                "late_inserted": sum(r.committed_s > due_s for r in mine),
+                "late_published": sum(r.acked_s is None or r.acked_s > due_s for r in mine),
+                "missing": max(0, per_spike - len(mine)),
+            }
+        )
+    return out
 
 
 def spike_fire_s(series: int, args: argparse.Namespace) -> int:
@@ -536,8 +618,20 @@ def load_size(admin: URL, size: int, args: argparse.Namespace, result: SizeResul
     log(f"    loaded in {result.load_s:,.0f} s; VACUUM (ANALYZE): {result.vacuum_analyze_s:.1f} s")
 
 
+def copy_database(admin: URL, template: str, name: str) -> float:
+    """A copy of a loaded database (file by file: its WAL would be the whole database)."""
+    drop_database(admin, name)
+    t0 = time.perf_counter()
+    with psycopg.connect(pg_url(admin), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY FILE_COPY')
+    return time.perf_counter() - t0
+
+
 def run_size(admin: URL, size: int, args: argparse.Namespace) -> SizeResult:
     name = f"{args.db_name}_{size}"
+    if args.phase == "scan" and args.from_template:
+        template, name = name, f"{name}_run"
+        log(f"    copied {template} to {name} in {copy_database(admin, template, name):.0f} s")
     url = pg_url(admin.set(database=name))
     spike = min(args.spike * args.series, size // 2) // args.series * args.series
     steady = size - spike
@@ -582,8 +676,10 @@ def series_rows(r: SizeResult, args: argparse.Namespace) -> list[dict[str, Any]]
         ms = [x.ms for x in steady]
         names = sorted({k for x in steady for k in x.sql_ms})
         sql = {k: sum(x.sql_ms.get(k, 0.0) for x in steady) / max(len(steady), 1) for k in names}
+        outcome = next((o for o in r.spikes if o["series"] == s), {})
         out.append(
             {
+                **{f"spike_{k}": v for k, v in outcome.items() if k != "series"},
                 "size": r.size,
                 "series": s,
                 "scans": len(steady),
@@ -596,6 +692,7 @@ def series_rows(r: SizeResult, args: argparse.Namespace) -> list[dict[str, Any]]
                 "spike_scans": len(spikes),
                 "spike_rows": sum(x.triggers for x in spikes),
                 "sql_ms_mean": sql,
+                "seconds_skipped": args.series_s - len({x.second for x in done}),
             }
         )
     return out
@@ -621,9 +718,9 @@ def sql_groups(ms: dict[str, float]) -> dict[str, float]:
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| schedules | series | steady scans | rows / scan | runs / scan | p50 ms | p99 ms |"
-        " max ms | spike: scans, rows, total ms | SQL: due / runs insert / triggers moved /"
-        " other ms (mean) |\n"
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+        " max ms | spike: scans, rows, total ms | spike: last commit / last ack before its"
+        " second, ms; late | SQL: due / runs insert / triggers moved / other ms (mean) |\n"
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"
     )
     lines = [head]
     for x in rows:
@@ -632,10 +729,23 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {x['size']:,} | {x['series']} | {x['scans']} | {x['rows_per_scan']:,.0f} |"
             f" {x['runs_per_scan']:,.0f} | {x['p50_ms']:.1f} | **{x['p99_ms']:.1f}** |"
             f" {x['max_ms']:.1f} | {x['spike_scans']}, {x['spike_rows']:,},"
-            f" {x['spike_ms']:,.0f} |"
+            f" {x['spike_ms']:,.0f} | {spike_text(x)} |"
             f" {q['due']:.1f} / {q['runs']:.1f} / {q['triggers']:.1f} / {q['other']:.1f} |"
         )
     return "\n".join(lines)
+
+
+def spike_text(x: dict[str, Any]) -> str:
+    if "spike_runs" not in x:
+        return "not published"
+    if not x["spike_runs"]:
+        return f"none of {x['spike_missing']:,} published"
+    late = x["spike_late_inserted"] + x["spike_late_published"] + x["spike_missing"]
+    return (
+        f"{x['spike_last_commit_lead_ms']:,.0f} / {x['spike_last_ack_lead_ms']:,.0f};"
+        f" late: {x['spike_late_inserted']:,} inserted, {x['spike_late_published']:,}"
+        f" published, {x['spike_missing']:,} never" + ("" if late else " (0 late)")
+    )
 
 
 def verdict(rows: list[dict[str, Any]]) -> list[str]:
@@ -726,6 +836,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk-rows", type=int, default=50_000)
     ap.add_argument("--db-name", default="cronfleet_scan", help="prefix; _<size> appended")
     ap.add_argument("--keep", action="store_true", help="keep the scratch databases")
+    ap.add_argument(
+        "--from-template",
+        action="store_true",
+        help="scan: scan a copy of each kept database (it stays as loaded, for the next run)",
+    )
+    ap.add_argument(
+        "--no-publish", action="store_true", help="do not publish what the scans commit"
+    )
     ap.add_argument("--seed", type=int, default=20291231)
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--out", type=Path, help="directory for the PNG plot")

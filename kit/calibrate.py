@@ -572,12 +572,12 @@ def measure_scan(admin_url: str, seed: int = 15) -> tuple[dict[str, float], dict
                 with (
                     conn.cursor() as cur,
                     cur.copy(
-                        "COPY triggers (partition_id, fire_at, job_id, job_version, kind, attempt) "
-                        "FROM STDIN"
+                        "COPY triggers (partition_id, fire_at, job_id, job_version, kind, attempt,"
+                        " limits_overlap) FROM STDIN"
                     ) as copy,
                 ):
-                    for p, at, j in trig_rows:
-                        copy.write_row((p, at, j, 1, "schedule", 1))
+                    for p, at, j in trig_rows:  # overlap 'allow', as the kit writes it
+                        copy.write_row((p, at, j, 1, "schedule", 1, False))
                 conn.commit()
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("VACUUM (ANALYZE) triggers")

@@ -337,11 +337,17 @@ def _write_on_time(
         priorities=[shapes[i].priority for i in which],  # type: ignore[union-attr]
         scheduled_at_ms=plan.run_at_ms,
     )
-    moved = [(ctids[i], n) for i, n in zip(plan.on_time, plan.next_fire_at_ms, strict=True)]
+    allow = OverlapPolicy.allow
+    moved = [i for i, n in zip(plan.on_time, plan.next_fire_at_ms, strict=True) if n is not None]
+    gone = [ctids[i] for i, n in zip(plan.on_time, plan.next_fire_at_ms, strict=True) if n is None]
     sql.runs_insert_fired(conn, fired)
-    sql.triggers_advance(conn, [c for c, n in moved if n is not None],
-                         [n for _c, n in moved if n is not None])  # fmt: skip
-    sql.triggers_delete(conn, [c for c, n in moved if n is None])
+    sql.triggers_advance(
+        conn,
+        [ctids[i] for i in moved],
+        [n for n in plan.next_fire_at_ms if n is not None],
+        [shapes[i].overlap is not allow for i in moved],  # type: ignore[union-attr]
+    )
+    sql.triggers_delete(conn, gone)
     guard.sent()
     held = result.held
     for k, (rid, job, tier, at) in enumerate(
@@ -351,7 +357,7 @@ def _write_on_time(
             guard()  # encoding each held run's message, before the commit
         p = parts[which[k]]
         held.append(HeldRun(rid, job, 1, at, at, tier, p, epochs[p]))
-    result.taken += len(moved)
+    result.taken += len(plan.on_time)
 
 
 def _write_general(
@@ -374,7 +380,7 @@ def _write_general(
     cancels: dict[str, str] = {}
     deletes: list[str] = []
     parks: dict[str, str] = {}  # job -> its trigger to park (one each)
-    nexts: list[tuple[int, int, str, int]] = []
+    nexts: list[tuple[int, int, str, int, bool]] = []
     for n, (i, d) in enumerate(decisions):
         if n % PROGRESS_EVERY == 0:
             guard()
@@ -408,7 +414,9 @@ def _write_general(
                 rows.skip_reasons.append(r.skip_reason)
                 partition_of_run[r.run_id] = trig.partition_id
         if d.next_fire_at_ms is not None and version is not None:
-            nexts.append((trig.partition_id, d.next_fire_at_ms, trig.job_id, version))
+            shape = due.shape[i]
+            limits = shape is not None and shape.overlap is not OverlapPolicy.allow
+            nexts.append((trig.partition_id, d.next_fire_at_ms, trig.job_id, version, limits))
     inserted = sql.runs_insert(conn, rows)
     rearmed = sql.runs_rearm(conn, rearms)
     sql.runs_cancel_retries(conn, cancels)

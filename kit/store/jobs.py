@@ -37,7 +37,7 @@ from kit.core.ids import run_id as make_run_id
 from kit.core.jitter import jitter_offset_ms
 from kit.core.leases import RunStatus
 from kit.core.partitions import PARTITION_COUNT, partition_of
-from kit.core.policies import MisfirePolicy
+from kit.core.policies import MisfirePolicy, OverlapPolicy
 from kit.core.schedule import (
     CronSchedule,
     OneOffSchedule,
@@ -223,6 +223,8 @@ _READ_COLUMNS = (
 _JOB = ", ".join(f"j.{c}" for c in _READ_COLUMNS)
 _RETURNING = ", ".join(_READ_COLUMNS)
 _SCHEDULE = TriggerKind.schedule.value
+# A schedule trigger's `limits_overlap`, from the job row written with it.
+_LIMITS = f"j.overlap <> '{OverlapPolicy.allow.value}'"
 _NOW = "coalesce(%(now)s::timestamptz, now())"
 
 # A job with its next schedule fire (what JobRecord needs): a paused job's parked
@@ -260,8 +262,10 @@ WITH new_tenant AS (
         coalesce(%(created_at)s::timestamptz, now()))
     RETURNING {_RETURNING}
 ), new_trigger AS (
-    INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt)
-    SELECT %(partition_id)s, %(fire_at)s::timestamptz, j.job_id, j.version, '{_SCHEDULE}', 1
+    INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt,
+        limits_overlap)
+    SELECT %(partition_id)s, %(fire_at)s::timestamptz, j.job_id, j.version, '{_SCHEDULE}', 1,
+        {_LIMITS}
     FROM j WHERE %(fire_at)s::timestamptz IS NOT NULL
 ), audit AS (
     INSERT INTO job_audit (tenant, job_id, actor, action, at, version, changes, snapshot)
@@ -298,12 +302,15 @@ WITH j AS (
         AND (kind, partition_id, fire_at) IS DISTINCT FROM
             ('{_SCHEDULE}', %(partition_id)s::smallint, %(fire_at)s::timestamptz)
 ), new_trigger AS (
-    INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt)
-    SELECT %(partition_id)s, %(fire_at)s::timestamptz, j.job_id, j.version, '{_SCHEDULE}', 1
+    INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt,
+        limits_overlap)
+    SELECT %(partition_id)s, %(fire_at)s::timestamptz, j.job_id, j.version, '{_SCHEDULE}', 1,
+        {_LIMITS}
     FROM j WHERE %(fire_at)s::timestamptz IS NOT NULL
     ON CONFLICT (partition_id, fire_at, job_id, kind) DO UPDATE
         SET job_version = EXCLUDED.job_version, attempt = EXCLUDED.attempt,
-            run_scheduled_at = NULL, parked_fire_at = NULL
+            run_scheduled_at = NULL, parked_fire_at = NULL,
+            limits_overlap = EXCLUDED.limits_overlap
 )
 SELECT {_JOB}, %(fire_at)s::timestamptz AS next_fire_at FROM j"""
 
@@ -687,15 +694,16 @@ def _copy_jobs(
                     [Jsonb(values[c]) if c in _JSON_COLUMNS else values[c] for c in _JOB_COLUMNS]
                 )
         with cur.copy(
-            "COPY triggers (partition_id, fire_at, job_id, job_version, kind, attempt) FROM STDIN"
+            "COPY triggers (partition_id, fire_at, job_id, job_version, kind, attempt,"
+            " limits_overlap) FROM STDIN"
         ) as copy:
             nominal_cache: dict[Schedule, datetime | None] = {}
             for job_id, spec in zip(job_ids, specs, strict=True):
                 fire_at = first_fire_at(spec, job_id, now, nominal_cache)
                 if fire_at is not None:
-                    copy.write_row(
-                        (partition_of(job_id, partitions), fire_at, job_id, 1, "schedule", 1)
-                    )
+                    part = partition_of(job_id, partitions)
+                    limits = spec.overlap != OverlapPolicy.allow.value
+                    copy.write_row((part, fire_at, job_id, 1, "schedule", 1, limits))
 
 
 def _copy_audit(

@@ -55,6 +55,11 @@ def _quote(value: str | None) -> str:
     return hit
 
 
+def pg_bools(values: Iterable[bool]) -> str:
+    """A boolean array literal."""
+    return "{" + ",".join("t" if v else "f" for v in values) + "}"
+
+
 def pg_text_array(values: Iterable[str | None]) -> str:
     """An array literal of any text (None -> NULL), each element quoted."""
     return "{" + ",".join(map(_quote, values)) + "}"
@@ -180,15 +185,21 @@ _LOCK_OWN = text(
 # interval without an anchor counts from it), `ctid` names the locked row for the
 # advance or delete. Column order is DUE_COLUMNS.
 #
-# The OR clause is the negation of kit.core.trigger.held_back: a trigger of a job that
-# limits overlap, not paused, is not read before `overlap_hi_ms` (its fire is judged
-# on the runs active then), so the LIMIT counts only rows the scan takes. Before, a
-# batch's worth of such triggers a few seconds ahead filled every batch: the scan took
-# none of them yet reported itself full, the node scanned again at once, over and over,
-# and later triggers of other jobs waited for their second. The clause is NULL-safe
-# for a job that is gone (`j.job_id IS NULL`), and it names both sides of the join, so
-# it restricts neither table alone: no partial index of jobs (ix_jobs_list_paused) can
-# stand in for the key lookup (the lesson of kit.store.claims._CLAIM).
+# The two OR clauses leave out what kit.core.trigger.held_back says the scan would not
+# take yet: a schedule trigger of a job that limits overlap, due after `overlap_hi_ms`
+# (its fire is judged on the runs active then), so the LIMIT counts only rows the scan
+# takes. Before, a batch's worth of such triggers a few seconds ahead filled every
+# batch: the scan took none of them yet reported itself full, the node scanned again at
+# once, over and over, and later triggers of other jobs waited for their second.
+# The first clause names the trigger alone (`limits_overlap`, written with it for the
+# job's version, migration 0012), so it is applied as the triggers are read and such a
+# trigger costs no look at its job. It also holds back, until `overlap_hi_ms`, a
+# trigger of such a job paused or edited meanwhile, which the scan would have taken
+# now to park or drop: a second or so later makes no difference to either. The second
+# clause is held_back itself, by the job, for a trigger written before the flag
+# (NULL); it is NULL-safe for a job that is gone (`j.job_id IS NULL`), and it names
+# both sides of the join, so no partial index of jobs (ix_jobs_list_paused) can stand
+# in for the key lookup (the lesson of kit.store.claims._CLAIM).
 #
 # The job is looked up by its key for each trigger (LATERAL, fenced by OFFSET 0): the
 # triggers' fire times move every second, so the planner's estimate of how many are due
@@ -219,6 +230,9 @@ _DUE = f"""
     WHERE t.partition_id = ANY(CAST(%(parts)s AS smallint[]))
       AND t.fire_at <= timestamptz 'epoch' + %(hi_ms)s * interval '1 millisecond'
       AND (t.fire_at <= timestamptz 'epoch' + %(overlap_hi_ms)s * interval '1 millisecond'
+           OR t.kind <> '{TriggerKind.schedule.value}' OR t.limits_overlap IS NOT TRUE)
+      AND (t.limits_overlap IS NOT NULL
+           OR t.fire_at <= timestamptz 'epoch' + %(overlap_hi_ms)s * interval '1 millisecond'
            OR t.kind <> '{TriggerKind.schedule.value}' OR j.job_id IS NULL
            OR j.version <> t.job_version OR j.overlap = '{OverlapPolicy.allow.value}'
            OR j.paused)
@@ -301,8 +315,10 @@ _INSERT_FIRED = text(
 # violation: the scan falls back as for _INSERT_FIRED.
 _ADVANCE_TRIGGERS = text(
     """
-    UPDATE triggers AS t SET fire_at = timestamptz 'epoch' + u.f * interval '1 millisecond'
-    FROM unnest(CAST(:ctids AS tid[]), CAST(:ats AS bigint[])) AS u(c, f)
+    UPDATE triggers AS t SET fire_at = timestamptz 'epoch' + u.f * interval '1 millisecond',
+        limits_overlap = u.l
+    FROM unnest(CAST(:ctids AS tid[]), CAST(:ats AS bigint[]), CAST(:limits AS boolean[]))
+         AS u(c, f, l)
     WHERE t.ctid = u.c
     """
 )
@@ -363,12 +379,15 @@ _CANCEL_RETRIES = text(
 _DELETE_TRIGGERS = text("DELETE FROM triggers WHERE ctid = ANY(CAST(:ctids AS tid[]))")
 _NEXT = """
     FROM unnest(CAST(:parts AS smallint[]), CAST(:ats AS bigint[]),
-                CAST(:jobs AS uuid[]), CAST(:versions AS int[])) AS n(p, f, j, v)
+                CAST(:jobs AS uuid[]), CAST(:versions AS int[]), CAST(:limits AS boolean[]))
+         AS n(p, f, j, v, l)
 """
 _INSERT_TRIGGERS = text(
     """
-    INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt)
-    SELECT n.p, timestamptz 'epoch' + n.f * interval '1 millisecond', n.j, n.v, 'schedule', 1
+    INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt,
+                          limits_overlap)
+    SELECT n.p, timestamptz 'epoch' + n.f * interval '1 millisecond', n.j, n.v, 'schedule', 1,
+           n.l
     """
     + _NEXT
     + " ON CONFLICT DO NOTHING"
@@ -379,13 +398,16 @@ _INSERT_TRIGGERS = text(
 # trigger never takes a schedule slot: the kind is in the key.)
 _UPSERT_TRIGGERS = text(
     """
-    INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt)
-    SELECT n.p, timestamptz 'epoch' + n.f * interval '1 millisecond', n.j, n.v, 'schedule', 1
+    INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt,
+                          limits_overlap)
+    SELECT n.p, timestamptz 'epoch' + n.f * interval '1 millisecond', n.j, n.v, 'schedule', 1,
+           n.l
     """
     + _NEXT
     + """
     ON CONFLICT (partition_id, fire_at, job_id, kind) DO UPDATE
-        SET job_version = greatest(triggers.job_version, EXCLUDED.job_version)
+        SET job_version = greatest(triggers.job_version, EXCLUDED.job_version),
+            limits_overlap = EXCLUDED.limits_overlap
         WHERE triggers.kind = 'schedule' AND triggers.job_version < EXCLUDED.job_version
     """
 )
@@ -517,13 +539,21 @@ def runs_insert_fired(conn: Connection, rows: FiredRows) -> None:
     conn.execute(_INSERT_FIRED, params)
 
 
-def triggers_advance(conn: Connection, ctids: Sequence[str], fire_at_ms: Sequence[int]) -> None:
+def triggers_advance(
+    conn: Connection, ctids: Sequence[str], fire_at_ms: Sequence[int], limits: Sequence[bool]
+) -> None:
     """Move triggers this transaction read and locked to their next fire time (epoch
-    ms), in place. A slot already taken raises IntegrityError (call under a savepoint;
-    triggers_delete and triggers_insert take the rest)."""
+    ms), in place, saying whether their job limits overlap. A slot already taken raises
+    IntegrityError (call under a savepoint; triggers_delete and triggers_insert take the
+    rest)."""
     if not ctids:
         return
-    conn.execute(_ADVANCE_TRIGGERS, {"ctids": pg_text_array(ctids), "ats": pg_array(fire_at_ms)})
+    params = {
+        "ctids": pg_text_array(ctids),
+        "ats": pg_array(fire_at_ms),
+        "limits": pg_bools(limits),
+    }
+    conn.execute(_ADVANCE_TRIGGERS, params)
 
 
 def runs_rearm(conn: Connection, attempts: Mapping[str, int]) -> set[str]:
@@ -561,9 +591,10 @@ def triggers_park(conn: Connection, ctids: Sequence[str]) -> None:
     conn.execute(_DELETE_TRIGGERS, {"ctids": pg_text_array(ctids)})
 
 
-def triggers_insert(conn: Connection, rows: Sequence[tuple[int, int, str, int]]) -> None:
-    """Insert next schedule triggers (partition, fire_at epoch ms, job, version); a slot
-    already taken by an older version is resolved so that the job keeps firing."""
+def triggers_insert(conn: Connection, rows: Sequence[tuple[int, int, str, int, bool]]) -> None:
+    """Insert next schedule triggers (partition, fire_at epoch ms, job, version, whether
+    the job limits overlap); a slot already taken by an older version is resolved so
+    that the job keeps firing."""
     if not rows:
         return
     params = {
@@ -571,6 +602,7 @@ def triggers_insert(conn: Connection, rows: Sequence[tuple[int, int, str, int]])
         "ats": pg_array([r[1] for r in rows]),
         "jobs": pg_array([r[2] for r in rows]),
         "versions": pg_array([r[3] for r in rows]),
+        "limits": pg_bools([r[4] for r in rows]),
     }
     if conn.execute(_INSERT_TRIGGERS, params).rowcount == len(rows):
         return  # the common case: every slot was free

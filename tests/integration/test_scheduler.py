@@ -588,6 +588,30 @@ def test_overlap_triggers_not_due_yet_do_not_fill_the_scan_batch(engine, make_no
     assert rows(engine, "SELECT job_id FROM triggers") == []
 
 
+def test_a_trigger_says_whether_its_job_limits_overlap_and_an_older_one_asks_the_job(
+    engine, make_node
+) -> None:
+    """The hold-back reads the trigger's own `limits_overlap` (written with it: create,
+    edit, the scan's advance), so no job is looked up for it; a trigger written before
+    the flag (NULL) is held back by its job, and the scan's advance then writes it."""
+    start = datetime(2030, 1, 1, 0, 0, 0, tzinfo=UTC)
+    forbid = create(engine, "limited", {"every_s": 60}, start, overlap="forbid")
+    allow = create(engine, "free", {"every_s": 60}, start)
+    flags = "SELECT job_id::text, limits_overlap FROM triggers ORDER BY job_id"
+    assert dict(rows(engine, flags)) == {forbid: True, allow: False}
+    job_update(engine, JobUpdate("acme", allow, {"overlap": "queue"}, now=start))
+    assert dict(rows(engine, flags)) == {forbid: True, allow: True}
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE triggers SET limits_overlap = NULL"))
+    (fire,) = {r.fire_at for r in rows(engine, "SELECT fire_at FROM triggers")}
+    node = owned_node(make_node)
+    early = node.scan_once(now=fire - timedelta(seconds=5))
+    assert (early.triggers, early.held) == (0, [])  # held back by their jobs
+    due = node.scan_once(now=fire - timedelta(milliseconds=500))
+    assert sorted(h.job_id for h in due.held) == sorted([forbid, allow])
+    assert dict(rows(engine, flags)) == {forbid: True, allow: True}
+
+
 def test_misfire_policies_after_an_outage(engine, make_node) -> None:
     now = db_now(engine)
     jobs = {
