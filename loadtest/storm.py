@@ -45,6 +45,13 @@ def _options(parser: Any) -> None:
     g = runs.add_run_arguments(parser, target_p99_s=1.0)
     g.add_argument("--jobs", type=int, default=50_000, help="runs due at the same second")
     g.add_argument(
+        "--schedule",
+        choices=("at", "cron"),
+        default="at",
+        help="at: one-off jobs due at T; cron: hourly cron jobs of one expression (jitter 0) "
+        "whose next fire is T (T then falls on a whole minute)",
+    )
+    g.add_argument(
         "--settle-s",
         type=float,
         default=12,
@@ -77,11 +84,19 @@ class StormUser(runs.RunTestUser):
 
         lead_s = options.lead_s or (options.settle_s + 4 + options.jobs / 2000)
         due_ms = math.ceil(time.time() + lead_s) * 1000
-        at = datetime.fromtimestamp(due_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+        if options.schedule == "cron":
+            due_ms = math.ceil(due_ms / 60_000) * 60_000  # a cron fires on whole minutes
+        due = datetime.fromtimestamp(due_ms / 1000, UTC)
+        at = due.isoformat().replace("+00:00", "Z")
+        schedule = (
+            {"cron": f"{due.minute} * * * *", "timezone": "UTC"}
+            if options.schedule == "cron"
+            else {"at": at}
+        )
         tag = uuid.uuid4().hex[:8]
         names = [f"storm-{tag}-{i}" for i in range(options.jobs)]
         created_from = time.time()
-        job_ids = runs.create_jobs(self, STATE["token"], names, {"at": at}, spec, options)
+        job_ids = runs.create_jobs(self, STATE["token"], names, schedule, spec, options)
         created_s = time.time() - created_from
         margin_s = due_ms / 1000 - time.time()
         if margin_s < options.settle_s:
@@ -112,7 +127,8 @@ class StormUser(runs.RunTestUser):
             window_s=1,
             by_start=True,
             describe=[
-                f"{options.jobs:,} one-off `{options.task}` jobs due at T = {at}, created "
+                f"{options.jobs:,} {kind_text(options.schedule)} `{options.task}` jobs due at"
+                f" T = {at}, created "
                 f"through POST /v1/jobs:batch ({options.batch_size:,} per call) in "
                 f"{created_s:.1f} s, ready {margin_s:.1f} s before T",
                 f"ledgers: the execution journal in `{journal.directory}`, the run topic "
@@ -135,3 +151,7 @@ class StormUser(runs.RunTestUser):
 
 
 events.quitting.add_listener(runs.exit_code_on_quit(STATE))
+
+
+def kind_text(schedule: str) -> str:
+    return "hourly cron (one expression, jitter 0)" if schedule == "cron" else "one-off"

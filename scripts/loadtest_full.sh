@@ -6,6 +6,7 @@
 # asked for: noop (the storm suite 3 times in a row at 50,000 noop runs), http (once with
 # http tasks at HTTP_JOBS), steady (2,000 runs/s for STEADY_S). Summaries land in OUT/<name>/.
 # Usage: bash scripts/loadtest_full.sh [OUT] [noop|http|steady ...]   (default: all three)
+# STORM_ARGS="--schedule cron": the noop storms with hourly cron jobs instead of one-offs.
 # Run each phase alone on the machine: scripts/quiet bash scripts/loadtest_full.sh OUT noop
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,8 +45,9 @@ for phase in $PHASES; do
   case "$phase" in
     noop)
       for i in 1 2 3; do
-        python3 -m loadtest storm "${COMMON[@]}" --jobs "$NOOP_JOBS" --out "$OUT/storm-noop-$i" \
-          > "$OUT/storm-noop-$i.txt" 2>&1
+        # shellcheck disable=SC2086  # STORM_ARGS: extra storm options, e.g. --schedule cron
+        python3 -m loadtest storm "${COMMON[@]}" --jobs "$NOOP_JOBS" ${STORM_ARGS:-} \
+          --out "$OUT/storm-noop-$i" > "$OUT/storm-noop-$i.txt" 2>&1
         echo "storm noop $i ($NOOP_JOBS runs) exit $?"
         sleep 5
       done ;;

@@ -85,6 +85,32 @@ def test_storm_noop_and_http_pass_with_every_run_started_once(kit: Kit) -> None:
     assert summary["arrival_lag"]["count"] == 60  # each key reached the Go ledger once
 
 
+def test_a_storm_of_hourly_cron_jobs_fires_each_once_at_its_minute(kit: Kit) -> None:
+    """--schedule cron: the storm's jobs are one hourly expression whose next fire is T (a
+    whole minute), so each fires once in the storm, at T, and its run is the one expected."""
+    kit.run_all(workers=1)
+    result = kit.suite(
+        "storm",
+        "--jobs",
+        "200",
+        "--schedule",
+        "cron",
+        "--journal-dir",
+        str(kit.journal),
+        "--topic-prefix",
+        kit.prefix,
+        "--lead-s",
+        "15",
+        "--target-p99",
+        "5",
+    )
+    _ok(result, kit)
+    summary = _summary(kit, "storm")
+    assert summary["passed"] is True
+    assert (summary["expected"], summary["started"], summary["started_twice"]) == (200, 200, 0)
+    assert summary["due"].endswith(":00Z")  # a whole minute
+
+
 def test_a_slow_worker_makes_the_storm_fail(kit: Kit) -> None:
     """The planted fault: every noop task takes 0.5 s on a worker of 2 slots, so 60 runs
     due at once start over ~15 s: p99 far past the 1 s target, exit code 1."""
