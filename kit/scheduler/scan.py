@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import IntegrityError
 
@@ -310,7 +311,7 @@ def _write(
         try:
             with conn.begin_nested():
                 _write_on_time(conn, due, ctids, tenants, plan, epochs, result, guard)
-        except IntegrityError:
+        except (IntegrityError, psycopg.errors.IntegrityError):
             result.held.clear()
             result.taken = 0
             general = sorted(plan.decisions(due).items())
@@ -338,16 +339,14 @@ def _write_on_time(
         scheduled_at_ms=plan.run_at_ms,
     )
     allow = OverlapPolicy.allow
-    moved = [i for i, n in zip(plan.on_time, plan.next_fire_at_ms, strict=True) if n is not None]
-    gone = [ctids[i] for i, n in zip(plan.on_time, plan.next_fire_at_ms, strict=True) if n is None]
+    nexts = plan.next_fire_at_ms
+    moved = [
+        (parts[i], n, job_ids[i], versions[i], shapes[i].overlap is not allow)  # type: ignore[union-attr]
+        for i, n in zip(plan.on_time, nexts, strict=True)
+        if n is not None
+    ]
     sql.runs_insert_fired(conn, fired)
-    sql.triggers_advance(
-        conn,
-        [ctids[i] for i in moved],
-        [n for n in plan.next_fire_at_ms if n is not None],
-        [shapes[i].overlap is not allow for i in moved],  # type: ignore[union-attr]
-    )
-    sql.triggers_delete(conn, gone)
+    sql.triggers_advance(conn, [ctids[i] for i in plan.on_time], moved)  # type: ignore[arg-type]
     guard.sent()
     held = result.held
     for k, (rid, job, tier, at) in enumerate(

@@ -612,6 +612,45 @@ def test_a_trigger_says_whether_its_job_limits_overlap_and_an_older_one_asks_the
     assert dict(rows(engine, flags)) == {forbid: True, allow: True}
 
 
+def test_a_fire_whose_run_or_next_slot_exists_already_falls_back_and_fires_the_rest(
+    engine, make_node
+) -> None:
+    """The common case is written without ON CONFLICT (COPY, under a savepoint): a run id
+    that exists already (a backfill of a fire the scheduler had not reached) or a next
+    trigger slot already taken makes the whole batch go by the general statements, which
+    keep the existing run unpublished and resolve the slot; every other fire of the scan
+    is still made once."""
+    start = datetime(2030, 1, 1, 0, 0, 0, tzinfo=UTC)
+    backfilled = create(engine, "backfilled", {"every_s": 60}, start)
+    taken = create(engine, "taken", {"every_s": 60}, start)
+    plain = create(engine, "plain", {"every_s": 60}, start)
+    (fire,) = {r.fire_at for r in rows(engine, "SELECT fire_at FROM triggers")}
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO runs (run_id, job_id, tenant, job_version, scheduled_at, status,"
+                " trigger_kind) VALUES (:r, :j, 'acme', 1, :at, 'succeeded', 'backfill')"
+            ),
+            {"r": run_id(backfilled, fire), "j": backfilled, "at": fire},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt)"
+                " VALUES (:p, :at, :j, 1, 'schedule', 1)"
+            ),
+            {"p": partition_of(taken), "at": fire + timedelta(seconds=60), "j": taken},
+        )
+    node = owned_node(make_node)
+    scan = node.scan_once(now=fire - timedelta(seconds=1))
+    assert sorted(h.job_id for h in scan.held) == sorted([taken, plain])
+    assert scan.taken == 3
+    left = rows(engine, "SELECT job_id::text, fire_at FROM triggers ORDER BY job_id")
+    assert sorted((r.job_id, r.fire_at) for r in left) == sorted(
+        (j, fire + timedelta(seconds=60)) for j in (backfilled, taken, plain)
+    )
+    assert [r.status for r in runs_of(engine, backfilled)] == ["succeeded"]
+
+
 def test_misfire_policies_after_an_outage(engine, make_node) -> None:
     now = db_now(engine)
     jobs = {
