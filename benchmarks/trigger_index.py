@@ -474,6 +474,9 @@ def scan_series(url: str, result: SizeResult, args: argparse.Namespace) -> None:
             per = result.spike_rows // args.series
             result.spikes = spike_outcomes(publishing.records, clock, per, args)
             for o in result.spikes:
+                if not o["runs"]:
+                    log(f"    spike of series {o['series']}: none of {o['missing']:,} published")
+                    continue
                 log(
                     f"    spike of series {o['series']}: {o['runs']:,} runs, last committed"
                     f" {o['last_commit_lead_ms']:,.0f} ms and last acknowledged"

@@ -171,10 +171,6 @@ class JobViews:
         self._limit = limit
         self.fires = FireTable()
 
-    def get(self, key: ShapeKey) -> JobShape | None:
-        """The shape of a job row's texts, if parsed already (an anchored schedule)."""
-        return self._shapes.get(key)
-
     def shape(self, key: ShapeKey, created_at_us: int) -> JobShape:
         """The shape of a job row's texts (schedule, overlap, misfire, priority,
         jitter_s, paused), parsed if new."""
@@ -345,17 +341,18 @@ def _write_on_time(
         for i, n in zip(plan.on_time, nexts, strict=True)
         if n is not None
     ]
-    sql.runs_insert_fired(conn, fired)
     sql.triggers_advance(conn, [ctids[i] for i in plan.on_time], moved)  # type: ignore[arg-type]
-    guard.sent()
     held = result.held
-    for k, (rid, job, tier, at) in enumerate(
-        zip(fired.run_ids, fired.job_ids, fired.priorities, fired.scheduled_at_ms, strict=True)
-    ):
-        if not k & 1023:
-            guard()  # encoding each held run's message, before the commit
-        p = parts[which[k]]
-        held.append(HeldRun(rid, job, 1, at, at, tier, p, epochs[p]))
+
+    def hold() -> None:  # each run's queue message, made while the database inserts the runs
+        for k, (rid, job, tier, at) in enumerate(
+            zip(fired.run_ids, fired.job_ids, fired.priorities, fired.scheduled_at_ms, strict=True)
+        ):
+            p = parts[which[k]]
+            held.append(HeldRun(rid, job, 1, at, at, tier, p, epochs[p]))
+
+    sql.runs_insert_fired(conn, fired, meanwhile=hold)
+    guard.sent()
     result.taken += len(plan.on_time)
 
 

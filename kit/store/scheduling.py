@@ -21,11 +21,12 @@ tests/contract/test_partition_lease.py replays the same events through both.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg.copy import QueuedLibpqWriter
 from sqlalchemy import Connection, text
 
 from kit.core.policies import OverlapPolicy
@@ -568,10 +569,14 @@ class FiredRows:
         return len(self.run_ids)
 
 
-def runs_insert_fired(conn: Connection, rows: FiredRows) -> None:
+def runs_insert_fired(
+    conn: Connection, rows: FiredRows, meanwhile: Callable[[], None] | None = None
+) -> None:
     """Insert runs fired as the common case, every one new, by COPY: a run id that
     exists already raises a unique violation (call under a savepoint; runs_insert takes
-    the rest)."""
+    the rest). `meanwhile`: the caller's own work, done while the database inserts (the
+    data goes out from psycopg's writer thread), so the scan's Python and the database
+    use a core each; it must not use the connection."""
     if not rows:
         return
     text_of, at = _copy_text.__getitem__, copy_timestamp
@@ -589,7 +594,7 @@ def runs_insert_fired(conn: Connection, rows: FiredRows) -> None:
             )
         ]
     )
-    _copy(conn, _COPY_FIRED, data)
+    _copy(conn, _COPY_FIRED, data, meanwhile)
 
 
 def triggers_advance(
@@ -612,12 +617,19 @@ def triggers_advance(
     _copy(conn, _COPY_TRIGGERS, data)
 
 
-def _copy(conn: Connection, statement: str, data: str) -> None:
-    """COPY text rows in on the transaction's own connection."""
+def _copy(
+    conn: Connection, statement: str, data: str, meanwhile: Callable[[], None] | None = None
+) -> None:
+    """COPY text rows in on the transaction's own connection; `meanwhile` runs while
+    the database takes them."""
     raw = conn.connection.dbapi_connection
     assert raw is not None
-    with raw.cursor() as cur, cur.copy(statement) as copy:
-        copy.write(data)
+    with raw.cursor() as cur:
+        writer = None if meanwhile is None else QueuedLibpqWriter(cur)
+        with cur.copy(statement, writer=writer) as copy:
+            copy.write(data)
+            if meanwhile is not None:
+                meanwhile()
 
 
 def runs_rearm(conn: Connection, attempts: Mapping[str, int]) -> set[str]:
