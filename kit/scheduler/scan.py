@@ -10,8 +10,8 @@ The rows move as columns: the due rows are transposed once (zip), each distinct 
 shape (schedule, overlap, misfire, tier, jitter, paused: many jobs share one) is parsed
 once per node, the next fire times are looked up once per schedule and instant
 (kit.core.fire_table, kept by the node across scans), and each write is one statement
-for the whole batch. Per fired run the Python work left is its id, its queue message
-and its place in the statements' arrays.
+for the whole batch (the fired runs and the next triggers by COPY). Per fired run the
+Python work left is its id, its queue message and its line of the COPY data.
 """
 
 from __future__ import annotations
