@@ -242,7 +242,7 @@ _LOCK_OWN = text(
 # batch: the scan took none of them yet reported itself full, the node scanned again at
 # once, over and over, and later triggers of other jobs waited for their second.
 # The first clause names the trigger alone (`limits_overlap`, written with it for the
-# job's version, migration 0012), so it is applied as the triggers are read and such a
+# job's version, migration 0014), so it is applied as the triggers are read and such a
 # trigger costs no look at its job. It also holds back, until `overlap_hi_ms`, a
 # trigger of such a job paused or edited meanwhile, which the scan would have taken
 # now to park or drop: a second or so later makes no difference to either. The second

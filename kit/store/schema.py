@@ -147,11 +147,11 @@ triggers = Table(
     _tstz("run_scheduled_at"),
     # A paused job's schedule trigger, parked by the scan: the fire it owed, kept until a
     # resume puts it back (fire_at is 'infinity' meanwhile: no scan reaches it;
-    # migration 0012).
+    # migration 0014).
     _tstz("parked_fire_at"),
     # The job (at job_version) limits overlap: a schedule trigger the scan holds back
     # until a second before its fire (kit.core.trigger.held_back) without a look at the
-    # job. NULL: written before migration 0012 (the scan looks the job up).
+    # job. NULL: written before migration 0014 (the scan looks the job up).
     Column("limits_overlap", Boolean),
     # kind is in the key: a schedule trigger and a retry trigger of the job may share an
     # instant (migration 0006).
