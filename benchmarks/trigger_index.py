@@ -57,7 +57,6 @@ import psycopg
 from scratch_db import drop_database, log, pg_url, recreate_database, server_facts
 from sqlalchemy.engine import URL, make_url
 
-from kit.calibrate import SCAN_CALLS
 from kit.core.defaults import SCAN_AHEAD_MS
 from kit.core.partitions import PARTITION_COUNT, partition_of
 from kit.core.trigger import OVERLAP_HORIZON_MS
@@ -66,6 +65,7 @@ from kit.settings import cronfleet_home, load_settings
 from kit.store import migrate
 from kit.store import scheduling as sched_sql
 from kit.store.db import engine_for
+from sim.calibrate import SCAN_CALLS
 
 # The first steady fire; the spikes fire mid-series (spike_fire_s).
 T0 = datetime(2029, 12, 31, 23, 59, 57, tzinfo=UTC)

@@ -9,6 +9,7 @@ everything below them receives it as an argument.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import Field, ValidationError, model_validator
@@ -16,7 +17,48 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kit.core import defaults
 from kit.core.errors import FieldError
-from kit.transport.kafka_client import KafkaSecurity, use_security
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """How clients reach the brokers: plaintext, or TLS verified against a CA file (the
+    system's trust store when none is given, as for Amazon MSK), optionally with a
+    client certificate (mutual TLS)."""
+
+    protocol: str = "PLAINTEXT"
+    ca_location: str | None = None
+    certificate_location: str | None = None
+    key_location: str | None = None
+
+    def config(self) -> dict[str, str]:
+        """librdkafka's keys for this security (kit.transport.kafka_client adds them)."""
+        if self.protocol == "PLAINTEXT":
+            return {}
+        conf = {
+            "security.protocol": self.protocol,
+            "ssl.endpoint.identification.algorithm": "https",  # the broker's name is checked
+        }
+        for key, value in (
+            ("ssl.ca.location", self.ca_location),
+            ("ssl.certificate.location", self.certificate_location),
+            ("ssl.key.location", self.key_location),
+        ):
+            if value:
+                conf[key] = value
+        return conf
+
+
+_kafka_security = KafkaSecurity()
+
+
+def use_kafka_security(security: KafkaSecurity) -> None:
+    """Install the process's Kafka security (load_settings does, at the entry points)."""
+    global _kafka_security
+    _kafka_security = security
+
+
+def kafka_security_in_use() -> KafkaSecurity:
+    return _kafka_security
 
 
 def cronfleet_home() -> Path:
@@ -289,5 +331,5 @@ def load_settings(**overrides: object) -> Settings:
             raise FieldError(f"CRONFLEET_{loc[0].upper()}", message) from None
         name, _, reason = message.partition(": ")
         raise FieldError(f"CRONFLEET_{name.upper()}", reason or message) from None
-    use_security(settings.kafka_security())
+    use_kafka_security(settings.kafka_security())
     return settings

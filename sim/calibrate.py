@@ -43,7 +43,17 @@ SCHEMA = "cronfleet_calibrate"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("calibrate", help="measure service times for the capacity model")
-    p.add_argument("--out", default="sim/profiles/measured.toml", help="profile to write")
+    p.add_argument(
+        "--out",
+        default="out/calibrate/profile.toml",
+        help="profile to write (then `cronfleet sim ... --profile OUT`)",
+    )
+    p.add_argument(
+        "--ledger",
+        default=os.environ.get("CRONFLEET_LEDGER_BIN", str(LEDGER_BIN)),
+        help="the Go ledger binary the task costs are measured against (--only-tasks; "
+        "loadtest/ledger in a cronfleet checkout, built by scripts/build_ledger.sh)",
+    )
     p.add_argument(
         "--history-rows",
         type=int,
@@ -122,7 +132,7 @@ def main(args: argparse.Namespace) -> int:
         stamp = f"{platform.node()} at {dt.datetime.now(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
         costs, notes = {}, {}
         if args.only_tasks:
-            http = measure_http_tasks(args.http_tasks)
+            http = measure_http_tasks(args.http_tasks, ledger_bin=Path(args.ledger))
             command = measure_command_tasks(args.command_tasks)
             costs = task_costs(http, command)
             notes["task_costs"] = _tasks_note(http, command, stamp)
@@ -1073,7 +1083,7 @@ def measure_worker_starts(n: int, repeats: int = 5) -> dict[str, float]:
 
 # Task costs (the storm model's `storm.task=http|command`): the Go ledger the benchmarks
 # send their webhooks to (loadtest/ledger, built by scripts/build_ledger.sh)
-LEDGER_BIN = Path(__file__).resolve().parents[1] / "loadtest" / "ledger" / "bin" / "ledger"
+LEDGER_BIN = Path("loadtest/ledger/bin/ledger")  # from a checkout's root; --ledger elsewhere
 TASK_KEYS = (
     "worker_http_loop_cpu_s",
     "worker_http_loop_before_send_s",
@@ -1246,7 +1256,9 @@ def _start_round(w: Any, n: int, spec: dict[str, Any], fenced: bool = False) -> 
     return time.thread_time() - t0
 
 
-def measure_http_tasks(n: int = 2500, repeats: int = 3) -> list[TaskRound]:
+def measure_http_tasks(
+    n: int = 2500, repeats: int = 3, ledger_bin: Path = LEDGER_BIN
+) -> list[TaskRound]:
     """The worker's CPU per http task on its task loop, for n POSTs due at one second (one
     worker's share of the 5,000-task burst of benchmarks/http_tasks.py, the same request)
     to the Go ledger on loopback, through the kit's own path (`Worker._start`, the task
@@ -1255,14 +1267,17 @@ def measure_http_tasks(n: int = 2500, repeats: int = 3) -> list[TaskRound]:
     before a request leaves."""
     from kit.tasks.policy import PolicySource
 
-    if not LEDGER_BIN.exists():
-        raise SystemExit(f"{LEDGER_BIN} missing: run bash scripts/build_ledger.sh")
+    if not ledger_bin.is_file():
+        raise SystemExit(
+            f"--ledger {ledger_bin}: no such file (in a cronfleet checkout: "
+            "bash scripts/build_ledger.sh builds loadtest/ledger/bin/ledger)"
+        )
     rounds: list[TaskRound] = []
     with tempfile.TemporaryDirectory() as tmp:
         port_file = Path(tmp) / "port"
         ledger = subprocess.Popen(
             [
-                str(LEDGER_BIN),
+                str(ledger_bin),
                 "-addr",
                 "127.0.0.1:0",
                 "-out",
