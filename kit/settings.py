@@ -8,7 +8,9 @@ everything below them receives it as an argument.
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,10 +161,11 @@ class Settings(BaseSettings):
     reaper_period_ms: int = Field(
         default=defaults.REAPER_PERIOD_MS, ge=100, description="How often the reaper looks."
     )
-    undispatched_grace_ms: int = Field(
-        default=defaults.UNDISPATCHED_GRACE_MS,
+    unclaimed_grace_ms: int = Field(
+        default=defaults.UNCLAIMED_GRACE_MS,
         ge=0,
-        description="Age after which a never-published run is re-published.",
+        description="Age after which a run nobody claimed counts as lost and is published "
+        "again (formerly CRONFLEET_UNDISPATCHED_GRACE_MS, still read until the next release).",
     )
     run_topic_partitions: int = Field(default=6, ge=1, description="Partitions per tier topic.")
     run_topic_replication: int = Field(
@@ -294,12 +297,12 @@ class Settings(BaseSettings):
                 "kafka_ssl_certificate_location: a client certificate needs its key "
                 "(kafka_ssl_key_location) and the other way round"
             )
-        if self.scan_ahead_ms >= self.undispatched_grace_ms:
+        if self.scan_ahead_ms >= self.unclaimed_grace_ms:
             # A run is committed up to scan_ahead_ms before its second and published at
             # it: a grace no longer than that would have the reaper publish it early.
             raise ValueError(
-                "scan_ahead_ms: must be below undispatched_grace_ms "
-                f"({self.scan_ahead_ms} >= {self.undispatched_grace_ms})"
+                "scan_ahead_ms: must be below unclaimed_grace_ms "
+                f"({self.scan_ahead_ms} >= {self.unclaimed_grace_ms})"
             )
         return self
 
@@ -312,6 +315,33 @@ class Settings(BaseSettings):
         )
 
 
+# Settings renamed for what the kit does now; the old names are still read, with a
+# warning, until the next release (tests/unit/test_settings.py holds it).
+RENAMED: dict[str, str] = {"undispatched_grace_ms": "unclaimed_grace_ms"}
+
+
+def _renamed(overrides: dict[str, object]) -> dict[str, object]:
+    """The overrides with every old name (an argument or a CRONFLEET_* variable) moved to
+    its new one, unless the new one is set too (then the new one wins)."""
+    out = dict(overrides)
+    for old, new in RENAMED.items():
+        old_env, new_env = f"CRONFLEET_{old.upper()}", f"CRONFLEET_{new.upper()}"
+        value = out.pop(old, None)
+        if value is None and old_env in os.environ:
+            value = os.environ[old_env]
+        if value is None:
+            continue
+        warnings.warn(
+            f"{old_env} is renamed {new_env}; the old name is read until the next release",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        logging.getLogger(__name__).warning("%s is renamed %s", old_env, new_env)
+        if new not in out and new_env not in os.environ:
+            out[new] = value
+    return out
+
+
 def load_settings(**overrides: object) -> Settings:
     """Build the settings: environment first, then the stack's connection file, then defaults.
 
@@ -321,6 +351,7 @@ def load_settings(**overrides: object) -> Settings:
     kwargs: dict[str, object] = {}
     if env_file.exists():
         kwargs["_env_file"] = str(env_file)
+    overrides = _renamed(overrides)
     try:
         settings = Settings(**kwargs, **overrides)  # type: ignore[arg-type]
     except ValidationError as exc:

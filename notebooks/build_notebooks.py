@@ -214,7 +214,7 @@ display(Markdown(
     f"{per_fault}. A node's loss is bounded by the lease TTL (10 s) plus the reaper's never-published grace "
     "(10 s) and period (5 s); a stall or outage costs its own length plus the catch-up. The 2 s target is "
     "missed for the runs caught in each fault: budget for it, or shorten the leases "
-    "(`CRONFLEET_PARTITION_LEASE_TTL_MS`, `CRONFLEET_UNDISPATCHED_GRACE_MS`) at the cost of more lease traffic."))"""),
+    "(`CRONFLEET_PARTITION_LEASE_TTL_MS`, `CRONFLEET_UNCLAIMED_GRACE_MS`) at the cost of more lease traffic."))"""),
 ]
 
 MODEL_VS_REAL = [

@@ -87,8 +87,8 @@ def stack(settings: Settings, db_url: str, tmp_path: Path) -> Iterator[RunAll]:
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_RUN_TOPIC_PARTITIONS": "1",
         "CRONFLEET_REAPER_PERIOD_MS": "500",
-        "CRONFLEET_SCAN_AHEAD_MS": "1000",  # must stay below the undispatched grace
-        "CRONFLEET_UNDISPATCHED_GRACE_MS": "2000",
+        "CRONFLEET_SCAN_AHEAD_MS": "1000",  # must stay below the unclaimed grace
+        "CRONFLEET_UNCLAIMED_GRACE_MS": "2000",
         "CRONFLEET_HTTP_ALLOW_HOSTS": "127.0.0.1",
         "CRONFLEET_LOG_LEVEL": "WARNING",
     }

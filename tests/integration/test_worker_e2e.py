@@ -203,7 +203,7 @@ def test_always_failing_goes_dead_pauses_the_job_and_replays(
     assert client.post(f"/v1/dead-letters/{first}:replay", headers=headers).status_code == 200
     reaper_pub = RunPublisher(settings.kafka_bootstrap, topic_prefix=publisher.topic_prefix)
     try:
-        counts = Reaper(engine, reaper_pub, settings.undispatched_grace_ms).tick()
+        counts = Reaper(engine, reaper_pub, settings.unclaimed_grace_ms).tick()
     finally:
         reaper_pub.close()
     assert counts.republished == 1
