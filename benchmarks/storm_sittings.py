@@ -7,8 +7,9 @@ and whether it is within issue 8's 15 %.
 
 DIR defaults to every benchmarks/results/storm_2core/*/sitting*/ with a model_vs_kit.json
 (written by benchmarks/storm_model.py --json); a model_pooled.json beside it is the
-prediction of a profile fixed before that sitting ran (docs/sim-storm.md). One table, one plot: the runs' spread within a sitting is as large as the
-band, which is why each sitting's verdict is against the median of its runs.
+prediction of a profile fixed before that sitting ran (docs/sim-storm.md). One table,
+one plot: the runs' spread within a sitting is as large as the band, which is why each
+sitting's verdict is against the median of its runs.
 """
 
 from __future__ import annotations
