@@ -26,7 +26,7 @@ fire); the smallest size given is the baseline, measured in the
 same run. Where the time goes: the scan's SQL calls are timed one by one.
 
 Run (1 M and its baseline, 300 k):  python benchmarks/trigger_index.py --sizes 3e5,1e6 \
-    --json docs/benchmarks/trigger_index.json --out docs/benchmarks
+    --json out/trigger_index.json --out out/trigger_index
 10 M in two steps, the load not being a measurement (about 25 min and ~19 GB of disk):
     python benchmarks/trigger_index.py --sizes 3e5,1e6,1e7 --phase load
     python benchmarks/trigger_index.py --sizes 3e5,1e6,1e7 --phase scan --json /tmp/ti.json

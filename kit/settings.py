@@ -141,7 +141,7 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="INFO", description="Python logging level of services.")
 
-    # The life of a run: scheduler, workers, reaper (see DESIGN.md).
+    # The life of a run: scheduler, workers, reaper (see docs/design.md).
     scan_ahead_ms: int = Field(
         default=defaults.SCAN_AHEAD_MS, ge=0, description="How far ahead a node scans."
     )

@@ -1,4 +1,4 @@
-"""The import rules of DESIGN.md, checked on the source (AST), not by importing it.
+"""The import rules of docs/architecture.md, checked on the source (AST), not by importing it.
 
 - kit/core: imports nothing of the project outside kit.core, no I/O library, and
   reads neither the wall clock nor the global random state.
