@@ -180,9 +180,11 @@ def run_command(
     argv: list[str] = spec["argv"]
     try:
         identity = _identity(ctx.commands.run_as if ctx.commands else None)
-        argv = _entering(spec.get("cwd"), argv)
     except ValueError as exc:
         return TaskResult(False, f"refused by the operator's task policy: {exc}")
+    if (entering := _entering(spec.get("cwd"), argv)) is None:
+        return TaskResult(False, "task.cwd: cannot be entered: coreutils' env is not installed")
+    argv = entering
     run_dir = _run_dir(identity)
     try:
         return _run(argv, spec, ctx, deadline, identity, run_dir, kill_grace_s)
@@ -190,16 +192,15 @@ def run_command(
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _entering(cwd: str | None, argv: list[str]) -> list[str]:
-    """argv, started through `env --chdir` when the job names its working directory: the
-    child begins in the run's directory (entered as root, which made it) and env, already
-    the run-as user, enters the job's; its error, if it may not, is the run-as user's."""
+def _entering(cwd: str | None, argv: list[str]) -> list[str] | None:
+    """argv, started through `env --chdir` when the job names its working directory (None
+    if there is no env): the child begins in the run's directory (entered as root, which
+    made it) and env, already the run-as user, enters the job's; if that user may not,
+    env's error says so, and says no more than that user could learn itself."""
     if cwd is None:
         return argv
     program = shutil.which("env", path=_ENV_PROGRAM_DIRS)
-    if program is None:
-        raise ValueError("task.cwd: coreutils' env is not installed on this worker")
-    return [program, f"--chdir={cwd}", "--", *argv]
+    return None if program is None else [program, f"--chdir={cwd}", "--", *argv]
 
 
 def _run(

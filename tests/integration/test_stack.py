@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -143,8 +144,9 @@ def test_the_stack_home_and_its_files_are_the_owners_alone() -> None:
         assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o710, postgres)
     for name, pid in (("kafka", Broker.default().pid()), ("postgres", Postgres.default().pid())):
         assert pid is not None, STACK_DOWN
-        umask = [ln for ln in open(f"/proc/{pid}/status") if ln.startswith("Umask:")]
-        assert umask == ["Umask:\t0077\n"], f"{name} (pid {pid}) runs with {umask}"
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        umask = [ln for ln in status if ln.startswith("Umask:")]
+        assert umask == ["Umask:\t0077"], f"{name} (pid {pid}) runs with {umask}"
     open_ = []
     for root, dirs, files in os.walk(home):
         for entry in (*dirs, *files):
