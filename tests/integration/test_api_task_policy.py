@@ -19,7 +19,7 @@ from sqlalchemy import Engine, select
 
 from kit.api.app import create_app
 from kit.core.redaction import MASK
-from kit.settings import load_settings
+from kit.settings import cronfleet_home, load_settings
 from kit.store.schema import jobs
 
 pytestmark = pytest.mark.integration
@@ -215,9 +215,7 @@ def test_reserved_or_unknown_env_names_are_422(
     assert row_counts() == before
 
 
-@pytest.mark.parametrize(
-    "cwd", ["/root/.cronfleet", "/root/.cronfleet/stack.env", "/no/such/dir", "/", "/srv"]
-)
+@pytest.mark.parametrize("cwd", ["{home}", "{home}/stack.env", "/no/such/dir", "/", "/srv"])
 def test_a_cwd_the_policy_does_not_allow_is_403_in_the_same_words_whatever_is_there(
     api: TestClient, auth: Headers, row_counts: Counts, cwd: str
 ) -> None:
@@ -226,6 +224,7 @@ def test_a_cwd_the_policy_does_not_allow_is_403_in_the_same_words_whatever_is_th
     by a comparison of text that never looks at the disk."""
     acme = auth(scopes=["read", "write", "command"])
     before = row_counts()
+    cwd = cwd.format(home=cronfleet_home())  # the stack's home, where stack.env lives
     response = api.post("/v1/jobs", json=job(["/bin/sh", "-c", "ls"], cwd=cwd), headers=acme)
     assert refused(response) == {
         "task.cwd": "is not a directory the operator allowed for tenant 'acme' (allowed: /srv/acme)"
