@@ -28,6 +28,8 @@ def install(app: FastAPI) -> None:
         return redirect(f"{PREFIX}/login", "your session ended: sign in again")
 
     async def on_console_error(request: Request, exc: ConsoleError) -> Response:
+        if request.url.path == f"{PREFIX}/preview":  # a fragment of the edit form
+            return render(request, "preview.html", status_code=exc.status, error=exc.message)
         return render(request, "error.html", status_code=exc.status, message=exc.message)
 
     app.add_exception_handler(LoginRequired, on_login_required)

@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from kit.api import routes as api_routes
-from kit.api.console.edit import form_values, patch_from_form, validated
+from kit.api.console.edit import form_values, patch_from_form, validated, whole_number
 from kit.api.console.timeline import timeline
 from kit.api.console.web import (
     LOGIN_CSRF_COOKIE,
@@ -28,6 +28,7 @@ from kit.api.console.web import (
     SESSION_COOKIE,
     ConsoleError,
     checked_form,
+    checked_inputs,
     current_session,
     new_login_csrf,
     read_form,
@@ -59,7 +60,7 @@ from kit.store.console_sessions import ConsoleSession, session_close, session_op
 from kit.store.errors import JobNotFound, NameTaken, RunNotFound
 from kit.tasks import registry
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
+router = APIRouter(prefix=PREFIX, include_in_schema=False, dependencies=[Depends(checked_inputs)])
 Session = Annotated[ConsoleSession, Depends(require_session)]
 NOT_FOUND = ConsoleError(404, "no such object for this tenant")
 UNFINISHED = tuple(sorted(s.value for s in BUSY))  # kit.core.leases: not finished yet
@@ -190,6 +191,7 @@ async def jobs_page(
     return render(
         request,
         "jobs.html",
+        status_code=422 if error else 200,
         session=session,
         jobs=[(JobOut.of(job), last) for job, last in page.jobs],
         page_info=page,
@@ -335,6 +337,7 @@ async def explain_page(
     return render(
         request,
         "explain.html",
+        status_code=422 if error else 200,
         session=session,
         job=job,
         explained=explained,
@@ -431,14 +434,21 @@ async def preview_fragment(
 ) -> HTMLResponse:
     """The next fires of what the edit form holds (fetched by console.js as you type)."""
     data: dict[str, Any] = {}
-    if cron.strip():
-        data = {"cron": cron.strip(), "timezone": timezone.strip() or "UTC"}
-    elif every_s.strip():
-        data = {"every_s": int(every_s) if every_s.strip().isdigit() else every_s}
-    elif at.strip():
-        data = {"at": at.strip()}
     try:
+        if cron.strip():
+            data = {"cron": cron.strip(), "timezone": timezone.strip() or "UTC"}
+        elif every_s.strip():
+            data = {"every_s": whole_number(every_s, "every_s")}
+        elif at.strip():
+            data = {"at": at.strip()}
         result, error = preview(data, datetime.now(UTC), 5), None
     except FieldError as exc:
         result, error = None, f"{exc.field}: {exc.reason}"
-    return render(request, "preview.html", session=session, result=result, error=error)
+    return render(
+        request,
+        "preview.html",
+        status_code=422 if error else 200,
+        session=session,
+        result=result,
+        error=error,
+    )

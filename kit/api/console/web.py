@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 
+from kit.api.body import problems_in
 from kit.api.state import engine_of, settings_of
 from kit.store.console_sessions import ConsoleSession, session_resolve
 
@@ -34,6 +36,9 @@ SESSION_COOKIE = "cf_session"
 LOGIN_CSRF_COOKIE = "cf_login_csrf"
 PREFIX = "/console"
 MAX_FORM_FIELDS = 100
+# The ids the kit issues; PostgreSQL's uuid type refuses some of what Python's
+# uuid.UUID() takes (`urn:uuid:...`, hyphens elsewhere), so the console asks for no other.
+_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -147,6 +152,19 @@ async def require_session(request: Request) -> ConsoleSession:
     return session
 
 
+async def checked_inputs(request: Request) -> None:
+    """Before any console handler: an id of the path that is not one the kit issues is a
+    404 (as an unknown id), and a query value the API's strict parser would refuse (NUL,
+    a lone surrogate) is a 422 naming the parameter
+    (`tests/integration/test_console_fuzz.py`)."""
+    for name, value in request.path_params.items():
+        if name.endswith("_id") and not _ID.fullmatch(str(value)):
+            raise ConsoleError(404, "no such object for this tenant")
+    problems = [p for k, v in request.query_params.multi_items() for p in problems_in({k: v})]
+    if problems:
+        raise ConsoleError(422, "; ".join(f"{field}: {reason}" for field, reason in problems))
+
+
 async def read_form(request: Request) -> dict[str, str]:
     """An application/x-www-form-urlencoded body (the body limit already applies)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -173,8 +191,8 @@ def _same_origin(request: Request) -> bool:
 async def checked_form(request: Request, session: ConsoleSession) -> dict[str, str]:
     """The form of a state-changing request, after its CSRF token and Origin passed."""
     form = await read_form(request)
-    sent = form.get("csrf", "")
-    if not _same_origin(request) or not hmac.compare_digest(sent, session.csrf_token):
+    sent = form.get("csrf", "").encode()
+    if not _same_origin(request) or not hmac.compare_digest(sent, session.csrf_token.encode()):
         raise ConsoleError(403, "the form is stale or did not come from this console: reload it")
     return form
 
