@@ -255,6 +255,7 @@ def test_sign_in_find_pause_replay_and_see_it_run_in_chromium(
     page.goto(f"{base}/console/fleet")
     page.wait_for_selector("#tiers tbody tr[data-tier=normal]")
     assert page.locator("#nodes").count() == 0 and page.locator("#workers").count() == 0
+    shot(page, "in-flight")
     page.click("text=Sign out")
     page.wait_for_selector(".flash >> text=signed out")
 

@@ -58,7 +58,7 @@ def whole_number(raw: str, field: str) -> int:
     (no `²`, no Arabic digits, which int() takes), at most MAX_NUMBER_DIGITS of them."""
     text = raw.strip()
     if not _WHOLE.fullmatch(text):
-        raise FieldError(field, f"{_cut(text)!r} is not a whole number")
+        raise FieldError(field, "is not a whole number (ASCII digits, an optional '-')")
     if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
         raise FieldError(
             field, f"has {len(text.lstrip('-'))} digits; at most {MAX_NUMBER_DIGITS} are accepted"
@@ -80,10 +80,6 @@ def _under(field: str, path: str) -> str:
     if path == "body":
         return field
     return f"{field}{path}" if path.startswith("[") else f"{field}.{path}"
-
-
-def _cut(text: str, most: int = 40) -> str:
-    return text if len(text) <= most else text[:most] + "…"
 
 
 def _norm(value: str) -> str:

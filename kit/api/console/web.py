@@ -48,6 +48,7 @@ PREFIX = "/console"
 MAX_FORM_FIELDS = 100
 # The ids the kit issues; PostgreSQL's uuid type refuses some of what Python's
 # uuid.UUID() takes (`urn:uuid:...`, hyphens elsewhere), so the console asks for no other.
+_PARAM = re.compile(r"[a-z_]{1,20}")  # the console's own parameter names
 _ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 SECURITY_HEADERS = {
@@ -234,8 +235,9 @@ async def checked_inputs(request: Request) -> None:
         if name.endswith("_id") and not _ID.fullmatch(str(value)):
             raise ConsoleError(404, "no such object for this tenant")
     problems = [p for k, v in request.query_params.multi_items() for p in problems_in({k: v})]
-    if problems:
-        raise ConsoleError(422, "; ".join(f"{field}: {reason}" for field, reason in problems))
+    if problems:  # a parameter named by the caller is not repeated on the page
+        named = [(f if _PARAM.fullmatch(f) else "a query parameter", r) for f, r in problems]
+        raise ConsoleError(422, "; ".join(f"{field}: {reason}" for field, reason in named))
 
 
 async def read_form(request: Request) -> dict[str, str]:
