@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 EXAMPLES = int(os.environ.get("CRONFLEET_FUZZ_EXAMPLES", "40")) * 4
 ALL_SCOPES = ("read", "write", "admin", "command")
 
-# What issue reports and the API's fuzz found the API refusing, as text a form or a query
+# What the issue reported and what the API refuses, as text a form or a query
 # string carries.
 DEEP = "[" * 50_000
 LONG_NUMBER = "9" * 5_000

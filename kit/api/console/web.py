@@ -46,9 +46,9 @@ LOGIN_CSRF_COOKIE = "cf_login_csrf"
 FLASH_COOKIE = "cf_flash"
 PREFIX = "/console"
 MAX_FORM_FIELDS = 100
+_PARAM = re.compile(r"[a-z_]{1,20}")  # the console's own parameter names
 # The ids the kit issues; PostgreSQL's uuid type refuses some of what Python's
 # uuid.UUID() takes (`urn:uuid:...`, hyphens elsewhere), so the console asks for no other.
-_PARAM = re.compile(r"[a-z_]{1,20}")  # the console's own parameter names
 _ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 SECURITY_HEADERS = {
