@@ -30,7 +30,7 @@ from chaos.history import history_read
 from chaos.records import History, Params
 from chaos.stack import ChaosStack
 from chaos.workload import TENANT, Workload
-from kit.tasks.policy import local_policy_toml
+from kit.tasks.policy import local_policy_toml, local_run_as
 from kit.transport.progress import QueueProgress
 
 QUIET_TIMEOUT_S = 120.0
@@ -200,6 +200,8 @@ def _context(
     from kit.store.db import engine_for
     from kit.store.tokens import token_create
 
+    ledger_dir = out / "ledger"
+    ledger.prepare(ledger_dir, local_run_as())  # before anything is made for the drill
     url = stack.database_create(db_name)
     migrate.upgrade(url)
     engine = engine_for(url, pool_size=4)
@@ -207,8 +209,6 @@ def _context(
     token = token_create(engine, TENANT, ("read", "write", "command")).token
     policy = out / "tasks.toml"
     policy.write_text(local_policy_toml(TENANT, ["/bin/sh"]))  # as nobody where root
-    ledger_dir = out / "ledger"
-    ledger.prepare(ledger_dir)
     api_port = free_port()
     env = stack.env() | opts.timings.env()
     env |= {
