@@ -179,6 +179,31 @@ class FakeAws:
         dst.write_bytes(source.read_bytes())
 
 
+_KILL_TREE = """import os, signal, sys
+from pathlib import Path
+
+root = int(Path(sys.argv[1]).read_text())
+children = {}
+for entry in Path("/proc").iterdir():
+    if entry.name.isdigit():
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rfind(")") + 2 :].split()[1]), []).append(int(entry.name))
+todo, tree = [root], []
+while todo:
+    pid = todo.pop()
+    tree.append(pid)
+    todo += children.get(pid, [])
+for pid in tree:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+"""
+
+
 @dataclass
 class Machine:
     role: str
@@ -198,6 +223,10 @@ class Machine:
     def pid_file(self) -> Path:
         return self.root / "machine.pid"
 
+    @property
+    def stop_script(self) -> Path:
+        return self.root / "stop.sh"
+
     def write(self) -> None:
         (self.root / "user-data.sh").write_text(self.script)
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
@@ -208,6 +237,13 @@ class Machine:
             "echo $! >machine.pid\n"
         )
         self.boot_script.chmod(0o755)
+        self.stop_script.write_text(
+            "#!/bin/sh\n# stop this machine as a power-off does: SIGKILL to its bootstrap's\n"
+            "# process and everything below it (the service, the tasks it runs)\n"
+            f"exec {sys.executable} - {shlex.quote(str(self.pid_file))} <<'PY'\n"
+            f"{_KILL_TREE}PY\n"
+        )
+        self.stop_script.chmod(0o755)
 
     def boot(self) -> None:
         subprocess.run([str(self.boot_script)], check=True, timeout=30)
@@ -277,6 +313,7 @@ class LocalFleet:
         tag = hashlib.sha1(str(self.root).encode()).hexdigest()[:6]
         # not `cf.` or `cf_`: the integration suite's sweep deletes those it sees appear
         self.prefix = f"cfdeploy.{os.getpid()}.{tag}"
+        self.group = f"cfdeploy-{os.getpid()}-{tag}"
         names = sorted({*self.roles, "api"})
         self.ports = dict(zip(names, free_ports(len(names)), strict=True))
         self.aws = FakeAws(self.root / "aws")
@@ -321,6 +358,8 @@ class LocalFleet:
             "CRONFLEET_RUN_TOPIC_MIN_INSYNC": "1",
             "CRONFLEET_WORKER_CONCURRENCY": "4",
             "CRONFLEET_API_PORT": str(self.ports["api"]),
+            # a group of its own: the shared broker's other tests use the default one
+            "CRONFLEET_WORKER_GROUP": self.group,
             **self.extra_settings,
         }
 

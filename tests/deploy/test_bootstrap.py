@@ -13,12 +13,9 @@ import gzip
 import json
 import os
 import re
-import secrets
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,13 +24,12 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from tests.deploy.conftest import Database
 from tests.deploy.local_fleet import (
     ADMIN_SECRET_ARN,
     APP_SECRET_ARN,
     LocalFleet,
-    build_release,
     fleet_roles,
-    superuser_sql,
 )
 from tests.deploy.terraform_files import BOOTSTRAP, MODULES, locals_of, render, template_variables
 
@@ -41,44 +37,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DEADLINE_S = 240.0
 POLICY = '[tenants.acme]\ncommands = ["/bin/sh"]\nrun_as = "nobody"\n'
-
-
-@dataclass(frozen=True)
-class Database:
-    name: str
-    owner: tuple[str, str]  # RDS's master user: may create roles, is no superuser
-    app_user: str
-
-
-@pytest.fixture
-def database() -> Iterator[Database]:
-    """An EMPTY database (the api machine's bootstrap migrates it, as at deploy), owned by a
-    role that stands for RDS's master user (LOGIN CREATEROLE, not superuser), and the name
-    of the services' role; all dropped afterwards (roles are the server's)."""
-    tag = f"{os.getpid()}"
-    owner = (f"cf_owner_{tag}", secrets.token_hex(16))
-    db = Database(f"cf_it_{tag}_bootstrap", owner, f"cf_app_{tag}")
-    drop = (
-        f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE);\n'
-        f'DROP ROLE IF EXISTS "{db.app_user}";\nDROP ROLE IF EXISTS "{db.owner[0]}";\n'
-    )
-    try:
-        superuser_sql(drop)
-        superuser_sql(
-            f"CREATE ROLE \"{db.owner[0]}\" LOGIN CREATEROLE PASSWORD '{db.owner[1]}';\n"
-            f'CREATE DATABASE "{db.name}" OWNER "{db.owner[0]}";\n'
-        )
-    except Exception as exc:
-        pytest.fail(f"the local stack is not up (cronfleet stack up): {exc}", pytrace=False)
-    yield db
-    superuser_sql(drop)
-
-
-@pytest.fixture(scope="module")
-def release(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """cronfleet as the machines install it: `scripts/release.sh --worktree`'s wheel and
-    the SHA-256 it stated."""
-    return build_release(tmp_path_factory.mktemp("dist"))
 
 
 def test_every_template_variable_is_supplied_by_the_module() -> None:
@@ -190,7 +148,7 @@ def test_rendered_bootstrap_runs_a_job_end_to_end(
             mode = stat.S_IMODE(secrets_env.stat().st_mode)
             assert mode == 0o600, f"{m.role}: secrets.env mode {oct(mode)}"
             written = secrets_env.read_text()
-            assert f"/{db_name}?sslmode=prefer'" in written
+            assert f"/{db_name}?sslmode=prefer&application_name={m.role}:" in written
             # the services connect as the app role; maintenance, whose partitions are
             # DDL, as the owner
             user = fleet.admin["username"] if m.role == "maintenance" else app_user

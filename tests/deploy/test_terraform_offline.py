@@ -384,3 +384,20 @@ def test_the_kit_tiers_are_the_modules_tiers() -> None:
     for module in ("kafka", "fleet"):
         default = blocks(MODULES / module, "variable")["tiers"]["default"]
         assert [unquote(t) for t in default] == list(PRIORITY_TIERS)
+
+
+@pytest.mark.parametrize("example", example_dirs(), ids=lambda d: d.name)
+def test_each_example_says_how_to_reach_its_internal_api(example: Path) -> None:
+    """The way in: an internal load balancer open to the VPC and the networks the team
+    lists (never the internet), a Session Manager tunnel for everyone else, documented."""
+    (fleet,) = [m['"fleet"'] for m in hcl2.load((example / "main.tf").open())["module"]
+                if '"fleet"' in m]  # fmt: skip
+    assert fleet["api_internal"] is True
+    assert "module.network.vpc_cidr_block" in fleet["api_ingress_cidrs"]
+    cidrs = blocks(example, "variable")["api_ingress_cidrs"]
+    assert cidrs["default"] == []
+    assert '"0.0.0.0/0"' in cidrs["validation"][0]["condition"]
+    tunnel = blocks(example, "output")["api_tunnel"]["value"]
+    assert "AWS-StartPortForwardingSessionToRemoteHost" in tunnel
+    assert 'module.fleet.autoscaling_group_names["api"]' in tunnel
+    assert "## Reaching the API" in (example / "README.md").read_text()
