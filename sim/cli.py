@@ -63,6 +63,13 @@ def _options(p: argparse.ArgumentParser) -> None:
         help="size: simulated window around each peak per candidate",
     )
     p.add_argument(
+        "--min-nodes",
+        type=int,
+        default=1,
+        help="size: the fewest scheduler nodes to try (rungs below it are known to miss; "
+        "each simulates a backlog for minutes)",
+    )
+    p.add_argument(
         "--windows",
         type=int,
         default=None,
@@ -493,6 +500,8 @@ def size_main(args: argparse.Namespace) -> int:
     count = args.windows if args.windows is not None else (3 if cron else 1)
     if count < 1:
         raise _usage("windows: must be at least 1")
+    if args.min_nodes < 1:
+        raise _usage("min-nodes: must be at least 1")
     windows = size_windows(base, args.window_s, count)
     if not windows:
         raise _usage("size: the scenario has no runs due")
@@ -542,7 +551,7 @@ def size_main(args: argparse.Namespace) -> int:
         def meets_with_most_workers(n: int, w: int = most_workers, win: Any = win) -> bool:
             return meets_in(n, w, parts, win)
 
-        found = fewest_nodes(meets_with_most_workers, max(nodes, 1), parts)
+        found = fewest_nodes(meets_with_most_workers, max(nodes, args.min_nodes), parts)
         if found is None:
             print("no fleet within the search bounds meets the target", file=sys.stderr)
             return 1
@@ -596,8 +605,9 @@ def size_main(args: argparse.Namespace) -> int:
         from sim.tfvars import tfvars_text, with_headroom
 
         what = f"--mix {args.mix}{mix_note}" if args.mix else scenario
+        least = f" --min-nodes {args.min_nodes}" if args.min_nodes > 1 else ""
         header = (
-            f"cronfleet sim size {what} --target-p99-start {args.target_p99_start} "
+            f"cronfleet sim size {what} --target-p99-start {args.target_p99_start}{least} "
             f"(seed {seed}; windows: {'; '.join(w['label'] for w in windows)})"
         )
         Path(args.emit_tfvars).write_text(tfvars_text(with_headroom(rec), header))

@@ -29,6 +29,7 @@ from tests.deploy.local_fleet import (
     ADMIN_SECRET_ARN,
     APP_SECRET_ARN,
     LocalFleet,
+    answers,
     fleet_roles,
 )
 from tests.deploy.terraform_files import BOOTSTRAP, MODULES, locals_of, render, template_variables
@@ -101,7 +102,21 @@ def test_rendered_bootstrap_runs_a_job_end_to_end(
         assert not re.search(r"postgresql\+psycopg://[^\s'\"{]*:[^\s'\"{]*@", m.script), m.role
         assert APP_SECRET_ARN in m.script and "secretsmanager" in m.script
     try:
-        fleet.boot()  # all at once: the api migrates, the others wait at the schema gate
+        # the others first: they wait for what only an api machine does (the app role's
+        # password, the schema), serving nothing meanwhile
+        others = [r for r in fleet.roles if r != "api"]
+        fleet.boot(others)
+        waits = {
+            r: "waiting for the first api machine" if r != "maintenance" else "schema behind"
+            for r in others
+        }
+        fleet.wait(
+            "every other machine waiting for the api",
+            lambda: all(waits[r] in fleet.machines[r].tail() for r in others),
+            DEADLINE_S,
+        )
+        assert not any(answers(fleet.health_url(r)) for r in others)
+        fleet.boot(["api"])
         fleet.wait_up(DEADLINE_S)
 
         # what an operator does on a machine: the wrapper carries settings and secrets
