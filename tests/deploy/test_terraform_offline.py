@@ -401,3 +401,32 @@ def test_each_example_says_how_to_reach_its_internal_api(example: Path) -> None:
     assert "AWS-StartPortForwardingSessionToRemoteHost" in tunnel
     assert 'module.fleet.autoscaling_group_names["api"]' in tunnel
     assert "## Reaching the API" in (example / "README.md").read_text()
+
+
+def test_the_examples_sizing_is_the_models_answer_for_its_mix_at_every_peak() -> None:
+    """sizing.auto.tfvars is what `sim size --mix schedules.toml` wrote, and model/size.txt
+    (that run's every candidate) shows the recommended fleet meeting the target at the
+    day's midnight and at its top of the hour; model/deployed-fleet.txt shows the fleet
+    with its headroom under the target through both kinds of peak."""
+    example = EXAMPLES / "top-of-hour"
+    tfvars = (example / "sizing.auto.tfvars").read_text()
+    header = tfvars.splitlines()[0]
+    assert "--mix terraform/examples/top-of-hour/schedules.toml" in header
+    assert "--target-p99-start 2s" in header
+    size = hcl2.loads(tfvars)
+    fleet = (size["scheduler_nodes"], size["workers"], size["partitions"])
+    line = re.compile(
+        r"nodes=\s*(\d+) workers=\s*(\d+) partitions=\s*(\d+)\s+(.+?)\s+"
+        r"p99 start\s+([\d.]+) s\s+(meets|misses)"
+    )
+    runs = [m.groups() for m in line.finditer((example / "model" / "size.txt").read_text())]
+    final = {w: (float(p99), verdict) for n, wk, p, w, p99, verdict in runs
+             if (int(n), int(wk), int(p)) == fleet}  # fmt: skip
+    assert any(w.endswith("00:00:00 UTC") for w in final), final  # midnight
+    assert any(w.endswith("(top of hour)") for w in final), final
+    assert all(verdict == "meets" and p99 <= 2.0 for p99, verdict in final.values()), final
+    deployed = (example / "model" / "deployed-fleet.txt").read_text()
+    assert f"fleet.nodes={fleet[0] + size['scheduler_nodes_headroom']}" in deployed
+    assert f"fleet.workers={fleet[1] + size['workers_headroom']}" in deployed
+    p99s = [float(v) for v in re.findall(r"p99 start lag, peak window[^\n]*?([\d.]+) s", deployed)]
+    assert len(p99s) == 3 and max(p99s) <= 2.0, p99s
