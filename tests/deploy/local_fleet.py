@@ -331,6 +331,9 @@ class LocalFleet:
                 "HOME": str(root),
                 "CRONFLEET_BOOTSTRAP_INIT": "foreground",
                 "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                # one download cache for every machine (each has its own HOME)
+                "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR")
+                or str(Path.home() / ".cache" / "pip"),
             }
             m = Machine(role, root, render(template, self.values(role)), env)
             m.write()
