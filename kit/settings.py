@@ -279,6 +279,13 @@ class Settings(BaseSettings):
         default=False,
         description="Mark the console cookie Secure even on plain HTTP (behind a TLS proxy).",
     )
+    operator_tenant: str = Field(
+        default="",
+        max_length=200,
+        description="The operator's own tenant: its tokens with the `admin` scope see the "
+        "fleet-wide view (GET /v1/fleet, the console's fleet page). A tenant that runs no "
+        "customer's jobs. Empty: no token does (the services' metrics ports still do).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

@@ -1343,12 +1343,12 @@ def measure_command_tasks(
     command runner: the task policy, the process spawned in its own group, waited for),
     and the command's own CPU (its process, reaped by the worker); n commands due at one
     second per round."""
-    from kit.tasks.policy import PolicySource
+    from kit.tasks.policy import PolicySource, local_policy_toml
 
     rounds: list[TaskRound] = []
     with tempfile.TemporaryDirectory() as tmp:
         policy = Path(tmp) / "tasks.toml"
-        policy.write_text(f"[tenants.t]\ncommands = {json.dumps([argv[0]])}\n")
+        policy.write_text(local_policy_toml("t", [argv[0]]))  # as nobody where root
         w = _task_worker(PolicySource(str(policy)))
         spec = {"type": "command", "argv": list(argv)}
         try:

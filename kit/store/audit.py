@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select
 
-from kit.core.audit import redacted
+from kit.core.audit import redacted, shown_changes
 from kit.core.errors import FieldError
 from kit.core.jitter import jitter_offset_ms
 from kit.core.owed import ScheduleEra
@@ -141,7 +141,7 @@ def audit_list(
             actor=row.actor,
             action=row.action,
             version=row.version,
-            changes=dict(row.changes),
+            changes=shown_changes(row.changes),
         )
         for row in rows[:limit]
     ]

@@ -26,7 +26,6 @@ Authorization header.
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
 import ssl
 import weakref
@@ -39,7 +38,15 @@ from typing import Any, Literal, get_args
 from pydantic import Field, field_validator, model_validator
 from yarl import URL
 
-from kit.core.redaction import ALWAYS_SECRET_HEADERS, MASK, scrub, scrub_excerpt
+from kit.core.redaction import (
+    ALWAYS_SECRET_HEADERS,
+    MASK,
+    basic_credential,
+    is_masked_url,
+    scrub,
+    scrub_excerpt,
+    url_userinfo,
+)
 from kit.tasks.context import Cancel, CancelFlag, RunContext, TaskResult
 from kit.tasks.egress import AllowList, EgressRefused, IPAddress, checked_address_async
 from kit.tasks.http_client import (
@@ -86,7 +93,14 @@ NOT_STARTED = TaskResult(
 
 class HttpTask(TaskSpec):
     type: Literal["http"]
-    url: str = Field(min_length=1, max_length=4096)
+    url: str = Field(
+        min_length=1,
+        max_length=4096,
+        description=(
+            "Credentials in it (`https://user:pass@host/`) are sent as `Authorization: "
+            f"Basic` and are secret like that header: shown as `https://{MASK}@host/`."
+        ),
+    )
     method: Method
     headers: dict[str, str] = Field(default_factory=dict)
     secret_headers: list[str] = Field(
@@ -105,6 +119,11 @@ class HttpTask(TaskSpec):
         scheme, sep, rest = value.partition("://")
         if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
             raise ValueError("must be an absolute http:// or https:// URL")
+        if is_masked_url(value):  # write-only, as a secret header's value (spec.no_mask)
+            raise ValueError(
+                f"has {MASK!r} as its credentials, how the API shows them; send the "
+                "credentials themselves"
+            )
         return value
 
     @model_validator(mode="after")
@@ -179,9 +198,9 @@ def _prepared(
         f"{method} {url.raw_path_qs or '/'} HTTP/1.1",
         f"Host: {url.host_port_subcomponent}",
     ]
-    if url.user is not None and "authorization" not in folded:
-        basic = base64.b64encode(f"{url.user}:{url.password or ''}".encode()).decode()
-        lines.append(f"Authorization: Basic {basic}")
+    userinfo = url_userinfo(url_text)  # the credential kit.core.redaction scrubs
+    if userinfo and "authorization" not in folded:
+        lines.append(f"Authorization: Basic {basic_credential(userinfo)}")
     if "user-agent" not in folded:
         lines.append(f"User-Agent: {USER_AGENT}")
     lines += [f"{k}: {v}" for k, v in mine]

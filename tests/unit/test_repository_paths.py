@@ -29,8 +29,9 @@ DOCS_LIMIT_BYTES = 3 * 1024 * 1024
 # Not the repository's own text: local state and tool output never committed.
 _UNTRACKED_DIRS = {".git", "out", "mutants", ".cronfleet", "build", "dist", "node_modules"}
 
-# A `../` path, not part of `.../` (an ellipsis) or of a longer name.
-_CLIMB = re.compile(r"(?<![\w.])((?:\.\./)+[\w.\-/]*)")
+# A `../` path, not part of `.../` (an ellipsis), of a longer name or of an absolute
+# path (`/srv/acme/../x` is a value under test, not a reference).
+_CLIMB = re.compile(r"(?<![\w./])((?:\.\./)+[\w.\-/]*)")
 # The workspace root and home directories; written so this file does not match itself.
 _WORKSPACE = re.compile(r"(?<![\w.~-])/wor[k]/")
 _HOME = re.compile(r"(?<![\w.~-])/(?:roo[t]|hom[e]/[^/\s\"'`]+|User[s]/[^/\s\"'`]+)/([^\s\"'`)]*)")
