@@ -86,6 +86,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=50_000)
+    ap.add_argument(
+        "--lead-s", type=int, default=40, help="the burst's second T = now + this (life_of_a_run)"
+    )
     ap.add_argument("--before", type=float, default=1.0, help="sample from T - this (s)")
     ap.add_argument("--after", type=float, default=1.0, help="sample until T + this (s)")
     ap.add_argument(
@@ -111,6 +114,7 @@ def main() -> None:
         [
             *(sys.executable, "-u", "benchmarks/life_of_a_run.py", "--mode", "burst"),
             *("--jobs", str(args.jobs), "--workers", "2", "--concurrency", "1024"),
+            *("--lead-s", str(args.lead_s)),
             *("--out", str(args.out)),
         ],
         cwd=REPO,

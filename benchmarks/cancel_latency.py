@@ -36,6 +36,7 @@ from kit.store import migrate
 from kit.store.db import engine_for
 from kit.store.jobs import JobCreate, JobSpec, job_create
 from kit.store.run_cancel import run_cancel
+from kit.tasks.policy import PolicySource
 from kit.transport import RunMessage, RunPublisher, TieredConsumer, ensure_topics
 from kit.worker.worker import Worker, task_executor
 
@@ -144,10 +145,13 @@ def main() -> None:
         consumer = TieredConsumer(settings.kafka_bootstrap, f"g-{prefix}", topic_prefix=prefix)
         pid_dir = Path(tempfile.mkdtemp(prefix="cf-cancel-"))
         script = f'echo $$ > "{pid_dir}/$CRONFLEET_RUN_ID"; exec sleep 300'
+        # the operator's task policy: tenant bench may run /bin/sh (no policy, no command)
+        policy = pid_dir / "tasks.toml"
+        policy.write_text('[tenants.bench]\ncommands = ["/bin/sh"]\n')
         spec = JobSpec(
             "sleeper",
             parse_schedule({"every_s": 86_400}, now=datetime.now(UTC)),
-            {"type": "command", "argv": ["sh", "-c", script]},
+            {"type": "command", "argv": ["/bin/sh", "-c", script]},
             {"max_attempts": 1},
             {"kind": "run_once", "deadline_s": 60},
             timeout_s=3600,
@@ -155,7 +159,7 @@ def main() -> None:
         job = job_create(engine, JobCreate("bench", spec)).job.job_id
         worker = Worker(
             engine, consumer, publisher, "bench-worker", 4, settings.run_lease_ttl_ms,
-            execute=task_executor(),
+            execute=task_executor(PolicySource(policy)),
         )  # fmt: skip
         told: dict[str, float] = {}
         hear = worker.stop_cancelled
