@@ -118,7 +118,7 @@ def burst_complete(r: dict[str, Any], jobs: int) -> None:
     assert (r["dropped"], r["executed_twice"], r["published_twice"]) == (0, 0, 0)
     assert set(r["cpu_by_phase_s"]) == {"idle", "ahead", "after"}
     assert sum(w["runs"] for w in r["runs_by_worker"].values()) == jobs
-    assert all(v.endswith("/kit") for v in r["kit_imported"].values()), r["kit_imported"]
+    assert set(r["kit_imported"].values()) == {str(REPO / "kit")}  # this tree's kit
 
 
 @stack
@@ -307,7 +307,7 @@ def test_run_history_and_its_plans(kept_database: str, tmp_path: Path) -> None:
     r = read(tmp_path / "h.json")
     assert [d["day"] for d in r["days"]] == list(range(days))
     for d in r["days"]:
-        assert (d["reaped"], d["published"], d["due_rows"], d["busy"]) == (64, 64, 20, [])
+        assert (d["reaped"], d["published"], d["due_rows"]) == (64, 64, 20)
         assert len(d["claim_finish_ms"]) == 5 and len(d["lookup_ms"]) == 20
     first = r["days"][0]["date"].replace("-", "")[4:]
     dropping = [d for d in r["days"] if first in d["dropped"]]
