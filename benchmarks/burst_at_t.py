@@ -139,6 +139,9 @@ def main() -> None:
     sched = {pid: thread_names(pid) for pid in scheduler_pids()}
     owners = socket_owners([*names, *sched, *fleet_pids(), bench.pid])
     sampler = Sampler(names, bench.pid, owners, sched)
+    # every task of the machine opened and named now (on a busy machine, a second or more),
+    # so the first sweep falls at T - before, not after it
+    sampler.refresh()
     time.sleep(max(0.0, t - args.before - time.time()))
     fine = (-0.2, 0.6, args.fine_ms / 1000) if args.fine_ms > 0 else None
     sampler.run(t, t - args.before, t + args.after, args.period_ms / 1000, fine)
