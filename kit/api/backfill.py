@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
+from kit.api.ids import JobId
 from kit.api.state import engine_of, settings_of
 from kit.core.owed import check_instant
 from kit.core.schedule import parse_instant
@@ -43,13 +44,13 @@ class BackfillOut(BaseModel):
 
 
 @router.post(
-    "/jobs/{job_id}:backfill",
+    "/jobs/{job_id:id}:backfill",
     status_code=202,
     response_model=BackfillOut,
     summary="Create the runs the schedule owed in a past range (deterministic run ids)",
 )
 async def backfill_job(
-    job_id: str, body: BackfillIn, request: Request, caller: Caller
+    job_id: JobId, body: BackfillIn, request: Request, caller: Caller
 ) -> BackfillOut:
     """Every fire of the job's schedule with a time in [from, to) (the schedule in force
     at that time, the DST rule applied, before the job existed the one it was created

@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from kit.api.auth import Caller, principal
 from kit.api.body import StrictJsonRoute
 from kit.api.errors import ApiError
+from kit.api.ids import BodyJobId, JobIdFilter, RunId
 from kit.api.models import RunStatusName
 from kit.core.errors import FieldError
 from kit.core.schedule import check_instant_range
@@ -67,7 +68,7 @@ class DeadLetterPageOut(BaseModel):
 class BulkReplayIn(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    job_id: str | None = None
+    job_id: BodyJobId | None = None
     dead_from: datetime | None = Field(
         default=None, alias="from", description="dead at or after this instant"
     )
@@ -104,7 +105,7 @@ def _aware(value: datetime | None, field: str) -> datetime | None:
 def list_dead_letters(
     request: Request,
     caller: Caller,
-    job_id: Annotated[str | None, Query(description="only this job's")] = None,
+    job_id: JobIdFilter = None,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
     limit: Annotated[int, Query(ge=1, le=store.MAX_PAGE)] = 50,
 ) -> DeadLetterPageOut:
@@ -116,11 +117,11 @@ def list_dead_letters(
 
 
 @router.get(
-    "/dead-letters/{run_id}",
+    "/dead-letters/{run_id:id}",
     response_model=DeadLetterOut,
     summary="A dead letter with its error history",
 )
-def get_dead_letter(run_id: str, request: Request, caller: Caller) -> DeadLetterOut:
+def get_dead_letter(run_id: RunId, request: Request, caller: Caller) -> DeadLetterOut:
     try:
         return DeadLetterOut.of(store.dead_letter_get(_engine(request), caller.tenant, run_id))
     except RunNotFound as exc:
@@ -128,12 +129,12 @@ def get_dead_letter(run_id: str, request: Request, caller: Caller) -> DeadLetter
 
 
 @router.post(
-    "/dead-letters/{run_id}:replay",
+    "/dead-letters/{run_id:id}:replay",
     response_model=DeadLetterOut,
     summary="Replay one dead run: same run id, next attempt, fresh attempt budget",
     responses={409: {"description": "the run is not dead: it was already replayed"}},
 )
-def replay_dead_letter(run_id: str, request: Request, caller: Caller) -> DeadLetterOut:
+def replay_dead_letter(run_id: RunId, request: Request, caller: Caller) -> DeadLetterOut:
     try:
         record = store.dead_letter_replay(_engine(request), caller.tenant, run_id)
     except RunNotFound as exc:

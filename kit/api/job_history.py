@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
+from kit.api.ids import JobId
 from kit.api.models import RunStatusName, RunTrigger
 from kit.api.state import engine_of, settings_of
 from kit.core.owed import DUE_GRACE_MS, MAX_EXPLAIN_FIRES, Outcome, check_instant, dst_note
@@ -39,12 +40,12 @@ class AuditPageOut(BaseModel):
 
 
 @router.get(
-    "/jobs/{job_id}/audit",
+    "/jobs/{job_id:id}/audit",
     response_model=AuditPageOut,
     summary="A job's audit log, newest first: who changed what, when",
 )
 async def job_audit(
-    job_id: str,
+    job_id: JobId,
     request: Request,
     caller: Caller,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
@@ -163,13 +164,13 @@ def explain_out(done: explain_store.Explanation) -> ExplainOut:
 
 
 @router.get(
-    "/jobs/{job_id}/explain",
+    "/jobs/{job_id:id}/explain",
     response_model=ExplainOut,
     response_model_by_alias=True,
     summary="Why didn't my job run? Every fire the schedule owed in a range, and its fate",
 )
 async def explain_job(
-    job_id: str,
+    job_id: JobId,
     request: Request,
     caller: Caller,
     start: Annotated[

@@ -284,3 +284,28 @@ def test_body_that_is_not_json_is_422_in_the_common_shape(
     response = client.post("/v1/jobs", content=b"{not json", headers=headers)
     assert response.status_code == 422
     assert problems(response) == {"body": "is not valid JSON"}
+
+
+@pytest.mark.parametrize(
+    ("path", "allow"),
+    [
+        ("/v1/jobs", "GET, POST"),
+        ("/v1/jobs/0f8e4c2a-9d1b-4f6e-8a3c-5b7d9e1f2a4c", "DELETE, GET, PATCH"),
+        ("/v1/jobs/0f8e4c2a-9d1b-4f6e-8a3c-5b7d9e1f2a4c/runs", "GET, POST"),
+        ("/v1/jobs/0f8e4c2a-9d1b-4f6e-8a3c-5b7d9e1f2a4c:backfill", "POST"),
+        ("/v1/runs/0f8e4c2a-9d1b-4f6e-8a3c-5b7d9e1f2a4c:cancel", "POST"),
+        ("/v1/dead-letters/0f8e4c2a-9d1b-4f6e-8a3c-5b7d9e1f2a4c:replay", "POST"),
+    ],
+)
+def test_a_405_names_every_method_of_the_path(
+    client: TestClient, auth: Headers, path: str, allow: str
+) -> None:
+    """HTTP wants a 405 to carry `Allow` with the methods the resource supports: all of
+    them, though they are routes of their own, and not those of a route whose id would
+    swallow the `:action` suffix (`/v1/runs/{run_id}` for `/v1/runs/<id>:cancel`)."""
+    headers = auth("acme", ("read", "write"))
+    for method in ("OPTIONS", "PUT"):
+        response = client.request(method, path, headers=headers)
+        assert response.status_code == 405, (method, path, response.text)
+        assert response.headers.get("allow") == allow, (method, path, response.headers)
+        assert response.json()["error"]["code"] == "method_not_allowed"
