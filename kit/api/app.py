@@ -28,6 +28,7 @@ from kit.api.models import ErrorOut
 from kit.api.queues import router as queues_router
 from kit.api.routes import router
 from kit.api.run_cancel import router as run_cancel_router
+from kit.api.safe_log import UnhandledErrors
 from kit.api.schedule_preview import router as schedule_preview_router
 from kit.settings import Settings, load_settings
 from kit.store.db import async_engine_for, engine_for
@@ -116,7 +117,9 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.add_middleware(
         BearerAuth, engine=lambda: app.state.async_engine, cache=app.state.token_cache
     )
-    app.add_middleware(RequestMetrics)  # outermost: counts refused requests too
+    app.add_middleware(RequestMetrics)  # counts refused requests too
+    # outermost: an exception no handler took is a 500 and a log line without its text
+    app.add_middleware(UnhandledErrors)
     app.add_route("/metrics", metrics_endpoint, include_in_schema=False)
 
     @app.get("/healthz", tags=["health"], summary="Liveness and database reachability")
