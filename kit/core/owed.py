@@ -28,6 +28,7 @@ from croniter import croniter
 
 from kit.core.errors import FieldError
 from kit.core.ids import run_id as make_run_id
+from kit.core.retention import run_history_cutoff_ms
 from kit.core.schedule import CronSchedule, Schedule, next_fire
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.core.trigger import (
@@ -275,15 +276,29 @@ def plan_backfill(
     now: datetime,
     max_runs: int,
     written_ahead_ms: int = 0,
+    run_retention_s: int | None = None,
 ) -> BackfillPlan:
     """The fires a backfill of [start, end) asks for. The range must be in the past (a
-    future fire is the scheduler's to make) and owe at most `max_runs` fires. Before the
-    job existed, the schedule it was created with is taken as owed (that is what a
-    backfill of a new job is for)."""
+    future fire is the scheduler's to make), within the run history's retention (a run
+    scheduled before it would be written, run and then expired by the next maintenance
+    pass: refused rather than done and silently dropped), and owe at most `max_runs`
+    fires. Before the job existed, the schedule it was created with is taken as owed
+    (that is what a backfill of a new job is for)."""
     if end <= start:
         raise FieldError("to", "must be after from")
     if end > now:
         raise FieldError("to", f"is in the future; a backfill ends at most now ({_iso(now)})")
+    if run_retention_s is not None:
+        kept_from = from_epoch_ms(run_history_cutoff_ms(to_epoch_ms(now), run_retention_s))
+        if start < kept_from:
+            days = run_retention_s / 86_400
+            raise FieldError(
+                "from",
+                f"is before {_iso(kept_from)}: run history is kept "
+                f"{days:g} day{'' if days == 1 else 's'} (CRONFLEET_RUN_RETENTION_S), so runs "
+                "scheduled earlier would be expired by the next maintenance pass; "
+                f"backfill from {_iso(kept_from)} or later",
+            )
     if eras:
         first = eras[0]
         eras = [ScheduleEra(first.schedule, None, first.jitter_offset_ms, first.version), *eras[1:]]
