@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from kit.api import errors
 from kit.api.auth import BearerAuth, TokenCache
 from kit.api.backfill import router as backfill_router
+from kit.api.compute import limiter as cpu_limiter
 from kit.api.console import install as install_console
 from kit.api.dead_letters import router as dead_letters_router
 from kit.api.fleet import router as fleet_router
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.async_engine = async_engine
     app.state.db_pool = db_pool
     app.state.task_policy = task_policy  # the operator's file, re-read when it changes
+    app.state.cpu_limiter = cpu_limiter()  # previews and explain, a few at a time
     errors.install(app)
     app.include_router(router, responses=_ERROR_RESPONSES)
     app.include_router(dead_letters_router, responses=_ERROR_RESPONSES)

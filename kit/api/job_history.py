@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
+from kit.api.compute import cpu_bound
 from kit.api.ids import JobId
 from kit.api.models import RunStatusName, RunTrigger
 from kit.api.state import engine_of, settings_of
@@ -185,9 +186,11 @@ async def explain_job(
     force at that time, from the job's audit log, with the DST rule of kit.core applied)
     and its outcome: `ran` (with the run's status), `skipped` (with the reason: paused,
     overlap, misfire), `not_yet_due` (in the future, or due less than 30 s ago), or
-    `missing`: due, and no run was recorded, which is a bug to report."""
+    `missing`: due, and no run was recorded, which is a bug to report. The range spans
+    at most 366 days (422 naming `from` beyond)."""
     start_at, end_at = _range(start, end)
-    done = await run_in_threadpool(
+    done = await cpu_bound(
+        request,
         lambda: explain_store.job_explain(
             engine_of(request),
             caller.tenant,
@@ -197,6 +200,6 @@ async def explain_job(
             limit=limit,
             due_grace_ms=DUE_GRACE_MS,
             written_ahead_ms=settings_of(request).scan_ahead_ms,
-        )
+        ),
     )
     return explain_out(done)

@@ -3,13 +3,14 @@ command line (the same kit.core code the scheduler runs, DST rule included)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
 from kit.api.auth import principal
+from kit.api.compute import cpu_bound
 from kit.core.errors import FieldError
 from kit.core.owed import check_instant, dst_note
 from kit.core.schedule import CronSchedule, next_fires, parse_instant, parse_schedule
@@ -17,6 +18,11 @@ from kit.core.schedule import schedule_to_dict as _to_dict
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(principal)], tags=["schedules"])
 MAX_COUNT = 1000
+# How far past `after` a preview looks for fires: a schedule that fires rarer than
+# `count` in that span is answered with the fires it has there. With the count, this
+# bounds one preview's work (a leap-day cron once listed 1,000 fires over 4,000 years).
+MAX_SPAN_YEARS = 100
+_MAX_SPAN = timedelta(days=36_525)
 
 
 class PreviewFireOut(BaseModel):
@@ -28,6 +34,10 @@ class PreviewFireOut(BaseModel):
 class PreviewOut(BaseModel):
     schedule: dict[str, Any]
     after: datetime
+    until: datetime = Field(
+        description=f"fires are looked for up to this instant ({MAX_SPAN_YEARS} years after "
+        "`after`): fewer than `count` fires means none other before it"
+    )
     fires: list[PreviewFireOut]
 
 
@@ -38,13 +48,15 @@ def preview(data: dict[str, Any], after: datetime, count: int) -> PreviewOut:
     except FieldError as exc:  # the fields are query parameters here, not schedule.*
         raise FieldError(exc.field.removeprefix("schedule."), exc.reason) from None
     zone = schedule.zone if isinstance(schedule, CronSchedule) else UTC
+    until = after + _MAX_SPAN
     try:
-        fires = next_fires(schedule, after, count)
+        fires = next_fires(schedule, after, count, until)
     except (OverflowError, ValueError) as exc:  # a schedule running past the year 9999
         raise FieldError("count", "the fires run past the last representable time") from exc
     return PreviewOut(
         schedule=_to_dict(schedule),
         after=after,
+        until=until,
         fires=[
             PreviewFireOut(
                 utc=fire, local=fire.astimezone(zone).isoformat(), dst=dst_note(schedule, fire)
@@ -59,7 +71,8 @@ def preview(data: dict[str, Any], after: datetime, count: int) -> PreviewOut:
     response_model=PreviewOut,
     summary="Preview the next fire times of a schedule (cron with a time zone, interval, at)",
 )
-def next_fires_preview(
+async def next_fires_preview(
+    request: Request,
     cron: Annotated[str | None, Query(description="cron expression, e.g. `30 2 * * *`")] = None,
     timezone: Annotated[str | None, Query(description="IANA zone for cron (default UTC)")] = None,
     every_s: Annotated[int | None, Query(description="fixed interval in seconds")] = None,
@@ -69,7 +82,8 @@ def next_fires_preview(
     count: Annotated[int, Query(ge=1, le=MAX_COUNT)] = 5,
 ) -> PreviewOut:
     """Exactly one of `cron`, `every_s` or `at`; the answer lists each fire in UTC and in
-    the schedule's zone, and says where a DST change moved or merged a fire."""
+    the schedule's zone, and says where a DST change moved or merged a fire. Fires are
+    looked for up to 100 years after `after` (`until` in the answer)."""
     start = check_instant(parse_instant(after, "after"), "after") if after else datetime.now(UTC)
     data: dict[str, Any] = {
         k: v
@@ -82,4 +96,4 @@ def next_fires_preview(
         }.items()
         if v is not None
     }
-    return preview(data, start, count)
+    return await cpu_bound(request, preview, data, start, count)
