@@ -26,6 +26,7 @@ from kit.api.jobs_list import router as jobs_list_router
 from kit.api.limits import BodyLimit
 from kit.api.metrics import RequestMetrics, metrics_endpoint
 from kit.api.models import ErrorOut
+from kit.api.openapi import declare_body_rules
 from kit.api.queues import router as queues_router
 from kit.api.routes import router
 from kit.api.run_cancel import router as run_cancel_router
@@ -153,7 +154,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                 if path.startswith("/v1"):
                     for operation in operations.values():
                         operation["security"] = [{"bearer": []}]
-            app.openapi_schema = schema
+            app.openapi_schema = declare_body_rules(schema)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
 from kit.api.body import StrictJsonRoute
+from kit.api.declared import HISTORY_INSTANT, INSTANT_DOC
 from kit.api.errors import ApiError
 from kit.api.ids import JobId
 from kit.api.models import ErrorOut
@@ -27,8 +28,12 @@ router = APIRouter(
 class BackfillIn(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    start: str = Field(alias="from", description="ISO 8601 instant with an offset, inclusive")
-    end: str = Field(alias="to", description="ISO 8601 instant with an offset, exclusive; <= now")
+    start: str = Field(
+        alias="from", pattern=HISTORY_INSTANT, description=f"{INSTANT_DOC}, inclusive"
+    )
+    end: str = Field(
+        alias="to", pattern=HISTORY_INSTANT, description=f"{INSTANT_DOC}, exclusive; at most now"
+    )
 
 
 class BackfilledRunOut(BaseModel):

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kit.api.auth import Caller, IdempotencyKey, principal
 from kit.api.body import StrictJsonRoute
+from kit.api.declared import Whole
 from kit.api.errors import ApiError
 from kit.api.ids import BodyTaskId, TaskId
 from kit.api.models import QueueTaskStatus
@@ -44,9 +45,9 @@ class _Strict(BaseModel):
 
 class TaskIn(_Strict):
     payload: Any = Field(description="Any JSON value, handed to the worker as is.")
-    delay_sec: int = Field(default=0, ge=0, le=86_400)
-    max_attempts: int = Field(default=3, ge=1, le=MAX_ATTEMPTS)
-    timeout_sec: int = Field(
+    delay_sec: Whole = Field(default=0, ge=0, le=86_400)
+    max_attempts: Whole = Field(default=3, ge=1, le=MAX_ATTEMPTS)
+    timeout_sec: Whole = Field(
         default=300,
         ge=1,
         le=86_400,
@@ -69,8 +70,8 @@ class TaskBatchOut(BaseModel):
 
 class LeaseIn(_Strict):
     worker_id: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
-    max_tasks: int = Field(default=1, ge=1, le=queue_store.MAX_LEASE_TASKS)
-    lease_sec: int = Field(default=60, ge=1, le=3600)
+    max_tasks: Whole = Field(default=1, ge=1, le=queue_store.MAX_LEASE_TASKS)
+    lease_sec: Whole = Field(default=60, ge=1, le=3600)
 
 
 class LeasedTaskOut(BaseModel):
@@ -138,7 +139,7 @@ class NackOut(BaseModel):
 
 class HeartbeatIn(_Strict):
     lease_token: LeaseToken
-    extend_sec: int = Field(ge=1, le=3600)
+    extend_sec: Whole = Field(ge=1, le=3600)
 
 
 class HeartbeatOut(BaseModel):

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 
 from kit.api.auth import Caller, IdempotencyKey, principal
 from kit.api.body import StrictJsonRoute
+from kit.api.declared import Cursor
 from kit.api.errors import ApiError
 from kit.api.ids import JobId, RunId
 from kit.api.models import (
@@ -26,6 +27,7 @@ from kit.api.models import (
     JobPatch,
     RunOut,
     RunPageOut,
+    RunStatusName,
     check_limits,
     check_one_off_grace,
     check_task_size,
@@ -225,8 +227,8 @@ async def list_runs(
     job_id: JobId,
     request: Request,
     caller: Caller,
-    status: Annotated[str | None, Query(description="only runs in this status")] = None,
-    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
+    status: Annotated[RunStatusName | None, Query(description="only runs in this status")] = None,
+    cursor: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=run_store.MAX_PAGE)] = 50,
 ) -> Response:
     page = await run_store.runs_list_async(

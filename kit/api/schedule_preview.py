@@ -11,9 +11,19 @@ from pydantic import BaseModel, Field
 
 from kit.api.auth import principal
 from kit.api.compute import cpu_bound
+from kit.api.declared import CRON, HISTORY_INSTANT, INSTANT, INSTANT_DOC, TIMEZONE
 from kit.core.errors import FieldError
 from kit.core.owed import check_instant, dst_note
-from kit.core.schedule import CronSchedule, next_fires, parse_instant, parse_schedule
+from kit.core.schedule import (
+    MAX_CRON_CHARS,
+    MAX_INTERVAL_S,
+    MAX_TIMEZONE_CHARS,
+    MIN_INTERVAL_S,
+    CronSchedule,
+    next_fires,
+    parse_instant,
+    parse_schedule,
+)
 from kit.core.schedule import schedule_to_dict as _to_dict
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(principal)], tags=["schedules"])
@@ -73,12 +83,38 @@ def preview(data: dict[str, Any], after: datetime, count: int) -> PreviewOut:
 )
 async def next_fires_preview(
     request: Request,
-    cron: Annotated[str | None, Query(description="cron expression, e.g. `30 2 * * *`")] = None,
-    timezone: Annotated[str | None, Query(description="IANA zone for cron (default UTC)")] = None,
-    every_s: Annotated[int | None, Query(description="fixed interval in seconds")] = None,
-    anchor: Annotated[str | None, Query(description="interval anchor (ISO 8601)")] = None,
-    at: Annotated[str | None, Query(description="one-off time (ISO 8601)")] = None,
-    after: Annotated[str | None, Query(description="ISO 8601 with offset; default now")] = None,
+    cron: Annotated[
+        str | None,
+        Query(
+            pattern=CRON,
+            min_length=9,
+            max_length=MAX_CRON_CHARS,
+            description="cron expression, e.g. `30 2 * * *` (whether croniter takes it and "
+            "whether it ever fires is not declared)",
+        ),
+    ] = None,
+    timezone: Annotated[
+        str | None,
+        Query(
+            pattern=TIMEZONE,
+            max_length=MAX_TIMEZONE_CHARS,
+            description="IANA zone for cron (default UTC; whether the server knows it is not "
+            "declared)",
+        ),
+    ] = None,
+    every_s: Annotated[
+        int | None,
+        Query(ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, description="fixed interval in seconds"),
+    ] = None,
+    anchor: Annotated[
+        str | None, Query(pattern=INSTANT, description=f"interval anchor ({INSTANT_DOC})")
+    ] = None,
+    at: Annotated[
+        str | None, Query(pattern=INSTANT, description=f"one-off time ({INSTANT_DOC})")
+    ] = None,
+    after: Annotated[
+        str | None, Query(pattern=HISTORY_INSTANT, description=f"{INSTANT_DOC}; default now")
+    ] = None,
     count: Annotated[int, Query(ge=1, le=MAX_COUNT)] = 5,
 ) -> PreviewOut:
     """Exactly one of `cron`, `every_s` or `at`; the answer lists each fire in UTC and in

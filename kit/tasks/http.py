@@ -86,7 +86,12 @@ NOT_STARTED = TaskResult(
 
 class HttpTask(TaskSpec):
     type: Literal["http"]
-    url: str = Field(min_length=1, max_length=4096)
+    url: str = Field(
+        min_length=1,
+        max_length=4096,
+        # what `_url` checks, declared (the API's document; `_url` words the refusal)
+        json_schema_extra={"pattern": "^[Hh][Tt][Tt][Pp][Ss]?://[^/\u0000][^\u0000]*$"},
+    )
     method: Method
     headers: dict[str, str] = Field(default_factory=dict)
     secret_headers: list[str] = Field(
