@@ -109,6 +109,9 @@ def schedule_input(value: Any) -> Any:
     cron = out.get("cron")
     if isinstance(cron, str) and len(cron) <= MAX_CRON_CHARS and not _CRON_RE.fullmatch(cron):
         raise FieldError("schedule.cron", CRON_REASON)
+    zone = out.get("timezone")
+    if zone is not None and not isinstance(zone, str):  # kit.core reads a falsy one as UTC
+        raise FieldError("schedule.timezone", "must be a time zone name, or null for UTC")
     for name in ("at", "anchor"):
         check_instant_text(out.get(name), f"schedule.{name}")
     if "every_s" in out:

@@ -159,7 +159,9 @@ class JobIn(_Strict):
 
 def _not_null(schema: dict[str, Any]) -> None:
     """An edit's fields may be left out, never sent as null (`changes` refuses null with
-    the field named): the document says so, though the model's fields default to None."""
+    the field named), and one at least is sent: the document says so, though the model's
+    fields default to None."""
+    schema["minProperties"] = 1
     for prop in schema.get("properties", {}).values():
         options = prop.get("anyOf")
         if options is not None:

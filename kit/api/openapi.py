@@ -61,10 +61,86 @@ number written with more than 100 digits; a 29 February of a year that is not a 
 year, an instant whose offset carries it out of its range
 (`1970-01-01T00:30:00+01:00`), and a range whose `to` is not after its `from`; that a
 `cursor` is one this API gave out; that `/v1/next-fires` takes exactly one of `cron`,
-`every_s` and `at`; that a backfill's range is in the past, within the run retention
-and owes at most the operator's limit of fires, and that explain's range spans at most
-366 days; that a one-off time is not past the operator's grace; a task or payload over
-the operator's size limit; a body nested deeper than 64 levels."""
+`every_s` and `at` (`timezone` with `cron` only, `anchor` with `every_s` only); that a
+backfill's range is in the past, within the run retention and owes at most the
+operator's limit of fires, and that explain's range spans at most 366 days; that a
+one-off time is not past the operator's grace; a task or payload over the operator's
+size limit; a body nested deeper than 64 levels."""
+
+
+# How one answer names the object the next request acts on (OpenAPI links): what a
+# client follows from a created job to its runs, from a leased task to its ack. Each is
+# (source method, source path, status, link name, target method, target path,
+# parameters, request body or None).
+_JOB = {"job_id": "$response.body#/job_id"}
+_RUN = {"run_id": "$response.body#/run_id"}
+_LEASED = {"task_id": "$response.body#/tasks/0/task_id"}
+_LEASE_TOKEN = {"lease_token": "$response.body#/tasks/0/lease_token"}
+_QUEUE = {"queue": "$request.path.queue"}
+_SAME_JOB = {"job_id": "$request.path.job_id"}
+LINKS: tuple[tuple[str, str, str, str, str, str, dict[str, str], dict[str, Any] | None], ...] = (
+    *(
+        ("post", "/v1/jobs", status, name, method, path, _JOB, None)
+        for status in ("201", "200")
+        for name, method, path in (
+            ("GetJob", "get", "/v1/jobs/{job_id}"),
+            ("EditJob", "patch", "/v1/jobs/{job_id}"),
+            ("DeleteJob", "delete", "/v1/jobs/{job_id}"),
+            ("ListRuns", "get", "/v1/jobs/{job_id}/runs"),
+            ("RunNow", "post", "/v1/jobs/{job_id}/runs"),
+            ("Audit", "get", "/v1/jobs/{job_id}/audit"),
+            ("Explain", "get", "/v1/jobs/{job_id}/explain"),
+            ("Backfill", "post", "/v1/jobs/{job_id}:backfill"),
+        )
+    ),
+    (
+        "delete",
+        "/v1/jobs/{job_id}",
+        "204",
+        "GetDeleted",
+        "get",
+        "/v1/jobs/{job_id}",
+        _SAME_JOB,
+        None,
+    ),
+    *(
+        ("post", "/v1/jobs/{job_id}/runs", status, name, method, path, _RUN, None)
+        for status in ("202", "200")
+        for name, method, path in (
+            ("GetRun", "get", "/v1/runs/{run_id}"),
+            ("CancelRun", "post", "/v1/runs/{run_id}:cancel"),
+        )
+    ),
+    *(
+        ("post", "/v1/queues/{queue}/tasks", "201", name, method, path, _QUEUE, body)
+        for name, method, path, body in (
+            ("Lease", "post", "/v1/queues/{queue}/lease", {"worker_id": "w"}),
+            ("Stats", "get", "/v1/queues/{queue}/stats", None),
+        )
+    ),
+    *(
+        ("post", "/v1/queues/{queue}/lease", "200", name, "post", path, _LEASED, body)
+        for name, path, body in (
+            ("Ack", "/v1/tasks/{task_id}/ack", _LEASE_TOKEN),
+            ("Nack", "/v1/tasks/{task_id}/nack", _LEASE_TOKEN),
+            ("Heartbeat", "/v1/tasks/{task_id}/heartbeat", {**_LEASE_TOKEN, "extend_sec": 30}),
+        )
+    ),
+)
+
+
+def declare_links(document: dict[str, Any]) -> dict[str, Any]:
+    paths = document.get("paths", {})
+    for method, path, status, name, target_method, target, parameters, body in LINKS:
+        source = paths.get(path, {}).get(method)
+        operation = paths.get(target, {}).get(target_method)
+        if source is None or operation is None or status not in source.get("responses", {}):
+            continue
+        link: dict[str, Any] = {"operationId": operation["operationId"], "parameters": parameters}
+        if body is not None:
+            link["requestBody"] = body
+        source["responses"][status].setdefault("links", {})[name] = link
+    return document
 
 
 def _is_any(schema: dict[str, Any]) -> bool:
@@ -118,6 +194,7 @@ def declare_body_rules(document: dict[str, Any]) -> dict[str, Any]:
             for media in operation.get("requestBody", {}).get("content", {}).values():
                 if "schema" in media:
                     media["schema"] = _declare(media["schema"])
+    declare_links(document)
     document.setdefault("info", {})["description"] = (
         document.get("info", {}).get("description", "") + NOT_DECLARED
     )
