@@ -47,18 +47,31 @@ INSTANT = rf"^{_ANY_YEAR}-{_DAY}{_TIME}{_OFFSET}$"
 # 1970 to 2199: a range of history or a preview (kit.core.owed.check_instant)
 HISTORY_INSTANT = rf"^(?:19[7-9][0-9]|2[01][0-9]{{2}})-{_DAY}{_TIME}{_OFFSET}$"
 INSTANT_REASON = (
-    "must be an RFC 3339 instant with seconds and an offset, e.g. 2030-01-01T09:00:00Z "
-    "or 2030-01-01T09:00:00+02:00"
+    "must be an RFC 3339 instant with seconds and an offset, between 1970-01-01 and "
+    "9998-12-31, e.g. 2030-01-01T09:00:00Z or 2030-01-01T09:00:00+02:00"
+)
+HISTORY_INSTANT_REASON = (
+    "must be an RFC 3339 instant with seconds and an offset, between 1970-01-01 and "
+    "2199-12-31, e.g. 2030-01-01T09:00:00Z or 2030-01-01T09:00:00+02:00"
 )
 INSTANT_DOC = "RFC 3339 instant with seconds and an offset (Z or ±hh:mm)"
 
 # Five fields of printable characters, separated by spaces or tabs; what each field
 # may say is croniter's to decide (not declared: the allowed list says so).
 CRON = r"^[ \t]*[!-~]+(?:[ \t]+[!-~]+){4}[ \t]*$"
-CRON_REASON = "must be five cron fields of printable ASCII separated by spaces, e.g. '0 3 * * *'"
+CRON_REASON = (
+    "must have 5 fields (minute hour day month weekday) of printable ASCII separated by "
+    "spaces, e.g. '0 3 * * *'"
+)
 TIMEZONE = r"^[A-Za-z0-9_+./-]*$"
 CURSOR = r"^[A-Za-z0-9_-]*$"
 MAX_CURSOR_CHARS = 2048
+
+TIMEZONE_REASON = "must be an IANA time zone name such as Europe/Paris"
+CURSOR_REASON = "is not a cursor returned by this API"
+NO_NUL_REASON = "must not contain NUL (\\u0000)"
+# What a refusal of each declared pattern says (kit.api.errors), instead of the pattern.
+PATTERN_REASONS: dict[str, str] = {}
 
 _INSTANT_RE = re.compile(INSTANT)
 _CRON_RE = re.compile(CRON)
@@ -210,3 +223,15 @@ MISFIRE_SCHEMA: dict[str, Any] = {
     },
     "additionalProperties": False,
 }
+
+
+PATTERN_REASONS.update(
+    {
+        INSTANT: INSTANT_REASON,
+        HISTORY_INSTANT: HISTORY_INSTANT_REASON,
+        CRON: CRON_REASON,
+        TIMEZONE: TIMEZONE_REASON,
+        CURSOR: CURSOR_REASON,
+        NO_NUL: NO_NUL_REASON,
+    }
+)

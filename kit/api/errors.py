@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
 from kit.api.body import InvalidBody
+from kit.api.declared import PATTERN_REASONS
 from kit.api.ids import ID_FIELDS, UUID_REASON
 from kit.api.models import SERVER_SET_FIELDS
 from kit.core.errors import FieldError
@@ -130,6 +131,10 @@ def _problem(error: dict[str, Any]) -> tuple[str, str]:
         return path, f"must be one of {', '.join(TASK_TYPES)}"
     if kind in _ID_REFUSALS and loc and loc[-1] in ID_FIELDS:
         return path, UUID_REASON
+    if kind == "string_pattern_mismatch":
+        pattern = str((error.get("ctx") or {}).get("pattern", ""))
+        if pattern in PATTERN_REASONS:
+            return path, PATTERN_REASONS[pattern]
     message = str(error.get("msg", "is invalid"))
     return path, message.removeprefix("Value error, ")
 
