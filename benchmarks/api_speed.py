@@ -7,10 +7,10 @@ appends every figure to --json; `--report` prints the table of every run and dra
 plot. The baseline is the kit at --baseline-ref, extracted with `git archive` and served
 from there in the same series, so both sides meet the same machine state.
 
-    python benchmarks/api_speed.py --series 1 --json docs/benchmarks/api_speed.json
-    (three times, each under scripts/quiet), then
-    python benchmarks/api_speed.py --report --json docs/benchmarks/api_speed.json \\
-        --plot docs/benchmarks/api_speed.png
+    python benchmarks/api_speed.py --series 1 --json benchmarks/results/api_speed/api_speed.json
+    (three times, with nothing else loading the machine), then
+    python benchmarks/api_speed.py --report --json benchmarks/results/api_speed/api_speed.json \\
+        --plot docs/plots/api_speed.png
 
 Mixes (offered load; the load generator shares the 2 cores, its CPU is in the figures):
 - queue, one call per task: producers enqueue one task per call at 1,000 tasks/s in all,
@@ -340,7 +340,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--json", default="docs/benchmarks/api_speed.json")
+    parser.add_argument("--json", default="out/api_speed.json")
     parser.add_argument("--series", type=int, default=1, help="series to run now")
     parser.add_argument(
         "--processes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4]

@@ -22,12 +22,12 @@ scan-ahead's start (T - 11 s) to past the last finish (T + 6 s), so the sampler 
 loads the machine it measures and every step is seen thread by thread (the `ahead` and
 `after` windows, a 250 ms timeline), and feeds both files to the calibration:
 
-    scripts/quiet python benchmarks/burst_at_t.py --before 11 --after 6 --period-ms 100 \
+    python benchmarks/burst_at_t.py --before 11 --after 6 --period-ms 100 \
         --out /tmp/cal
     cronfleet calibrate --only-worker-starts --storm-cpu /tmp/cal/burst-1node.json \
         --storm-at-t /tmp/cal/all_at_t.json --out sim/profiles/default.toml
 
-    scripts/quiet python benchmarks/burst_at_t.py --out /tmp/burst-at-t
+    python benchmarks/burst_at_t.py --out /tmp/burst-at-t
 
 Reading /proc costs the sampler, not the workers (no ptrace, no pause).
 """

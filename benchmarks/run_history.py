@@ -42,9 +42,9 @@ partitions and took seconds past 25 (docs/run-history.md); `--jit on` shows that
 
 Run (docs/run-history.md, N = 1..3):
         PYTHONPATH=. python benchmarks/run_history.py --max-minutes 9 \
-            --json docs/benchmarks/run_history/runN.json \
-            --plot docs/benchmarks/run_history/runN.png \
-            --explain docs/benchmarks/run_history/runN.explain.txt
+            --json benchmarks/results/run_history/runN.json \
+            --plot docs/plots/run_history.png \
+            --explain /tmp/run_history-runN.explain.txt
 Quick:  PYTHONPATH=. python benchmarks/run_history.py --days 4 --runs-per-day 5000
 """
 

@@ -14,6 +14,8 @@ Every task is `/bin/sh -c TASK_SCRIPT chaos-task MODE PRE_S WINDOW_S LEDGER_DIR`
 - MODE `naive` ignores the key: every execution that gets that far is an effect;
 - MODE `fail`, `hang`, `crash`, `killworker` are poison: exit 3; sleep past the job's
   timeout; die by SIGSEGV; SIGKILL the worker that runs it. None reaches an effect.
+  `killworker` needs a task allowed to signal its worker, so a worker of its own user:
+  a task run as another user (a root worker's run_as) cannot, and exits 3 instead.
 - PRE_S sleeps before the effect (work in progress when a fault lands); WINDOW_S sleeps
   after it, having appended `window` to window.log: the effect is made and the worker
   has not heard back yet (where drill 1 kills the worker).
@@ -40,7 +42,7 @@ case "$1" in
   fail) exit 3 ;;
   hang) sleep 3600; exit 0 ;;
   crash) kill -SEGV $$; exit 0 ;;
-  killworker) kill -KILL $PPID; sleep 2; exit 0 ;;
+  killworker) kill -KILL $PPID || exit 3; sleep 2; exit 0 ;;
 esac
 [ "$2" = 0 ] || sleep "$2"
 if [ "$1" = key ] && { [ -e "$L/done/$K" ] || grep -q "^effect $K " "$L/effects.log"; }; then
@@ -58,6 +60,8 @@ exit 0
 def task_spec(ledger: Path, mode: str, pre_s: float = 0.0, window_s: float = 0.0) -> dict:
     if mode not in MODES:
         raise ValueError(f"mode: one of {', '.join(MODES)}")
+    if not ledger.is_absolute():  # a task runs in its own directory: relative would miss
+        raise ValueError(f"ledger: {ledger} must be an absolute path")
     return {
         "type": "command",
         "argv": ["/bin/sh", "-c", TASK_SCRIPT, "chaos-task", mode, _num(pre_s), _num(window_s),
@@ -101,9 +105,13 @@ def kill_leftover_tasks(ledger: Path) -> list[int]:
 
 
 def prepare(ledger: Path) -> None:
+    """The ledger's files, writable by the tasks' run-as user (`nobody` under a root
+    worker): the logs they append to and the directory of markers they create."""
     (ledger / "done").mkdir(parents=True, exist_ok=True)
+    (ledger / "done").chmod(0o777)
     for name in ("exec.log", "effects.log", "window.log"):
         (ledger / name).touch()
+        (ledger / name).chmod(0o666)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from chaos.history import history_read
 from chaos.records import History, Params
 from chaos.stack import ChaosStack
 from chaos.workload import TENANT, Workload
+from kit.tasks.policy import local_policy_toml
 from kit.transport.progress import QueueProgress
 
 QUIET_TIMEOUT_S = 120.0
@@ -87,7 +88,8 @@ def free_port() -> int:
 
 def run_drill(drill: Drill, stack: ChaosStack, opts: RunOptions, command: str) -> DrillResult:
     started = time.monotonic()
-    out = opts.out / drill.name
+    # absolute: tasks run in a directory of their own and are handed the ledger's path
+    out = opts.out.resolve() / drill.name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     tag = f"{drill.number}{int(time.time()) % 100000:05d}"
@@ -204,7 +206,7 @@ def _context(
     instrument.install(engine)
     token = token_create(engine, TENANT, ("read", "write", "command")).token
     policy = out / "tasks.toml"
-    policy.write_text(f'[tenants.{TENANT}]\ncommands = ["/bin/sh"]\n')
+    policy.write_text(local_policy_toml(TENANT, ["/bin/sh"]))  # as nobody where root
     ledger_dir = out / "ledger"
     ledger.prepare(ledger_dir)
     api_port = free_port()

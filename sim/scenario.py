@@ -84,7 +84,7 @@ DEFAULTS: dict[str, Any] = {
         "run_ttl_s": defaults.RUN_LEASE_TTL_MS / 1000,
         "heartbeat_s": defaults.RUN_HEARTBEAT_MS / 1000,
         "scan_ahead_s": -1.0,  # < 0: the core's default (kit.core.dispatch.scan_window)
-        "undispatched_grace_s": defaults.UNDISPATCHED_GRACE_MS / 1000,
+        "unclaimed_grace_s": defaults.UNCLAIMED_GRACE_MS / 1000,
         "scan_batch_rows": defaults.SCAN_BATCH_ROWS,  # most due rows one scan takes
     },
     "reaper": {"period_s": defaults.REAPER_PERIOD_MS / 1000},

@@ -176,9 +176,6 @@ class WorkloadStream:
     def jobs(self) -> int:
         return sum(t.jobs for t in self.templates)
 
-    def source_names(self) -> list[str]:
-        return [f"{t.name} {t.zone}" for t in self.templates] + ["sparse"]
-
     @property
     def kinds(self) -> set[ScheduleKind]:
         """The schedule kinds of the runs this workload generates."""

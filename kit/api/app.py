@@ -78,6 +78,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         gc.collect()
         gc.freeze()
         yield
+        if sampler := getattr(app.state, "lag_sampler", None):  # kit.api.fleet's
+            sampler.close()
         await db_pool.close()
         await async_engine.dispose()
         if owned_engine:

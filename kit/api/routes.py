@@ -66,7 +66,7 @@ def task_refusal(
         return None
     if not caller.allows("command"):
         return f"{prefix}task.type", "a command task needs a token with the 'command' scope"
-    refusal = request.app.state.task_policy.current().command_refusal(caller.tenant, task["argv"])
+    refusal = request.app.state.task_policy.current().command_refusal(caller.tenant, task)
     if refusal is None:
         return None
     return f"{prefix}{refusal[0]}", refusal[1]

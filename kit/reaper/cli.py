@@ -49,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     reaper = Reaper(
         engine,
         publisher,
-        settings.undispatched_grace_ms,
+        settings.unclaimed_grace_ms,
         metrics,
         progress=progress,
         partitions=settings.partitions,

@@ -86,7 +86,7 @@ class Reaper:
         self,
         engine: Engine,
         publisher: RunPublisher,
-        undispatched_grace_ms: int,
+        unclaimed_grace_ms: int,
         metrics: ReaperMetrics | None = None,
         batch: int = DEFAULT_BATCH,
         progress: QueueProgress | None = None,
@@ -94,7 +94,7 @@ class Reaper:
     ) -> None:
         self.engine = engine
         self.publisher = publisher
-        self.grace_ms = undispatched_grace_ms
+        self.grace_ms = unclaimed_grace_ms
         self.metrics = metrics or ReaperMetrics()
         self.batch = batch
         self.progress = progress  # None: no lost-message check (no workers' group known)

@@ -95,24 +95,18 @@ class FinishResult:
     queued_next: RunPointer | None = None  # overlap 'queue': the run to publish now
 
 
-# Each wanted run is found by its key alone (OFFSET 0 keeps the lookup per row) and its
-# status checked once locked, above that fence. With statistics taken while no run was
-# pending, the planner otherwise joins through the pending runs by status: first it
-# read them all per batch (~25 ms in a 50,000-run burst); with the status beside the
-# key, it read a partial index of them whole per run claimed (15 ms a run at 50k
-# pending: issue 8's failing storms; tests/integration/test_plans_stale_stats.py).
-# The wanted ids come sorted, so rows are locked in run id order.
-#
-# Every statement that finds a batch of runs by id also bounds it (IN_BATCH: between the
-# batch's lowest and highest id). Run ids begin with their scheduled instant and `runs` is
-# partitioned by day on them (kit/store/run_history.py), so the planner keeps the one or
-# two days the batch falls in and plans as if the table had no other: without the bound
-# it plans every day of the retention, estimates a row per day per id, and at ~30 days
-# the claim's jobs join became a scan of jobs per run (docs/run-history.md). The bound is
-# a range, checked in O(1) beside the key: the batch's list there instead was evaluated
-# whole for every run looked up (a 50,000-run burst cost PostgreSQL 111 s of CPU). The
-# runs are looked up by key in a CTE computed once (MATERIALIZED), so the range never
-# drives a scan that repeats the lookups; the job's columns are read by key per run.
+# Rules of the batch statements below (tests/integration/test_plans_stale_stats.py holds
+# the plans they give with statistics taken while no run was pending):
+# - each wanted run is found by its key alone (OFFSET 0 keeps the lookup per row) and its
+#   status checked once locked, above that fence; a join through the pending runs by
+#   status reads all of them per batch or per run;
+# - the wanted ids come sorted, so rows are locked in run id order (no deadlock);
+# - every batch is bounded by its lowest and highest id (IN_BATCH): run ids begin with
+#   their scheduled instant and `runs` is partitioned by day on them, so the planner
+#   keeps the one or two days the batch falls in instead of every day of the retention
+#   (docs/run-history.md). The bound is a range, O(1) per row, never the batch's list;
+# - runs are looked up by key in a MATERIALIZED CTE, so the range never drives a scan
+#   that repeats the lookups; the job's columns are read by key per run.
 IN_BATCH = in_batch("r")
 _CLAIM = f"""
 WITH locked AS MATERIALIZED (

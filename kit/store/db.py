@@ -72,9 +72,8 @@ async def on_loop(
     engine's synchronous face, and each of its database waits suspends this coroutine
     (SQLAlchemy's greenlet bridge, as `AsyncConnection.run_sync`) instead of blocking a
     thread. The store keeps one copy of every function and its SQL, and a caller on an
-    event loop pays no hop to a worker thread and back (issue 16: 40 % of the API's CPU
-    went to that hop). `fn` must only wait on this engine: anything else it waits on
-    would block the loop."""
+    event loop pays no hop to a worker thread and back. `fn` must only wait on this
+    engine: anything else it waits on would block the loop."""
     return await greenlet_spawn(fn, engine.sync_engine, *args, **kwargs)
 
 

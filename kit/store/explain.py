@@ -10,7 +10,7 @@ written when the edit landed) are listed apart.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import Engine, text
 
@@ -125,8 +125,3 @@ def job_explain(
         next_from=next_from,
         history_complete=complete,
     )
-
-
-def default_range(now: datetime) -> tuple[datetime, datetime]:
-    """The last 24 hours and the next hour, when the caller names no range."""
-    return now - timedelta(hours=24), now + timedelta(hours=1)

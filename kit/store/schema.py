@@ -131,7 +131,8 @@ jobs = Table(
 )
 
 # The trigger index: one scheduler node scans its partitions with
-# `partition_id = :p AND fire_at <= now() + 5s`, which this primary key serves.
+# `partition_id = ANY(...) AND fire_at <= ` the end of its scan-ahead window, which this
+# primary key serves.
 # Migration 0004 sets its autovacuum storage parameters (every advance is a new row
 # version; see there), which MetaData does not carry.
 triggers = Table(

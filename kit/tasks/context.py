@@ -133,9 +133,6 @@ class Deadline:
         self.timeout_s = timeout_s
         self._at = time.monotonic() + timeout_s
 
-    def remaining_s(self) -> float:
-        return max(0.0, self._at - time.monotonic())
-
     def passed(self) -> bool:
         return time.monotonic() >= self._at
 

@@ -26,7 +26,6 @@ Authorization header.
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
 import ssl
 import weakref
@@ -39,7 +38,15 @@ from typing import Any, Literal, get_args
 from pydantic import Field, field_validator, model_validator
 from yarl import URL
 
-from kit.core.redaction import ALWAYS_SECRET_HEADERS, MASK, scrub, scrub_excerpt
+from kit.core.redaction import (
+    ALWAYS_SECRET_HEADERS,
+    MASK,
+    basic_credential,
+    is_masked_url,
+    scrub,
+    scrub_excerpt,
+    url_userinfo,
+)
 from kit.tasks.context import Cancel, CancelFlag, RunContext, TaskResult
 from kit.tasks.egress import AllowList, EgressRefused, IPAddress, checked_address_async
 from kit.tasks.http_client import (
@@ -89,8 +96,12 @@ class HttpTask(TaskSpec):
     url: str = Field(
         min_length=1,
         max_length=4096,
+        description=(
+            "Credentials in it (`https://user:pass@host/`) are sent as `Authorization: "
+            f"Basic` and are secret like that header: shown as `https://{MASK}@host/`."
+        ),
         # what `_url` checks, declared (the API's document; `_url` words the refusal)
-        json_schema_extra={"pattern": "^[Hh][Tt][Tt][Pp][Ss]?://[^/\u0000][^\u0000]*$"},
+        json_schema_extra={"pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://[^/\u0000][^\u0000]*$"},
     )
     method: Method
     headers: dict[str, str] = Field(default_factory=dict)
@@ -110,6 +121,11 @@ class HttpTask(TaskSpec):
         scheme, sep, rest = value.partition("://")
         if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
             raise ValueError("must be an absolute http:// or https:// URL")
+        if is_masked_url(value):  # write-only, as a secret header's value (spec.no_mask)
+            raise ValueError(
+                f"has {MASK!r} as its credentials, how the API shows them; send the "
+                "credentials themselves"
+            )
         return value
 
     @model_validator(mode="after")
@@ -184,9 +200,9 @@ def _prepared(
         f"{method} {url.raw_path_qs or '/'} HTTP/1.1",
         f"Host: {url.host_port_subcomponent}",
     ]
-    if url.user is not None and "authorization" not in folded:
-        basic = base64.b64encode(f"{url.user}:{url.password or ''}".encode()).decode()
-        lines.append(f"Authorization: Basic {basic}")
+    userinfo = url_userinfo(url_text)  # the credential kit.core.redaction scrubs
+    if userinfo and "authorization" not in folded:
+        lines.append(f"Authorization: Basic {basic_credential(userinfo)}")
     if "user-agent" not in folded:
         lines.append(f"User-Agent: {USER_AGENT}")
     lines += [f"{k}: {v}" for k, v in mine]

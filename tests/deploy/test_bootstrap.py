@@ -351,10 +351,35 @@ def test_rendered_bootstrap_runs_a_job_end_to_end(tmp_path: Path, database: str,
             assert cmdline[-len(args) :] == args, (exec_start, cmdline)
             assert cmdline[-len(args) - 1].endswith("/opt/bin/cronfleet"), cmdline
         _verify_units([m.root / "systemd" for m in machines])
+        _only_the_kit_installed(by_role["worker"])
     finally:
         for m in reversed(machines):
             m.stop()
         _delete_topics(stack.kafka_bootstrap, prefix)
+
+
+def _only_the_kit_installed(machine: Machine) -> None:
+    """The machine's venv holds the kit and what its services need: the model's, the
+    drills' and the load tests' libraries are extras, and their commands say so."""
+    venv = machine.root / "opt"
+    listed = subprocess.run(
+        [str(venv / "bin/python"), "-m", "pip", "list", "--format=json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    installed = {p["name"].lower() for p in json.loads(listed.stdout)}
+    assert "cronfleet" in installed
+    assert installed.isdisjoint({"simpy", "numpy", "matplotlib", "rich", "locust"}), installed
+    sim = subprocess.run(
+        [str(venv / "bin/cronfleet"), "sim", "top-of-hour"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(machine.root)},
+    )
+    assert sim.returncode == 2 and "pip install 'cronfleet[sim]'" in sim.stderr, sim.stderr
 
 
 def _answers(url: str) -> bool:

@@ -28,6 +28,7 @@ from kit.store import migrate
 from kit.store.db import engine_for
 from kit.store.schema import metadata
 from kit.store.tokens import token_create
+from kit.tasks.policy import local_policy_toml
 
 if TYPE_CHECKING:
     from kit.transport import RunPublisher
@@ -106,9 +107,11 @@ def engine(db_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-# The operator's task policy of the tests' API: tenant acme may run /bin/echo and
-# /bin/sh (with a token that has the `command` scope); other tenants run no command.
-TEST_TASK_POLICY = '[tenants.acme]\ncommands = ["/bin/echo", "/bin/sh"]\n'
+# The operator's task policy of the tests' API and workers: tenant acme may run /bin/echo
+# and /bin/sh (with a token that has the `command` scope), as `nobody` where the tests run
+# as root (what its commands write goes to the `shared_dir` fixture); other tenants run no
+# command.
+TEST_TASK_POLICY = local_policy_toml("acme", ["/bin/echo", "/bin/sh"])
 
 
 @pytest.fixture(scope="session")

@@ -166,7 +166,7 @@ def test_backfilled_runs_are_published_by_the_reaper(
     end = hour_floor(datetime.now(UTC))
     body = {"from": iso(end - timedelta(hours=3)), "to": iso(end)}
     assert client.post(f"/v1/jobs/{hourly}:backfill", json=body, headers=auth()).status_code == 202
-    counts = Reaper(engine, publisher, undispatched_grace_ms=60_000).tick()  # no grace waited
+    counts = Reaper(engine, publisher, unclaimed_grace_ms=60_000).tick()  # no grace waited
     assert counts.republished == 3
     assert {(r.status, r.dispatched_at is not None) for r in runs(engine, hourly)} == {
         ("pending", True)

@@ -1,7 +1,8 @@
 """The console in a real headless Chromium (Debian's, driven by Playwright) against
 `cronfleet run-all` on the real PostgreSQL and Kafka: sign in with a token, find a job,
 pause it, edit a schedule with its preview, watch a failing job die, replay its dead
-letter and see it run, read the explain view and the fleet.
+letter and see it run, read the explain view, a tenant's runs in flight and, signed in as
+the operator, the fleet.
 
 A screenshot of every page is kept in out/console/ (docs/console.md shows them).
 """
@@ -87,10 +88,11 @@ def stack(settings: Settings, db_url: str, tmp_path: Path) -> Iterator[RunAll]:
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_RUN_TOPIC_PARTITIONS": "1",
         "CRONFLEET_REAPER_PERIOD_MS": "500",
-        "CRONFLEET_SCAN_AHEAD_MS": "1000",  # must stay below the undispatched grace
-        "CRONFLEET_UNDISPATCHED_GRACE_MS": "2000",
+        "CRONFLEET_SCAN_AHEAD_MS": "1000",  # must stay below the unclaimed grace
+        "CRONFLEET_UNCLAIMED_GRACE_MS": "2000",
         "CRONFLEET_HTTP_ALLOW_HOSTS": "127.0.0.1",
         "CRONFLEET_LOG_LEVEL": "WARNING",
+        "CRONFLEET_OPERATOR_TENANT": "ops",  # the fleet-wide view is the operator's
     }
     # no metrics ports: only the first of their range is checked free, and this test
     # does not read them
@@ -102,8 +104,8 @@ def stack(settings: Settings, db_url: str, tmp_path: Path) -> Iterator[RunAll]:
         ra.close()
 
 
-def token(db_url: str, *scopes: str) -> str:
-    argv = [sys.executable, "-m", "kit.cli", "tokens", "create", "--tenant", "acme"]
+def token(db_url: str, *scopes: str, tenant: str = "acme") -> str:
+    argv = [sys.executable, "-m", "kit.cli", "tokens", "create", "--tenant", tenant]
     for scope in scopes:
         argv += ["--scope", scope]
     env = {**os.environ, "CRONFLEET_DATABASE_URL": db_url}
@@ -249,8 +251,19 @@ def test_sign_in_find_pause_replay_and_see_it_run_in_chromium(
     page.wait_for_selector("#runs .status.s-succeeded")
     assert len(target.hits) == 2 and target.hits[0] == target.hits[1]  # same idempotency key
 
-    # the fleet: scheduler node and its partitions, lag per tier, the worker
+    # a tenant's admin token sees its own runs in flight, nothing of the fleet
     page.goto(f"{base}/console/fleet")
+    page.wait_for_selector("#tiers tbody tr[data-tier=normal]")
+    assert page.locator("#nodes").count() == 0 and page.locator("#workers").count() == 0
+    shot(page, "in-flight")
+    page.click("text=Sign out")
+    page.wait_for_selector(".flash >> text=signed out")
+
+    # the operator's: scheduler node and its partitions, lag per tier, the worker
+    page.goto(f"{base}/console/fleet")
+    page.fill("#token", token(db_url, "read", "admin", tenant="ops"))
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/console/fleet")
     page.wait_for_selector("#nodes tbody tr")
     assert "1024" in page.inner_text("#nodes") and page.locator("#lag tbody tr").count() == 4
     assert page.locator("#workers tbody tr").count() >= 1

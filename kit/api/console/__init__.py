@@ -25,9 +25,11 @@ def install(app: FastAPI) -> None:
         if request.method == "GET":
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return redirect(f"{PREFIX}/login?{urlencode({'next': target})}")
-        return redirect(f"{PREFIX}/login", "your session ended: sign in again")
+        return redirect(f"{PREFIX}/login", notice="session_ended")
 
     async def on_console_error(request: Request, exc: ConsoleError) -> Response:
+        if request.url.path == f"{PREFIX}/preview":  # a fragment of the edit form
+            return render(request, "preview.html", status_code=exc.status, error=exc.message)
         return render(request, "error.html", status_code=exc.status, message=exc.message)
 
     app.add_exception_handler(LoginRequired, on_login_required)

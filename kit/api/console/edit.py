@@ -1,15 +1,23 @@
 """The console's job edit form, turned into the API's own PATCH: only the fields the
 user changed are sent (so a task whose secret headers the page cannot show is never
 overwritten by what the page shows), validated by the same model and checks as
-PATCH /v1/jobs/{id}."""
+PATCH /v1/jobs/{id}.
+
+A form's text reaches the model as a JSON body would: the JSON fields through the
+API's strict parser (kit.api.body: no `NaN`, 1e400, 5,000-digit numbers, `\\u0000`,
+lone surrogates or 50,000 nested `[`), numbers only as ASCII digits, and every value
+checked for what PostgreSQL refuses (`tests/integration/test_console_fuzz.py`).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic import ValidationError
 
+from kit.api.body import MAX_NUMBER_DIGITS, InvalidBody, loads_strict, problems_in
 from kit.api.models import JobOut, JobPatch
 from kit.core.errors import FieldError
 from kit.tasks import registry
@@ -42,6 +50,38 @@ def form_values(job: JobOut) -> dict[str, str]:
     }
 
 
+_WHOLE = re.compile(r"-?[0-9]+", re.ASCII)
+
+
+def whole_number(raw: str, field: str) -> int:
+    """A form's or a query's whole number, as a JSON body would carry it: ASCII digits
+    (no `²`, no Arabic digits, which int() takes), at most MAX_NUMBER_DIGITS of them."""
+    text = raw.strip()
+    if not _WHOLE.fullmatch(text):
+        raise FieldError(field, "is not a whole number (ASCII digits, an optional '-')")
+    if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise FieldError(
+            field, f"has {len(text.lstrip('-'))} digits; at most {MAX_NUMBER_DIGITS} are accepted"
+        )
+    return int(text)
+
+
+def json_field(raw: str, field: str) -> tuple[Any, list[tuple[str, str]]]:
+    """(value, []) or (None, problems): the API's strict parser, its paths under `field`."""
+    try:
+        return loads_strict(raw), []
+    except json.JSONDecodeError as exc:
+        return None, [(field, f"is not valid JSON ({exc.msg}, line {exc.lineno})")]
+    except InvalidBody as exc:
+        return None, [(_under(field, path), reason) for path, reason in exc.problems]
+
+
+def _under(field: str, path: str) -> str:
+    if path == "body":
+        return field
+    return f"{field}{path}" if path.startswith("[") else f"{field}.{path}"
+
+
 def _norm(value: str) -> str:
     return value.replace("\r\n", "\n").strip()
 
@@ -62,15 +102,16 @@ def patch_from_form(form: dict[str, str]) -> tuple[dict[str, Any], list[tuple[st
                 problems.append((f, "cannot be cleared; give a whole number"))
                 continue
             try:
-                patch[f] = int(raw)
-            except ValueError:
-                problems.append((f, f"{raw!r} is not a whole number"))
+                patch[f] = whole_number(raw, f)
+            except FieldError as exc:
+                problems.append((exc.field, exc.reason))
     for f in JSON_FIELDS:
         if f in changed:
-            try:
-                patch[f] = json.loads(form.get(f, ""))
-            except json.JSONDecodeError as exc:
-                problems.append((f, f"is not valid JSON ({exc.msg}, line {exc.lineno})"))
+            value, found = json_field(form.get(f, ""), f)
+            if found:
+                problems += found
+            else:
+                patch[f] = value
     if changed & set(SCHEDULE_FIELDS):
         cron = form.get("schedule_cron", "").strip()
         every = form.get("schedule_every_s", "").strip()
@@ -81,12 +122,15 @@ def patch_from_form(form: dict[str, str]) -> tuple[dict[str, Any], list[tuple[st
             schedule["timezone"] = form.get("schedule_timezone", "").strip() or "UTC"
         if every:
             try:
-                schedule["every_s"] = int(every)
-            except ValueError:
-                problems.append(("schedule.every_s", f"{every!r} is not a whole number"))
+                schedule["every_s"] = whole_number(every, "schedule.every_s")
+            except FieldError as exc:
+                problems.append((exc.field, exc.reason))
         if at:
             schedule["at"] = at
         patch["schedule"] = schedule
+    # what the strict parser refuses in a JSON body (NUL, lone surrogates) is refused in
+    # a form's text fields too
+    problems += [p for p in problems_in(patch) if p not in problems]
     return patch, problems
 
 
