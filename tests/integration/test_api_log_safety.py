@@ -27,10 +27,11 @@ from sqlalchemy import Engine, text
 from kit.api.app import create_app
 from kit.api.safe_log import ScrubSecrets, uvicorn_log_config
 from kit.settings import Settings
+from tests.integration.leaks import plant
 
 pytestmark = pytest.mark.integration
 
-SECRET = "LEAKME-7f3a9c"
+SECRET = plant("an Authorization header in a database error")  # the session watches it too
 TEMPLATE = "/v1/test-only/{thing}/db-error"
 
 

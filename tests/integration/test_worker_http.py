@@ -25,6 +25,7 @@ from kit.settings import Settings
 from kit.tasks.policy import PolicySource
 from kit.transport import RunPublisher, TieredConsumer
 from kit.worker.worker import Worker, task_executor
+from tests.integration.leaks import plant
 from tests.integration.test_worker_e2e import Running, publish, wait_for
 from tests.integration.waiting import wait_until
 from tests.integration.worker_rows import make_job, make_run, run_row
@@ -152,7 +153,9 @@ def test_a_failed_response_goes_through_the_retry_path(
     engine: Engine, publisher: RunPublisher, http_worker: Callable[..., Running], target: Target
 ) -> None:
     retry = {"max_attempts": 3, "base_s": 60.0, "cap_s": 60.0, "jitter": "none"}
-    rid = make_run(engine, make_job(engine, task=http_task(target.url("/fail")), retry=retry))
+    task = http_task(target.url("/fail"))
+    task["headers"] = {"Authorization": f"Bearer {plant('a failing http task header')}"}
+    rid = make_run(engine, make_job(engine, task=task, retry=retry))
     http_worker()
     publish(publisher, engine, rid)
     row = wait_for(engine, rid, "retry_scheduled")
