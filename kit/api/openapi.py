@@ -34,21 +34,8 @@ _JSON_VALUE_SCHEMA: dict[str, Any] = {
         },
     ],
 }
-_SHAPE_KEYS = frozenset(
-    {
-        "type",
-        "anyOf",
-        "oneOf",
-        "allOf",
-        "not",
-        "$ref",
-        "enum",
-        "const",
-        "properties",
-        "items",
-        "additionalProperties",
-    }
-)
+# Keys that say nothing of a value: a schema with only these takes any JSON value.
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "deprecated"})
 
 NOT_DECLARED = """
 
@@ -144,7 +131,7 @@ def declare_links(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_any(schema: dict[str, Any]) -> bool:
-    return not (_SHAPE_KEYS & schema.keys())
+    return schema.keys() <= _ANNOTATIONS
 
 
 def _declare(schema: Any) -> Any:

@@ -267,9 +267,9 @@ def test_every_check_passes_in_stateful_scenarios(headers: dict[str, str], engin
             suppress_health_check=list(HealthCheck),
         )
     )
-    # the links were followed to real objects, not only drawn ids answered 404
-    followed = {("GET", "/v1/jobs/{job_id}"), ("POST", "/v1/jobs/{job_id}/runs")}
-    assert followed & reached, sorted(reached)
+    # the links were followed to real objects: an operation on an id answered a 2xx (a
+    # drawn id names nothing: 404)
+    assert any("{job_id}" in path for _, path in reached), sorted(reached)
 
 
 def test_the_allowed_list_is_the_documents() -> None:
