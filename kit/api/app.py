@@ -74,7 +74,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         # What startup built (modules, the app, its models: hundreds of thousands of
         # objects) lives as long as the process: out of the cyclic collector's sight, a
         # full collection walks only what requests made, instead of stopping every
-        # request in flight for ~0.1 s (two or three times a minute under load; issue 16)
+        # request in flight for ~0.1 s
         gc.collect()
         gc.freeze()
         yield

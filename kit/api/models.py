@@ -361,7 +361,7 @@ def trusted_json(
     `run_fields`): serialized by pydantic's serializer, as the route's response model
     would be, without validating again what the store wrote (the route still declares
     the model: the OpenAPI document is unchanged). On the hot routes that validation
-    and the model's construction were a share of the API's CPU (issue 16); the fields
+    and the model's construction are a share of the API's CPU; the fields
     and the serializer are the model's, so the bytes are the same
     (tests/unit/test_api_trusted_json.py)."""
     return Response(

@@ -312,9 +312,8 @@ class _Keeper:
     unsafe in a threaded worker. Being the worker's user (root where run_as applies),
     the keeper may signal a group that changed identity. A worker killed between a
     task's spawn and its registration leaves that task unkept: a window of one line and
-    one uncontended write. (The keeper used to start on the first registration, under
-    the lock, so a second task's registration waited behind a Python start: a CI run
-    left a hung task group behind, most likely in that wait.)
+    one uncontended write; the keeper is started before the spawn (`start`), never
+    under the registration lock, so no registration waits behind a Python start.
     """
 
     def __init__(self) -> None:

@@ -228,9 +228,9 @@ class _InFlight:
     run: ClaimedRun
     confirmed_until: float  # monotonic: the lease is known to hold until then
     cancel: Cancel = field(default_factory=Cancel)  # also stops a task on the task loop
-    # monotonic; the backstop for the task's own timeout, set before `started` (the fence
-    # thread reads the two without a lock: a started run with no deadline yet was once
-    # cancelled as "overran its timeout" at its first instruction, and ran twice)
+    # monotonic; the backstop for the task's own timeout. Set before `started`: the fence
+    # thread reads the two without a lock, and a started run must never be seen with no
+    # deadline yet (it would be cancelled as overrun at its first instruction)
     deadline: float = math.inf
     started: bool = False
     started_ms: int | None = None  # when the task began, on the database's clock (estimate)
