@@ -33,6 +33,7 @@ from kit.core.schedule import (
 )
 
 NO_NUL = r"^[^\u0000]*$"  # every string of a body (kit.api.body), declared on each
+NO_CONTROL = r"^[^\u0000-\u001f]*$"  # a job name (kit.api.models.JobIn) and its prefix filter
 
 _DAY = (
     r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"

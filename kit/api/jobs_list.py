@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
-from kit.api.declared import NO_NUL, Cursor
+from kit.api.declared import NO_CONTROL, Cursor
 from kit.api.models import JobOut, Priority, RunStatusName
 from kit.api.state import engine_of
 from kit.store import jobs_list as store
@@ -62,7 +62,8 @@ async def list_jobs(
     request: Request,
     caller: Caller,
     name_prefix: Annotated[
-        str | None, Query(pattern=NO_NUL, max_length=200, description="names starting with this")
+        str | None,
+        Query(pattern=NO_CONTROL, max_length=200, description="names starting with this"),
     ] = None,
     paused: Annotated[bool | None, Query(description="only paused (true) or active")] = None,
     task_type: Annotated[TaskTypeName | None, Query(description="the task's type")] = None,
