@@ -28,6 +28,7 @@ from kit.api.models import ErrorOut
 from kit.api.queues import router as queues_router
 from kit.api.routes import router
 from kit.api.run_cancel import router as run_cancel_router
+from kit.api.run_detail import router as run_detail_router
 from kit.api.schedule_preview import router as schedule_preview_router
 from kit.settings import Settings, load_settings
 from kit.store.db import async_engine_for, engine_for
@@ -105,6 +106,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     for operate_router in (
         jobs_list_router,
         run_cancel_router,
+        run_detail_router,
         backfill_router,
         job_history_router,
         schedule_preview_router,

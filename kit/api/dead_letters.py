@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from kit.api.auth import Caller, principal
 from kit.api.body import StrictJsonRoute
 from kit.api.errors import ApiError
-from kit.api.models import RunStatusName
+from kit.api.models import RunStateName
 from kit.core.errors import FieldError
 from kit.core.schedule import check_instant_range
 from kit.store import dead_letters as store
@@ -41,7 +41,7 @@ class DeadLetterOut(BaseModel):
     )
     dead_at: datetime
     replayed_at: datetime | None
-    run_status: RunStatusName
+    run_status: RunStateName
     attempt: int
     scheduled_at: datetime
 

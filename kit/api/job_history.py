@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
-from kit.api.models import RunStatusName, RunTrigger
+from kit.api.models import RunStateName, RunTrigger
 from kit.api.state import engine_of, settings_of
 from kit.core.owed import DUE_GRACE_MS, MAX_EXPLAIN_FIRES, Outcome, check_instant, dst_note
 from kit.core.schedule import CronSchedule, parse_instant, schedule_to_dict
@@ -83,7 +83,7 @@ class FireOut(BaseModel):
 class OtherRunOut(BaseModel):
     run_id: str
     scheduled_at: datetime
-    status: RunStatusName
+    status: RunStateName
     trigger: RunTrigger
 
 
@@ -129,7 +129,7 @@ def explain_out(done: explain_store.Explanation) -> ExplainOut:
                 scheduled_at=e.fire.at,
                 local=e.fire.nominal.astimezone(zone).isoformat(),
                 outcome=e.outcome,
-                status=e.run.status if e.run else None,
+                status=done.shown(e.run) if e.run else None,
                 run_id=e.fire.run_id,
                 attempt=e.run.attempt if e.run else None,
                 reason=e.reason,
@@ -153,7 +153,7 @@ def explain_out(done: explain_store.Explanation) -> ExplainOut:
             OtherRunOut(
                 run_id=o.run.run_id,
                 scheduled_at=o.scheduled_at,
-                status=o.run.status,
+                status=done.shown(o.run),
                 trigger=o.run.trigger_kind,
             )
             for o in done.other_runs

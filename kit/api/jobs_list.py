@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
-from kit.api.models import JobOut, RunStatusName
+from kit.api.models import JobOut, RunStateName
 from kit.api.state import engine_of
 from kit.store import jobs_list as store
 from kit.store.jobs import JobRecord
@@ -23,7 +23,7 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(principal)], tags=["jobs"
 
 class LastRunOut(BaseModel):
     run_id: str
-    status: RunStatusName
+    status: RunStateName
     scheduled_at: datetime
 
 

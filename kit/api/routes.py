@@ -264,8 +264,3 @@ async def run_job_now(
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"
     return RunOut.of(run)
-
-
-@router.get("/runs/{run_id}", response_model=RunOut, tags=["runs"], summary="Get a run")
-async def get_run(run_id: str, request: Request, caller: Caller) -> RunOut:
-    return RunOut.of(await in_store(request, run_store.run_get, caller.tenant, run_id))

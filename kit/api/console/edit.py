@@ -143,7 +143,7 @@ def validated(patch: dict[str, Any]) -> tuple[JobPatch | None, list[tuple[str, s
         for error in exc.errors():
             cause = (error.get("ctx") or {}).get("error")
             if isinstance(cause, FieldError):
-                problems.append((cause.field, cause.reason))
+                problems += cause.problems  # FieldErrors: every field at once
                 continue
             loc = [str(p) for p in error.get("loc", ()) if p not in ("body",)]
             loc = [p for p in loc if p not in TASK_TYPES]  # the task union's tag
