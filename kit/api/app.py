@@ -19,6 +19,7 @@ from kit.api.auth import BearerAuth, TokenCache
 from kit.api.backfill import router as backfill_router
 from kit.api.console import install as install_console
 from kit.api.dead_letters import router as dead_letters_router
+from kit.api.docs_ui import install as install_docs
 from kit.api.fleet import router as fleet_router
 from kit.api.job_history import router as job_history_router
 from kit.api.jobs_list import router as jobs_list_router
@@ -93,6 +94,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             "receive the run id as an idempotency key."
         ),
         lifespan=lifespan,
+        docs_url=None,  # served offline below (kit.api.docs_ui), not from a CDN
+        redoc_url=None,  # ReDoc's page would load its script from a CDN
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -114,6 +117,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     ):
         app.include_router(operate_router, responses=_ERROR_RESPONSES)
     install_console(app)  # /console: server-rendered pages behind the same tokens
+    install_docs(app)  # /docs: Swagger UI from the API's own files
     # Outermost first: authenticate, then bound the body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.state.token_cache = TokenCache(settings.api_token_cache_s)
