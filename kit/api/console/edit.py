@@ -25,7 +25,13 @@ from kit.tasks import registry
 TEXT_FIELDS = ("name", "priority", "overlap")
 INT_FIELDS = ("timeout_s", "jitter_s", "pause_after_dead")
 JSON_FIELDS = ("retry", "misfire", "task")
-SCHEDULE_FIELDS = ("schedule_cron", "schedule_timezone", "schedule_every_s", "schedule_at")
+SCHEDULE_FIELDS = (
+    "schedule_cron",
+    "schedule_timezone",
+    "schedule_every_s",
+    "schedule_anchor",
+    "schedule_at",
+)
 ALL_FIELDS = TEXT_FIELDS + INT_FIELDS + JSON_FIELDS + SCHEDULE_FIELDS
 TASK_TYPES = registry.names()
 
@@ -46,6 +52,7 @@ def form_values(job: JobOut) -> dict[str, str]:
         "schedule_cron": str(schedule.get("cron", "")),
         "schedule_timezone": str(schedule.get("timezone", "")),
         "schedule_every_s": str(schedule.get("every_s", "")),
+        "schedule_anchor": str(schedule.get("anchor", "")),
         "schedule_at": str(schedule.get("at", "")),
     }
 
@@ -125,6 +132,9 @@ def patch_from_form(form: dict[str, str]) -> tuple[dict[str, Any], list[tuple[st
                 schedule["every_s"] = whole_number(every, "schedule.every_s")
             except FieldError as exc:
                 problems.append((exc.field, exc.reason))
+            anchor = form.get("schedule_anchor", "").strip()
+            if anchor:  # kept: the interval keeps its phase (blank: anchored now)
+                schedule["anchor"] = anchor
         if at:
             schedule["at"] = at
         patch["schedule"] = schedule

@@ -42,7 +42,7 @@
     var timer = null;
     function update() {
       var params = new URLSearchParams();
-      ["cron", "timezone", "every_s", "at"].forEach(function (name) {
+      ["cron", "timezone", "every_s", "anchor", "at"].forEach(function (name) {
         var input = fieldset.querySelector("[name=schedule_" + name + "]");
         if (input && input.value.trim()) params.set(name, input.value.trim());
       });
