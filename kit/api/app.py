@@ -26,6 +26,7 @@ from kit.api.jobs_list import router as jobs_list_router
 from kit.api.limits import BodyLimit
 from kit.api.metrics import RequestMetrics, metrics_endpoint
 from kit.api.models import ErrorOut
+from kit.api.queue_admin import router as queue_admin_router
 from kit.api.queues import router as queues_router
 from kit.api.routes import router
 from kit.api.run_cancel import router as run_cancel_router
@@ -106,6 +107,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(router, responses=_ERROR_RESPONSES)
     app.include_router(dead_letters_router, responses=_ERROR_RESPONSES)
     app.include_router(queues_router, responses=_ERROR_RESPONSES)
+    app.include_router(queue_admin_router, responses=_ERROR_RESPONSES)
     for operate_router in (
         jobs_list_router,
         run_cancel_router,

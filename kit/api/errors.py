@@ -150,9 +150,14 @@ def _one_problem(error: dict[str, Any]) -> tuple[str, str]:
     return path, message.removeprefix("Value error, ")
 
 
+def validation_problems(errors: Sequence[Any]) -> list[tuple[str, str]]:
+    """pydantic's errors as the API reports them, (field, reason) each, once: the
+    console's forms say exactly what a 422 of the API would."""
+    return list(dict.fromkeys(p for e in errors for p in _problems(e)))
+
+
 def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-    problems = [p for e in exc.errors() for p in _problems(e)]
-    problems = list(dict.fromkeys(problems))  # unions repeat the same complaint
+    problems = validation_problems(exc.errors())  # unions repeat the same complaint
     first = problems[0] if problems else ("body", "is invalid")
     return error_response(ApiError(422, f"{first[0]}: {first[1]}", problems))
 

@@ -5,7 +5,7 @@ tokens, the edit form sending only what changed, and the security headers."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,48 +14,10 @@ from sqlalchemy import Engine, text
 from kit.api.app import create_app
 from kit.settings import Settings
 from kit.store.tokens import token_create, token_revoke
+from tests.integration.console_client import csrf_of
 from tests.integration.worker_rows import make_job, make_run
 
 pytestmark = pytest.mark.integration
-
-
-def csrf_of(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert found, html[:500]
-    return found.group(1)
-
-
-def login(client: TestClient, token: str, next_page: str = "/console/jobs") -> TestClient:
-    form = client.get("/console/login")
-    assert form.status_code == 200
-    got = client.post(
-        "/console/login",
-        data={"csrf": csrf_of(form.text), "token": token, "next": next_page},
-        follow_redirects=False,
-    )
-    assert got.status_code == 303, got.text
-    return client
-
-
-@pytest.fixture
-def browser(settings: Settings, engine: Engine) -> Iterator[Callable[..., TestClient]]:
-    """browser(tenant, scopes) -> a signed-in client with its own cookie jar."""
-    opened: list[TestClient] = []
-
-    def make(
-        tenant: str = "acme",
-        scopes: tuple[str, ...] = ("read", "write"),
-        base: str = "http://testserver",
-    ) -> TestClient:
-        client = TestClient(create_app(settings, engine), base_url=base)
-        client.__enter__()
-        opened.append(client)
-        login(client, token_create(engine, tenant, scopes).token)
-        return client
-
-    yield make
-    for client in opened:
-        client.__exit__(None, None, None)
 
 
 def form_post(client: TestClient, path: str, page: str, **fields: str):

@@ -7,17 +7,11 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
 
-from kit.api.app import create_app
-from kit.settings import Settings
 from tests.integration.test_console_browser import CHROMIUM, CHROMIUM_FLAGS
 
 pytestmark = pytest.mark.integration
@@ -32,23 +26,6 @@ def test_the_docs_page_names_only_this_origins_files(client: TestClient) -> None
     for source in sources:
         assert client.get(source).status_code == 200, source
     assert client.get("/redoc").status_code == 404  # its page would load from a CDN
-
-
-@pytest.fixture
-def served(settings: Settings, engine: Engine) -> Iterator[str]:
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings, engine), host="127.0.0.1", port=0, log_level="error")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(200):  # bounded: the server starts in well under the limit
-        if server.started:
-            break
-        threading.Event().wait(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
 
 
 def test_swagger_ui_renders_with_no_other_origin_reachable(served: str) -> None:

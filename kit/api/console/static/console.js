@@ -9,6 +9,15 @@
     if (question && !window.confirm(question)) event.preventDefault();
   });
 
+  // A bulk form's "all" box ticks every run of its table.
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (!box.classList || !box.classList.contains("all")) return;
+    var table = box.closest("table");
+    if (!table) return;
+    table.querySelectorAll("tbody input[type=checkbox]").forEach(function (b) { b.checked = box.checked; });
+  });
+
   // Times: show the reader's local time on hover.
   function localTimes(root) {
     root.querySelectorAll("time[datetime]").forEach(function (el) {
