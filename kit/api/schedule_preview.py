@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
 from kit.api.auth import principal
-from kit.core.errors import FieldError
+from kit.core.errors import FieldError, FieldErrors
 from kit.core.owed import check_instant, dst_note
 from kit.core.schedule import CronSchedule, next_fires, parse_instant, parse_schedule
 from kit.core.schedule import schedule_to_dict as _to_dict
@@ -36,7 +36,8 @@ def preview(data: dict[str, Any], after: datetime, count: int) -> PreviewOut:
     try:
         schedule = parse_schedule(data, now=after)
     except FieldError as exc:  # the fields are query parameters here, not schedule.*
-        raise FieldError(exc.field.removeprefix("schedule."), exc.reason) from None
+        problems = [(f.removeprefix("schedule."), r) for f, r in exc.problems]
+        raise (FieldErrors(problems) if len(problems) > 1 else FieldError(*problems[0])) from None
     zone = schedule.zone if isinstance(schedule, CronSchedule) else UTC
     try:
         fires = next_fires(schedule, after, count)

@@ -228,7 +228,8 @@ class Series:
 # found by their ids' range: a day's partition or two, never the whole history.
 _SAMPLE = """
 WITH r AS MATERIALIZED (
-    SELECT priority, status, scheduled_at, started_at, finished_at, errors, skip_reason
+    SELECT priority, status, scheduled_at, started_at, finished_at, errors, skip_reason,
+        created_at, attempt, trigger_kind
     FROM runs
     WHERE run_id >= CAST(:lo AS uuid) AND run_id < CAST(:hi AS uuid) AND tenant = :tenant
     LIMIT :cap
@@ -238,8 +239,11 @@ _STARTS = (
     _SAMPLE
     + f"""
 SELECT {_BUCKET.format(col="started_at")} AS b, priority, count(*) AS n,
+    -- start lag as docs/life-of-a-run.md defines it: scheduled runs' first attempts
+    -- (a run now, a backfill or a replay starts late on purpose)
     percentile_cont(0.99) WITHIN GROUP (
-        ORDER BY extract(epoch FROM started_at - scheduled_at)) AS p99
+        ORDER BY extract(epoch FROM started_at - scheduled_at))
+        FILTER (WHERE trigger_kind = 'schedule' AND attempt = 1) AS p99
 FROM r WHERE started_at >= :start AND started_at < :end
 GROUP BY 1, 2
 """
@@ -254,14 +258,19 @@ WHERE CAST(e ->> 'finished_at' AS timestamptz) >= :start
 GROUP BY 1
 """
 )
-# Backlog: a run counts from its scheduled time until it starts (or ends unstarted:
-# cancelled); a skipped run never waited. Counted as arrivals and departures per bucket.
+# Backlog: a run counts from when it was due (its scheduled time, or when it was made:
+# a backfill or a run now made late) until it starts or ends unstarted (cancelled); a
+# skipped run never waited, nor one that ended with no time recorded (a deleted job's).
+# Counted as arrivals and departures per bucket.
 _FLOW = (
     _SAMPLE
     + f"""
 , f AS (
-    SELECT scheduled_at AS came, coalesce(started_at, finished_at) AS went
+    SELECT greatest(scheduled_at, created_at) AS came, coalesce(started_at, finished_at) AS went
     FROM r WHERE status <> 'skipped' AND skip_reason IS DISTINCT FROM '{QUEUED}'
+      AND (started_at IS NOT NULL OR finished_at IS NOT NULL
+           OR status IN ('pending', 'running', 'retry_scheduled'))
+      AND greatest(scheduled_at, created_at) <= now()  -- not due yet: not waiting
 )
 SELECT 'base' AS kind, NULL::timestamptz AS b, count(*) AS n FROM f
 WHERE came < :start AND (went IS NULL OR went >= :start)
@@ -312,7 +321,7 @@ def run_series(
             if i is None:
                 continue
             started[i] += row.n
-            if row.priority in lag:
+            if row.priority in lag and row.p99 is not None:
                 lag[row.priority][i] = float(row.p99)
         for row in conn.execute(text(_FAILS), params):
             if (i := index.get(row.b)) is not None:

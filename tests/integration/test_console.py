@@ -259,3 +259,11 @@ def test_a_run_held_for_its_second_is_shown_claimed_on_its_pages(
     shown = client.get(f"/console/runs/{rid}").text
     assert 'class="status s-succeeded">succeeded<' in shown
     assert "all done" in shown and "a warning" in shown and "/cancel" not in shown
+
+
+def test_the_preview_names_a_bad_cron_and_a_bad_zone_together(
+    browser: Callable[..., TestClient],
+) -> None:
+    preview = browser().get("/console/preview?cron=61+*+*+*+*&timezone=Mars/Olympus")
+    assert preview.status_code == 422
+    assert "cron: " in preview.text and "timezone: unknown time zone" in preview.text

@@ -179,4 +179,6 @@ def test_charts_draw_the_run_history_with_a_range_picker(browser: Browser, engin
     assert '<path d="M' in figure  # a line is drawn
     backlog = page.text[page.text.index('id="chart-backlog"') :]
     assert "backlog <b>1</b>" in backlog  # the run due and not started
+    lag = page.text[page.text.index('id="chart-lag"') :]
+    assert "normal <b>0.04</b>" in lag  # the newest run started 40 ms after its second
     assert client.get("/console/charts?range=7d").status_code == 422

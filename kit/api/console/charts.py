@@ -91,8 +91,9 @@ def chart(
                 runs.append([])
             else:
                 runs[-1].append(f"{x(i):.1f},{y(v):.1f}")
-        # a polyline per unbroken stretch, joined by a move ("M") in one path
-        path = " ".join("M" + " L".join(r) for r in runs if r)
+        # a polyline per unbroken stretch, joined by a move ("M") in one path; a lone
+        # point is drawn as a dot (a zero-length segment with round caps)
+        path = " ".join("M" + " L".join(r if len(r) > 1 else r * 2) for r in runs if r)
         last = next((v for v in reversed(vs) if v is not None), None)
         drawn.append(Line(name, css, path, "–" if last is None else _label(round(last, 3))))
     ticks = [(y(top * k / 4), _label(top * k / 4)) for k in range(5)]

@@ -398,8 +398,13 @@ async def run_page(run_id: str, request: Request, session: Reader) -> HTMLRespon
         notifications=notes,
         unfinished=UNFINISHED,
         window=timedelta(minutes=5),
-        output_days=round(settings_of(request).run_output_retention_s / 86_400, 1),
+        output_days=_days(settings_of(request).run_output_retention_s),
     )
+
+
+def _days(seconds: int) -> str:
+    days = seconds / 86_400
+    return f"{days:g} days" if days >= 1 else f"{seconds / 3600:g} hours"
 
 
 @router.post("/runs/{run_id}/cancel")
@@ -506,8 +511,8 @@ async def preview_fragment(
         elif at.strip():
             data = {"at": at.strip()}
         result, error = preview(data, datetime.now(UTC), 5), None
-    except FieldError as exc:
-        result, error = None, f"{exc.field}: {exc.reason}"
+    except FieldError as exc:  # every field at once (a bad cron and a bad zone)
+        result, error = None, "; ".join(f"{f}: {r}" for f, r in exc.problems)
     return render(
         request,
         "preview.html",
