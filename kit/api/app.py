@@ -20,6 +20,7 @@ from kit.api.backfill import router as backfill_router
 from kit.api.compute import limiter as cpu_limiter
 from kit.api.console import install as install_console
 from kit.api.dead_letters import router as dead_letters_router
+from kit.api.docs_ui import install as install_docs
 from kit.api.fleet import router as fleet_router
 from kit.api.job_history import router as job_history_router
 from kit.api.jobs_list import router as jobs_list_router
@@ -27,9 +28,11 @@ from kit.api.limits import BodyLimit
 from kit.api.metrics import RequestMetrics, metrics_endpoint
 from kit.api.models import ErrorOut
 from kit.api.openapi import declare_body_rules
+from kit.api.queue_admin import router as queue_admin_router
 from kit.api.queues import router as queues_router
 from kit.api.routes import router
 from kit.api.run_cancel import router as run_cancel_router
+from kit.api.run_detail import router as run_detail_router
 from kit.api.safe_log import UnhandledErrors
 from kit.api.schedule_preview import router as schedule_preview_router
 from kit.settings import Settings, load_settings
@@ -95,6 +98,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             "receive the run id as an idempotency key."
         ),
         lifespan=lifespan,
+        docs_url=None,  # served offline below (kit.api.docs_ui), not from a CDN
+        redoc_url=None,  # ReDoc's page would load its script from a CDN
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -106,9 +111,11 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.include_router(router, responses=_ERROR_RESPONSES)
     app.include_router(dead_letters_router, responses=_ERROR_RESPONSES)
     app.include_router(queues_router, responses=_ERROR_RESPONSES)
+    app.include_router(queue_admin_router, responses=_ERROR_RESPONSES)
     for operate_router in (
         jobs_list_router,
         run_cancel_router,
+        run_detail_router,
         backfill_router,
         job_history_router,
         schedule_preview_router,
@@ -116,6 +123,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     ):
         app.include_router(operate_router, responses=_ERROR_RESPONSES)
     install_console(app)  # /console: server-rendered pages behind the same tokens
+    install_docs(app)  # /docs: Swagger UI from the API's own files
     # Outermost first: authenticate, then bound the body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.state.token_cache = TokenCache(settings.api_token_cache_s)

@@ -21,7 +21,7 @@ from kit.api.body import StrictJsonRoute
 from kit.api.declared import INSTANT, INSTANT_DOC, Cursor, Whole
 from kit.api.errors import ApiError
 from kit.api.ids import BodyJobId, JobIdFilter, RunId
-from kit.api.models import RunStatusName
+from kit.api.models import RunStateName
 from kit.core.schedule import parse_instant
 from kit.store import dead_letters as store
 from kit.store.errors import RunNotFound
@@ -42,7 +42,7 @@ class DeadLetterOut(BaseModel):
     )
     dead_at: datetime
     replayed_at: datetime | None
-    run_status: RunStatusName
+    run_status: RunStateName
     attempt: int
     scheduled_at: datetime
 

@@ -86,8 +86,9 @@ def database_unavailable() -> ApiError:
 
 
 def field_error(exc: FieldError, prefix: str = "") -> ApiError:
-    path = f"{prefix}.{exc.field}" if prefix else exc.field
-    return ApiError(422, f"{path}: {exc.reason}", [(path, exc.reason)])
+    """Every field the error names (FieldErrors: several at once), under `prefix`."""
+    problems = [(f"{prefix}.{f}" if prefix else f, r) for f, r in exc.problems]
+    return ApiError(422, f"{problems[0][0]}: {problems[0][1]}", problems)
 
 
 def _path(loc: Sequence[Any]) -> str:
@@ -109,14 +110,36 @@ def _path(loc: Sequence[Any]) -> str:
 
 
 def _problem(error: dict[str, Any]) -> tuple[str, str]:
+    return _problems(error)[0]
+
+
+def _problems(error: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each (field, reason) one of pydantic's errors stands for: a core parser's
+    FieldErrors names several fields of the object it was given."""
     loc = error.get("loc", ())
-    kind = error.get("type", "")
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, FieldError):
-        # A core parser named the field from the object it was given (`schedule.cron`):
-        # prefix it with where that object sits in the body (`jobs[3]`).
-        where = _path(loc[:-1])
-        return (f"{where}.{cause.field}" if where else cause.field), cause.reason
+        # A core parser named the fields from the object it was given (`schedule.cron`),
+        # or a model's validator from inside the model (`secret_headers[0]` of a task or
+        # a webhook): prefix them with where that object sits in the body (`jobs[3]`,
+        # `jobs[3].task`, `notify`).
+        return [(_under(loc, f), r) for f, r in cause.problems]
+    return [_one_problem(error)]
+
+
+def _under(loc: Sequence[Any], field: str) -> str:
+    """A validator's field name, placed where its object sits: a field validator's
+    error already names its field (`schedule.cron` at `schedule`), a model validator's
+    names a field inside the model at `loc`."""
+    last = str(loc[-1]) if loc else ""
+    names_own = field == last or field.startswith((f"{last}.", f"{last}["))
+    where = _path(loc[:-1] if names_own else loc)
+    return f"{where}.{field}" if where else field
+
+
+def _one_problem(error: dict[str, Any]) -> tuple[str, str]:
+    loc = error.get("loc", ())
+    kind = error.get("type", "")
     path = _path(loc) or "body"
     if kind == "extra_forbidden":
         name = loc[-1] if loc else ""
@@ -139,9 +162,14 @@ def _problem(error: dict[str, Any]) -> tuple[str, str]:
     return path, message.removeprefix("Value error, ")
 
 
+def validation_problems(errors: Sequence[Any]) -> list[tuple[str, str]]:
+    """pydantic's errors as the API reports them, (field, reason) each, once: the
+    console's forms say exactly what a 422 of the API would."""
+    return list(dict.fromkeys(p for e in errors for p in _problems(e)))
+
+
 def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-    problems = [_problem(e) for e in exc.errors()]
-    problems = list(dict.fromkeys(problems))  # unions repeat the same complaint
+    problems = validation_problems(exc.errors())  # unions repeat the same complaint
     first = problems[0] if problems else ("body", "is invalid")
     return error_response(ApiError(422, f"{first[0]}: {first[1]}", problems))
 

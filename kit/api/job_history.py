@@ -15,7 +15,7 @@ from kit.api.auth import Caller, principal
 from kit.api.compute import cpu_bound
 from kit.api.declared import HISTORY_INSTANT, INSTANT_DOC, Cursor
 from kit.api.ids import JobId
-from kit.api.models import RunStatusName, RunTrigger
+from kit.api.models import RunStateName, RunTrigger
 from kit.api.state import engine_of, settings_of
 from kit.core.owed import (
     DUE_GRACE_MS,
@@ -93,7 +93,7 @@ class FireOut(BaseModel):
 class OtherRunOut(BaseModel):
     run_id: str
     scheduled_at: datetime
-    status: RunStatusName
+    status: RunStateName
     trigger: RunTrigger
 
 
@@ -142,7 +142,7 @@ def explain_out(done: explain_store.Explanation) -> ExplainOut:
                 scheduled_at=e.fire.at,
                 local=e.fire.nominal.astimezone(zone).isoformat(),
                 outcome=e.outcome,
-                status=e.run.status if e.run else None,
+                status=done.shown(e.run) if e.run else None,
                 run_id=e.fire.run_id,
                 attempt=e.run.attempt if e.run else None,
                 reason=e.reason,
@@ -166,7 +166,7 @@ def explain_out(done: explain_store.Explanation) -> ExplainOut:
             OtherRunOut(
                 run_id=o.run.run_id,
                 scheduled_at=o.scheduled_at,
-                status=o.run.status,
+                status=done.shown(o.run),
                 trigger=o.run.trigger_kind,
             )
             for o in done.other_runs

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
 from kit.api.declared import NO_CONTROL, Cursor
-from kit.api.models import JobOut, Priority, RunStatusName
+from kit.api.models import JobOut, Priority, RunStateName
 from kit.api.state import engine_of
 from kit.store import jobs_list as store
 from kit.store.jobs import JobRecord
@@ -27,7 +27,7 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(principal)], tags=["jobs"
 
 class LastRunOut(BaseModel):
     run_id: str
-    status: RunStatusName
+    status: RunStateName
     scheduled_at: datetime
 
 

@@ -32,19 +32,23 @@ from kit.core.errors import FieldError
 from kit.core.leases import RunStatus
 from kit.core.policies import MisfirePolicy, OverlapPolicy
 from kit.core.queue_task import TaskStatus
-from kit.core.redaction import redact_task
+from kit.core.redaction import redact_task, redact_webhook
 from kit.core.retry import RetryPolicy
+from kit.core.run_state import RunState
 from kit.core.schedule import OneOffSchedule, Schedule, parse_schedule, schedule_to_dict
 from kit.core.trigger import TriggerKind
 from kit.store.jobs import JobRecord, JobSpec
 from kit.store.runs import RunRecord
 from kit.tasks import registry
+from kit.tasks.http import Webhook
 
 # Fields the server sets; a client that sends one is told so by name.
 SERVER_SET_FIELDS = frozenset(
     {"job_id", "tenant", "version", "status", "created_at", "updated_at", "next_fire_at"}
 )
 MAX_BATCH_JOBS = 5000
+# Fields a PATCH may set to null: back to the operator's default, no webhook.
+NULLABLE_FIELDS = frozenset({"pause_after_dead", "notify"})
 
 
 def _one_of(names: type[StrEnum]) -> Any:
@@ -57,6 +61,7 @@ def _one_of(names: type[StrEnum]) -> Any:
 Priority = _one_of(PriorityTier)
 Overlap = _one_of(OverlapPolicy)
 RunStatusName = _one_of(RunStatus)
+RunStateName = _one_of(RunState)  # a run's status as shown (kit.core.run_state)
 RunTrigger = _one_of(TriggerKind)
 QueueTaskStatus = _one_of(TaskStatus)
 PRIORITIES: tuple[str, ...] = tuple(t.value for t in PriorityTier)
@@ -79,6 +84,16 @@ Task = Annotated[
 ScheduleObject = Annotated[dict[str, Any], WithJsonSchema(SCHEDULE_SCHEMA)]
 RetryObject = Annotated[dict[str, Any], WithJsonSchema(RETRY_SCHEMA)]
 MisfireObject = Annotated[dict[str, Any], WithJsonSchema(MISFIRE_SCHEMA)]
+
+
+_PAUSE_DOC = (
+    "auto-pause after this many dead runs in a row; 0: never; null: the operator's default "
+    "(CRONFLEET_PAUSE_AFTER_DEAD, 5 unless changed)"
+)
+_NOTIFY_DOC = (
+    "a webhook POSTed a JSON summary of each dead letter (run id, idempotency key, error), "
+    "once per dead letter, retried; through the same egress guard as http tasks"
+)
 
 
 def _schedule(value: dict[str, Any]) -> dict[str, Any]:
@@ -108,9 +123,8 @@ class JobIn(_Strict):
     priority: Priority = PriorityTier.normal.value
     jitter_s: whole_in(0, 3600) = 0
     paused: bool = False
-    pause_after_dead: whole_in(1, 10_000) | None = Field(
-        default=None, description="auto-pause after this many dead runs in a row"
-    )
+    pause_after_dead: whole_in(0, 10_000) | None = Field(default=None, description=_PAUSE_DOC)
+    notify: Webhook | None = Field(default=None, description=_NOTIFY_DOC)
 
     @field_validator("schedule")
     @classmethod
@@ -154,6 +168,7 @@ class JobIn(_Strict):
             jitter_s=self.jitter_s,
             paused=self.paused,
             pause_after_dead=self.pause_after_dead,
+            notify=None if self.notify is None else self.notify.model_dump(),
         )
 
 
@@ -189,7 +204,10 @@ class JobPatch(_Strict):
     priority: Priority | None = None
     jitter_s: whole_in(0, 3600) | None = None
     paused: bool | None = None
-    pause_after_dead: whole_in(1, 10_000) | None = None
+    pause_after_dead: whole_in(0, 10_000) | None = Field(
+        default=None, description=_PAUSE_DOC + "; send null to go back to it"
+    )
+    notify: Webhook | None = Field(default=None, description=_NOTIFY_DOC + "; null removes it")
 
     @field_validator("schedule")
     @classmethod
@@ -210,7 +228,7 @@ class JobPatch(_Strict):
         """JobSpec field -> new value, for the fields the client sent."""
         sent = self.model_fields_set
         for name in sorted(sent):
-            if getattr(self, name) is None:
+            if getattr(self, name) is None and name not in NULLABLE_FIELDS:
                 raise FieldError(name, "cannot be null; leave it out to keep the current value")
         if not sent:
             raise FieldError("body", "give at least one field to change")
@@ -221,6 +239,8 @@ class JobPatch(_Strict):
             )
         if "task" in changes:
             changes["task"] = self.task.model_dump(exclude_none=True)  # type: ignore[union-attr]
+        if self.notify is not None:
+            changes["notify"] = self.notify.model_dump()
         return changes
 
 
@@ -263,7 +283,10 @@ class JobOut(BaseModel):
     priority: Priority
     jitter_s: int
     paused: bool
-    pause_after_dead: int | None
+    pause_after_dead: int | None = Field(description=_PAUSE_DOC)
+    notify: dict[str, Any] | None = Field(
+        default=None, description="the failure webhook, its secret header values masked"
+    )
     status: Literal["active", "paused", "finished"]
     version: int
     next_fire_at: datetime | None
@@ -293,6 +316,7 @@ def job_fields(job: JobRecord) -> dict[str, Any]:
         "jitter_s": spec.jitter_s,
         "paused": spec.paused,
         "pause_after_dead": spec.pause_after_dead,
+        "notify": None if spec.notify is None else redact_webhook(spec.notify),
         "status": job.status,
         "version": job.version,
         "next_fire_at": job.next_fire_at,
@@ -312,17 +336,26 @@ class RunOut(BaseModel):
     job_version: int
     scheduled_at: datetime
     attempt: int
-    status: RunStatusName
+    status: RunStateName = Field(
+        description="`claimed`: a worker holds it and waits for its second (it has not "
+        "started); `running`: its second has come and a worker holds it"
+    )
     trigger: RunTrigger
     priority: Priority
     worker_id: str | None
     dispatched_at: datetime | None
-    started_at: datetime | None
+    started_at: datetime | None = Field(description="the first attempt's start")
     finished_at: datetime | None
     error: str | None
     skip_reason: str | None
     created_at: datetime
     cancelled_by: str | None = Field(default=None, description="token id that cancelled it")
+    claimed_at: datetime | None = Field(
+        default=None, description="when a worker claimed the current attempt"
+    )
+    retry_at: datetime | None = Field(
+        default=None, description="when the current attempt may start, for a retry"
+    )
 
     @classmethod
     def of(cls, run: RunRecord) -> RunOut:
@@ -337,7 +370,7 @@ def run_fields(run: RunRecord) -> dict[str, Any]:
         "job_version": run.job_version,
         "scheduled_at": run.scheduled_at,
         "attempt": run.attempt,
-        "status": run.status,
+        "status": run.shown_status,
         "trigger": run.trigger_kind,
         "priority": run.priority,
         "worker_id": run.worker_id,
@@ -348,6 +381,8 @@ def run_fields(run: RunRecord) -> dict[str, Any]:
         "skip_reason": run.skip_reason,
         "created_at": run.created_at,
         "cancelled_by": run.cancelled_by,
+        "claimed_at": run.claimed_at,
+        "retry_at": run.retry_at,
     }
 
 

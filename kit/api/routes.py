@@ -18,7 +18,7 @@ from kit.api.auth import Caller, IdempotencyKey, principal
 from kit.api.body import StrictJsonRoute
 from kit.api.declared import Cursor
 from kit.api.errors import ApiError
-from kit.api.ids import JobId, RunId
+from kit.api.ids import JobId
 from kit.api.models import (
     JobBatchIn,
     JobBatchOut,
@@ -27,7 +27,7 @@ from kit.api.models import (
     JobPatch,
     RunOut,
     RunPageOut,
-    RunStatusName,
+    RunStateName,
     check_limits,
     check_one_off_grace,
     check_task_size,
@@ -227,7 +227,7 @@ async def list_runs(
     job_id: JobId,
     request: Request,
     caller: Caller,
-    status: Annotated[RunStatusName | None, Query(description="only runs in this status")] = None,
+    status: Annotated[RunStateName | None, Query(description="only runs in this status")] = None,
     cursor: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=run_store.MAX_PAGE)] = 50,
 ) -> Response:
@@ -267,8 +267,3 @@ async def run_job_now(
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"
     return RunOut.of(run)
-
-
-@router.get("/runs/{run_id:id}", response_model=RunOut, tags=["runs"], summary="Get a run")
-async def get_run(run_id: RunId, request: Request, caller: Caller) -> RunOut:
-    return RunOut.of(await in_store(request, run_store.run_get, caller.tenant, run_id))

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from kit.api.auth import principal
 from kit.api.compute import cpu_bound
 from kit.api.declared import CRON, HISTORY_INSTANT, INSTANT, INSTANT_DOC, TIMEZONE
-from kit.core.errors import FieldError
+from kit.core.errors import FieldError, FieldErrors
 from kit.core.owed import check_instant, dst_note
 from kit.core.schedule import (
     MAX_CRON_CHARS,
@@ -56,7 +56,8 @@ def preview(data: dict[str, Any], after: datetime, count: int) -> PreviewOut:
     try:
         schedule = parse_schedule(data, now=after)
     except FieldError as exc:  # the fields are query parameters here, not schedule.*
-        raise FieldError(exc.field.removeprefix("schedule."), exc.reason) from None
+        problems = [(f.removeprefix("schedule."), r) for f, r in exc.problems]
+        raise (FieldErrors(problems) if len(problems) > 1 else FieldError(*problems[0])) from None
     zone = schedule.zone if isinstance(schedule, CronSchedule) else UTC
     until = after + _MAX_SPAN
     try:

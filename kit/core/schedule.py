@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
-from kit.core.errors import FieldError
+from kit.core.errors import FieldError, all_of
 
 # Longest DST shift worth looking back over (Lord Howe is 30 min, most zones 1 h).
 _MAX_SHIFT = timedelta(hours=3)
@@ -185,9 +185,13 @@ def parse_schedule(data: Mapping[str, object], now: datetime) -> Schedule:
     if extra:
         raise FieldError(f"schedule.{extra[0]}", f"not allowed with '{kinds[0]}'")
     if kinds[0] == "cron":
-        expr = parse_cron(data["cron"], "schedule.cron")  # type: ignore[arg-type]
         tz = data.get("timezone") or "UTC"
-        parse_timezone(tz, "schedule.timezone")  # type: ignore[arg-type]
+        # both fields checked, both reported: a bad cron does not hide a bad zone
+        all_of(
+            lambda: parse_cron(data["cron"], "schedule.cron"),  # type: ignore[arg-type]
+            lambda: parse_timezone(tz, "schedule.timezone"),  # type: ignore[arg-type]
+        )
+        expr = parse_cron(data["cron"], "schedule.cron")  # type: ignore[arg-type]
         return CronSchedule(expr, str(tz))
     if kinds[0] == "every_s":
         every = data["every_s"]

@@ -51,6 +51,7 @@ from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from kit.core import defaults
 from kit.core.errors import FieldError
+from kit.core.output import OUTPUT_CAP_BYTES, Output, excerpt
 from kit.core.redaction import MASK, scrub, scrub_excerpt
 from kit.core.task_policy import NOT_NORMAL_PATH, env_name_refusal, normal_path
 from kit.tasks.context import Deadline, RunContext, TaskResult, stopped
@@ -58,7 +59,9 @@ from kit.tasks.spec import TaskSpec, TaskType, names_present, no_mask
 
 log = logging.getLogger(__name__)
 KILL_GRACE_S = defaults.KILL_GRACE_MS / 1000
-EXCERPT_BYTES = 2048
+EXCERPT_BYTES = 2048  # of stderr, in a failed run's error
+# What a stream's tail keeps: the output excerpt and room for a secret cut at its edge.
+_TAIL_BYTES = max(EXCERPT_BYTES, OUTPUT_CAP_BYTES) + 1024
 _BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # coreutils' env (8.28+ for --chdir), found where the system keeps it, never on PATH
@@ -251,14 +254,15 @@ def _run(
     code = proc.wait()
     _keeper.unregister(proc.pid)
     out, err = stdout.text(ctx.secrets), stderr.text(ctx.secrets)
+    output = Output(stdout.excerpt(ctx.secrets), stderr.excerpt(ctx.secrets))
     detail = f"exit code {code}" + (f"; stdout: {out}" if out else "")
     if failure is not None:
         error = f"{failure.error}; process group killed"
-        return TaskResult(False, error + (f"; stderr: {err}" if err else ""), detail)
+        return TaskResult(False, error + (f"; stderr: {err}" if err else ""), detail, output)
     if code == 0:
-        return TaskResult(True, None, detail)
+        return TaskResult(True, None, detail, output)
     what = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-    return TaskResult(False, what + (f"; stderr: {err}" if err else ""), detail)
+    return TaskResult(False, what + (f"; stderr: {err}" if err else ""), detail, output)
 
 
 # The keeper: stdin is a pipe only the worker writes to, a line per change: "+PGID GRACE"
@@ -431,7 +435,7 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 class _Tail:
-    """Drains a pipe on a thread, keeping the last bytes (between one and two excerpts)."""
+    """Drains a pipe on a thread, keeping the last bytes (between one and two tails)."""
 
     def __init__(self, pipe: IO[bytes] | None) -> None:
         self._data = bytearray()
@@ -446,8 +450,8 @@ class _Tail:
             while chunk := pipe.read1(65536):  # type: ignore[attr-defined]
                 self._data += chunk
                 self._seen += len(chunk)
-                if len(self._data) > 2 * EXCERPT_BYTES:
-                    del self._data[:-EXCERPT_BYTES]
+                if len(self._data) > 2 * _TAIL_BYTES:
+                    del self._data[:-_TAIL_BYTES]
 
     def text(self, secrets: tuple[str, ...] = ()) -> str:
         """The last EXCERPT_BYTES of the output, scrubbed: whole secrets are replaced in
@@ -458,6 +462,14 @@ class _Tail:
         excerpt = window[-EXCERPT_BYTES:]
         cut = self._seen > len(raw) or len(excerpt) < len(window)
         return scrub_excerpt(excerpt, secrets, cut_head=cut, cut_tail=False).strip()
+
+    def excerpt(self, secrets: tuple[str, ...] = ()) -> str:
+        """The output kept for the run page: its end, at most OUTPUT_CAP_BYTES, scrubbed
+        (kit.core.output)."""
+        self._thread.join(1.0)
+        raw = bytes(self._data)
+        text = raw.decode("utf-8", errors="replace")
+        return excerpt(text, secrets, OUTPUT_CAP_BYTES, keep="tail", cut=self._seen > len(raw))
 
 
 TASK = TaskType("command", CommandTask, run_command)

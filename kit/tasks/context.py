@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kit.core.output import Output
 from kit.core.task_policy import CommandPermit
 
 
@@ -124,6 +125,8 @@ class TaskResult:
     ok: bool
     error: str | None = None
     detail: str | None = None
+    # what the attempt printed or was answered, bounded and scrubbed (kit.core.output)
+    output: Output | None = None
 
 
 class Deadline:

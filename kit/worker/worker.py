@@ -57,6 +57,7 @@ from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.defaults import KILL_GRACE_MS
 from kit.core.dispatch import TimerWheel, catch_up_order
 from kit.core.leases import beat_horizon_ms, beat_wanted, fence_margin_ms
+from kit.core.output import Output
 from kit.core.partitions import PARTITION_COUNT
 from kit.core.timeutil import to_epoch_ms
 from kit.store.claims import (
@@ -91,12 +92,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-# (task spec, run id, attempt, timeout_s, cancel, tenant) -> (ok, error)
-Execute = Callable[[dict[str, Any], str, int, int, CancelFlag, str], tuple[bool, str | None]]
+# What an attempt gives back: whether it succeeded, its error, its output (kit.core.output).
+Outcome = tuple[bool, str | None, Output | None]
+# (task spec, run id, attempt, timeout_s, cancel, tenant) -> outcome
+Execute = Callable[[dict[str, Any], str, int, int, CancelFlag, str], Outcome]
 # the same, on the task loop, with the run's begin and slot (kit.tasks.context.RunContext)
 AsyncExecute = Callable[
     [dict[str, Any], str, int, int, CancelFlag, str, Callable[[], Awaitable[bool]], Slot],
-    Awaitable[tuple[bool, str | None]],
+    Awaitable[Outcome],
 ]
 
 _RETRY_DB_S = 1.0
@@ -135,14 +138,14 @@ def task_executor(
         timeout_s: int,
         cancel: CancelFlag,
         tenant: str,
-    ) -> tuple[bool, str | None]:
+    ) -> Outcome:
         ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant)
         result = run_task(spec, ctx, source.current(), worker_secrets)
-        return bool(result.ok), result.error
+        return bool(result.ok), result.error, result.output
 
-    def run_inline(spec: dict[str, Any]) -> tuple[bool, str | None]:
+    def run_inline(spec: dict[str, Any]) -> Outcome:
         result = INLINE[spec["type"]](spec)
-        return bool(result.ok), result.error
+        return bool(result.ok), result.error, result.output
 
     async def run_async(
         spec: dict[str, Any],
@@ -153,10 +156,10 @@ def task_executor(
         tenant: str,
         begin: Callable[[], Awaitable[bool]],
         slot: Slot,
-    ) -> tuple[bool, str | None]:
+    ) -> Outcome:
         ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant, begin=begin, slot=slot)
         result = await run_task_async(spec, ctx, source.current(), worker_secrets)
-        return bool(result.ok), result.error
+        return bool(result.ok), result.error, result.output
 
     run.inline_tasks = frozenset(INLINE)  # type: ignore[attr-defined]
     run.run_inline = run_inline  # type: ignore[attr-defined]
@@ -207,7 +210,11 @@ class WorkerMetrics:
             ["tier"],
             registry=r,
         )
-        self.in_flight = Gauge("cronfleet_worker_in_flight", "Runs executing now", registry=r)
+        self.in_flight = Gauge(
+            "cronfleet_worker_in_flight",
+            "Runs executing now (started, not finished; claimed runs waiting are `held`)",
+            registry=r,
+        )
         self.held = Gauge(
             "cronfleet_worker_held",
             "Claimed runs not started yet (waiting for their second or a free slot)",
@@ -241,6 +248,7 @@ class _InFlight:
     slotted: bool = True  # needs a slot (pool or loop) to start: not an inline task
     due_waiting: bool = False  # its second has come and it waits to begin
     holds_slot: bool = False  # a task on the loop holds one of the concurrency slots
+    output: Output | None = None  # what the attempt printed or was answered
 
 
 class _EntrySlot:
@@ -281,6 +289,7 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         journal: ExecutionJournal | None = None,
+        pause_after_dead_default: int | None = None,  # CRONFLEET_PAUSE_AFTER_DEAD
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -293,6 +302,7 @@ class Worker:
         self.concurrency = concurrency
         self.prefetch = prefetch
         self.journal = journal
+        self.pause_after_dead_default = pause_after_dead_default
         self.lease_ttl_ms = lease_ttl_ms
         self.lease_ttl_s = lease_ttl_ms / 1000
         self.heartbeat_s = (heartbeat_ms or max(200, lease_ttl_ms // 3)) / 1000
@@ -305,7 +315,7 @@ class Worker:
         # task types the executor runs without effect or wait: started in batches on the
         # hold thread, no pool hop, no run context
         self.inline_tasks: frozenset[str] = getattr(self.execute, "inline_tasks", frozenset())
-        self._run_inline: Callable[[dict[str, Any]], tuple[bool, str | None]] | None = getattr(
+        self._run_inline: Callable[[dict[str, Any]], Outcome] | None = getattr(
             self.execute, "run_inline", None
         )
         # task types whose attempt is a coroutine (http): run on one loop thread, up to
@@ -522,8 +532,7 @@ class Worker:
                 entry.slotted = spec is None or spec.get("type") not in self.inline_tasks
                 self._slotted_waiting += entry.slotted
             self._waiting += len(entries)
-            self.metrics.in_flight.set(len(self._in_flight))
-            self.metrics.held.set(self._waiting)
+            self._gauges()
             self._held_changed.notify_all()
 
     def _hold_loop(self) -> None:
@@ -584,7 +593,7 @@ class Worker:
         stands between the second and the last start."""
         with self._lock:
             self._waiting -= len(entries)
-            self.metrics.held.set(self._waiting)
+            self._gauges()
             for entry in entries:
                 entry.counted_out = True
         run_inline = self._run_inline
@@ -607,7 +616,7 @@ class Worker:
                 journal.started(run.run_id, run.attempt, started_ms)
             if run.attempt == 1:
                 lags.append(started_ms / 1000 - run.scheduled_at.timestamp())
-            ok, error = run_inline(run.task_spec)  # type: ignore[arg-type]
+            ok, error, entry.output = run_inline(run.task_spec)  # type: ignore[arg-type]
             entry.done = True
             if ok:
                 succeeded.append(entry)
@@ -666,7 +675,7 @@ class Worker:
                 )
             else:
                 try:
-                    ok, error = self.execute(
+                    ok, error, entry.output = self.execute(
                         dict(run.task_spec),
                         run.run_id,
                         run.attempt,
@@ -676,7 +685,7 @@ class Worker:
                     )
                 except Exception as exc:  # a task bug is a failed attempt, not a dead worker
                     log.exception("task of run %s raised", run.run_id)
-                    ok, error = False, f"{type(exc).__name__}: {exc}"
+                    ok, error, entry.output = False, f"{type(exc).__name__}: {exc}", None
                 if entry.fenced:
                     self._give_back(entry)
                     return
@@ -702,7 +711,7 @@ class Worker:
                 self._waiting -= 1
                 self._slotted_waiting -= entry.slotted
                 self._due_waiting -= entry.due_waiting
-                self.metrics.held.set(self._waiting)
+                self._gauges()
 
     def _loop_slots(self) -> asyncio.Semaphore:
         """The `concurrency` places of the task loop's runs (made on the loop)."""
@@ -720,7 +729,7 @@ class Worker:
     async def _execute_async(self, entry: _InFlight) -> tuple[bool, str | None]:
         run = entry.run
         assert self._run_async is not None and run.task_spec is not None
-        return await self._run_async(
+        ok, error, entry.output = await self._run_async(
             dict(run.task_spec),
             run.run_id,
             run.attempt,
@@ -730,6 +739,7 @@ class Worker:
             lambda: self._begin_on_loop(entry),
             _EntrySlot(self, entry),
         )
+        return ok, error
 
     def _ended(self, entry: _InFlight, ok: bool, error: str | None) -> None:
         """A run's task on the loop returned: as `_execute` after its task, without
@@ -779,11 +789,16 @@ class Worker:
         if result.queued_next is not None:
             self._publish_queued([result.queued_next])
 
+    def _gauges(self) -> None:
+        """Under the lock: runs held for their second (or a slot), and runs executing."""
+        self.metrics.held.set(self._waiting)
+        self.metrics.in_flight.set(len(self._in_flight) - self._waiting)
+
     def _free(self, entries: list[_InFlight]) -> None:
         with self._slot:
             for entry in entries:
                 self._in_flight.pop(entry.run.run_id, None)
-            self.metrics.in_flight.set(len(self._in_flight))
+            self._gauges()
             self._slot.notify_all()
 
     def _finish_loop(self) -> None:
@@ -825,7 +840,10 @@ class Worker:
     def _finish_ok(self, batch: list[_InFlight]) -> None:
         leases = sorted((e.run.run_id, e.run.lease_token) for e in batch)
         started = {e.run.run_id: e.started_ms for e in batch if e.started_ms is not None}
-        outcome = self._finish(lambda: runs_finish_ok(self.engine, leases, started_ms=started))
+        outputs = {e.run.run_id: e.output for e in batch if e.output}
+        outcome = self._finish(
+            lambda: runs_finish_ok(self.engine, leases, started_ms=started, outputs=outputs)
+        )
         if outcome is None:
             return
         accepted, queued = outcome
@@ -850,6 +868,8 @@ class Worker:
             rng,
             self.partitions,
             started_ms=entry.started_ms,
+            output=entry.output,
+            pause_after_dead_default=self.pause_after_dead_default,
         )
 
     def _finish(self, write: Callable[[], _T]) -> _T | None:
@@ -1032,7 +1052,7 @@ class Worker:
             self._waiting = self._slotted_waiting = self._due_waiting = 0
             for entry in self._in_flight.values():
                 entry.counted_out = True
-            self.metrics.held.set(0)
+            self._gauges()
         self._pool.shutdown(wait=True, cancel_futures=False)  # cancelled tasks end first
         if left:
             try:

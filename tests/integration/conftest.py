@@ -13,12 +13,14 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.engine import make_url
@@ -30,6 +32,7 @@ from kit.store.db import engine_for
 from kit.store.schema import metadata
 from kit.store.tokens import token_create
 from kit.tasks.policy import local_policy_toml
+from tests.integration.console_client import login
 from tests.integration.leaks import LeakWatch
 
 if TYPE_CHECKING:
@@ -270,3 +273,42 @@ def _drop_test_topics() -> Iterator[None]:
                 future.result()
     except Exception as exc:  # cleanup only: never fail the run for it
         print(f"\nleft Kafka test topics behind: {exc}")
+
+
+@pytest.fixture
+def browser(settings: Settings, engine: Engine) -> Iterator[Callable[..., TestClient]]:
+    """browser(tenant, scopes) -> a signed-in client with its own cookie jar."""
+    opened: list[TestClient] = []
+
+    def make(
+        tenant: str = "acme",
+        scopes: tuple[str, ...] = ("read", "write"),
+        base: str = "http://testserver",
+    ) -> TestClient:
+        client = TestClient(create_app(settings, engine), base_url=base)
+        client.__enter__()
+        opened.append(client)
+        login(client, token_create(engine, tenant, scopes).token)
+        return client
+
+    yield make
+    for client in opened:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def served(settings: Settings, engine: Engine) -> Iterator[str]:
+    """The API on a free port of this machine, in this process (uvicorn): its base URL."""
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings, engine), host="127.0.0.1", port=0, log_level="error")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(200):  # bounded: the server starts in well under the limit
+        if server.started:
+            break
+        threading.Event().wait(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)

@@ -340,3 +340,21 @@ def test_what_the_document_declares_is_refused_in_words(
     assert response.status_code == 422, response.text
     reason = problems(response)[field]
     assert "^" not in reason and "pattern" not in reason, reason
+
+
+def test_a_bad_cron_and_an_unknown_zone_are_reported_together(
+    client: TestClient, auth: Callable[..., dict[str, str]]
+) -> None:
+    headers = auth()
+    body = {
+        "name": "both-wrong",
+        "schedule": {"cron": "61 * * * *", "timezone": "Mars/Olympus"},
+        "task": {"type": "noop"},
+    }
+    for sent in (body, {"jobs": [body]}):
+        path = "/v1/jobs" if "name" in sent else "/v1/jobs:batch"
+        got = client.post(path, json=sent, headers=headers)
+        assert got.status_code == 422
+        fields = [f["field"] for f in got.json()["error"]["fields"]]
+        where = "" if "name" in sent else "jobs[0]."
+        assert fields == [f"{where}schedule.cron", f"{where}schedule.timezone"], got.json()

@@ -322,10 +322,10 @@ def test_a_task_that_will_not_stop_loses_its_lease_after_its_timeout(
     release = threading.Event()
     entered = threading.Event()
 
-    def stubborn(*_args: object) -> tuple[bool, str | None]:
+    def stubborn(*_args: object) -> tuple[bool, str | None, None]:
         entered.set()
         release.wait(60)  # ignores the run's cancel
-        return True, None
+        return True, None, None
 
     rid = make_run(engine, make_job(engine, task={"type": "sleep", "seconds": 0}, timeout_s=1))
     consumer = TieredConsumer(

@@ -17,10 +17,12 @@ from kit.api.app import create_app
 from kit.core.audit import AuditAction
 from kit.core.dispatch import PriorityTier
 from kit.core.leases import BUSY, RunStatus
+from kit.core.notify import NotificationStatus
 from kit.core.owed import Outcome
 from kit.core.policies import MisfireKind, OverlapPolicy
 from kit.core.queue_task import FINISHED, LEASABLE, TaskStatus
 from kit.core.retry import Jitter
+from kit.core.run_state import RunState
 from kit.core.trigger import SkipReason, TriggerKind
 from kit.core.vocabulary import CLOSED_SETS, render_vocabulary
 from kit.settings import Settings
@@ -50,6 +52,8 @@ def test_the_index_holds_every_closed_set_once():
         TaskStatus,
         AuditAction,
         SkipReason,
+        RunState,
+        NotificationStatus,
     }
 
 
@@ -118,13 +122,13 @@ def _property_enum(spec: dict[str, Any], model: str, field: str) -> list[str]:
         ("JobPatch", "priority", PriorityTier),
         ("JobOut", "overlap", OverlapPolicy),
         ("JobOut", "priority", PriorityTier),
-        ("RunOut", "status", RunStatus),
+        ("RunOut", "status", RunState),
         ("RunOut", "trigger", TriggerKind),
         ("RunOut", "priority", PriorityTier),
-        ("LastRunOut", "status", RunStatus),
-        ("OtherRunOut", "status", RunStatus),
+        ("LastRunOut", "status", RunState),
+        ("OtherRunOut", "status", RunState),
         ("OtherRunOut", "trigger", TriggerKind),
-        ("DeadLetterOut", "run_status", RunStatus),
+        ("DeadLetterOut", "run_status", RunState),
         ("TaskCreatedOut", "status", TaskStatus),
     ],
 )
