@@ -2,7 +2,7 @@
 this code, the queue suite one call per task at 1,000 tasks/s offered, and py-spy sampling
 the thread holding the GIL (so the samples are the process's Python CPU) for the load.
 
-    python benchmarks/api_profile.py --out docs/benchmarks/api_profile.md  # under quiet
+    python benchmarks/api_profile.py --out benchmarks/results/api_speed/api_profile_queue.md
 
 Prints (and writes) the share of samples per layer (inclusive: a sample counts for every
 layer on its stack) and the leaf functions with the most samples (self time).

@@ -7,10 +7,10 @@ appends every figure to --json; `--report` prints the table of every run and dra
 plot. The baseline is the kit at --baseline-ref, extracted with `git archive` and served
 from there in the same series, so both sides meet the same machine state.
 
-    python benchmarks/api_speed.py --series 1 --json docs/benchmarks/api_speed.json
-    (three times, each under scripts/quiet), then
-    python benchmarks/api_speed.py --report --json docs/benchmarks/api_speed.json \\
-        --plot docs/benchmarks/api_speed.png
+    python benchmarks/api_speed.py --series 1 --json benchmarks/results/api_speed/api_speed.json
+    (three times, with nothing else loading the machine), then
+    python benchmarks/api_speed.py --report --json benchmarks/results/api_speed/api_speed.json \\
+        --plot docs/plots/api_speed.png
 
 Mixes (offered load; the load generator shares the 2 cores, its CPU is in the figures):
 - queue, one call per task: producers enqueue one task per call at 1,000 tasks/s in all,
@@ -242,7 +242,7 @@ def series(args: argparse.Namespace) -> None:
             port = free_port()
             proc = serve(source, processes, port, Path(tmp) / f"api-{label}-{processes}.log")
             try:
-                for mix in MIXES:
+                for mix in args.mix or MIXES:
                     if label == "baseline" and mix == BATCHED and args.baseline_unbatched:
                         continue  # a baseline from before the batch endpoints
                     out = Path(tmp) / f"{label}-{processes}-{len(results)}"
@@ -340,7 +340,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--json", default="docs/benchmarks/api_speed.json")
+    parser.add_argument("--json", default="out/api_speed.json")
     parser.add_argument("--series", type=int, default=1, help="series to run now")
     parser.add_argument(
         "--processes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4]
@@ -354,6 +354,9 @@ def main() -> None:
         help="the baseline has no batch endpoints: skip the batched mix for it",
     )
     parser.add_argument("--duration", type=int, default=12, help="seconds per mix")
+    parser.add_argument(
+        "--mix", action="append", choices=list(MIXES), help="run this mix only (repeatable)"
+    )
     parser.add_argument("--report", action="store_true", help="print the table only")
     parser.add_argument("--plot", default="")
     args = parser.parse_args()

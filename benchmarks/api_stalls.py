@@ -4,7 +4,7 @@ sampled every 10 ms (`pg_stat_activity`: what each active backend of the API's d
 waits on) and, with `--fsync-probe`, a file in /tmp is written and fdatasync'ed every
 2 ms (the disk PostgreSQL's WAL is on).
 
-    python benchmarks/api_stalls.py --mix 'jobs mix' --fsync-probe   # under scripts/quiet
+    python benchmarks/api_stalls.py --mix 'jobs mix' --fsync-probe
 
 Prints the mix's per-route figures, the wait events seen (samples of active backends:
 `IO:WALSync` and `LWLock:WALWrite` are commits waiting for the WAL to reach the disk)

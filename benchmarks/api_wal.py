@@ -8,7 +8,7 @@ starting from a CHECKPOINT (so each starts with the same full-page images owed),
 records per run the mix's figures and what PostgreSQL wrote and waited for
 (`pg_stat_wal`: bytes, full-page images, fsyncs and their time; checkpoints).
 
-    python benchmarks/api_wal.py --rounds 3 --json OUT.json    # under scripts/quiet
+    python benchmarks/api_wal.py --rounds 3 --json OUT.json
 
 Settings are changed with ALTER SYSTEM and a reload (every arm's settings are reloadable)
 and reset at the end; `track_wal_io_timing` is on for every arm.

@@ -21,6 +21,7 @@ import statistics
 import tempfile
 import threading
 import time
+import tomllib
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -30,14 +31,21 @@ from sqlalchemy import create_engine, text
 
 from kit.core.ids import run_id
 from kit.core.schedule import parse_schedule
+from kit.core.task_policy import TaskPolicy
 from kit.core.timeutil import to_epoch_ms
 from kit.settings import load_settings
 from kit.store import migrate
 from kit.store.db import engine_for
 from kit.store.jobs import JobCreate, JobSpec, job_create
 from kit.store.run_cancel import run_cancel
+from kit.tasks.policy import PolicySource, local_policy_toml
 from kit.transport import RunMessage, RunPublisher, TieredConsumer, ensure_topics
 from kit.worker.worker import Worker, task_executor
+
+# The bench tenant may run /bin/sh (as nobody where this runs as root).
+POLICY = PolicySource.fixed(
+    TaskPolicy.parse(tomllib.loads(local_policy_toml("bench", ["/bin/sh"])))
+)
 
 _SEQ = itertools.count()  # run ids are per millisecond: one apart each
 
@@ -143,11 +151,12 @@ def main() -> None:
         publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
         consumer = TieredConsumer(settings.kafka_bootstrap, f"g-{prefix}", topic_prefix=prefix)
         pid_dir = Path(tempfile.mkdtemp(prefix="cf-cancel-"))
+        pid_dir.chmod(0o777)  # the tasks' run-as user writes its pid here
         script = f'echo $$ > "{pid_dir}/$CRONFLEET_RUN_ID"; exec sleep 300'
         spec = JobSpec(
             "sleeper",
             parse_schedule({"every_s": 86_400}, now=datetime.now(UTC)),
-            {"type": "command", "argv": ["sh", "-c", script]},
+            {"type": "command", "argv": ["/bin/sh", "-c", script]},
             {"max_attempts": 1},
             {"kind": "run_once", "deadline_s": 60},
             timeout_s=3600,
@@ -155,7 +164,7 @@ def main() -> None:
         job = job_create(engine, JobCreate("bench", spec)).job.job_id
         worker = Worker(
             engine, consumer, publisher, "bench-worker", 4, settings.run_lease_ttl_ms,
-            execute=task_executor(),
+            execute=task_executor(POLICY),
         )  # fmt: skip
         told: dict[str, float] = {}
         hear = worker.stop_cancelled

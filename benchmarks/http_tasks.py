@@ -100,6 +100,7 @@ class Ledger:
             self.port = int(port_file.read_text())
         else:
             self.path.touch()
+            self.path.chmod(0o666)  # the command tasks' run-as user appends to it
 
     def task_spec(self, delay_ms: int) -> dict[str, Any]:
         if self.task == "http":

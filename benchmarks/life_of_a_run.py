@@ -64,6 +64,7 @@ from kit.runall import Fleet, Service
 from kit.settings import cronfleet_home, load_settings
 from kit.store import migrate
 from kit.store.jobs import JobSpec, jobs_create_batch
+from kit.tasks.policy import local_policy_toml
 from kit.transport import RunMessage, ensure_topics, topic_for
 
 BENCH_APP = "cf-bench-driver"  # this script's own connections, excluded from the CPU
@@ -276,7 +277,7 @@ def phase(
     )
     log = out_dir / f"{name}.services.log"
     policy = out_dir / "tasks.toml"  # --ledger: the bench tenant may run /bin/sh
-    policy.write_text(f"[tenants.bench]\ncommands = {json.dumps(list(commands))}\n")
+    policy.write_text(local_policy_toml("bench", commands))  # as nobody where root
     env = {
         **os.environ,
         "CRONFLEET_TASK_POLICY_FILE": str(policy),
@@ -400,6 +401,8 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
         ledger = out_dir / f"{name}.ledger"
         if args.ledger:
             ledger.unlink(missing_ok=True)
+            ledger.touch()
+            ledger.chmod(0o666)  # the tasks' run-as user appends to it
             body = f'echo "$CRONFLEET_IDEMPOTENCY_KEY" >> "{ledger}"'
             task: dict[str, Any] = {"type": "command", "argv": ["/bin/sh", "-c", body]}
         else:

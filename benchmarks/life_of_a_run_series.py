@@ -1,7 +1,7 @@
 """A series of life_of_a_run runs, the baseline's and the candidate's side by side: every
 run's start lag in a table (markdown) and a plot, never only the best.
 
-    python benchmarks/life_of_a_run_series.py docs/benchmarks/life_of_a_run burst
+    python benchmarks/life_of_a_run_series.py benchmarks/results/life_of_a_run burst
 
 reads DIR/burst-base-N.json and DIR/burst-new-N.json (what life_of_a_run.py --out wrote,
 renamed per run) and writes DIR/burst-series.png.

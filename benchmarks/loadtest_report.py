@@ -1,6 +1,6 @@
 """The full-size load tests' figures (docs/loadtest.md) from the suites' summaries.
 
-    python benchmarks/loadtest_report.py out/loadtest-full --docs docs/benchmarks/loadtest
+    python benchmarks/loadtest_report.py out/loadtest-full --docs benchmarks/results/loadtest
 
 Reads OUT/*/summary.json (written by `bash scripts/loadtest_full.sh OUT ...`), prints one
 table row per run (every run, in the order made), copies each run's summary.json and lag

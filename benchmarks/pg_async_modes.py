@@ -4,8 +4,8 @@ in this process and in PostgreSQL, calls/s and latency, for the queue's one-task
 `--concurrency` coroutines on one event loop (uvloop), each enqueueing one task, leasing
 one and acking it, again and again, through kit.store.queues' own steps and SQL; a
 scratch database on the stack's server. Each mode runs `--calls` calls after a warm-up
-of the same size; `--rounds` alternates the modes (the machine drifts). Run it under
-scripts/quiet.
+of the same size; `--rounds` alternates the modes (the machine drifts). Run it with
+nothing else loading the machine.
 
     python benchmarks/pg_async_modes.py --calls 7200 --concurrency 8 --rounds 3
 

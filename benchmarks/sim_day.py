@@ -8,7 +8,7 @@ Prints a progress line per simulated hour (wall time, runs retired, runs held, R
 then the figures: wall time (workload and model together), peak resident memory
 (getrusage), runs, events/s, the peak window's and the whole period's p99 start lag,
 drops, duplicates and runs in flight at the end, against the targets (a day in at most
-300 s and 4 GB). Run it alone on the machine (e.g. under scripts/quiet) when the
+300 s and 4 GB). Run it alone on the machine when the
 figures are to be reported.
 """
 

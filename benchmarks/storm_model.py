@@ -4,10 +4,10 @@ measured runs of the kit (`benchmarks/life_of_a_run.py --mode burst`, their JSON
     python benchmarks/storm_model.py [--seeds 10] [--measured FILE ...] [--profile PATH]
         [--json PATH] [--plot PATH]
 
---measured defaults to docs/benchmarks/storm_2core/2026-12-05/sitting1[01]/run*/burst-1node.json
+--measured defaults to benchmarks/results/storm_2core/2026-12-05/sitting1[01]/run*/burst-1node.json
 (the twenty compared runs of the two sittings whose ten sampled runs gave
-sim/profiles/default.toml its storm keys; docs/sim-storm.md has every sitting and the
-earlier comparisons, benchmarks/storm_sittings.py sets them side by side).
+sim/profiles/default.toml its storm keys; docs/sim-storm.md has the figures,
+benchmarks/storm_sittings.py sets the sittings side by side).
 
 The model is run with --seeds seeds (the seed draws the phases of the workers' periodic
 threads against the second: heartbeat, finisher, fence); its prediction is the median of
@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from sim.scenario import load_profile, read_scenario_file
 from sim.storm import load_storm, simulate_storm
 
-DEFAULT_MEASURED = "docs/benchmarks/storm_2core/2026-12-05/sitting1[01]/run*/burst-1node.json"
+DEFAULT_MEASURED = "benchmarks/results/storm_2core/2026-12-05/sitting1[01]/run*/burst-1node.json"
 
 
 def _wild(path: str) -> bool:
@@ -56,6 +56,11 @@ def main() -> int:
     measured = [(f, json.loads(Path(f).read_text())) for f in files]
     if not measured:
         print(f"no measured runs ({', '.join(patterns)}): run benchmarks/life_of_a_run.py first")
+        return 2
+    if still := [f for f, m in measured if m["start_lag_s"][1] <= 0]:
+        # the error is a ratio to the measured p99: none to a run whose starts all fell
+        # in the second's first millisecond (a burst of a few hundred runs)
+        print(f"measured p99 start lag 0 s in {', '.join(still)}: nothing to compare with")
         return 2
     shapes = {(m["jobs"], m["workers"]) for _, m in measured}
     if len(shapes) != 1:

@@ -5,11 +5,11 @@ and whether it is within issue 8's 15 %.
 
     python benchmarks/storm_sittings.py [--plot OUT.png] [DIR ...]
 
-DIR defaults to every docs/benchmarks/storm_2core/*/sitting*/ with a model_vs_kit.json
+DIR defaults to every benchmarks/results/storm_2core/*/sitting*/ with a model_vs_kit.json
 (written by benchmarks/storm_model.py --json); a model_pooled.json beside it is the
-prediction written down before that sitting ran (docs/benchmarks/storm_2core/2026-12-05/
-PREDICTION.md). One table, one plot: the runs' spread within a sitting is as large as the
-band, which is why each sitting's verdict is against the median of its runs.
+prediction of a profile fixed before that sitting ran (docs/sim-storm.md). One table,
+one plot: the runs' spread within a sitting is as large as the band, which is why each
+sitting's verdict is against the median of its runs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT = "docs/benchmarks/storm_2core/*/sitting*/"
+DEFAULT = "benchmarks/results/storm_2core/*/sitting*/"
 BAND = 0.15
 
 

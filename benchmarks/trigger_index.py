@@ -26,7 +26,7 @@ fire); the smallest size given is the baseline, measured in the
 same run. Where the time goes: the scan's SQL calls are timed one by one.
 
 Run (1 M and its baseline, 300 k):  python benchmarks/trigger_index.py --sizes 3e5,1e6 \
-    --json docs/benchmarks/trigger_index.json --out docs/benchmarks
+    --json out/trigger_index.json --out out/trigger_index
 10 M in two steps, the load not being a measurement (about 25 min and ~19 GB of disk):
     python benchmarks/trigger_index.py --sizes 3e5,1e6,1e7 --phase load
     python benchmarks/trigger_index.py --sizes 3e5,1e6,1e7 --phase scan --json /tmp/ti.json
@@ -58,7 +58,6 @@ from scan_clock import Publishing, WallClock
 from scratch_db import drop_database, log, pg_url, recreate_database, server_facts
 from sqlalchemy.engine import URL, make_url
 
-from kit.calibrate import SCAN_CALLS
 from kit.core.defaults import SCAN_AHEAD_MS
 from kit.core.partitions import PARTITION_COUNT, partition_of
 from kit.core.trigger import OVERLAP_HORIZON_MS
@@ -67,6 +66,7 @@ from kit.settings import cronfleet_home, load_settings
 from kit.store import migrate
 from kit.store import scheduling as sched_sql
 from kit.store.db import engine_for
+from sim.calibrate import SCAN_CALLS
 
 # The first steady fire; the spikes fire mid-series (spike_fire_s).
 T0 = datetime(2029, 12, 31, 23, 59, 57, tzinfo=UTC)

@@ -44,7 +44,7 @@ class Timings:
     node_heartbeat_ms: int = 1000
     run_lease_ttl_ms: int = 4000
     reaper_period_ms: int = 500
-    undispatched_grace_ms: int = 3000
+    unclaimed_grace_ms: int = 3000
     scan_ahead_ms: int = 2000
     partitions: int = 64
     topic_partitions: int = 3
@@ -60,7 +60,7 @@ class Timings:
             "CRONFLEET_NODE_HEARTBEAT_MS": str(self.node_heartbeat_ms),
             "CRONFLEET_RUN_LEASE_TTL_MS": str(self.run_lease_ttl_ms),
             "CRONFLEET_REAPER_PERIOD_MS": str(self.reaper_period_ms),
-            "CRONFLEET_UNDISPATCHED_GRACE_MS": str(self.undispatched_grace_ms),
+            "CRONFLEET_UNCLAIMED_GRACE_MS": str(self.unclaimed_grace_ms),
             "CRONFLEET_SCAN_AHEAD_MS": str(self.scan_ahead_ms),
             "CRONFLEET_PARTITIONS": str(self.partitions),
             "CRONFLEET_RUN_TOPIC_PARTITIONS": str(self.topic_partitions),
@@ -93,6 +93,7 @@ class DrillContext:
     exits: list[str] = field(default_factory=list)  # services that died on their own
     down: set[str] = field(default_factory=set)  # services the drill keeps down
     state: dict[str, Any] = field(default_factory=dict)  # a drill's own (namespace, skew)
+    journal_dir: Path | None = None  # the workers' journals (a target's); None: out/journal
     _supervise: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -197,6 +198,7 @@ class Drill:
     workers: ClassVar[int] = 3
     concurrency: ClassVar[int] = 8
     warmup_s: ClassVar[float] = 4.0
+    on_target: ClassVar[bool] = False  # runs against a deployment (--target): machines only
 
     def shape(self) -> Shape:
         return Shape(standard_classes(), burst=60)

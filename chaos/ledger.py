@@ -14,6 +14,8 @@ Every task is `/bin/sh -c TASK_SCRIPT chaos-task MODE PRE_S WINDOW_S LEDGER_DIR`
 - MODE `naive` ignores the key: every execution that gets that far is an effect;
 - MODE `fail`, `hang`, `crash`, `killworker` are poison: exit 3; sleep past the job's
   timeout; die by SIGSEGV; SIGKILL the worker that runs it. None reaches an effect.
+  `killworker` needs a task allowed to signal its worker, so a worker of its own user:
+  a task run as another user (a root worker's run_as) cannot, and exits 3 instead.
 - PRE_S sleeps before the effect (work in progress when a fault lands); WINDOW_S sleeps
   after it, having appended `window` to window.log: the effect is made and the worker
   has not heard back yet (where drill 1 kills the worker).
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +43,7 @@ case "$1" in
   fail) exit 3 ;;
   hang) sleep 3600; exit 0 ;;
   crash) kill -SEGV $$; exit 0 ;;
-  killworker) kill -KILL $PPID; sleep 2; exit 0 ;;
+  killworker) kill -KILL $PPID || exit 3; sleep 2; exit 0 ;;
 esac
 [ "$2" = 0 ] || sleep "$2"
 if [ "$1" = key ] && { [ -e "$L/done/$K" ] || grep -q "^effect $K " "$L/effects.log"; }; then
@@ -102,10 +105,39 @@ def kill_leftover_tasks(ledger: Path) -> list[int]:
     return pids
 
 
-def prepare(ledger: Path) -> None:
+class LedgerUnreachable(Exception):
+    """The tasks' run-as user cannot write the ledger: every task would fail to record its
+    effect, and the drill would report every run lost."""
+
+
+def prepare(ledger: Path, run_as: str | None = None) -> None:
+    """The ledger's files, writable by the tasks' run-as user (`nobody` under a root
+    worker): the logs they append to and the directory of markers they create. With a
+    run-as user, a task's write is tried as that user first (a directory above the
+    ledger closed to it, such as a private temporary directory, fails here, not as
+    hundreds of lost runs)."""
     (ledger / "done").mkdir(parents=True, exist_ok=True)
+    (ledger / "done").chmod(0o777)
     for name in ("exec.log", "effects.log", "window.log"):
         (ledger / name).touch()
+        (ledger / name).chmod(0o666)
+    if run_as is None:
+        return
+    probe = subprocess.run(
+        ["/bin/sh", "-c", 'touch "$1/done/.probe" && : >> "$1/effects.log"', "probe", ledger],
+        user=run_as,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    (ledger / "done" / ".probe").unlink(missing_ok=True)
+    if probe.returncode != 0:
+        raise LedgerUnreachable(
+            f"the tasks run as {run_as!r} cannot write the ledger {ledger} "
+            f"({probe.stderr.strip() or 'refused'}): choose an --out whose every directory "
+            "that user may enter"
+        )
 
 
 @dataclass(frozen=True)

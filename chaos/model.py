@@ -84,7 +84,7 @@ def scenario(drill: Drill, opts: RunOptions, rate_per_s: float, measured: dict[s
         f"run_ttl_s = {t.run_lease_ttl_ms / 1000}",
         f"heartbeat_s = {t.run_lease_ttl_ms / 3000:.3f}",
         f"scan_ahead_s = {t.scan_ahead_ms / 1000}",
-        f"undispatched_grace_s = {t.undispatched_grace_ms / 1000}",
+        f"unclaimed_grace_s = {t.unclaimed_grace_ms / 1000}",
         "[reaper]",
         f"period_s = {t.reaper_period_ms / 1000}",
     ]

@@ -163,10 +163,6 @@ table ip {self.table} {{
     def heal(self) -> None:
         _run(["nft", f"flush chain ip {self.table} cut_in; flush chain ip {self.table} cut_out"])
 
-    def is_cut(self) -> bool:
-        listing = _run(["nft", "list", "chain", "ip", self.table, "cut_in"])
-        return " drop" in listing
-
 
 def _exists(argv: Sequence[str]) -> bool:
     """Whether the object `argv` would delete is there (so destroy() stays quiet)."""

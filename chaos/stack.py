@@ -192,18 +192,6 @@ class ChaosStack:
         finally:
             engine.dispose()
 
-    def databases(self, prefix: str) -> list[str]:
-        engine = create_engine(self.database_url)
-        try:
-            with engine.connect() as conn:
-                rows = conn.execute(
-                    text("SELECT datname FROM pg_database WHERE datname LIKE :p"),
-                    {"p": prefix + "%"},
-                )
-                return [r[0] for r in rows]
-        finally:
-            engine.dispose()
-
 
 def ephemeral_range() -> tuple[int, int]:
     """The kernel's range of ports for outgoing connections (Linux's default if unknown)."""

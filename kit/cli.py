@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import faulthandler
 import importlib
+import importlib.util
 import io
 import signal
 import sys
@@ -31,8 +32,16 @@ SUBCOMMANDS: dict[str, str] = {
     "run-all": "kit.runall",
     "next-fires": "kit.next_fires",
     "sim": "sim.cli",
-    "calibrate": "kit.calibrate",
+    "calibrate": "sim.calibrate",
     "chaos": "chaos.cli",
+}
+# Commands of the model and the proof, whose libraries `pip install cronfleet` leaves out:
+# the extra that brings them, and the libraries it brings (pyproject.toml's extras).
+_SIM_LIBRARIES = ("simpy", "numpy", "matplotlib", "rich")
+EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "sim": ("sim", _SIM_LIBRARIES),
+    "calibrate": ("sim", _SIM_LIBRARIES),
+    "chaos": ("chaos", (*_SIM_LIBRARIES, "httpx")),
 }
 
 
@@ -42,15 +51,36 @@ def build_parser() -> argparse.ArgumentParser:
         description="cronfleet: distributed job scheduler kit and its capacity model",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in SUBCOMMANDS.values():
+    for command, module_name in SUBCOMMANDS.items():
+        extra, libraries = EXTRAS.get(command, ("", ()))
+        missing = [lib for lib in libraries if importlib.util.find_spec(lib) is None]
+        if missing:
+            _needs_extra(sub, command, extra, ", ".join(missing))
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-                continue  # that part of the kit is not built yet
+                continue  # that part of the distribution is not installed
             raise
         module.register(sub)
     return parser
+
+
+def _needs_extra(sub: argparse._SubParsersAction, command: str, extra: str, missing: str) -> None:
+    """`cronfleet COMMAND ...` without its extra installed: one line saying which to install."""
+    p = sub.add_parser(command, help=f"(needs: pip install 'cronfleet[{extra}]')", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+
+    def refuse(args: argparse.Namespace) -> int:
+        print(
+            f"cronfleet {command}: needs the {extra!r} extra ({missing} not installed): "
+            f"pip install 'cronfleet[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
+
+    p.set_defaults(func=refuse)
 
 
 def main(argv: list[str] | None = None) -> int:

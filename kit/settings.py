@@ -8,7 +8,10 @@ everything below them receives it as an argument.
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import Field, ValidationError, model_validator
@@ -16,7 +19,49 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kit.core import defaults
 from kit.core.errors import FieldError
-from kit.transport.kafka_client import KafkaSecurity, use_security
+from kit.core.outcome import DEFAULT_PAUSE_AFTER_DEAD
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """How clients reach the brokers: plaintext, or TLS verified against a CA file (the
+    system's trust store when none is given, as for Amazon MSK), optionally with a
+    client certificate (mutual TLS)."""
+
+    protocol: str = "PLAINTEXT"
+    ca_location: str | None = None
+    certificate_location: str | None = None
+    key_location: str | None = None
+
+    def config(self) -> dict[str, str]:
+        """librdkafka's keys for this security (kit.transport.kafka_client adds them)."""
+        if self.protocol == "PLAINTEXT":
+            return {}
+        conf = {
+            "security.protocol": self.protocol,
+            "ssl.endpoint.identification.algorithm": "https",  # the broker's name is checked
+        }
+        for key, value in (
+            ("ssl.ca.location", self.ca_location),
+            ("ssl.certificate.location", self.certificate_location),
+            ("ssl.key.location", self.key_location),
+        ):
+            if value:
+                conf[key] = value
+        return conf
+
+
+_kafka_security = KafkaSecurity()
+
+
+def use_kafka_security(security: KafkaSecurity) -> None:
+    """Install the process's Kafka security (load_settings does, at the entry points)."""
+    global _kafka_security
+    _kafka_security = security
+
+
+def kafka_security_in_use() -> KafkaSecurity:
+    return _kafka_security
 
 
 def cronfleet_home() -> Path:
@@ -97,7 +142,7 @@ class Settings(BaseSettings):
     )
     log_level: str = Field(default="INFO", description="Python logging level of services.")
 
-    # The life of a run: scheduler, workers, reaper (see DESIGN.md).
+    # The life of a run: scheduler, workers, reaper (see docs/design.md).
     scan_ahead_ms: int = Field(
         default=defaults.SCAN_AHEAD_MS, ge=0, description="How far ahead a node scans."
     )
@@ -117,10 +162,11 @@ class Settings(BaseSettings):
     reaper_period_ms: int = Field(
         default=defaults.REAPER_PERIOD_MS, ge=100, description="How often the reaper looks."
     )
-    undispatched_grace_ms: int = Field(
-        default=defaults.UNDISPATCHED_GRACE_MS,
+    unclaimed_grace_ms: int = Field(
+        default=defaults.UNCLAIMED_GRACE_MS,
         ge=0,
-        description="Age after which a never-published run is re-published.",
+        description="Age after which a run nobody claimed counts as lost and is published "
+        "again (formerly CRONFLEET_UNDISPATCHED_GRACE_MS, still read until the next release).",
     )
     run_topic_partitions: int = Field(default=6, ge=1, description="Partitions per tier topic.")
     run_topic_replication: int = Field(
@@ -218,6 +264,29 @@ class Settings(BaseSettings):
         description="How long run history is kept after its scheduled day ends (a day's "
         "partition is dropped whole; live and dead-lettered runs are kept).",
     )
+    run_output_retention_s: int = Field(
+        default=7 * 86_400,
+        ge=60,
+        description="How long an attempt's output excerpt (stdout/stderr, an HTTP "
+        "response) is kept after the attempt finished.",
+    )
+    notification_retention_s: int = Field(
+        default=7 * 86_400,
+        ge=60,
+        description="How long a failure notification is kept after it was sent or given up.",
+    )
+    notify_period_ms: int = Field(
+        default=2000,
+        ge=100,
+        description="How often `cronfleet maintenance` sends the failure notifications due.",
+    )
+    pause_after_dead: int = Field(
+        default=DEFAULT_PAUSE_AFTER_DEAD,
+        ge=0,
+        le=10_000,
+        description="A job that names no `pause_after_dead` is paused after this many dead "
+        "letters in a row (0: such jobs never pause). A job opts out with 0.",
+    )
     run_days_ahead: int = Field(
         default=3,
         ge=1,
@@ -233,6 +302,13 @@ class Settings(BaseSettings):
     console_secure_cookie: bool = Field(
         default=False,
         description="Mark the console cookie Secure even on plain HTTP (behind a TLS proxy).",
+    )
+    operator_tenant: str = Field(
+        default="",
+        max_length=200,
+        description="The operator's own tenant: its tokens with the `admin` scope see the "
+        "fleet-wide view (GET /v1/fleet, the console's fleet page). A tenant that runs no "
+        "customer's jobs. Empty: no token does (the services' metrics ports still do).",
     )
 
     @model_validator(mode="after")
@@ -252,12 +328,12 @@ class Settings(BaseSettings):
                 "kafka_ssl_certificate_location: a client certificate needs its key "
                 "(kafka_ssl_key_location) and the other way round"
             )
-        if self.scan_ahead_ms >= self.undispatched_grace_ms:
+        if self.scan_ahead_ms >= self.unclaimed_grace_ms:
             # A run is committed up to scan_ahead_ms before its second and published at
             # it: a grace no longer than that would have the reaper publish it early.
             raise ValueError(
-                "scan_ahead_ms: must be below undispatched_grace_ms "
-                f"({self.scan_ahead_ms} >= {self.undispatched_grace_ms})"
+                "scan_ahead_ms: must be below unclaimed_grace_ms "
+                f"({self.scan_ahead_ms} >= {self.unclaimed_grace_ms})"
             )
         return self
 
@@ -270,6 +346,33 @@ class Settings(BaseSettings):
         )
 
 
+# Settings renamed for what the kit does now; the old names are still read, with a
+# warning, until the next release (tests/unit/test_settings.py holds it).
+RENAMED: dict[str, str] = {"undispatched_grace_ms": "unclaimed_grace_ms"}
+
+
+def _renamed(overrides: dict[str, object]) -> dict[str, object]:
+    """The overrides with every old name (an argument or a CRONFLEET_* variable) moved to
+    its new one, unless the new one is set too (then the new one wins)."""
+    out = dict(overrides)
+    for old, new in RENAMED.items():
+        old_env, new_env = f"CRONFLEET_{old.upper()}", f"CRONFLEET_{new.upper()}"
+        value = out.pop(old, None)
+        if value is None and old_env in os.environ:
+            value = os.environ[old_env]
+        if value is None:
+            continue
+        warnings.warn(
+            f"{old_env} is renamed {new_env}; the old name is read until the next release",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        logging.getLogger(__name__).warning("%s is renamed %s", old_env, new_env)
+        if new not in out and new_env not in os.environ:
+            out[new] = value
+    return out
+
+
 def load_settings(**overrides: object) -> Settings:
     """Build the settings: environment first, then the stack's connection file, then defaults.
 
@@ -279,6 +382,7 @@ def load_settings(**overrides: object) -> Settings:
     kwargs: dict[str, object] = {}
     if env_file.exists():
         kwargs["_env_file"] = str(env_file)
+    overrides = _renamed(overrides)
     try:
         settings = Settings(**kwargs, **overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
@@ -289,5 +393,5 @@ def load_settings(**overrides: object) -> Settings:
             raise FieldError(f"CRONFLEET_{loc[0].upper()}", message) from None
         name, _, reason = message.partition(": ")
         raise FieldError(f"CRONFLEET_{name.upper()}", reason or message) from None
-    use_security(settings.kafka_security())
+    use_kafka_security(settings.kafka_security())
     return settings

@@ -214,7 +214,7 @@ display(Markdown(
     f"{per_fault}. A node's loss is bounded by the lease TTL (10 s) plus the reaper's never-published grace "
     "(10 s) and period (5 s); a stall or outage costs its own length plus the catch-up. The 2 s target is "
     "missed for the runs caught in each fault: budget for it, or shorten the leases "
-    "(`CRONFLEET_PARTITION_LEASE_TTL_MS`, `CRONFLEET_UNDISPATCHED_GRACE_MS`) at the cost of more lease traffic."))"""),
+    "(`CRONFLEET_PARTITION_LEASE_TTL_MS`, `CRONFLEET_UNCLAIMED_GRACE_MS`) at the cost of more lease traffic."))"""),
 ]
 
 MODEL_VS_REAL = [
@@ -226,14 +226,14 @@ scheduler, workers, reaper as processes on the 2-core development machine), how 
 the model's start-lag predictions from the measured ones?
 
 Inputs are the JSON results the benchmarks write. Present today:
-`benchmarks/life_of_a_run.py --mode both --out docs/benchmarks/life_of_a_run` (a 50,000-run
+`benchmarks/life_of_a_run.py --mode both --out benchmarks/results/life_of_a_run` (a 50,000-run
 burst due in one second, and a sustained rate). **Missing**, because the suites that write
 them are not built yet: the Locust top-of-hour storm (`loadtest/`, issue 8) and the chaos
 drills (`chaos/`, issue 10); the cell below lists the files it looked for."""),
     new_code_cell(SETUP),
     new_code_cell("""\
 import json
-BENCH = Path.cwd().parent / "docs" / "benchmarks"
+BENCH = Path.cwd().parent / "benchmarks" / "results"
 def newest(pattern):
     found = sorted((BENCH / "life_of_a_run").glob(pattern))
     return found[-1] if found else BENCH / "life_of_a_run" / pattern
@@ -323,7 +323,7 @@ if rows:
         f"**Answer.** {'; '.join(verdict(r) for r in rows)}. The calibration profile charges a scan's fires by "
         "their jobs' schedule kind, as measured on the kit's own scan (docs/calibration.md: a one-off fire costs "
         "the scheduler a fraction of a cron fire's CPU, no next time to compute and no trigger to insert), and its "
-        "claims and Kafka clients, run alone (docs/benchmarks/calibration/). Where the model's time goes: "
+        "claims and Kafka clients, run alone (benchmarks/results/calibration/). Where the model's time goes: "
         f"{'; '.join(where(r) for r in rows)}. The fleet-scale model publishes a run at its second, one node "
         "publishing a burst's runs one after the other, where the kit publishes right after the scan commits, "
         "seconds ahead, and its workers hold the runs until the second (docs/sim-storm.md models that, for one "
@@ -334,7 +334,7 @@ if rows:
         "set-up with the ratios above. The storm and drill comparisons wait for their JSON (listed MISSING above)."))
 else:
     display(Markdown("**Answer.** Not answerable yet: no benchmark JSON was found (listed above). Run "
-                     "`python benchmarks/life_of_a_run.py --mode both --out docs/benchmarks/life_of_a_run`."))"""),
+                     "`python benchmarks/life_of_a_run.py --mode both --out benchmarks/results/life_of_a_run`."))"""),
 ]
 
 NOTEBOOKS = {

@@ -7,7 +7,7 @@
 # http tasks at HTTP_JOBS), steady (2,000 runs/s for STEADY_S). Summaries land in OUT/<name>/.
 # Usage: bash scripts/loadtest_full.sh [OUT] [noop|http|steady ...]   (default: all three)
 # STORM_ARGS="--schedule cron": the noop storms with hourly cron jobs instead of one-offs.
-# Run each phase alone on the machine: scripts/quiet bash scripts/loadtest_full.sh OUT noop
+# Run each phase with nothing else loading the machine: its figures are the machine's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-out/loadtest-full}"

@@ -7,8 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
 
-echo "==> installing cronfleet"
-python3 -m pip install -q -e .
+echo "==> installing cronfleet with the model (the sim extra)"
+python3 -m pip install -q -e ".[sim]"
 
 python3 -m kit.cli sim top-of-hour --out out/top-of-hour "$@"
 echo "==> report: out/top-of-hour/report.md"

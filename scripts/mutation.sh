@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing of kit/core (issue 15): mutmut mutates the pure core and judges each
 # mutant by the core's unit and property tests only ([tool.mutmut] in pyproject.toml).
-# CPU-heavy (tens of minutes on 2 cores): not part of scripts/test.sh; on a shared machine
-# run it as `scripts/busy bash scripts/mutation.sh`. Result: docs/mutation.md.
+# CPU-heavy (tens of minutes on 2 cores): not part of scripts/test.sh. Result:
+# docs/mutation.md.
 #   bash scripts/mutation.sh [MAX_CHILDREN] [MUTANT_GLOB...]
 #   MUTATION_TIMEOUT_S=1500 bash scripts/mutation.sh 2   # bounded; MUTATION_RESUME=1 goes on
 set -euo pipefail

@@ -44,9 +44,6 @@ class Fault:
     def end_ms(self) -> int:
         return self.at_ms + self.duration_ms
 
-    def covers(self, t_ms: float) -> bool:
-        return self.at_ms <= t_ms < self.end_ms
-
 
 def parse_faults(items: list[dict[str, Any]]) -> list[Fault]:
     out = []

@@ -193,7 +193,7 @@ class Model:
         self.renew_ms = int(float(ls["renew_s"]) * 1000)
         self.run_ttl_ms = int(float(ls["run_ttl_s"]) * 1000)
         self.heartbeat_ms = int(float(ls["heartbeat_s"]) * 1000)
-        self.grace_ms = int(float(ls["undispatched_grace_s"]) * 1000)
+        self.grace_ms = int(float(ls["unclaimed_grace_s"]) * 1000)
         self.scan_batch_rows = int(ls["scan_batch_rows"])
         ahead = float(ls["scan_ahead_s"])
         self.scan_ahead_ms = None if ahead < 0 else int(ahead * 1000)

@@ -17,10 +17,8 @@ import numpy as np
 
 from kit.core import dispatch, invariants
 from sim.histogram import (
-    RELATIVE_ERROR,
     SIZE,
     ZERO,
-    ZERO_BELOW_MS,
     LagHistogram,
     bucket_of,
     quantiles_of_rows,
@@ -375,15 +373,6 @@ class RunStats:
             }
             out.append(row)
         return out
-
-    @staticmethod
-    def error_note() -> str:
-        return (
-            f"percentiles from streamed log-linear histograms: within "
-            f"{RELATIVE_ERROR * 100:.2f}% of the exact order statistic at rank "
-            f"floor(q(n-1)) (values under {ZERO_BELOW_MS * 1000:.1f} µs count as 0); "
-            "counts, means and maxima exact"
-        )
 
 
 def _pad(row: np.ndarray, b0: int) -> np.ndarray:

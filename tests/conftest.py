@@ -4,7 +4,12 @@ database so a CI run is repeatable. `HYPOTHESIS_PROFILE=dev` restores hypothesis
 defaults when hunting for new counterexamples."""
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -56,3 +61,13 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
             "/property/" in item.nodeid,
         )
     )
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory any user may write (mode 0777), for the files a test's command leaves
+    behind when it runs as a `run_as` user: pytest's tmp_path is its own user's alone."""
+    path = Path(tempfile.mkdtemp(prefix="cronfleet-test-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,10 +1,11 @@
-"""The eight drills, by number and name."""
+"""The drills, by number and name (machine-kill also runs against a deployment)."""
 
 from __future__ import annotations
 
 from chaos.drill import Drill
 from chaos.drills.clock_skew import ClockSkewDrill
 from chaos.drills.kafka_kill import KafkaKill
+from chaos.drills.machine_kill import MachineKill
 from chaos.drills.poison_flood import PoisonFlood
 from chaos.drills.postgres_crash import PostgresCrash
 from chaos.drills.random_nemesis import RandomNemesis
@@ -24,6 +25,7 @@ DRILLS: dict[str, type[Drill]] = {
             ClockSkewDrill,
             PoisonFlood,
             RandomNemesis,
+            MachineKill,
         ),
         key=lambda d: d.number,
     )

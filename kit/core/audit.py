@@ -4,7 +4,9 @@ what, with secrets kept out.
 A job is compared as the flat map of its fields (`schedule.cron`, `retry.max_attempts`,
 `task.url`, `task.headers.Authorization`), so a diff names exactly what changed. Task
 header and environment values may carry credentials: the diff says that one changed
-(or appeared, or went) but never stores its value, before or after.
+(or appeared, or went) but never stores its value, before or after. A task URL's
+credentials (`https://user:pass@host/`) are shown masked (kit.core.redaction), on
+writing and again on reading (`shown_changes`: entries written before they were).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
+
+from kit.core.redaction import redact_url
 
 
 class AuditAction(StrEnum):
@@ -30,7 +34,7 @@ class AuditAction(StrEnum):
 
 REDACTED = "<redacted>"
 # Flattened keys under these prefixes are secrets: only their presence is recorded.
-SECRET_PREFIXES = ("task.headers.", "task.env.")
+SECRET_PREFIXES = ("task.headers.", "task.env.", "notify.headers.")
 _ABSENT = object()
 
 
@@ -47,6 +51,10 @@ def flatten(job: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+URL_PATH = "task.url"  # its credentials are masked, the rest of it shown
+URL_PATHS = (URL_PATH, "notify.url")  # the failure webhook's URL too
+
+
 def is_secret(path: str) -> bool:
     return path.startswith(SECRET_PREFIXES)
 
@@ -54,7 +62,24 @@ def is_secret(path: str) -> bool:
 def _shown(path: str, value: Any) -> Any:
     if value is _ABSENT:
         return None
-    return REDACTED if is_secret(path) else value
+    if is_secret(path):
+        return REDACTED
+    if path in URL_PATHS and isinstance(value, str):
+        return redact_url(value)
+    return value
+
+
+def shown_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored diff as it may be shown: the URL's credentials masked, even in an entry
+    written before they were."""
+    shown = dict(changes)
+    for path in URL_PATHS:
+        entry = shown.get(path)
+        if isinstance(entry, Mapping):
+            shown[path] = {k: _shown(path, v) for k, v in entry.items()}
+        elif entry is not None:
+            shown[path] = _shown(path, entry)
+    return shown
 
 
 def job_diff(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -79,7 +104,7 @@ def redacted(job: Mapping[str, Any]) -> dict[str, Any]:
     def walk(value: Any, path: str) -> Any:
         if isinstance(value, Mapping):
             return {k: walk(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
-        return REDACTED if is_secret(path) else value
+        return _shown(path, value)
 
     copy: dict[str, Any] = walk(job, "")
     return copy

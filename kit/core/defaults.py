@@ -17,7 +17,7 @@ REAPER_PERIOD_MS = 5_000  # how often the reaper looks for expired and unpublish
 # The reaper counts a run nobody claimed as lost only if it went out (commit, re-arm, or
 # its own publish) this long before the instant the workers provably read past: room for
 # a node's publish after its commit. Above the scan-ahead (checked at start).
-UNDISPATCHED_GRACE_MS = 15_000
+UNCLAIMED_GRACE_MS = 15_000
 SCAN_PERIOD_MS = 1_000  # a scheduler node scans its partitions once a second
 # Most due triggers one scan transaction takes. A scan of 20,000 fires takes ~5-8 s of
 # the node and the database on 2 cores; a 50,000-row one (~19 s) outlasts the partition

@@ -1,8 +1,9 @@
-"""How due runs are held and ordered between the scan and the publish.
+"""When a node scans, and in which order due runs are held and started.
 
-A scheduler node scans a few seconds ahead, holds the runs in a `TimerWheel` and
-publishes each at its second; after an outage, a catch-up backlog is worked by
-priority first, then by age.
+A scheduler node scans `SCAN_AHEAD_MS` ahead (`scan_window`, `next_scan_at_ms`) and
+publishes the runs as soon as the scan commits; a worker claims them ahead and holds
+them in a `TimerWheel` until their second. After an outage, a catch-up backlog is
+worked by priority first, then by age (`catch_up_order`).
 """
 
 from __future__ import annotations

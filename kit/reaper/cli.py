@@ -49,10 +49,11 @@ def _run(args: argparse.Namespace) -> int:
     reaper = Reaper(
         engine,
         publisher,
-        settings.undispatched_grace_ms,
+        settings.unclaimed_grace_ms,
         metrics,
         progress=progress,
         partitions=settings.partitions,
+        pause_after_dead_default=settings.pause_after_dead,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -6,6 +6,7 @@ stdout and writes them to $CRONFLEET_HOME/stack.env, which `load_settings()` rea
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable
 from typing import Protocol
@@ -70,8 +71,18 @@ def _selected(args: argparse.Namespace) -> Iterable[str]:
 
 
 def up(args: argparse.Namespace) -> int:
+    from kit.settings import cronfleet_home
+    from kit.stack.private import PRIVATE_UMASK, secure_home, tighten
+    from kit.stack.process import progress
+
+    os.umask(PRIVATE_UMASK)  # what `up` and the servers it starts create: 0600 / 0700
+    home = cronfleet_home()
+    secure_home(home)
+    if changed := tighten(home):
+        progress(f"stack: took group and other permissions off {changed} entries in {home}")
     for name in _selected(args):
         service(name).up()
+    tighten(home)  # what a tool copied keeping its own modes (Maven's jars: 0644)
     settings = connection_settings()
     write_stack_env(settings)
     print(f"  stack: settings written to {stack_env_file()}", file=sys.stderr)

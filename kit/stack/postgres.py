@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.settings import cronfleet_home
+from kit.stack.private import secure_home
 from kit.stack.process import (
     StackError,
     alive,
@@ -137,7 +138,9 @@ class Postgres:
         for path in (self.root, self.socket_dir):
             if path != Path(tempfile.gettempdir()):
                 os.chown(path, user.pw_uid, user.pw_gid)
-        make_traversable(self.root.parent)
+                path.chmod(0o700)
+        secure_home(self.root.parent)  # installed now: the postgres group may pass
+        make_traversable(self.root.parent.parent, user)
         if not (self.data / "PG_VERSION").exists():
             progress(f"postgres: initialising {self.data}")
             as_postgres(
@@ -300,11 +303,19 @@ def write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def make_traversable(path: Path) -> None:
-    """Give others search (x) permission on `path` and its parents, so `postgres` reaches
-    its data directory under e.g. /root/.cronfleet; read permission is not granted."""
+def make_traversable(path: Path, user: pwd.struct_passwd) -> None:
+    """Let `postgres` search `path` and its parents where it cannot yet (others' search
+    permission added), so it reaches its data directory under e.g. /root/.cronfleet; read
+    permission is not granted. Only where PostgreSQL runs as another user than ours."""
+    if user.pw_uid == os.geteuid():
+        return
     for directory in (path, *path.parents):
-        mode = directory.stat().st_mode
-        if not mode & stat.S_IXOTH:
+        st = directory.stat()
+        passes = (
+            st.st_mode & stat.S_IXOTH
+            or (st.st_uid == user.pw_uid and st.st_mode & stat.S_IXUSR)
+            or (st.st_gid == user.pw_gid and st.st_mode & stat.S_IXGRP)
+        )
+        if not passes:
             progress(f"postgres: allowing others to traverse {directory} (chmod o+x)")
-            directory.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+            directory.chmod(stat.S_IMODE(st.st_mode) | stat.S_IXOTH)

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select
 
-from kit.core.audit import job_diff, redacted
+from kit.core.audit import redacted, shown_changes
 from kit.core.errors import FieldError
 from kit.core.jitter import jitter_offset_ms
 from kit.core.owed import PauseChange, PausedSpan, ScheduleEra, paused_spans
@@ -48,6 +48,7 @@ def job_view(spec: Any) -> dict[str, Any]:
         "jitter_s": spec.jitter_s,
         "paused": spec.paused,
         "pause_after_dead": spec.pause_after_dead,
+        "notify": None if getattr(spec, "notify", None) is None else dict(spec.notify),
     }
 
 
@@ -75,34 +76,6 @@ def audit_in(
             snapshot=redacted(snapshot) if snapshot is not None else None,
         )
     )
-
-
-def audit_change_in(
-    conn: Connection,
-    *,
-    tenant: str,
-    job_id: str,
-    actor: str,
-    action: str,
-    at: datetime,
-    version: int | None,
-    before: Mapping[str, Any] | None,
-    after: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """Record a create, edit or delete as the diff of the job's views; returns the diff."""
-    diff = job_diff(before, after)
-    audit_in(
-        conn,
-        tenant=tenant,
-        job_id=job_id,
-        actor=actor,
-        action=action,
-        at=at,
-        version=version,
-        changes=diff,
-        snapshot=after,
-    )
-    return diff
 
 
 @dataclass(frozen=True)
@@ -172,7 +145,7 @@ def audit_list(
             actor=row.actor,
             action=row.action,
             version=row.version,
-            changes=dict(row.changes),
+            changes=shown_changes(row.changes),
         )
         for row in rows[:limit]
     ]

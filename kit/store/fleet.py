@@ -1,6 +1,7 @@
-"""The fleet as PostgreSQL knows it (operators' view): scheduler nodes and the
-partitions each owns, workers and what they are running. Database clock throughout,
-unless a caller (a test) passes `now`."""
+"""The fleet as PostgreSQL knows it: the operator's view (scheduler nodes and the
+partitions each owns, workers and what they are running, every tenant's runs), and a
+tenant's own (its unfinished runs per tier). Database clock throughout, unless a caller
+(a test) passes `now`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from datetime import datetime
 
 from sqlalchemy import Engine, text
 
+from kit.core.dispatch import PRIORITY_TIERS
+from kit.core.trigger import QUEUED
 from kit.store.db import NOW_SQL, db_now
+from kit.store.runs import run_state_sql
+from kit.store.schema import BUSY_SQL
 
 
 @dataclass(frozen=True)
@@ -100,3 +105,75 @@ def fleet_read(
             for r in conn.execute(text(_WORKERS), {"worker_ttl_s": worker_ttl_s, "now": now})
         ]
     return FleetView(at, nodes, partitions, partitions - int(owned), workers)
+
+
+@dataclass(frozen=True)
+class TierInFlight:
+    tier: str
+    waiting: int  # due, published, not claimed yet: the tenant's share of the lag
+    ahead: int  # written ahead of their second (the scheduler's scan-ahead)
+    held: int  # held back by the job's overlap policy (`queue`), not published yet
+    claimed: int  # a worker holds it and waits for its second (kit.core.run_state)
+    running: int
+    retry_scheduled: int
+    oldest_waiting_at: datetime | None
+
+
+@dataclass(frozen=True)
+class InFlightView:
+    now: datetime
+    tiers: list[TierInFlight]
+
+
+# One tenant's unfinished runs, through its own jobs (jobs by tenant, then each job's
+# unfinished runs by the partial index ix_runs_busy_job_id): the cost is the tenant's,
+# whatever the rest of the fleet holds.
+_IN_FLIGHT = f"""
+WITH mine AS (
+    SELECT r.priority, r.status, r.scheduled_at, {run_state_sql("r", NOW_SQL)} AS state,
+           r.status = 'pending' AND r.skip_reason IS NOT DISTINCT FROM :held AS held
+    FROM jobs j JOIN runs r ON r.job_id = j.job_id
+    WHERE j.tenant = :tenant AND r.tenant = :tenant AND r.status IN {BUSY_SQL}
+)
+SELECT priority,
+       count(*) FILTER (WHERE status = 'pending' AND NOT held
+                        AND scheduled_at <= {NOW_SQL}) AS waiting,
+       count(*) FILTER (WHERE status = 'pending' AND NOT held
+                        AND scheduled_at > {NOW_SQL}) AS ahead,
+       count(*) FILTER (WHERE held) AS held,
+       count(*) FILTER (WHERE state = 'claimed') AS claimed,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       count(*) FILTER (WHERE status = 'retry_scheduled') AS retry_scheduled,
+       min(scheduled_at) FILTER (WHERE status = 'pending' AND NOT held
+                                 AND scheduled_at <= {NOW_SQL}) AS oldest_waiting_at
+FROM mine GROUP BY priority
+"""
+
+
+def in_flight_read(engine: Engine, tenant: str, *, now: datetime | None = None) -> InFlightView:
+    """A tenant's unfinished runs per priority tier (every tier, most urgent first), by
+    the database's clock unless `now` is given: what a tenant may see of the fleet."""
+    with engine.begin() as conn:
+        at = db_now(conn, now)
+        rows = {
+            r.priority: r
+            for r in conn.execute(
+                text(_IN_FLIGHT), {"tenant": tenant, "now": now, "held": QUEUED.value}
+            )
+        }
+    tiers = []
+    for tier in PRIORITY_TIERS:
+        r = rows.get(tier)
+        tiers.append(
+            TierInFlight(
+                tier,
+                int(r.waiting) if r else 0,
+                int(r.ahead) if r else 0,
+                int(r.held) if r else 0,
+                int(r.claimed) if r else 0,
+                int(r.running) if r else 0,
+                int(r.retry_scheduled) if r else 0,
+                r.oldest_waiting_at if r else None,
+            )
+        )
+    return InFlightView(at, tiers)

@@ -6,7 +6,7 @@ loop is written once, as a generator of steps: it yields each statement (`Query`
 rows are wanted; `Execute`: they are not) and receives the rows back, deciding in between
 with kit.core. `run_steps` drives it on a SQLAlchemy Engine, `run_steps_in` inside a
 caller's SQLAlchemy transaction, `run_steps_async` on a pooled async connection, with no
-thread or greenlet hop (issue 16).
+thread or greenlet hop (the hop costs the API CPU on every request).
 
 `atomic` (the default) runs the steps in one transaction. A function whose statements
 each stand alone (one statement, or a read whose answer only picks the next statement)
@@ -14,10 +14,9 @@ passes `atomic=False`: each statement is then its own transaction, one round tri
 no BEGIN and COMMIT of their own; a statement that writes several tables is made atomic
 by being one statement (data-modifying CTEs).
 
-The async driver does not use psycopg's pipeline mode. Pipelined, a read-decide-write
-call was two round trips instead of four, but measured on the 2-core machine it cost
-more CPU, in the API and in PostgreSQL, than the round trips it saved (psycopg's
-pipeline polls the socket for every command it sends; docs/api-speed.md, third round).
+The async driver does not use psycopg's pipeline mode: it saves round trips but costs
+more CPU, in the API and in PostgreSQL, than they are worth on one machine (psycopg's
+pipeline polls the socket for every command it sends; benchmarks/pg_async_modes.py).
 
 `AsyncPool` is deliberately small: connections are made on demand up to `size` and kept;
 a request that finds none free waits for one; a connection that failed (broken) is

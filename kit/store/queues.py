@@ -8,8 +8,8 @@ LOCKED`, so two of them never get the same task and neither waits for the other.
 
 Every operation is written once, as steps (kit.store.pg_async: statements yielded, rows
 received, decisions in between), and offered twice: on a SQLAlchemy Engine
-(`task_ack(engine, ...)`, for tests and tooling) and on an async pool
-(`task_ack_async(pool, ...)`, what the HTTP API runs, without a thread hop). The
+(`task_lease(engine, ...)`, for tests and tooling) and on an async pool
+(`task_lease_async(pool, ...)`, what the HTTP API runs, without a thread hop). The
 statement text is the module's `*_SQL` constants, shared by both. An enqueue (its
 insert, and with an Idempotency-Key the read of an earlier use) and the stats are single
 statements, run without a transaction of their own (`atomic=False`); a lease, an ack, a
@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine
 
 from kit.core.queue_task import (
     LEASABLE,
@@ -40,9 +40,10 @@ from kit.core.queue_task import (
     nack_task,
 )
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+from kit.store.db import is_uuid
 from kit.store.errors import IdempotencyConflict, StoreError
 from kit.store.pg_async import AsyncPool, Execute, Query, Steps, run_steps, run_steps_async
-from kit.store.schema import LEASABLE_TASKS, queue_tasks
+from kit.store.schema import LEASABLE_TASKS
 
 MAX_LEASE_TASKS = 100
 # A lease request keeps looking past expired tasks it dead-letters, but not forever:
@@ -460,10 +461,8 @@ def _ack_many(
 
 
 def _canonical(task_id: str) -> str | None:
-    try:
-        return str(uuid.UUID(task_id))
-    except (ValueError, TypeError, AttributeError):
-        return None
+    """The id as PostgreSQL writes it, or None if it is not one (kit.store.db.is_uuid)."""
+    return task_id.lower() if is_uuid(task_id) else None
 
 
 def _ack_one(outcome: AckOutcome) -> str:
@@ -578,20 +577,6 @@ async def task_ack_many_async(
     return await run_steps_async(pool, _ack_many(tenant, items, now))
 
 
-def task_ack(
-    engine: Engine,
-    tenant: str,
-    task_id: str,
-    lease_token: str,
-    result: Any = None,
-    now: datetime | None = None,
-) -> str:
-    """Mark the task done with its result; returns the status ("done"). Repeating the
-    ack with the same token is accepted and changes nothing."""
-    item = AckItem(task_id, lease_token, result)
-    return _ack_one(run_steps(engine, _ack_many(tenant, [item], now))[0])
-
-
 async def task_ack_async(
     pool: AsyncPool,
     tenant: str,
@@ -667,14 +652,3 @@ async def queue_stats_async(
     pool: AsyncPool, tenant: str, queue: str, now: datetime | None = None
 ) -> QueueStats:
     return await run_steps_async(pool, _stats(tenant, queue, now), atomic=False)
-
-
-def task_row(engine: Engine, tenant: str, task_id: str) -> Mapping[str, Any] | None:
-    """The stored row, for tests and tooling."""
-    with engine.connect() as conn:
-        row = conn.execute(
-            select(queue_tasks).where(
-                queue_tasks.c.tenant == tenant, queue_tasks.c.task_id == task_id
-            )
-        ).first()
-    return None if row is None else dict(row._mapping)

@@ -1,16 +1,22 @@
 """The command task: an argv (never a shell) in its own process group.
 
-Only what the operator allowed runs: `ctx.commands` (kit.core.task_policy) must name
-`argv[0]` exactly, and with no permit nothing runs. Where the permit names a `run_as`
-user, the child becomes that user (its group, no supplementary groups) before it
-execs, so file permissions keep it out of the worker's files (`$CRONFLEET_HOME`,
-`stack.env`, `/proc/<worker>/environ`).
+Only what the operator allowed runs (kit.core.task_policy, asked again at every run):
+`argv[0]` exactly one of the tenant's executables, a working directory only among its
+`cwd` directories, environment names only from its `env` list and never one the kit
+always refuses (kit.core.env_names); with no permit nothing runs. Where the permit
+names a `run_as` user, the child becomes that user (its group, no supplementary
+groups) before it execs, so file permissions keep it out of the worker's files
+(`$CRONFLEET_HOME`, `stack.env`, `/proc/<worker>/environ`); a worker running as root
+runs no command of a tenant without one.
 
 What the command sees of the worker: nothing but a minimal environment (PATH, locale,
-time zone), never the worker's own, which holds the database URL. HOME, TMPDIR and the
-working directory are a fresh directory of the run (owned by the run-as user, mode
-0700), removed afterwards, not the worker's HOME where `~/.cronfleet` lives. The job's
-`env` is added (the dynamic loader's LD_* and the kit's CRONFLEET_* names dropped),
+time zone), never the worker's own, which holds the database URL. HOME and TMPDIR are
+a fresh directory of the run (owned by the run-as user, mode 0700), removed afterwards,
+not the worker's HOME where `~/.cronfleet` lives; so is the working directory unless
+the job names one. A job's own directory is entered only after the user switch (the
+child starts in the run's directory and execs coreutils' `env --chdir=DIR --`, which
+already runs as the run-as user), so the run-as user's permissions decide whether it
+may go there: Popen's own `cwd` is entered while still root. The job's `env` is added,
 then CRONFLEET_RUN_ID / CRONFLEET_IDEMPOTENCY_KEY / CRONFLEET_ATTEMPT, which it cannot
 override.
 
@@ -39,22 +45,34 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from kit.core import defaults
 from kit.core.errors import FieldError
+from kit.core.output import OUTPUT_CAP_BYTES, Output, excerpt
 from kit.core.redaction import MASK, scrub, scrub_excerpt
-from kit.core.task_policy import reserved_env_name
+from kit.core.task_policy import NOT_NORMAL_PATH, env_name_refusal, normal_path
 from kit.tasks.context import Deadline, RunContext, TaskResult, stopped
 from kit.tasks.spec import TaskSpec, TaskType, names_present, no_mask
 
 log = logging.getLogger(__name__)
 KILL_GRACE_S = defaults.KILL_GRACE_MS / 1000
-EXCERPT_BYTES = 2048
+EXCERPT_BYTES = 2048  # of stderr, in a failed run's error
+# What a stream's tail keeps: the output excerpt and room for a secret cut at its edge.
+_TAIL_BYTES = max(EXCERPT_BYTES, OUTPUT_CAP_BYTES) + 1024
 _BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+# coreutils' env (8.28+ for --chdir), found where the system keeps it, never on PATH
+_ENV_PROGRAM_DIRS = "/usr/bin:/bin"
+
+
+# The rules of `env` names and of `cwd` as the API's document declares them: the same
+# as `env_name_refusal`'s form check and `normal_path` (tests/unit/test_tasks_command_schema.py
+# holds each pattern equal to its check).
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+NORMAL_PATH_PATTERN = r"^/$|^(?:/(?!\.\.?(?:/|$))[^/\u0000]+)+$"
 
 
 class CommandTask(TaskSpec):
@@ -64,23 +82,37 @@ class CommandTask(TaskSpec):
         description="argv[0] must be an executable the operator allowed for the tenant, "
         "by the same absolute path; the token needs the `command` scope",
     )
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Only names the operator's task policy lets the tenant set; names "
+        "that make a shell, an interpreter or the loader run code are always refused",
+        json_schema_extra={"propertyNames": {"pattern": ENV_NAME_PATTERN}},
+    )
     secret_env: list[str] = Field(
         default_factory=list,
         description=f"Names in `env` whose values are secret (shown as {MASK!r}, scrubbed)",
     )
-    cwd: str | None = None
+    cwd: (
+        Annotated[str, WithJsonSchema({"type": "string", "pattern": NORMAL_PATH_PATTERN})] | None
+    ) = Field(
+        default=None,
+        description="An absolute directory the operator's task policy allows for the "
+        "tenant, entered as the run-as user; unset: the run's own fresh directory",
+    )
 
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
-            if reserved_env_name(name) or not name or "=" in name:
-                raise FieldError(
-                    f"env.{name}",
-                    "is not a name a job may set (LD_* and CRONFLEET_* are reserved, "
-                    "'=' is not allowed)",
-                )
+            if reason := env_name_refusal(name):
+                raise FieldError(f"env.{name}", reason)
+        return value
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, value: str | None) -> str | None:
+        if value is not None and not normal_path(value):
+            raise FieldError("cwd", NOT_NORMAL_PATH)
         return value
 
     @model_validator(mode="after")
@@ -102,7 +134,8 @@ def command_env(spec_env: Mapping[str, str], ctx: RunContext, home: str) -> dict
     env = {k: os.environ[k] for k in _BASE_ENV if k in os.environ}
     env.setdefault("PATH", _DEFAULT_PATH)
     env["HOME"] = env["TMPDIR"] = home
-    env.update({str(k): str(v) for k, v in spec_env.items() if not reserved_env_name(str(k))})
+    # refusal() has refused a run with any of these names; dropping them again costs nothing
+    env.update({str(k): str(v) for k, v in spec_env.items() if not env_name_refusal(str(k))})
     env["CRONFLEET_RUN_ID"] = ctx.run_id
     env["CRONFLEET_IDEMPOTENCY_KEY"] = ctx.run_id
     env["CRONFLEET_ATTEMPT"] = str(ctx.attempt)
@@ -134,7 +167,8 @@ def _run_dir(identity: _Identity) -> Path:
 
 
 def refusal(spec: Mapping[str, Any], ctx: RunContext) -> str | None:
-    """Why this command may not run here, or None: the operator's permit decides."""
+    """Why this command may not run here, or None: the operator's permit, as it is now,
+    decides (the same decision the API made when the job was written)."""
     argv = spec.get("argv")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         return "task.argv: must be a non-empty list of strings"
@@ -143,32 +177,17 @@ def refusal(spec: Mapping[str, Any], ctx: RunContext) -> str | None:
             "refused by the operator's task policy: command tasks are not allowed for "
             f"tenant {ctx.tenant!r}"
         )
-    reason = ctx.commands.refusal(argv, ctx.tenant)
-    return f"refused by the operator's task policy: task.argv[0]: {reason}" if reason else None
-
-
-_root_warned: set[str] = set()
-
-
-def _warn_if_root(ctx: RunContext) -> None:
-    """Once per tenant: its permit names no run_as user and this worker is root."""
-    if (
-        ctx.commands is not None
-        and ctx.commands.run_as is None
-        and os.geteuid() == 0
-        and ctx.tenant not in _root_warned
-    ):
-        _root_warned.add(ctx.tenant)
-        log.warning(
-            "tenant %r runs commands as root: set run_as for it in the task policy", ctx.tenant
-        )
+    if reason := ctx.commands.identity_refusal(os.geteuid() == 0, ctx.tenant):
+        return f"refused by the operator's task policy: {reason}"
+    if found := ctx.commands.task_refusal(spec, ctx.tenant):
+        return f"refused by the operator's task policy: task.{found[0]}: {found[1]}"
+    return None
 
 
 def run_command(
     spec: Mapping[str, Any], ctx: RunContext, *, kill_grace_s: float = KILL_GRACE_S
 ) -> TaskResult:
     deadline = Deadline(ctx.timeout_s)
-    _warn_if_root(ctx)
     if reason := refusal(spec, ctx):
         return TaskResult(False, reason)
     argv: list[str] = spec["argv"]
@@ -176,11 +195,25 @@ def run_command(
         identity = _identity(ctx.commands.run_as if ctx.commands else None)
     except ValueError as exc:
         return TaskResult(False, f"refused by the operator's task policy: {exc}")
+    if (entering := _entering(spec.get("cwd"), argv)) is None:
+        return TaskResult(False, "task.cwd: cannot be entered: coreutils' env is not installed")
+    argv = entering
     run_dir = _run_dir(identity)
     try:
         return _run(argv, spec, ctx, deadline, identity, run_dir, kill_grace_s)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _entering(cwd: str | None, argv: list[str]) -> list[str] | None:
+    """argv, started through `env --chdir` when the job names its working directory (None
+    if there is no env): the child begins in the run's directory (entered as root, which
+    made it) and env, already the run-as user, enters the job's; if that user may not,
+    env's error says so, and says no more than that user could learn itself."""
+    if cwd is None:
+        return argv
+    program = shutil.which("env", path=_ENV_PROGRAM_DIRS)
+    return None if program is None else [program, f"--chdir={cwd}", "--", *argv]
 
 
 def _run(
@@ -200,7 +233,7 @@ def _run(
         proc = subprocess.Popen(
             argv,
             env=command_env(dict(spec.get("env") or {}), ctx, str(run_dir)),
-            cwd=spec.get("cwd") or run_dir,
+            cwd=run_dir,  # entered as root: the job's own is entered later (_entering)
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -221,14 +254,15 @@ def _run(
     code = proc.wait()
     _keeper.unregister(proc.pid)
     out, err = stdout.text(ctx.secrets), stderr.text(ctx.secrets)
+    output = Output(stdout.excerpt(ctx.secrets), stderr.excerpt(ctx.secrets))
     detail = f"exit code {code}" + (f"; stdout: {out}" if out else "")
     if failure is not None:
         error = f"{failure.error}; process group killed"
-        return TaskResult(False, error + (f"; stderr: {err}" if err else ""), detail)
+        return TaskResult(False, error + (f"; stderr: {err}" if err else ""), detail, output)
     if code == 0:
-        return TaskResult(True, None, detail)
+        return TaskResult(True, None, detail, output)
     what = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-    return TaskResult(False, what + (f"; stderr: {err}" if err else ""), detail)
+    return TaskResult(False, what + (f"; stderr: {err}" if err else ""), detail, output)
 
 
 # The keeper: stdin is a pipe only the worker writes to, a line per change: "+PGID GRACE"
@@ -282,9 +316,8 @@ class _Keeper:
     unsafe in a threaded worker. Being the worker's user (root where run_as applies),
     the keeper may signal a group that changed identity. A worker killed between a
     task's spawn and its registration leaves that task unkept: a window of one line and
-    one uncontended write. (The keeper used to start on the first registration, under
-    the lock, so a second task's registration waited behind a Python start: a CI run
-    left a hung task group behind, most likely in that wait.)
+    one uncontended write; the keeper is started before the spawn (`start`), never
+    under the registration lock, so no registration waits behind a Python start.
     """
 
     def __init__(self) -> None:
@@ -402,7 +435,7 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 class _Tail:
-    """Drains a pipe on a thread, keeping the last bytes (between one and two excerpts)."""
+    """Drains a pipe on a thread, keeping the last bytes (between one and two tails)."""
 
     def __init__(self, pipe: IO[bytes] | None) -> None:
         self._data = bytearray()
@@ -417,8 +450,8 @@ class _Tail:
             while chunk := pipe.read1(65536):  # type: ignore[attr-defined]
                 self._data += chunk
                 self._seen += len(chunk)
-                if len(self._data) > 2 * EXCERPT_BYTES:
-                    del self._data[:-EXCERPT_BYTES]
+                if len(self._data) > 2 * _TAIL_BYTES:
+                    del self._data[:-_TAIL_BYTES]
 
     def text(self, secrets: tuple[str, ...] = ()) -> str:
         """The last EXCERPT_BYTES of the output, scrubbed: whole secrets are replaced in
@@ -429,6 +462,14 @@ class _Tail:
         excerpt = window[-EXCERPT_BYTES:]
         cut = self._seen > len(raw) or len(excerpt) < len(window)
         return scrub_excerpt(excerpt, secrets, cut_head=cut, cut_tail=False).strip()
+
+    def excerpt(self, secrets: tuple[str, ...] = ()) -> str:
+        """The output kept for the run page: its end, at most OUTPUT_CAP_BYTES, scrubbed
+        (kit.core.output)."""
+        self._thread.join(1.0)
+        raw = bytes(self._data)
+        text = raw.decode("utf-8", errors="replace")
+        return excerpt(text, secrets, OUTPUT_CAP_BYTES, keep="tail", cut=self._seen > len(raw))
 
 
 TASK = TaskType("command", CommandTask, run_command)

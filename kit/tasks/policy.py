@@ -12,17 +12,21 @@ until it is fixed, and says so in the log.
     [tenants.acme]
     commands = ["/usr/local/bin/backup", "/usr/bin/rsync"]
     run_as = "cronfleet-acme"
+    cwd = ["/srv/acme"]
+    env = ["BACKUP_*", "REPORT_DATE"]
     http_allow_hosts = ["10.1.0.0/16", "reports.internal"]
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import time
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +104,22 @@ class PolicySource:
             return self._policy
 
 
+def local_run_as() -> str | None:
+    """The run-as user of the kit's own tenants on this machine (drills, benchmarks,
+    calibration, tests): `nobody` where they run as root, whose worker runs no command of
+    a tenant without one; none otherwise (a worker of another user runs them as itself,
+    and could not switch). What such a command writes must be writable by that user."""
+    return "nobody" if os.geteuid() == 0 else None
+
+
+def local_policy_toml(tenant: str, commands: Sequence[str]) -> str:
+    """A policy file letting `tenant` run `commands` as `local_run_as()`."""
+    lines = [f"[tenants.{tenant}]", f"commands = {json.dumps(list(commands))}"]
+    if run_as := local_run_as():
+        lines.append(f"run_as = {json.dumps(run_as)}")
+    return "\n".join(lines) + "\n"
+
+
 def policy_source(path: str, http_allow_hosts: str) -> PolicySource:
     """From the settings (`task_policy_file`, `http_allow_hosts`), checked now."""
     return PolicySource(path or None, http_allow_hosts)
@@ -149,10 +169,13 @@ def under_policy(
         commands=tenant.commands,
         secrets=(*secret_values(spec), *worker_secrets),
         begin=ctx.begin,
+        slot=ctx.slot,
     )
 
 
 def _scrubbed(result: TaskResult, secrets: tuple[str, ...]) -> TaskResult:
+    """The error scrubbed here (the types' own excerpts are scrubbed where they are cut,
+    kit.core.output); the output as its type made it."""
     if result.error is None:
         return result
-    return TaskResult(result.ok, scrub(result.error, secrets), result.detail)
+    return replace(result, error=scrub(result.error, secrets))

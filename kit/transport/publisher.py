@@ -4,8 +4,9 @@ The producer is idempotent with acks=all: a retried send cannot duplicate or reo
 a job's messages within a partition, and "delivered" means written to every in-sync
 replica. A batch is produced in one go and flushed once (linger.ms small), which is
 what lets one scheduler node publish a top-of-hour burst of thousands of runs within
-the second. A run whose delivery is not confirmed is named in PublishError, so the
-caller does not mark it dispatched; the reaper re-publishes it later.
+the second. A run whose delivery is not confirmed is named in PublishError; its row is
+committed already, and the reaper publishes it again once nobody claimed it within the
+unclaimed grace (kit.core.recovery).
 """
 
 from __future__ import annotations
@@ -136,8 +137,8 @@ class RunPublisher:
         """`publish` for messages encoded beforehand. Returns each delivered run's
         acknowledgement time, epoch ms: the broker's append timestamp (the run topics are
         created with LogAppendTime), or, on a topic still stamped by the producer, the
-        wall time at which the acknowledgement arrived. It is what dispatch lag measures
-        (docs/life-of-a-run.md, "Lags")."""
+        wall time at which the acknowledgement arrived. It is what the publish lag measures
+        (`cronfleet_dispatch_lag_seconds`; docs/life-of-a-run.md, "Lags")."""
         if not messages:
             return {}
         delivered: dict[str, int] = {}

@@ -1,6 +1,6 @@
 """The database's clock, as a worker sees it through its own monotonic clock.
 
-Time that decides correctness is the database's (DESIGN.md): a run must not start before
+Time that decides correctness is the database's (docs/design.md): a run must not start before
 its second by that clock, whatever the scheduler node's or the worker's own clock says.
 Each sample is (monotonic before the query, database time, monotonic after); the query
 read the database clock somewhere in between, so `db - after` is a LOWER bound of the

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, select
 
 from kit.api.app import create_app
 from kit.core.redaction import MASK
-from kit.settings import load_settings
+from kit.settings import cronfleet_home, load_settings
 from kit.store.schema import jobs
 
 pytestmark = pytest.mark.integration
@@ -29,8 +29,10 @@ Counts = Callable[[], dict[str, int]]
 REPRO = ["sh", "-c", "cat $HOME/.cronfleet/stack.env >&2; exit 1"]
 POLICY = """
 [tenants.acme]
-commands = ["/usr/local/bin/backup", "/bin/sh"]
+commands = ["/usr/local/bin/backup", "/bin/sh", "/bin/bash"]
 run_as = "nobody"
+cwd = ["/srv/acme"]
+env = ["APP_*", "TOKEN", "MODE", "B*", "S*", "P*", "G*"]
 
 [tenants.other]
 http_allow_hosts = ["10.0.0.0/8"]
@@ -190,13 +192,69 @@ def test_secret_headers_and_env_are_write_only(
     [
         ({"env": {"LD_PRELOAD": "/tmp/x.so"}}, "task.env.LD_PRELOAD"),
         ({"env": {"CRONFLEET_DATABASE_URL": "x"}}, "task.env.CRONFLEET_DATABASE_URL"),
+        ({"env": {"BASH_ENV": "$(id)"}}, "task.env.BASH_ENV"),
+        ({"env": {"SHELLOPTS": "xtrace", "PS4": "$(id)"}}, "task.env.SHELLOPTS"),
+        ({"env": {"GLIBC_TUNABLES": "glibc.malloc.check=3"}}, "task.env.GLIBC_TUNABLES"),
+        ({"env": {"PATH": "/tmp"}}, "task.env.PATH"),
+        ({"env": {"BASH_FUNC_ls%%": "() { id; }"}}, "task.env.BASH_FUNC_ls%%"),
+        ({"cwd": "relative/dir"}, "task.cwd"),
+        ({"cwd": "/srv/acme/../../root"}, "task.cwd"),
         ({"env": {"A": "1"}, "secret_env": ["B"]}, "task.secret_env[0]"),
     ],
 )
 def test_reserved_or_unknown_env_names_are_422(
-    api: TestClient, auth: Headers, task: dict, field: str
+    api: TestClient, auth: Headers, row_counts: Counts, task: dict, field: str
 ) -> None:
+    """Names that make a shell, an interpreter or the loader run code are refused for
+    every tenant, even one whose allow-list (`B*`, `S*`, `P*`, `G*`) would match them."""
     headers = auth(scopes=["read", "write", "command"])
-    response = api.post("/v1/jobs", json=job(["/bin/sh"], **task), headers=headers)
+    before = row_counts()
+    response = api.post("/v1/jobs", json=job(["/bin/bash", "-c", "true"], **task), headers=headers)
     assert response.status_code == 422, response.text
     assert field in {f["field"] for f in response.json()["error"]["fields"]}
+    assert row_counts() == before
+
+
+@pytest.mark.parametrize("cwd", ["{home}", "{home}/stack.env", "/no/such/dir", "/", "/srv"])
+def test_a_cwd_the_policy_does_not_allow_is_403_in_the_same_words_whatever_is_there(
+    api: TestClient, auth: Headers, row_counts: Counts, cwd: str
+) -> None:
+    """cwd = $CRONFLEET_HOME listed its files, and the errors told which paths exist:
+    now a cwd outside the operator's directories is refused before anything is written,
+    by a comparison of text that never looks at the disk."""
+    acme = auth(scopes=["read", "write", "command"])
+    before = row_counts()
+    cwd = cwd.format(home=cronfleet_home())  # the stack's home, where stack.env lives
+    response = api.post("/v1/jobs", json=job(["/bin/sh", "-c", "ls"], cwd=cwd), headers=acme)
+    assert refused(response) == {
+        "task.cwd": "is not a directory the operator allowed for tenant 'acme' (allowed: /srv/acme)"
+    }
+    assert row_counts() == before
+    for name, allowed in (("top", "/srv/acme"), ("below", "/srv/acme/reports")):
+        ok = api.post("/v1/jobs", json=job(["/bin/sh"], name, cwd=allowed), headers=acme)
+        assert ok.status_code == 201, ok.text
+
+
+def test_an_env_name_outside_the_operators_list_is_403(
+    api: TestClient, auth: Headers, row_counts: Counts
+) -> None:
+    acme = auth(scopes=["read", "write", "command"])
+    before = row_counts()
+    task = {"env": {"APP_MODE": "x", "LC_ALL": "C"}}
+    response = api.post("/v1/jobs", json=job(["/bin/sh"], **task), headers=acme)
+    assert refused(response) == {
+        "task.env.LC_ALL": "is not a name the operator allowed tenant 'acme' to set "
+        "(allowed: APP_*, B*, G*, MODE, P*, S*, TOKEN)"
+    }
+    batch = {"jobs": [job(["/bin/sh"], "a"), job(["/bin/sh"], "b", env={"OTHER": "1"})]}
+    assert list(refused(api.post("/v1/jobs:batch", json=batch, headers=acme))) == [
+        "jobs[1].task.env.OTHER"
+    ]
+    assert row_counts() == before
+    made = api.post("/v1/jobs", json=job(["/bin/sh"], env={"APP_MODE": "x"}), headers=acme)
+    assert made.status_code == 201, made.text
+    edit = {"task": {"type": "command", "argv": ["/bin/sh"], "env": {"HOSTNAME": "x"}}}
+    edited = api.patch(f"/v1/jobs/{made.json()['job_id']}", json=edit, headers=acme)
+    assert list(refused(edited)) == ["task.env.HOSTNAME"]
+    shown = api.get(f"/v1/jobs/{made.json()['job_id']}", headers=acme).json()["task"]
+    assert shown["env"] == {"APP_MODE": "x"}

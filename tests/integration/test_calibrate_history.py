@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tomllib
 
-from kit.calibrate import measure_run_rows, write_profile
+from sim.calibrate import measure_run_rows, write_profile
 
 
 def test_run_row_bytes_measured_on_the_kits_runs_table(db_url, tmp_path):

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import kit.calibrate as calibrate
+import sim.calibrate as calibrate
 from kit.core.schedule import OneOffSchedule
 
 

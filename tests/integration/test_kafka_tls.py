@@ -44,13 +44,13 @@ def over_tls(broker: Broker) -> Iterator[KafkaSecurity]:
 
 
 def test_a_worker_configured_for_tls_runs_a_run_published_over_tls(
-    engine: Engine, settings: Settings, db_url: str, broker: Broker, tmp_path: Path,
+    engine: Engine, settings: Settings, db_url: str, broker: Broker, shared_dir: Path,
     over_tls: KafkaSecurity,  # last: loading settings installs their (plaintext) security
 ) -> None:  # fmt: skip
     assert client_config("x")["security.protocol"] == "SSL"
     prefix = f"cf.tls.{uuid.uuid4().hex[:10]}"
     ensure_topics(broker.tls_bootstrap(), 1, prefix=prefix)
-    ledger = tmp_path / "ledger"
+    ledger = shared_dir / "ledger"
     rid = make_run(engine, make_job(engine, task=ledger_task(ledger)))
     publisher = RunPublisher(broker.tls_bootstrap(), topic_prefix=prefix)
     publish(publisher, engine, rid)

@@ -251,13 +251,13 @@ def scrape(port: int) -> str:
 
 
 def test_run_all_runs_a_job_made_through_the_api_and_stops_on_sigterm(
-    env: dict[str, str], run_all: Callable[..., RunAll], engine: Engine, tmp_path: Path
+    env: dict[str, str], run_all: Callable[..., RunAll], engine: Engine, shared_dir: Path
 ) -> None:
     token = token_from_cli(env)
     ra = run_all()
     ra.wait_healthy()
     headers = {"Authorization": f"Bearer {token}"}
-    ledger = tmp_path / "ledger"
+    ledger = shared_dir / "ledger"
     at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
     body = {"name": "once", "schedule": {"at": at.isoformat()}, "task": ledger_task(ledger)}
     created = ra.http.post("/v1/jobs", json=body, headers=headers)
@@ -313,7 +313,7 @@ def test_run_all_stops_everything_when_a_service_dies(run_all: Callable[..., Run
 
 
 def test_dead_letter_retries_then_replays_through_the_api(
-    env: dict[str, str], run_all: Callable[..., RunAll], tmp_path: Path
+    env: dict[str, str], run_all: Callable[..., RunAll], shared_dir: Path
 ) -> None:
     """Retry by the real scheduler (the worker's retry trigger), dead after the last
     attempt, inspected and replayed over HTTP, published by the reaper, succeeds once."""
@@ -321,7 +321,7 @@ def test_dead_letter_retries_then_replays_through_the_api(
     headers = {"Authorization": f"Bearer {token}"}
     ra = run_all()
     ra.wait_healthy()
-    broken, ledger = tmp_path / "broken", tmp_path / "ledger"
+    broken, ledger = shared_dir / "broken", shared_dir / "ledger"
     broken.write_text("yes")
     at = (datetime.now(UTC) + timedelta(seconds=2)).replace(microsecond=0)
     body = {

@@ -78,7 +78,7 @@ def test_another_tenants_run_is_not_found_and_a_read_token_may_not_cancel(
     rid = make_run(engine, make_job(engine))
     _, other = token(engine, "globex")
     assert client.post(f"/v1/runs/{rid}:cancel", headers=other).status_code == 404
-    assert client.post("/v1/runs/not-a-uuid:cancel", headers=other).status_code == 404
+    assert client.post("/v1/runs/not-a-uuid:cancel", headers=other).status_code == 422
     _, reader = token(engine, "acme", ("read",))
     assert client.post(f"/v1/runs/{rid}:cancel", headers=reader).status_code == 403
     assert run_row(engine, rid).status == "pending"
@@ -127,12 +127,12 @@ def test_a_running_task_is_stopped_by_the_cancel_notification_not_the_heartbeat(
     client: TestClient,
     publisher,
     start_worker: Callable[..., Running],  # noqa: F811
-    tmp_path: Path,
+    shared_dir: Path,
 ) -> None:
     """The worker's heartbeat (every 60 s here) cannot be what stops the task within
     the wait: the notification sent at the cancel's commit is."""
     token_id, headers = token(engine)
-    pid_file = tmp_path / "pid"
+    pid_file = shared_dir / "pid"
     task = {"type": "command", "argv": ["/bin/sh", "-c", f'echo $$ > "{pid_file}"; exec sleep 300']}
     job = make_job(engine, task=task, timeout_s=600)
     rid = make_run(engine, job)
@@ -173,9 +173,9 @@ def test_a_run_claimed_and_held_for_its_second_never_starts_once_cancelled(
     client: TestClient,
     publisher,
     start_worker: Callable[..., Running],  # noqa: F811
-    tmp_path: Path,
+    shared_dir: Path,
 ) -> None:
-    ledger = tmp_path / "ledger"
+    ledger = shared_dir / "ledger"
     task = {"type": "command", "argv": ["/bin/sh", "-c", f'echo ran >> "{ledger}"']}
     job = make_job(engine, task=task)
     with engine.connect() as conn:

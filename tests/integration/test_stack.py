@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -118,3 +119,42 @@ def test_the_stacks_secrets_are_private_and_not_well_known() -> None:
         timeout=60,
     )
     assert url.password not in done.stdout + done.stderr
+
+
+def test_the_stack_home_and_its_files_are_the_owners_alone() -> None:
+    """A tenant's command runs as another user on this host: the stack's home is 0700
+    (0710 with the `postgres` group where PostgreSQL runs as that user: it may pass, not
+    list), nothing under it is open to group or others (but that passage), and the
+    servers run under umask 077, so what they write next is private too. Holds once the
+    stack was started by this code (`cronfleet stack up` tightens what an older one left;
+    the servers' umask is set when they start)."""
+    import grp
+    import os
+
+    from kit.settings import cronfleet_home
+    from kit.stack.kafka.broker import Broker
+    from kit.stack.postgres import Postgres
+
+    home = cronfleet_home()
+    st = home.stat()
+    postgres = grp.getgrnam("postgres").gr_gid if os.geteuid() == 0 else None
+    if postgres is None:
+        assert stat.S_IMODE(st.st_mode) == 0o700
+    else:
+        assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o710, postgres)
+    for name, pid in (("kafka", Broker.default().pid()), ("postgres", Postgres.default().pid())):
+        assert pid is not None, STACK_DOWN
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        umask = [ln for ln in status if ln.startswith("Umask:")]
+        assert umask == ["Umask:\t0077"], f"{name} (pid {pid}) runs with {umask}"
+    open_ = []
+    for root, dirs, files in os.walk(home):
+        for entry in (*dirs, *files):
+            path = os.path.join(root, entry)
+            st = os.lstat(path)
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                continue  # symlinks, the server's socket (in a 0700 directory)
+            passage = 0o010 if stat.S_ISDIR(st.st_mode) and st.st_gid == postgres else 0
+            if stat.S_IMODE(st.st_mode) & 0o077 & ~passage:
+                open_.append(f"{oct(stat.S_IMODE(st.st_mode))} {path}")
+    assert not open_, f"{len(open_)} entries open to group or others, e.g. {open_[:5]}"

@@ -123,9 +123,9 @@ def ledger_task(ledger: Path, script: str = "") -> dict:
 
 
 def test_run_succeeds_once_and_a_duplicate_delivery_is_skipped(
-    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Running], tmp_path: Path
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Running], shared_dir: Path
 ) -> None:
-    ledger = tmp_path / "ledger"
+    ledger = shared_dir / "ledger"
     job = make_job(engine, task=ledger_task(ledger))
     rid = make_run(engine, job)
     publish(publisher, engine, rid)
@@ -144,13 +144,13 @@ def test_run_succeeds_once_and_a_duplicate_delivery_is_skipped(
 
 
 def test_failing_task_retries_with_backoff_then_succeeds(
-    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Running], tmp_path: Path
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Running], shared_dir: Path
 ) -> None:
-    tries = tmp_path / "tries"
+    tries = shared_dir / "tries"
     # fails on its first two attempts (counted in a file), succeeds on the third
     script = f'echo x >> "{tries}"; [ "$(wc -l < "{tries}")" -ge 3 ] || exit 3'
     retry = {"max_attempts": 3, "base_s": 0.5, "cap_s": 10.0, "jitter": "none"}
-    job = make_job(engine, task=ledger_task(tmp_path / "ledger", script), retry=retry)
+    job = make_job(engine, task=ledger_task(shared_dir / "ledger", script), retry=retry)
     rid = make_run(engine, job)
     start_worker()
     for attempt, backoff_s in ((1, 0.5), (2, 1.0)):
@@ -167,21 +167,21 @@ def test_failing_task_retries_with_backoff_then_succeeds(
     publish(publisher, engine, rid)
     row = wait_for(engine, rid, "succeeded")
     assert row.attempt == 3 and [e["attempt"] for e in row.errors] == [1, 2]
-    assert (tmp_path / "ledger").read_text().split() == [rid]
+    assert (shared_dir / "ledger").read_text().split() == [rid]
 
 
 def test_always_failing_goes_dead_pauses_the_job_and_replays(
     engine: Engine,
     publisher: RunPublisher,
     start_worker: Callable[..., Running],
-    tmp_path: Path,
+    shared_dir: Path,
     client: TestClient,
     auth: Headers,
     settings: Settings,
 ) -> None:
-    broken = tmp_path / "broken"
+    broken = shared_dir / "broken"
     broken.write_text("yes")
-    task = ledger_task(tmp_path / "ledger", f'[ -e "{broken}" ] && exit 7')
+    task = ledger_task(shared_dir / "ledger", f'[ -e "{broken}" ] && exit 7')
     job = make_job(engine, task=task, retry={"max_attempts": 1}, pause_after_dead=2)
     first = make_run(engine, job)
     second = make_run(
@@ -203,21 +203,21 @@ def test_always_failing_goes_dead_pauses_the_job_and_replays(
     assert client.post(f"/v1/dead-letters/{first}:replay", headers=headers).status_code == 200
     reaper_pub = RunPublisher(settings.kafka_bootstrap, topic_prefix=publisher.topic_prefix)
     try:
-        counts = Reaper(engine, reaper_pub, settings.undispatched_grace_ms).tick()
+        counts = Reaper(engine, reaper_pub, settings.unclaimed_grace_ms).tick()
     finally:
         reaper_pub.close()
     assert counts.republished == 1
     row = wait_for(engine, first, "succeeded")
-    assert row.attempt == 2 and (tmp_path / "ledger").read_text().split() == [first]
+    assert row.attempt == 2 and (shared_dir / "ledger").read_text().split() == [first]
 
 
 def test_a_worker_that_cannot_confirm_its_lease_stops_the_task_and_gives_it_back(
-    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Running], tmp_path: Path
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Running], shared_dir: Path
 ) -> None:
     """It never heartbeats, so its lease runs out while the task sleeps: the worker stops
     the task before the lease ends and gives the run back (it used to run on and find
     its finish refused, after the reaper had handed the run to someone else)."""
-    ledger = tmp_path / "ledger"
+    ledger = shared_dir / "ledger"
     job = make_job(engine, task=ledger_task(ledger, "sleep 2"))
     rid = make_run(engine, job)
     running = start_worker(ttl_ms=1000, heartbeat_ms=600_000)
@@ -260,13 +260,13 @@ def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
     engine: Engine,
     publisher: RunPublisher,
     start_worker: Callable[..., Running],
-    tmp_path: Path,
+    shared_dir: Path,
     settings: Settings,
     db_url: str,
     prefix: str,
 ) -> None:
-    ledger = tmp_path / "ledger"
-    started = tmp_path / "started"
+    ledger = shared_dir / "ledger"
+    started = shared_dir / "started"
     task = ledger_task(
         ledger, f'echo $$ > "{started}.tmp"; mv "{started}.tmp" "{started}"; sleep 3'
     )
@@ -303,7 +303,7 @@ def test_sigkilled_worker_run_is_recovered_and_its_effect_happens_once(
 def _sigkill_worker_running_hung_tasks(
     engine: Engine,
     publisher: RunPublisher,
-    tmp_path: Path,
+    shared_dir: Path,
     settings: Settings,
     db_url: str,
     prefix: str,
@@ -311,7 +311,7 @@ def _sigkill_worker_running_hung_tasks(
 ) -> None:
     """A worker process runs `tasks` shells whose `sleep` hangs, all at once, and is
     SIGKILLed: every one of their groups must end (its keeper stops them)."""
-    started = [tmp_path / f"started-{i}" for i in range(tasks)]
+    started = [shared_dir / f"started-{i}" for i in range(tasks)]
     argv, env = worker_process("doomed", settings, db_url, prefix)
     argv += ["--concurrency", str(tasks)]
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
@@ -347,32 +347,32 @@ def _sigkill_worker_running_hung_tasks(
 def test_a_sigkilled_worker_takes_its_hung_task_group_with_it(
     engine: Engine,
     publisher: RunPublisher,
-    tmp_path: Path,
+    shared_dir: Path,
     settings: Settings,
     db_url: str,
     prefix: str,
 ) -> None:
     """Only the worker dies (not its host): the task it ran, a shell whose `sleep` hangs,
     must not run on as an orphan (the chaos drill poison-flood left 21 `sleep 3600`)."""
-    _sigkill_worker_running_hung_tasks(engine, publisher, tmp_path, settings, db_url, prefix, 1)
+    _sigkill_worker_running_hung_tasks(engine, publisher, shared_dir, settings, db_url, prefix, 1)
 
 
 def test_a_sigkilled_worker_takes_all_its_hung_task_groups_with_it(
     engine: Engine,
     publisher: RunPublisher,
-    tmp_path: Path,
+    shared_dir: Path,
     settings: Settings,
     db_url: str,
     prefix: str,
 ) -> None:
     """Two hung tasks of one worker share its one keeper: both groups end."""
-    _sigkill_worker_running_hung_tasks(engine, publisher, tmp_path, settings, db_url, prefix, 2)
+    _sigkill_worker_running_hung_tasks(engine, publisher, shared_dir, settings, db_url, prefix, 2)
 
 
 def test_sigterm_finishes_the_in_flight_run_and_exits(
     engine: Engine,
     publisher: RunPublisher,
-    tmp_path: Path,
+    shared_dir: Path,
     settings: Settings,
     db_url: str,
     prefix: str,
@@ -380,8 +380,8 @@ def test_sigterm_finishes_the_in_flight_run_and_exits(
     import socket
     import urllib.request
 
-    started = tmp_path / "started"
-    job = make_job(engine, task=ledger_task(tmp_path / "ledger", f'touch "{started}"; sleep 1'))
+    started = shared_dir / "started"
+    job = make_job(engine, task=ledger_task(shared_dir / "ledger", f'touch "{started}"; sleep 1'))
     rid = make_run(engine, job)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -405,11 +405,11 @@ def test_sigterm_finishes_the_in_flight_run_and_exits(
 
 
 def test_sigusr1_and_sigusr2_write_stacks_and_consumer_state_and_the_worker_runs_on(
-    tmp_path: Path, settings: Settings, db_url: str, prefix: str
+    shared_dir: Path, settings: Settings, db_url: str, prefix: str
 ) -> None:
     """Where a stuck worker waits and what its consumer holds, without stopping it (the
     chaos drills ask each worker both when the fleet does not go quiet)."""
-    log_path = tmp_path / "worker.log"
+    log_path = shared_dir / "worker.log"
     argv, env = worker_process("dumper", settings, db_url, prefix)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, env=env, stderr=log, start_new_session=True)

@@ -105,12 +105,12 @@ def test_a_worker_cut_off_from_postgresql_stops_its_task_before_the_lease_ends(
     db_url: str,
     publisher: RunPublisher,
     run_worker,
-    tmp_path: Path,
+    shared_dir: Path,
 ) -> None:
     """Item 6: heartbeats hang (the link is dead), so the lease cannot be confirmed; the
     worker must stop the task before the lease it last confirmed runs out, or the reaper
     hands the run to another worker while this one still runs it."""
-    ledger = tmp_path / "ledger"
+    ledger = shared_dir / "ledger"
     script = (
         f"trap 'echo stopped $(date +%s.%N) >> {ledger}; exit 143' TERM; "
         f"echo started >> {ledger}; sleep 20 & wait; echo finished >> {ledger}"
@@ -144,11 +144,11 @@ def test_a_run_published_early_does_not_start_before_its_second(
     engine: Engine,
     publisher: RunPublisher,
     run_worker,
-    tmp_path: Path,
+    shared_dir: Path,
 ) -> None:
     """Item 9: a scheduler node whose clock runs fast publishes early; the worker starts
     the run at its scheduled time by the database's clock, not on arrival."""
-    ledger = tmp_path / "ledger"
+    ledger = shared_dir / "ledger"
     script = f"date +%s.%N >> {ledger}"
     job = make_job(engine, task={"type": "command", "argv": ["/bin/sh", "-c", script]})
     with engine.begin() as conn:
@@ -169,11 +169,11 @@ def test_a_graceful_stop_never_gives_back_a_run_that_already_succeeded(
     engine: Engine,
     publisher: RunPublisher,
     run_worker,
-    tmp_path: Path,
+    shared_dir: Path,
 ) -> None:
     """Item 7: with --drain-s 0, or a finisher slowed by the database, the stop released
     runs whose task had succeeded but whose success was not written yet: they ran again."""
-    ledger = tmp_path / "ledger"
+    ledger = shared_dir / "ledger"
     a_task = {"type": "command", "argv": ["/bin/sh", "-c", f"sleep 1; echo a >> {ledger}"]}
     b_task = {"type": "command", "argv": ["/bin/sh", "-c", f"sleep 2; echo b >> {ledger}"]}
     a = make_run(engine, make_job(engine, task=a_task))

@@ -3,6 +3,7 @@ repository and runs inserted directly, so these tests do not depend on the sched
 
 from __future__ import annotations
 
+import tomllib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,11 +14,14 @@ from kit.core.schedule import parse_schedule
 from kit.core.task_policy import TaskPolicy
 from kit.store.jobs import JobCreate, JobSpec, job_create
 from kit.store.schema import runs
-from kit.tasks.policy import PolicySource
+from kit.tasks.policy import PolicySource, local_policy_toml
 
 # The operator's task policy of the workers these tests start: tenant acme may run
-# /bin/sh (commands are the operator's decision; by default nobody runs any).
-COMMANDS = PolicySource.fixed(TaskPolicy.parse({"tenants": {"acme": {"commands": ["/bin/sh"]}}}))
+# /bin/sh (commands are the operator's decision; by default nobody runs any), as `nobody`
+# where the tests run as root: what its commands write goes to the `shared_dir` fixture.
+COMMANDS = PolicySource.fixed(
+    TaskPolicy.parse(tomllib.loads(local_policy_toml("acme", ["/bin/sh"])))
+)
 
 
 def make_job(

@@ -10,7 +10,8 @@ import datetime as dt
 
 import pytest
 
-from kit.calibrate import (
+from kit.core.schedule import ScheduleKind, parse_schedule, schedule_kind
+from sim.calibrate import (
     JOB_CLASSES,
     PEAK_SHARES,
     SCAN_CALLS,
@@ -22,7 +23,6 @@ from kit.calibrate import (
     class_kind,
     write_profile,
 )
-from kit.core.schedule import ScheduleKind, parse_schedule, schedule_kind
 from sim.scenario import scan_cost_keys
 
 # per class: (CPU per fire, runs_insert wait per fire, other wait per fire), seconds

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.calibrate import (
+from sim.calibrate import (
     measure_worker_starts,
     median_by_key,
     storm_at_t,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.calibrate import (
+from sim.calibrate import (
     HTTP_STORM_KEYS,
     TASK_KEYS,
     TaskRound,

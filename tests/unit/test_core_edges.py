@@ -30,7 +30,7 @@ from kit.core.queue_task import (
 from kit.core.recovery import unclaimed_cutoff
 from kit.core.redaction import redact_task, secret_values
 from kit.core.retention import Retention
-from kit.core.task_policy import CommandPermit, TaskPolicy, reserved_env_name
+from kit.core.task_policy import CommandPermit, TaskPolicy, env_name_refusal
 
 T0 = 1_700_000_000_000
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -114,10 +114,14 @@ def test_a_tenants_hosts_are_joined_to_everyones():
     assert TaskPolicy.parse({}).for_tenant("acme").http_allow_hosts == ""
 
 
-def test_reserved_environment_names_whatever_their_case():
-    assert reserved_env_name("LD_PRELOAD") and reserved_env_name("ld_library_path")
-    assert reserved_env_name("cronfleet_database_url")
-    assert not reserved_env_name("PATH") and not reserved_env_name("OLD_VALUE")
+def test_always_refused_environment_names_whatever_their_case():
+    for name in ("LD_PRELOAD", "ld_library_path", "cronfleet_database_url", "Bash_Env", "PATH"):
+        assert (env_name_refusal(name) or "").startswith("is never a name a job may set: "), name
+    assert env_name_refusal("OLD_VALUE") is None and env_name_refusal("APP_LD_X") is None
+    for name in ("", "1A", "A-B", "A=B", "BASH_FUNC_x%%", "A B"):
+        assert env_name_refusal(name) == (
+            "must be a name of letters, digits and '_' that does not start with a digit"
+        ), name
 
 
 def test_unclaimed_cutoff_is_the_grace_before_the_caught_up_instant():
@@ -130,8 +134,9 @@ def test_budget_and_pause_edges():
         budget_attempt(2, 2)
     assert should_pause(1, 1) and not should_pause(0, 1)
     assert not should_pause(5, None)
-    with pytest.raises(ValueError, match=r"^pause_after_dead must be at least 1$"):
-        should_pause(1, 0)
+    assert not should_pause(1, 0)  # 0: the job opted out
+    with pytest.raises(ValueError, match=r"^pause_after_dead must be 0 \(never\) or more$"):
+        should_pause(1, -1)
 
 
 def test_retention_takes_zero_and_refuses_booleans_and_negatives():

@@ -380,7 +380,7 @@ CASES = [
         "policy tenant extra",
         lambda: TaskPolicy.parse({"tenants": {"acme": {"shell": 1}}}),
         "tenants.acme.shell",
-        "unknown setting; one of ['commands', 'http_allow_hosts', 'run_as']",
+        "unknown setting; one of ['commands', 'cwd', 'env', 'http_allow_hosts', 'run_as']",
     ),
     (
         "policy run_as bad",
@@ -429,6 +429,64 @@ CASES = [
         "is only meaningful with commands",
     ),
     (
+        "policy cwd alone",
+        lambda: TaskPolicy.parse({"tenants": {"acme": {"cwd": ["/srv/acme"]}}}),
+        "tenants.acme.cwd",
+        "is only meaningful with commands",
+    ),
+    (
+        "policy env alone",
+        lambda: TaskPolicy.parse({"tenants": {"acme": {"env": ["APP_*"]}}}),
+        "tenants.acme.env",
+        "is only meaningful with commands",
+    ),
+    (
+        "policy cwd relative",
+        lambda: TaskPolicy.parse({"tenants": {"acme": {"commands": [], "cwd": ["srv"]}}}),
+        "tenants.acme.cwd[0]",
+        "must be an absolute path in normal form (no '.', '..', '//' or trailing '/')",
+    ),
+    (
+        "policy cwd dot-dot",
+        lambda: TaskPolicy.parse(
+            {"tenants": {"acme": {"commands": [], "cwd": ["/srv", "/srv/acme/../x"]}}}
+        ),
+        "tenants.acme.cwd[1]",
+        "must be an absolute path in normal form (no '.', '..', '//' or trailing '/')",
+    ),
+    (
+        "policy cwd not a list",
+        lambda: TaskPolicy.parse({"tenants": {"acme": {"commands": [], "cwd": "/srv"}}}),
+        "tenants.acme.cwd",
+        "must be a list of non-empty strings",
+    ),
+    (
+        "policy env bare star",
+        lambda: TaskPolicy.parse({"tenants": {"acme": {"commands": [], "env": ["*"]}}}),
+        "tenants.acme.env[0]",
+        "must be an environment name, or a prefix ending in '*' (e.g. APP_*)",
+    ),
+    (
+        "policy env inner star",
+        lambda: TaskPolicy.parse({"tenants": {"acme": {"commands": [], "env": ["A*B"]}}}),
+        "tenants.acme.env[0]",
+        "must be an environment name, or a prefix ending in '*' (e.g. APP_*)",
+    ),
+    (
+        "policy env always refused",
+        lambda: TaskPolicy.parse(
+            {"tenants": {"acme": {"commands": [], "env": ["APP_*", "BASH_ENV"]}}}
+        ),
+        "tenants.acme.env[1]",
+        "BASH_ENV is always refused (a shell runs code from it); remove it",
+    ),
+    (
+        "policy env prefix always refused",
+        lambda: TaskPolicy.parse({"tenants": {"acme": {"commands": [], "env": ["PYTHON*"]}}}),
+        "tenants.acme.env[0]",
+        "PYTHON* is always refused (an interpreter loads or runs code from it); remove it",
+    ),
+    (
         "policy hosts",
         lambda: TaskPolicy.parse({"tenants": {"acme": {"http_allow_hosts": ["a,b"]}}}),
         "tenants.acme.http_allow_hosts[0]",
@@ -460,6 +518,14 @@ CASES = [
         " backfill a shorter range",
     ),
     (
+        "backfill past the run retention",
+        lambda: plan_backfill(JOB, [ERA], NOW - timedelta(days=3), NOW, NOW, 10_000, 0, 86_400),
+        "from",
+        "is before 2029-12-31T00:00:00Z: run history is kept 1 day (CRONFLEET_RUN_RETENTION_S),"
+        " so runs scheduled earlier would be expired by the next maintenance pass; backfill"
+        " from 2029-12-31T00:00:00Z or later",
+    ),
+    (
         "instant out of range",
         lambda: check_instant(datetime(1900, 1, 1, tzinfo=UTC), "from"),
         "from",
@@ -488,17 +554,94 @@ def test_a_nested_error_keeps_the_reason_under_the_enclosing_field():
 
 
 def test_command_refusals_say_who_and_what():
-    policy = TaskPolicy.parse({"tenants": {"acme": {"commands": ["/bin/true", "/bin/sh"]}}})
-    assert policy.command_refusal("other", ["/bin/true"]) == (
+    policy = TaskPolicy.parse(
+        {
+            "tenants": {
+                "acme": {
+                    "commands": ["/bin/true", "/bin/sh"],
+                    "cwd": ["/srv/acme", "/"],
+                    "env": ["APP_*", "MODE"],
+                }
+            }
+        }
+    )
+
+    def refusal(tenant, argv, **task):
+        return policy.command_refusal(tenant, {"argv": argv, **task})
+
+    assert refusal("other", ["/bin/true"]) == (
         "task.type",
         "the operator has not allowed command tasks for tenant 'other'",
     )
-    assert policy.command_refusal("acme", ["/bin/ls"]) == (
+    assert refusal("acme", ["/bin/ls"]) == (
         "task.argv[0]",
         "'/bin/ls' is not an executable the operator allowed for tenant 'acme'"
         " (allowed: /bin/sh, /bin/true)",
     )
-    assert policy.command_refusal("acme", []) == ("task.argv[0]", "must name an executable")
-    assert policy.command_refusal("acme", ["/bin/sh", "-c", "x"]) is None
+    assert refusal("acme", []) == ("task.argv[0]", "must name an executable")
+    assert refusal("acme", "/bin/sh") == ("task.argv", "must be a list of strings")
+    assert (
+        refusal("acme", ["/bin/sh", "-c", "x"], cwd="/x", env={"APP_A": "1", "MODE": "2"}) is None
+    )
+    assert refusal("acme", ["/bin/sh"], env={"APP_A": "1", "MODES": "2"}) == (
+        "task.env.MODES",
+        "is not a name the operator allowed tenant 'acme' to set (allowed: APP_*, MODE)",
+    )
+    assert refusal("acme", ["/bin/sh"], env={"APP_A": "1", "PS4": "2"}) == (
+        "task.env.PS4",
+        "is never a name a job may set: a shell runs code from it",
+    )
+    assert refusal("acme", ["/bin/sh"], env=["A"]) == (
+        "task.env",
+        "must be an object of names and values",
+    )
+    assert refusal("acme", ["/bin/sh"], cwd="/x/../y") == (
+        "task.cwd",
+        "must be an absolute path in normal form (no '.', '..', '//' or trailing '/')",
+    )
     none = TaskPolicy.parse({"tenants": {"acme": {"commands": []}}})
-    assert none.command_refusal("acme", ["/bin/sh"])[1].endswith("(allowed: none)")
+    assert none.command_refusal("acme", {"argv": ["/bin/sh"]})[1].endswith("(allowed: none)")
+    assert none.command_refusal("acme", {"argv": [], "cwd": "/"}) == (
+        "task.argv[0]",
+        "must name an executable",
+    )
+
+
+@pytest.mark.parametrize(
+    ("cwd", "allowed"),
+    [
+        ("/srv/acme", True),
+        ("/srv/acme/reports/2030", True),
+        ("/srv/acme2", False),
+        ("/srv/acmex/y", False),
+        ("/srv", False),
+        ("/srv/acme/", False),
+        ("/srv/acme/./x", False),
+        ("/srv/acme/../beta", False),
+        ("//srv/acme", False),
+        ("srv/acme", False),
+        ("/srv/acme/\x00", False),
+        ("", False),
+        (3, False),
+    ],
+)
+def test_a_cwd_is_the_operators_directory_or_below_it_by_its_text(cwd, allowed):
+    permit = (
+        TaskPolicy.parse({"tenants": {"acme": {"commands": ["/bin/sh"], "cwd": ["/srv/acme"]}}})
+        .tenants["acme"]
+        .commands
+    )
+    assert (permit.cwd_refusal(cwd, "acme") is None) is allowed
+
+
+def test_a_root_worker_refuses_a_permit_without_run_as_only():
+    policy = TaskPolicy.parse(
+        {"tenants": {"a": {"commands": ["/bin/sh"]}, "b": {"commands": [], "run_as": "svc"}}}
+    )
+    a, b = policy.tenants["a"].commands, policy.tenants["b"].commands
+    assert a.identity_refusal(True, "a") == (
+        "tenant 'a' has no run_as user and this worker runs as root, so it runs none of its "
+        "commands (give it a run_as user)"
+    )
+    assert a.identity_refusal(False, "a") is None
+    assert b.identity_refusal(True, "b") is None

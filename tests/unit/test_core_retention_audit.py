@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from kit.core.audit import REDACTED, edit_action, job_diff, redacted
+from kit.core.audit import REDACTED, edit_action, job_diff, redacted, shown_changes
 from kit.core.retention import (
     Retention,
     audit_entry_expired,
@@ -104,6 +104,23 @@ def test_secret_values_never_reach_the_diff_or_the_snapshot() -> None:
     }
     text = repr(diff) + repr(redacted({**JOB, "task": task}))
     assert "s3cret" not in text and "n3w" not in text and "blue" not in text
+
+
+def test_url_credentials_are_masked_in_the_diff_the_snapshot_and_old_entries() -> None:
+    task = {**JOB["task"], "url": "https://u:old-pw-1@example.org/a"}  # type: ignore[dict-item]
+    moved = {**task, "url": "https://u:new-pw-2@example.org/b"}
+    diff = job_diff({**JOB, "task": task}, {**JOB, "task": moved})
+    assert diff["task.url"] == {
+        "from": "https://(secret)@example.org/a",
+        "to": "https://(secret)@example.org/b",
+    }
+    text = repr(diff) + repr(redacted({**JOB, "task": moved}))
+    assert "pw-" not in text and "u:" not in text
+    old_entry = {"task.url": {"from": None, "to": "http://u:old-pw-1@h/"}, "name": "x"}
+    assert shown_changes(old_entry) == {
+        "task.url": {"from": None, "to": "http://(secret)@h/"},
+        "name": "x",
+    }
 
 
 def test_a_creation_diff_lists_every_field_and_a_pause_is_named_so() -> None:

@@ -1,7 +1,7 @@
-"""Every third-party package that kit/ or sim/ imports is a runtime dependency in
-pyproject.toml, so `pip install -e .` alone gives a working `cronfleet worker` and
-`cronfleet sim` (issue 7, item 23: httpx and numpy were only pulled in by the test extras
-or by chance)."""
+"""Every third-party package a part of the distribution imports is declared where that
+part is installed from: kit/ in the base dependencies (`pip install cronfleet` gives a
+working worker, scheduler and API), sim/ in the `sim` extra, chaos/ in the `chaos` extra.
+A package that only the test extras pulled in by chance is caught here."""
 
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-OWN = {"kit", "sim"}
+OWN = {"kit", "sim", "chaos"}
+# part of the distribution -> the extra it is installed with ("" for the base)
+PARTS = {"kit": "", "sim": "sim", "chaos": "chaos"}
 
 
 def _norm(name: str) -> str:
@@ -37,24 +41,38 @@ def _imported_top_levels(package: str) -> dict[str, str]:
     return found
 
 
-def _declared() -> set[str]:
+def _name(requirement: str) -> str:
+    return _norm(re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0])
+
+
+def _declared(extra: str) -> set[str]:
+    """The distributions the base (extra "") or an extra brings, self-references followed."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {_norm(re.split(r"[\s<>=!~;\[]", dep, maxsplit=1)[0]) for dep in project["dependencies"]}
+    requirements = project["dependencies"] if not extra else project["optional-dependencies"][extra]
+    found = {_name(r) for r in project["dependencies"]}
+    for requirement in requirements:
+        if _name(requirement) == "cronfleet":
+            for inner in re.findall(r"\[(.*)\]", requirement)[0].split(","):
+                found |= _declared(inner.strip())
+        else:
+            found.add(_name(requirement))
+    return found
 
 
-def test_every_imported_package_is_a_runtime_dependency() -> None:
+@pytest.mark.parametrize("package", sorted(PARTS))
+def test_every_imported_package_is_declared_where_its_part_is_installed(package: str) -> None:
     distributions = importlib.metadata.packages_distributions()
-    declared = _declared()
+    declared = _declared(PARTS[package])
     missing: list[str] = []
-    for package in ("kit", "sim"):
-        for module, where in _imported_top_levels(package).items():
-            if module in OWN or module in sys.stdlib_module_names or module == "__future__":
-                continue
-            owners = {_norm(d) for d in distributions.get(module, [])}
-            assert owners, f"{where} imports {module!r}, which no installed distribution provides"
-            if not owners & declared:
-                missing.append(f"{module} ({', '.join(sorted(owners))}) imported by {where}")
-    assert not missing, "not in [project.dependencies]: " + "; ".join(missing)
+    for module, where in _imported_top_levels(package).items():
+        if module in OWN or module in sys.stdlib_module_names or module == "__future__":
+            continue
+        owners = {_norm(d) for d in distributions.get(module, [])}
+        assert owners, f"{where} imports {module!r}, which no installed distribution provides"
+        if not owners & declared:
+            missing.append(f"{module} ({', '.join(sorted(owners))}) imported by {where}")
+    extra = f"[project.optional-dependencies] {PARTS[package]}" if PARTS[package] else "base"
+    assert not missing, f"not in {extra}: " + "; ".join(missing)
 
 
 def test_sqlalchemys_async_engine_brings_greenlet() -> None:

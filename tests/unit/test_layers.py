@@ -1,4 +1,4 @@
-"""The import rules of DESIGN.md, checked on the source (AST), not by importing it.
+"""The import rules of docs/architecture.md, checked on the source (AST), not by importing it.
 
 - kit/core: imports nothing of the project outside kit.core, no I/O library, and
   reads neither the wall clock nor the global random state.
@@ -143,6 +143,9 @@ LAYERS: dict[str, frozenset[str]] = {
     "core": frozenset({"core"}),
     **{d: _BELOW_DRIVERS | {d} for d in DRIVERS},
     **{s: _BELOW_DRIVERS | set(DRIVERS) | {s} for s in SERVICES},
+    # the API's Python client: standard library only, installed with the kit, usable
+    # by a program that has nothing else of it
+    "client": frozenset({"client"}),
 }
 
 
@@ -197,11 +200,27 @@ def test_core_module_is_pure(path: Path):
     assert core_violations(path.read_text()) == []
 
 
+# The calibration measures the kit's own drivers and services to write the model's
+# profile: the model's one door to the kit, which no module of the model opens.
+CALIBRATION = ROOT / "sim" / "calibrate.py"
+
+
 def test_sim_imports_only_kit_core():
     problems = {
-        str(p.relative_to(ROOT)): v for p in SIM_MODULES if (v := sim_violations(p.read_text()))
+        str(p.relative_to(ROOT)): v
+        for p in SIM_MODULES
+        if p != CALIBRATION and (v := sim_violations(p.read_text()))
     }
     assert problems == {}
+
+
+def test_no_module_of_the_model_imports_the_calibration():
+    importers = [
+        str(p.relative_to(ROOT))
+        for p in SIM_MODULES
+        if p != CALIBRATION and "sim.calibrate" in p.read_text()
+    ]
+    assert importers == []
 
 
 @pytest.mark.parametrize(
@@ -307,3 +326,46 @@ def test_architecture_doc_names_every_core_module_and_layer():
     assert rows == modules
     layers_section = doc.split("## Layers", 1)[1].split("\n## ", 1)[0]
     assert {p for p in LAYERS if f"`kit/{p}`" not in layers_section} == set()
+
+
+def test_settings_import_only_the_core():
+    """kit.settings is read by every driver; it may not pull a driver (or its library)
+    into a process that only wanted its settings."""
+    imported = {name for _, name in kit_imports((ROOT / "kit" / "settings.py").read_text())}
+    assert imported <= {"core"}
+
+
+# The kit's own distribution: a module of it may not import the model, the drills or the
+# load tests (they are extras: `cronfleet[sim]`, `[chaos]`, `[loadtest]`).
+PROOF_PACKAGES = ("sim", "chaos", "loadtest", "benchmarks")
+
+
+def proof_imports(source: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        found += [
+            f"line {node.lineno}: imports {n}" for n in names if n.split(".")[0] in PROOF_PACKAGES
+        ]
+    return found
+
+
+def test_no_module_of_the_kit_imports_the_model_the_drills_or_the_load_tests():
+    problems = {
+        str(p.relative_to(ROOT)): v
+        for p in _modules(ROOT / "kit")
+        if (v := proof_imports(p.read_text()))
+    }
+    assert problems == {}
+
+
+@pytest.mark.parametrize(
+    ("source", "bad"),
+    [("from sim.scenario import x", True), ("import chaos.cli", True), ("import kit.api", False)],
+)
+def test_proof_import_rule(source: str, bad: bool):
+    assert bool(proof_imports(source)) is bad

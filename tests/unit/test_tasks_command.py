@@ -20,7 +20,9 @@ from kit.tasks.command import group_alive, run_command
 
 PY = sys.executable
 # What these tests run (the operator's allow-list matches argv[0] exactly).
-PERMIT = CommandPermit(frozenset({PY, "sh", "echo"}))
+# A root worker runs commands only as a run-as user; any other user runs them as itself.
+RUN_AS = "nobody" if os.geteuid() == 0 else None
+PERMIT = CommandPermit(frozenset({PY, "sh", "echo"}), run_as=RUN_AS, env=("MY_VAR",))
 
 
 def ctx(timeout_s: float = 30.0, **kw: object) -> RunContext:
@@ -52,7 +54,7 @@ def test_environment_carries_the_run_id_and_not_the_workers_secrets(
     spec = {
         "type": "command",
         "argv": [PY, "-c", code],
-        "env": {"MY_VAR": "1", "CRONFLEET_RUN_ID": "forged"},
+        "env": {"MY_VAR": "1"},
     }
     result = execute(spec, ctx())
     assert result.ok, result
@@ -62,6 +64,8 @@ def test_environment_carries_the_run_id_and_not_the_workers_secrets(
     assert env["CRONFLEET_ATTEMPT"] == "3"
     assert env["MY_VAR"] == "1"
     assert "CRONFLEET_DATABASE_URL" not in env
+    forged = execute({**spec, "env": {"CRONFLEET_RUN_ID": "forged"}}, ctx())
+    assert not forged.ok and "task.env.CRONFLEET_RUN_ID: is never a name" in (forged.error or "")
 
 
 def test_no_shell_is_involved() -> None:
@@ -81,7 +85,8 @@ def test_non_zero_exit_fails_with_a_bounded_stderr_excerpt() -> None:
 
 def test_missing_program_and_bad_argv_fail_cleanly(tmp_path: Path) -> None:
     nope = str(tmp_path / "nope")
-    missing = execute({"type": "command", "argv": [nope]}, ctx(commands=CommandPermit({nope})))
+    permit = CommandPermit(frozenset({nope}), RUN_AS)
+    missing = execute({"type": "command", "argv": [nope]}, ctx(commands=permit))
     assert not missing.ok and "cannot start" in (missing.error or "")
     assert not execute({"type": "command", "argv": []}, ctx()).ok
     assert not execute({"type": "command", "argv": "ls -l"}, ctx()).ok
@@ -97,8 +102,8 @@ def _family_script(pidfile: Path) -> str:
     )
 
 
-def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
-    pidfile = tmp_path / "grandchild.pid"
+def test_timeout_kills_the_whole_process_group(shared_dir: Path) -> None:
+    pidfile = shared_dir / "grandchild.pid"
     spec = {"type": "command", "argv": [PY, "-c", _family_script(pidfile)]}
     result = execute(spec, ctx(timeout_s=2.0))
     assert not result.ok
@@ -107,8 +112,8 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     assert not running(grandchild)
 
 
-def test_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
-    pidfile = tmp_path / "grandchild.pid"
+def test_cancel_kills_the_whole_process_group(shared_dir: Path) -> None:
+    pidfile = shared_dir / "grandchild.pid"
     cancel = threading.Event()
     spec = {"type": "command", "argv": [PY, "-c", _family_script(pidfile)]}
     setter = threading.Thread(target=lambda: (wait_for_file(pidfile), cancel.set()))
@@ -126,8 +131,8 @@ def test_a_process_ignoring_sigterm_is_killed() -> None:
     assert result.detail == "exit code -9"
 
 
-def test_members_left_behind_after_exit_are_stopped(tmp_path: Path) -> None:
-    pidfile = tmp_path / "bg.pid"
+def test_members_left_behind_after_exit_are_stopped(shared_dir: Path) -> None:
+    pidfile = shared_dir / "bg.pid"
     script = f"sleep 120 & echo $! > {pidfile}; exit 0"
     result = execute({"type": "command", "argv": ["sh", "-c", script]}, ctx())
     assert result.ok

@@ -21,7 +21,18 @@ from kit.tasks.policy import PolicySource, read_policy, run_task
 
 PY = sys.executable
 SH = "/bin/sh"
+BASH = "/bin/bash"
+# A root worker runs commands only as a run-as user; any other user runs them as itself.
+RUN_AS = "nobody" if os.geteuid() == 0 else None
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="changing identity needs root")
+
+
+RUN_AS_LINE = f'run_as = "{RUN_AS}"\n' if RUN_AS else ""
+
+
+def tenant_entry(commands: list[str], **more: object) -> dict[str, object]:
+    """A tenant's entry of the policy, with the run-as user this worker needs."""
+    return {"commands": commands, **({"run_as": RUN_AS} if RUN_AS else {}), **more}
 
 
 def ctx(permit: CommandPermit | None, **kw: object) -> RunContext:
@@ -37,9 +48,9 @@ def test_without_a_permit_no_command_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("argv0", ["sh", "/usr/bin/sh", "/bin/sh ", "/bin//sh"])
-def test_argv0_must_be_an_allowed_executable_exactly(tmp_path: Path, argv0: str) -> None:
-    marker = tmp_path / "ran"
-    permit = CommandPermit(frozenset({SH}))
+def test_argv0_must_be_an_allowed_executable_exactly(shared_dir: Path, argv0: str) -> None:
+    marker = shared_dir / "ran"
+    permit = CommandPermit(frozenset({SH}), run_as=RUN_AS)
     result = execute({"type": "command", "argv": [argv0, "-c", f"touch {marker}"]}, ctx(permit))
     assert not result.ok and "task.argv[0]" in (result.error or ""), result
     assert not marker.exists()
@@ -60,13 +71,10 @@ def test_home_tmpdir_and_cwd_are_a_fresh_run_directory_removed_afterwards(
 ) -> None:
     monkeypatch.setenv("HOME", "/root")
     monkeypatch.setenv("CRONFLEET_HOME", "/root/.cronfleet")
-    seen = _environment(
-        CommandPermit(frozenset({PY})), {"LD_PRELOAD": "/tmp/x.so", "CRONFLEET_HOME": "/x"}
-    )
+    seen = _environment(CommandPermit(frozenset({PY}), run_as=RUN_AS))
     env, cwd = seen["env"], seen["cwd"]
     assert env["HOME"] == env["TMPDIR"] == cwd
     assert "cronfleet-run-" in cwd and not Path(cwd).exists()
-    assert "LD_PRELOAD" not in env
     assert "CRONFLEET_HOME" not in env
 
 
@@ -104,7 +112,7 @@ def test_run_as_root_or_unknown_is_refused(tmp_path: Path, run_as: str, reason: 
     marker = tmp_path / "ran"
     permit = CommandPermit(frozenset({SH}), run_as=run_as)
     result = execute({"type": "command", "argv": [SH, "-c", f"touch {marker}"]}, ctx(permit))
-    assert not result.ok and reason in (result.error or "")
+    assert not result.ok and reason in (result.error or ""), result
     assert not marker.exists()
 
 
@@ -117,7 +125,7 @@ def test_secret_values_are_scrubbed_from_stderr_even_across_the_excerpt_cut() ->
         f"sys.stderr.write('x' * 5000 + s + 'y' * {pad} + ' whole:' + s); sys.exit(1)"
     )
     spec = {"type": "command", "argv": [PY, "-c", code, secret]}
-    result = execute(spec, ctx(CommandPermit(frozenset({PY})), secrets=(secret,)))
+    result = execute(spec, ctx(CommandPermit(frozenset({PY}), run_as=RUN_AS), secrets=(secret,)))
     assert not result.ok
     error = result.error or ""
     assert "whole:" + MASK in error
@@ -125,7 +133,7 @@ def test_secret_values_are_scrubbed_from_stderr_even_across_the_excerpt_cut() ->
 
 
 def test_run_task_scrubs_the_jobs_secret_env_and_the_workers_database_password() -> None:
-    policy = TaskPolicy.parse({"tenants": {"acme": {"commands": [SH]}}})
+    policy = TaskPolicy.parse({"tenants": {"acme": tenant_entry([SH], env=["API_TOKEN"])}})
     spec = {
         "type": "command",
         "argv": [SH, "-c", 'echo "token=$API_TOKEN db=$1" >&2; exit 1', "x", "pg-pass-1234"],
@@ -139,7 +147,7 @@ def test_run_task_scrubs_the_jobs_secret_env_and_the_workers_database_password()
 
 
 def test_run_task_follows_the_tenants_policy(tmp_path: Path) -> None:
-    policy = TaskPolicy.parse({"tenants": {"acme": {"commands": [SH]}}})
+    policy = TaskPolicy.parse({"tenants": {"acme": tenant_entry([SH])}})
     spec = {"type": "command", "argv": [SH, "-c", "exit 0"]}
     assert run_task(spec, RunContext("r", 1, 30.0, tenant="acme"), policy).ok
     rival = run_task(spec, RunContext("r", 1, 30.0, tenant="rival"), policy)
@@ -153,7 +161,7 @@ def test_a_withdrawn_permission_holds_for_the_next_run(
     allowed does not run once they are not."""
     monkeypatch.setattr("kit.tasks.policy.RECHECK_S", 0.0)
     path = tmp_path / "tasks.toml"
-    path.write_text(f'[tenants.acme]\ncommands = ["{SH}"]\n')
+    path.write_text(f'[tenants.acme]\ncommands = ["{SH}"]\n{RUN_AS_LINE}')
     source = PolicySource(path)
     spec = {"type": "command", "argv": [SH, "-c", "exit 0"]}
     assert run_task(spec, RunContext("r", 1, 30.0, tenant="acme"), source.current()).ok
@@ -205,3 +213,160 @@ def test_a_service_started_with_a_bad_policy_file_exits_2_naming_the_entry(
         f"cronfleet api: task_policy_file: {path}: tenants.acme.commands[0]: "
         "must be an absolute path"
     ]
+
+
+# --- the working directory: the run's own, or one the operator allowed, entered as the
+# run-as user
+
+
+@pytest.fixture
+def root_only(tmp_path: Path) -> Path:
+    """A directory inside a 0700 root-owned one, holding a secret that `su nobody -c cat`
+    cannot read: only the outer directory keeps others out."""
+    inner = tmp_path / "private" / "inner"
+    inner.mkdir(parents=True)
+    inner.parent.chmod(0o700)
+    inner.chmod(0o755)
+    (inner / "secret.txt").write_text("root-only-7d1c\n")
+    (inner / "secret.txt").chmod(0o644)
+    return inner
+
+
+@as_root
+def test_a_cwd_inside_a_root_only_directory_does_not_read_it(root_only: Path) -> None:
+    """The issue's reproduction: `cwd` into a 0700 root directory, `cat` a file by its
+    relative name. Not allowed by the policy: refused before anything starts."""
+    permit = CommandPermit(frozenset({SH}), run_as="nobody")
+    spec = {"type": "command", "argv": [SH, "-c", "cat secret.txt; ls"], "cwd": str(root_only)}
+    result = execute(spec, ctx(permit))
+    assert not result.ok, result
+    assert "root-only-7d1c" not in f"{result.error}{result.detail}"
+    assert result.error == (
+        "refused by the operator's task policy: task.cwd: is not a directory the operator "
+        "allowed for tenant 'acme' (allowed: none)"
+    )
+
+
+@as_root
+def test_an_allowed_cwd_is_entered_as_the_run_as_user(root_only: Path, shared_dir: Path) -> None:
+    """Allowed by the operator (its parent, say), the directory is still entered after
+    the user switch: the run-as user's permissions decide, and the command never starts."""
+    marker = shared_dir / "ran"
+    permit = CommandPermit(frozenset({SH}), run_as="nobody", cwd=(str(root_only.parent.parent),))
+    script = f"touch {marker}; cat secret.txt"
+    result = execute(
+        {"type": "command", "argv": [SH, "-c", script], "cwd": str(root_only)}, ctx(permit)
+    )
+    assert not result.ok and "root-only-7d1c" not in f"{result.error}{result.detail}"
+    assert "Permission denied" in (result.error or ""), result
+    assert not marker.exists()
+    own = shared_dir / "own"
+    own.mkdir()
+    own.chmod(0o777)
+    (own / "data.txt").write_text("hello\n")
+    permit = CommandPermit(frozenset({SH}), run_as="nobody", cwd=(str(shared_dir),))
+    spec = {"type": "command", "argv": [SH, "-c", "pwd; cat data.txt; id -un"], "cwd": str(own)}
+    result = execute(spec, ctx(permit))
+    assert result.ok, result
+    assert (result.detail or "").split("stdout: ", 1)[1].split() == [str(own), "hello", "nobody"]
+
+
+@pytest.mark.parametrize("cwd", ["{home}", "{home}/stack.env", "{home}/no-such-dir", "/"])
+def test_a_cwd_the_policy_does_not_allow_is_refused_alike_whether_it_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cwd: str
+) -> None:
+    """cwd = $CRONFLEET_HOME listed its files; the errors told which paths exist. Now
+    every refusal has the same words, whatever is (or is not) at the path."""
+    home = tmp_path / "cronfleet-home"
+    home.mkdir()
+    (home / "stack.env").write_text("CRONFLEET_DATABASE_URL=postgresql://u:pw@db/x\n")
+    monkeypatch.setenv("CRONFLEET_HOME", str(home))
+    permit = CommandPermit(frozenset({SH}), run_as=RUN_AS, cwd=("/srv/acme",))
+    spec = {"type": "command", "argv": [SH, "-c", "ls -a"], "cwd": cwd.format(home=home)}
+    result = execute(spec, ctx(permit))
+    assert not result.ok and result.detail is None
+    assert result.error == (
+        "refused by the operator's task policy: task.cwd: is not a directory the operator "
+        "allowed for tenant 'acme' (allowed: /srv/acme)"
+    )
+
+
+# --- the environment: the operator's allow-list; what the kit always refuses
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"BASH_ENV": "$(touch {marker})"},
+        {"SHELLOPTS": "xtrace", "PS4": "$(touch {marker})"},
+        {"GLIBC_TUNABLES": "glibc.malloc.check=3"},
+        {"LD_PRELOAD": "/tmp/x.so"},
+        {"CRONFLEET_HOME": "/x"},
+        {"PATH": "/tmp"},
+        {"BASH_FUNC_echo": "() { touch {marker}; }"},
+    ],
+    ids=[
+        "BASH_ENV",
+        "SHELLOPTS+PS4",
+        "GLIBC_TUNABLES",
+        "LD_PRELOAD",
+        "CRONFLEET",
+        "PATH",
+        "BASH_FUNC",
+    ],
+)
+def test_environment_names_that_run_code_never_reach_an_allowed_bash(
+    shared_dir: Path, env: dict[str, str]
+) -> None:
+    """The issue's reproduction: an allowed bash wrapper, the job's env making bash run
+    the job's code. Refused at run time, even where the operator's allow-list would match
+    the name: the command never starts."""
+    marker = shared_dir / "ran"
+    permit = CommandPermit(
+        frozenset({BASH}), run_as=RUN_AS, env=("B*", "S*", "P*", "G*", "L*", "C*")
+    )
+    spec = {
+        "type": "command",
+        "argv": [BASH, "-c", f"echo wrapper >> {shared_dir / 'wrapper'}"],
+        "env": {k: v.replace("{marker}", str(marker)) for k, v in env.items()},
+    }
+    result = execute(spec, ctx(permit))
+    assert not result.ok, result
+    name = next(iter(env))  # the first name the worker looks at
+    assert (result.error or "").startswith(
+        f"refused by the operator's task policy: task.env.{name}: is never a name a job may set"
+    ), result
+    assert not marker.exists() and not (shared_dir / "wrapper").exists()
+
+
+def test_only_the_names_the_operator_allows_reach_the_command() -> None:
+    permit = CommandPermit(frozenset({PY}), run_as=RUN_AS, env=("APP_*", "REPORT_DATE"))
+    seen = _environment(permit, {"APP_MODE": "x", "REPORT_DATE": "2030-01-01"})
+    assert (seen["env"]["APP_MODE"], seen["env"]["REPORT_DATE"]) == ("x", "2030-01-01")
+    for name in ("OTHER", "REPORT_DATE_X", "app_mode"):
+        spec = {"type": "command", "argv": [PY, "-c", "pass"], "env": {name: "1"}}
+        result = execute(spec, ctx(permit))
+        assert result.error == (
+            f"refused by the operator's task policy: task.env.{name}: is not a name the "
+            "operator allowed tenant 'acme' to set (allowed: APP_*, REPORT_DATE)"
+        ), result
+    nothing = CommandPermit(frozenset({PY}), run_as=RUN_AS)
+    result = execute(
+        {"type": "command", "argv": [PY, "-c", "pass"], "env": {"A": "1"}}, ctx(nothing)
+    )
+    assert (result.error or "").endswith("to set (allowed: none)")
+
+
+# --- a root worker runs no command of a tenant without a run_as user
+
+
+@as_root
+def test_a_root_worker_refuses_a_permit_without_run_as(shared_dir: Path) -> None:
+    marker = shared_dir / "ran"
+    permit = CommandPermit(frozenset({SH}))
+    result = execute({"type": "command", "argv": [SH, "-c", f"id -u > {marker}"]}, ctx(permit))
+    assert not result.ok and not marker.exists(), marker.exists() and marker.read_text()
+    assert result.error == (
+        "refused by the operator's task policy: tenant 'acme' has no run_as user and this "
+        "worker runs as root, so it runs none of its commands (give it a run_as user)"
+    )

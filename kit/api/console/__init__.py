@@ -13,11 +13,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
+from kit.api.console.act import router as act_router
 from kit.api.console.pages import router
 from kit.api.console.web import HERE, PREFIX, ConsoleError, LoginRequired, redirect, render
 
 
 def install(app: FastAPI) -> None:
+    app.include_router(act_router)  # first: /jobs/new before /jobs/{job_id}
     app.include_router(router)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="console-static")
 
@@ -25,9 +27,11 @@ def install(app: FastAPI) -> None:
         if request.method == "GET":
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return redirect(f"{PREFIX}/login?{urlencode({'next': target})}")
-        return redirect(f"{PREFIX}/login", "your session ended: sign in again")
+        return redirect(f"{PREFIX}/login", notice="session_ended")
 
     async def on_console_error(request: Request, exc: ConsoleError) -> Response:
+        if request.url.path == f"{PREFIX}/preview":  # a fragment of the edit form
+            return render(request, "preview.html", status_code=exc.status, error=exc.message)
         return render(request, "error.html", status_code=exc.status, message=exc.message)
 
     app.add_exception_handler(LoginRequired, on_login_required)

@@ -20,33 +20,40 @@ from fastapi.responses import HTMLResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from kit.api import routes as api_routes
-from kit.api.console.edit import form_values, patch_from_form, validated
+from kit.api.console.edit import form_values, patch_from_form, validated, whole_number
 from kit.api.console.timeline import timeline
 from kit.api.console.web import (
     LOGIN_CSRF_COOKIE,
+    NO_READ,
     PREFIX,
     SESSION_COOKIE,
     ConsoleError,
+    answered,
     checked_form,
+    checked_inputs,
     current_session,
     new_login_csrf,
     read_form,
     redirect,
     render,
+    require_reader,
     require_session,
     require_write,
     safe_next,
     secure_cookie,
     set_session_cookie,
 )
-from kit.api.fleet import fleet_now
+from kit.api.errors import ApiError
+from kit.api.fleet import fleet_now, in_flight_now, is_operator
 from kit.api.job_history import explain_out
 from kit.api.models import JobOut, JobPatch, RunOut
+from kit.api.run_detail import run_detail_of
 from kit.api.schedule_preview import preview
 from kit.api.state import engine_of, settings_of
 from kit.core.errors import FieldError
 from kit.core.leases import BUSY
 from kit.core.owed import check_instant
+from kit.core.run_state import RunState
 from kit.core.schedule import parse_instant
 from kit.store import audit as audit_store
 from kit.store import dead_letters as dead_letter_store
@@ -57,12 +64,16 @@ from kit.store import run_cancel as cancel_store
 from kit.store import runs as run_store
 from kit.store.console_sessions import ConsoleSession, session_close, session_open
 from kit.store.errors import JobNotFound, NameTaken, RunNotFound
+from kit.store.notifications import notifications_of_run
+from kit.store.tokens import token_verify
 from kit.tasks import registry
 
-router = APIRouter(prefix=PREFIX, include_in_schema=False)
-Session = Annotated[ConsoleSession, Depends(require_session)]
+router = APIRouter(prefix=PREFIX, include_in_schema=False, dependencies=[Depends(checked_inputs)])
+Session = Annotated[ConsoleSession, Depends(require_session)]  # an action's: checks its scope
+Reader = Annotated[ConsoleSession, Depends(require_reader)]  # a page's: `read`
 NOT_FOUND = ConsoleError(404, "no such object for this tenant")
-UNFINISHED = tuple(sorted(s.value for s in BUSY))  # kit.core.leases: not finished yet
+# not finished yet (kit.core.leases.BUSY, and a run held for its second: kit.core.run_state)
+UNFINISHED = tuple(sorted({s.value for s in BUSY} | {RunState.claimed.value}))
 EXPLAIN_PAGE = 300
 TASK_TYPES = registry.names()  # the jobs filter's choices
 
@@ -76,6 +87,8 @@ async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await run_in_threadpool(lambda: fn(*args, **kwargs))
     except (JobNotFound, RunNotFound) as exc:
         raise NOT_FOUND from exc
+    except ApiError as exc:  # an API route's refusal, as the console's page
+        raise ConsoleError(exc.status, exc.message, exc.fields) from exc
 
 
 # -- login --------------------------------------------------------------------------------
@@ -119,9 +132,15 @@ async def login(request: Request) -> Response:
             error="the login form expired: try again",
         )
     ttl_s = settings_of(request).console_session_ttl_s
-    opened = await run_in_threadpool(
-        session_open, engine_of(request), form.get("token", "").strip(), ttl_s
-    )
+    token = form.get("token", "").strip()
+    info = await run_in_threadpool(token_verify, engine_of(request), token)
+    if info is not None and not info.allows("read"):  # /v1 would refuse it every GET
+        return render(
+            request, "login.html", status_code=403, csrf=cookie, next=next_page, error=NO_READ
+        )
+    opened = None
+    if info is not None:
+        opened = await run_in_threadpool(session_open, engine_of(request), token, ttl_s)
     if opened is None:
         return render(
             request,
@@ -146,7 +165,7 @@ def _equal(a: str, b: str) -> bool:
 async def logout(request: Request, session: Session) -> Response:
     await checked_form(request, session)
     await run_in_threadpool(session_close, engine_of(request), request.cookies[SESSION_COOKIE])
-    response = redirect(f"{PREFIX}/login", "signed out")
+    response = redirect(f"{PREFIX}/login", notice="signed_out")
     response.delete_cookie(SESSION_COOKIE, path=PREFIX)
     return response
 
@@ -157,7 +176,7 @@ async def logout(request: Request, session: Session) -> Response:
 @router.get("/jobs")
 async def jobs_page(
     request: Request,
-    session: Session,
+    session: Reader,
     name_prefix: str = "",
     paused: str = "",
     task_type: str = "",
@@ -190,20 +209,23 @@ async def jobs_page(
     return render(
         request,
         "jobs.html",
+        status_code=422 if error else 200,
         session=session,
         jobs=[(JobOut.of(job), last) for job, last in page.jobs],
         page_info=page,
         query=query,
         error=error,
-        statuses=(*run_store.RUN_STATUSES, list_store.NO_RUN),
+        statuses=(*run_store.RUN_STATES, list_store.NO_RUN),
         task_types=TASK_TYPES,
         here=_here(request),
     )
 
 
 def _here(request: Request) -> str:
-    """This page's path and query without the one-line message (the `next` of forms)."""
-    query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "flash"])
+    """This page's path and query (the `next` of forms), without a message key."""
+    query = urlencode(
+        [(k, v) for k, v in request.query_params.multi_items() if k not in ("flash", "notice")]
+    )
     return request.url.path + (f"?{query}" if query else "")
 
 
@@ -219,14 +241,18 @@ async def _set_paused(request: Request, session: ConsoleSession, job_id: str, pa
 async def pause_job(job_id: str, request: Request, session: Session) -> Response:
     form = await checked_form(request, session)
     message = await _set_paused(request, session, job_id, True)
-    return redirect(safe_next(form.get("next"), f"{PREFIX}/jobs/{job_id}"), message)
+    return answered(
+        request, session, safe_next(form.get("next"), f"{PREFIX}/jobs/{job_id}"), message
+    )
 
 
 @router.post("/jobs/{job_id}/resume")
 async def resume_job(job_id: str, request: Request, session: Session) -> Response:
     form = await checked_form(request, session)
     message = await _set_paused(request, session, job_id, False)
-    return redirect(safe_next(form.get("next"), f"{PREFIX}/jobs/{job_id}"), message)
+    return answered(
+        request, session, safe_next(form.get("next"), f"{PREFIX}/jobs/{job_id}"), message
+    )
 
 
 @router.post("/jobs/{job_id}/run-now")
@@ -237,7 +263,9 @@ async def run_now(job_id: str, request: Request, session: Session) -> Response:
         api_routes.run_job_now, job_id, request, Response(), session.token, idempotency_key=None
     )
     message = f"run {run.run_id[:8]} queued; the reaper publishes it on its next pass"
-    return redirect(safe_next(form.get("next"), f"{PREFIX}/jobs/{job_id}"), message)
+    return answered(
+        request, session, safe_next(form.get("next"), f"{PREFIX}/jobs/{job_id}"), message
+    )
 
 
 async def _job_page(
@@ -273,7 +301,7 @@ async def _job_page(
 
 
 @router.get("/jobs/{job_id}")
-async def job_page(job_id: str, request: Request, session: Session) -> HTMLResponse:
+async def job_page(job_id: str, request: Request, session: Reader) -> HTMLResponse:
     return await _job_page(request, session, job_id)
 
 
@@ -283,20 +311,27 @@ async def edit_job(job_id: str, request: Request, session: Session) -> Response:
     require_write(session)
     patch, problems = patch_from_form(form)
     if not patch and not problems:
-        return redirect(f"{PREFIX}/jobs/{job_id}", "nothing changed")
+        return answered(request, session, f"{PREFIX}/jobs/{job_id}", "nothing changed")
     model, more = validated(patch) if not problems else (None, [])
     problems += more
+    status = 422
     if model is not None:
         try:
             job = await _call(api_routes.job_edit, job_id, model, request, session.token)
-            return redirect(f"{PREFIX}/jobs/{job_id}", f"saved {job.spec.name} (v{job.version})")
+            saved = f"saved {job.spec.name} (v{job.version})"
+            return answered(request, session, f"{PREFIX}/jobs/{job_id}", saved)
         except FieldError as exc:
             problems.append((exc.field, exc.reason))
         except NameTaken:
             problems.append(("name", "is already used by another job"))
+        except ConsoleError as exc:  # the API's refusal (403: a scope, the task policy)
+            if exc.status == 404:
+                raise
+            status = exc.status
+            problems += exc.problems or [("job", exc.message)]
     edited = {k: v for k, v in form.items() if not k.startswith(("orig_", "csrf"))}
     return await _job_page(
-        request, session, job_id, edit=edited, problems=problems, status_code=422
+        request, session, job_id, edit=edited, problems=problems, status_code=status
     )
 
 
@@ -304,7 +339,7 @@ async def edit_job(job_id: str, request: Request, session: Session) -> Response:
 async def explain_page(
     job_id: str,
     request: Request,
-    session: Session,
+    session: Reader,
     start: Annotated[str, Query(alias="from")] = "",
     end: Annotated[str, Query(alias="to")] = "",
 ) -> HTMLResponse:
@@ -335,6 +370,7 @@ async def explain_page(
     return render(
         request,
         "explain.html",
+        status_code=422 if error else 200,
         session=session,
         job=job,
         explained=explained,
@@ -342,6 +378,33 @@ async def explain_page(
         start=start or (explained.start.isoformat() if explained else ""),
         end=end or (explained.end.isoformat() if explained else ""),
     )
+
+
+@router.get("/runs/{run_id}")
+async def run_page(run_id: str, request: Request, session: Reader) -> HTMLResponse:
+    """One run: every attempt with its times, worker, lag, outcome and output, its key,
+    its fire's explain entry and its failure notifications; cancel or replay it."""
+    tenant = session.token.tenant
+    engine = engine_of(request)
+    run = await _call(run_detail_of, request, tenant, run_id)
+    names = await _call(list_store.job_names, engine, tenant, [run.job_id])
+    notes = await _call(notifications_of_run, engine, run_id)
+    return render(
+        request,
+        "run.html",
+        session=session,
+        run=run,
+        job_name=names.get(run.job_id),
+        notifications=notes,
+        unfinished=UNFINISHED,
+        window=timedelta(minutes=5),
+        output_days=_days(settings_of(request).run_output_retention_s),
+    )
+
+
+def _days(seconds: int) -> str:
+    days = seconds / 86_400
+    return f"{days:g} days" if days >= 1 else f"{seconds / 3600:g} hours"
 
 
 @router.post("/runs/{run_id}/cancel")
@@ -360,7 +423,7 @@ async def cancel_run(run_id: str, request: Request, session: Session) -> Respons
         back = f"{PREFIX}/jobs/{done.run.job_id}"
     except cancel_store.RunFinished as exc:
         message, back = str(exc), f"{PREFIX}/jobs"
-    return redirect(safe_next(form.get("next"), back), message)
+    return answered(request, session, safe_next(form.get("next"), back), message)
 
 
 # -- dead letters --------------------------------------------------------------------------
@@ -368,7 +431,7 @@ async def cancel_run(run_id: str, request: Request, session: Session) -> Respons
 
 @router.get("/dead-letters")
 async def dead_letters_page(
-    request: Request, session: Session, cursor: str | None = None
+    request: Request, session: Reader, cursor: str | None = None
 ) -> HTMLResponse:
     tenant = session.token.tenant
     engine = engine_of(request)
@@ -397,17 +460,21 @@ async def replay_dead_letter(run_id: str, request: Request, session: Session) ->
         message = f"run {run_id[:8]} replayed: the reaper publishes it on its next pass"
     except dead_letter_store.ReplayConflict as exc:
         message = str(exc)
-    return redirect(safe_next(form.get("next"), f"{PREFIX}/dead-letters"), message)
+    return answered(
+        request, session, safe_next(form.get("next"), f"{PREFIX}/dead-letters"), message
+    )
 
 
 # -- fleet, preview ------------------------------------------------------------------------
 
 
 @router.get("/fleet")
-async def fleet_page(request: Request, session: Session) -> HTMLResponse:
-    if not session.token.allows("admin"):
-        raise ConsoleError(403, "the fleet view needs a token with the 'admin' scope")
-    view, tiers, error = await fleet_now(request)
+async def fleet_page(request: Request, session: Reader) -> HTMLResponse:
+    """The operator's fleet-wide view, or this tenant's own runs in flight (as /v1)."""
+    if not is_operator(request, session):
+        mine = await in_flight_now(request, session.token.tenant)
+        return render(request, "in_flight.html", session=session, view=mine)
+    view, tiers, error, sampled_at = await fleet_now(request)
     return render(
         request,
         "fleet.html",
@@ -415,6 +482,7 @@ async def fleet_page(request: Request, session: Session) -> HTMLResponse:
         view=view,
         tiers=tiers,
         kafka_error=error,
+        lag_sampled_at=sampled_at,
         live_nodes=sum(1 for n in view.nodes if n.live),
         live_workers=sum(1 for w in view.workers if w.live),
     )
@@ -423,22 +491,33 @@ async def fleet_page(request: Request, session: Session) -> HTMLResponse:
 @router.get("/preview")
 async def preview_fragment(
     request: Request,
-    session: Session,
+    session: Reader,
     cron: str = "",
     timezone: str = "",
     every_s: str = "",
+    anchor: str = "",
     at: str = "",
 ) -> HTMLResponse:
-    """The next fires of what the edit form holds (fetched by console.js as you type)."""
+    """The next fires of what the edit form holds (fetched by console.js as you type); an
+    interval's from its anchor, as the scheduler fires it, not from now."""
     data: dict[str, Any] = {}
-    if cron.strip():
-        data = {"cron": cron.strip(), "timezone": timezone.strip() or "UTC"}
-    elif every_s.strip():
-        data = {"every_s": int(every_s) if every_s.strip().isdigit() else every_s}
-    elif at.strip():
-        data = {"at": at.strip()}
     try:
+        if cron.strip():
+            data = {"cron": cron.strip(), "timezone": timezone.strip() or "UTC"}
+        elif every_s.strip():
+            data = {"every_s": whole_number(every_s, "every_s")}
+            if anchor.strip():
+                data["anchor"] = anchor.strip()
+        elif at.strip():
+            data = {"at": at.strip()}
         result, error = preview(data, datetime.now(UTC), 5), None
-    except FieldError as exc:
-        result, error = None, f"{exc.field}: {exc.reason}"
-    return render(request, "preview.html", session=session, result=result, error=error)
+    except FieldError as exc:  # every field at once (a bad cron and a bad zone)
+        result, error = None, "; ".join(f"{f}: {r}" for f, r in exc.problems)
+    return render(
+        request,
+        "preview.html",
+        status_code=422 if error else 200,
+        session=session,
+        result=result,
+        error=error,
+    )

@@ -9,12 +9,21 @@
   The login form has its own double-submit token (cookie + field).
 - Pages are sent with a Content-Security-Policy allowing only this origin's own
   scripts and styles (no inline script), and may not be framed.
+- The token's scopes hold as over /v1: a page needs `read` (a token without it cannot
+  sign in), an action `write` (and `command` for a command task, checked by the API's
+  own edit).
+- A page's one-line message is never text from the URL: an action's message travels in
+  a cookie signed with the session's CSRF token, shown once; a page reached without a
+  session shows only one of NOTICES, by key.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import json
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,14 +35,21 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 
+from kit.api.body import problems_in
+from kit.api.fleet import is_operator
 from kit.api.state import engine_of, settings_of
 from kit.store.console_sessions import ConsoleSession, session_resolve
 
 HERE = Path(__file__).parent
 SESSION_COOKIE = "cf_session"
 LOGIN_CSRF_COOKIE = "cf_login_csrf"
+FLASH_COOKIE = "cf_flash"
 PREFIX = "/console"
 MAX_FORM_FIELDS = 100
+_PARAM = re.compile(r"[a-z_]{1,20}")  # the console's own parameter names
+# The ids the kit issues; PostgreSQL's uuid type refuses some of what Python's
+# uuid.UUID() takes (`urn:uuid:...`, hyphens elsewhere), so the console asks for no other.
+_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -76,10 +92,21 @@ class LoginRequired(Exception):
 class ConsoleError(Exception):
     """Rendered as an error page with this status (404 for another tenant's ids)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self, status: int, message: str, problems: list[tuple[str, str]] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.problems = problems or []  # (field, reason), for a form to show beside it
+
+
+NO_READ = "this token lacks the 'read' scope: the console shows nothing without it"
+# What a page reached without a session may say (`?notice=<key>`): nothing else.
+NOTICES = {
+    "signed_out": "signed out",
+    "session_ended": "your session ended: sign in again",
+}
 
 
 @dataclass(frozen=True)
@@ -88,18 +115,37 @@ class Page:
 
     session: ConsoleSession | None
     flash: str | None
+    operator: bool = False  # kit.api.fleet.is_operator: the fleet-wide view is its
 
     @property
     def can_write(self) -> bool:
         return self.session is not None and self.session.token.allows("write")
 
-    @property
-    def is_admin(self) -> bool:
-        return self.session is not None and self.session.token.allows("admin")
-
 
 def secure_cookie(request: Request) -> bool:
     return request.url.scheme == "https" or settings_of(request).console_secure_cookie
+
+
+def _signature(session: ConsoleSession, message: str) -> str:
+    key = session.csrf_token.encode()
+    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+
+
+def _flash_of(request: Request, session: ConsoleSession | None) -> str | None:
+    """The message this page may show: the action's, signed for this session, or a
+    notice by key; never caller text."""
+    if session is None:
+        return NOTICES.get(request.query_params.get("notice", ""))
+    encoded, _, signature = request.cookies.get(FLASH_COOKIE, "").partition(".")
+    try:
+        message = base64.urlsafe_b64decode(encoded.encode()).decode()
+    except (ValueError, UnicodeError):
+        return None
+    if not signature or not hmac.compare_digest(
+        signature.encode(), _signature(session, message).encode()
+    ):
+        return None
+    return message
 
 
 def render(
@@ -109,16 +155,41 @@ def render(
     session: ConsoleSession | None = None,
     **context: Any,
 ) -> HTMLResponse:
-    page = Page(session, request.query_params.get("flash"))
+    page = Page(session, _flash_of(request, session), is_operator(request, session))
     html = templates.get_template(template).render(page=page, request=request, **context)
-    return HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
+    response = HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
+    if FLASH_COOKIE in request.cookies:  # shown once
+        response.delete_cookie(FLASH_COOKIE, path=PREFIX)
+    return response
 
 
-def redirect(location: str, flash: str | None = None) -> RedirectResponse:
-    if flash:
+def redirect(location: str, *, notice: str | None = None) -> RedirectResponse:
+    """A 303 to `location`, whose page shows `notice` (a NOTICES key) if given."""
+    if notice is not None:
+        if notice not in NOTICES:
+            raise ValueError(f"not a notice: {notice!r}")
         sep = "&" if "?" in location else "?"
-        location = f"{location}{sep}{urlencode({'flash': flash})}"
+        location = f"{location}{sep}{urlencode({'notice': notice})}"
     return RedirectResponse(location, status_code=303, headers=SECURITY_HEADERS)
+
+
+def answered(
+    request: Request, session: ConsoleSession, location: str, message: str
+) -> RedirectResponse:
+    """An action's answer: a 303 to `location`, whose page shows `message` once (a
+    cookie signed for this session: no other session, and no link, can set it)."""
+    response = redirect(location)
+    encoded = base64.urlsafe_b64encode(message.encode()).decode()
+    response.set_cookie(
+        FLASH_COOKIE,
+        f"{encoded}.{_signature(session, message)}",
+        max_age=60,
+        path=PREFIX,
+        httponly=True,
+        secure=secure_cookie(request),
+        samesite="strict",
+    )
+    return response
 
 
 def safe_next(value: str | None, default: str = f"{PREFIX}/jobs") -> str:
@@ -147,6 +218,28 @@ async def require_session(request: Request) -> ConsoleSession:
     return session
 
 
+async def require_reader(request: Request) -> ConsoleSession:
+    """A page's session: its token reads (`read` or `admin`), as GET on /v1 needs."""
+    session = await require_session(request)
+    if not session.token.allows("read"):
+        raise ConsoleError(403, NO_READ)
+    return session
+
+
+async def checked_inputs(request: Request) -> None:
+    """Before any console handler: an id of the path that is not one the kit issues is a
+    404 (as an unknown id), and a query value the API's strict parser would refuse (NUL,
+    a lone surrogate) is a 422 naming the parameter
+    (`tests/integration/test_console_fuzz.py`)."""
+    for name, value in request.path_params.items():
+        if name.endswith("_id") and not _ID.fullmatch(str(value)):
+            raise ConsoleError(404, "no such object for this tenant")
+    problems = [p for k, v in request.query_params.multi_items() for p in problems_in({k: v})]
+    if problems:  # a parameter named by the caller is not repeated on the page
+        named = [(f if _PARAM.fullmatch(f) else "a query parameter", r) for f, r in problems]
+        raise ConsoleError(422, "; ".join(f"{field}: {reason}" for field, reason in named))
+
+
 async def read_form(request: Request) -> dict[str, str]:
     """An application/x-www-form-urlencoded body (the body limit already applies)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -173,10 +266,30 @@ def _same_origin(request: Request) -> bool:
 async def checked_form(request: Request, session: ConsoleSession) -> dict[str, str]:
     """The form of a state-changing request, after its CSRF token and Origin passed."""
     form = await read_form(request)
-    sent = form.get("csrf", "")
-    if not _same_origin(request) or not hmac.compare_digest(sent, session.csrf_token):
+    sent = form.get("csrf", "").encode()
+    if not _same_origin(request) or not hmac.compare_digest(sent, session.csrf_token.encode()):
         raise ConsoleError(403, "the form is stale or did not come from this console: reload it")
     return form
+
+
+async def checked_form_lists(request: Request, session: ConsoleSession) -> dict[str, list[str]]:
+    """`checked_form` for a form whose fields repeat (ticked runs of a bulk action):
+    every value of each field, in order."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise ConsoleError(415, "forms are sent as application/x-www-form-urlencoded")
+    body = (await request.body()).decode("utf-8", "replace")
+    try:
+        parsed = parse_qs(body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError as exc:
+        raise ConsoleError(400, "too many form fields") from exc
+    sent = (parsed.get("csrf") or [""])[-1].encode()
+    if not _same_origin(request) or not hmac.compare_digest(sent, session.csrf_token.encode()):
+        raise ConsoleError(403, "the form is stale or did not come from this console: reload it")
+    problems = [p for k, vs in parsed.items() for v in vs for p in problems_in({k: v})]
+    if problems:
+        raise ConsoleError(422, "; ".join(f"{f}: {r}" for f, r in problems[:3]))
+    return parsed
 
 
 def require_write(session: ConsoleSession) -> None:
