@@ -1,11 +1,12 @@
 """The scan's remembered next fire (`kit.core.fire_table.FireTable.next_ms`) is exactly
 `kit.core.schedule.next_fire`, for every shape of schedule the API accepts: cron fields
-with steps, ranges, lists, names, `L` and `W` and `#`, fixed-time and `*` hours, days
-that only leap years have, in zones with 1 h, 30 min (Lord Howe) and 45 min (Chatham)
-shifts and without DST, at instants on and around their transitions; intervals (up to
-the end of the calendar) and one-off times. Cron has no seconds field (five fields,
-kit.core.schedule.parse_cron), so none is generated. One table answers a whole sequence
-of instants, as a node's table does scan after scan, with windows of several lengths."""
+with steps, ranges, lists, names, `L` (last day; last weekday, `L5`), `W` and `#`, day
+and weekday both restricted, fixed-time and `*` hours, days that only leap years have,
+in zones with 1 h, 30 min (Lord Howe) and 45 min (Chatham) shifts and without DST, at
+instants on and around their transitions; intervals (up to the end of the calendar) and
+one-off times. Cron has no seconds field (five fields, kit.core.schedule.parse_cron), so
+none is generated. One table answers a whole sequence of instants, as a node's table
+does scan after scan, with windows of several lengths."""
 
 from datetime import UTC, datetime
 
@@ -54,7 +55,9 @@ minutes = st.sampled_from(["0", "*", "*/15", "5,35", "59", "30", "*/7", "10-40/1
 hours = st.sampled_from(["*", "*/1", "0", "1", "2", "3", "1-3", "0,12", "*/6", "23", "9-17"])
 days = st.sampled_from(["*", "1", "15", "28", "29", "31", "L", "1,L", "15W", "?", "1-7"])
 months = st.sampled_from(["*", "2", "1-6", "JAN-MAR", "*/3", "12", "2,3"])
-weekdays = st.sampled_from(["*", "0", "1-5", "MON-FRI", "6", "7", "5#2", "SUN"])
+weekdays = st.sampled_from(
+    ["*", "0", "1-5", "MON-FRI", "6", "7", "5#2", "SUN", "L5", "MON#1,FRI#3", "0-6/2"]
+)
 
 
 def _valid(expr: str) -> bool:
@@ -85,6 +88,9 @@ SPECIAL = [
     "0 * * * *",
     "* * * * *",
     "15 10 * * 5#2",
+    "0 9 * * L5",  # the last Friday of each month
+    "0 0 29 2 1",  # a day and a weekday: either fires (leap days and February's Mondays)
+    "0 0 1W * *",  # the weekday nearest the 1st
     "0 12 * JAN-MAR MON-FRI",
 ]
 specials = st.builds(CronSchedule, st.sampled_from(SPECIAL), st.sampled_from(ZONES))
