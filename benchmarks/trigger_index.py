@@ -400,6 +400,36 @@ class Scan:
     full: bool
     sql_ms: dict[str, float]
     late_ms: float = 0.0  # how long after its whole second the scan began
+    cpu_ms: float = 0.0  # the node's: the scanning thread's CPU time over the scan
+    db_cpu_ms: float = 0.0  # the database's: its backends' CPU time over the scan
+
+
+class BackendCpu:
+    """CPU time (user + system) of the PostgreSQL backends serving one database, read
+    from /proc (the database runs on this machine): the database's own time per fire,
+    not the client's wait, which includes the node's work done while a COPY runs.
+    Clock ticks (10 ms): summed over scans of thousands of fires. Returns 0 where /proc
+    does not show the server's processes."""
+
+    def __init__(self, user: str, database: str) -> None:
+        self.tag = f"postgres: {user} {database} ".encode()
+        self.tick_s = 1 / os.sysconf("SC_CLK_TCK")
+
+    def seconds(self) -> float:
+        total = 0
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if not f.read(len(self.tag)).startswith(self.tag):
+                        continue
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total * self.tick_s
 
 
 def own_all_partitions(engine: Any, node: str) -> dict[int, int]:
@@ -417,21 +447,38 @@ def scan_series(url: str, result: SizeResult, args: argparse.Namespace) -> None:
     node = "bench-node"
     jobs = JobViews()
     publishing = None if args.no_publish else Publishing(load_settings().kafka_bootstrap)
+    target = make_url(url)
+    backends = BackendCpu(target.username or "", target.database or "")
     try:
         epochs = own_all_partitions(engine, node)
         assert len(epochs) == PARTITION_COUNT, len(epochs)
         with SqlTimer() as timer:
 
             def scan(series: int, second: int, kind: str, at: datetime, late_ms: float) -> bool:
-                t0 = time.perf_counter()
+                db0 = backends.seconds()
+                t0, c0 = time.perf_counter(), time.thread_time()
                 r = scan_partitions(
                     engine, node, epochs, scan_ahead_ms=args.scan_ahead_ms, now=at, jobs=jobs
                 )
                 committed = time.time()
                 ms = (time.perf_counter() - t0) * 1000
+                cpu_ms = (time.thread_time() - c0) * 1000
+                db_cpu_ms = (backends.seconds() - db0) * 1000
                 sql_ms = {k: v * 1000 for k, v in timer.take().items() if v}
                 result.scans.append(
-                    Scan(series, second, kind, ms, r.triggers, len(r.held), r.full, sql_ms, late_ms)
+                    Scan(
+                        series,
+                        second,
+                        kind,
+                        ms,
+                        r.triggers,
+                        len(r.held),
+                        r.full,
+                        sql_ms,
+                        late_ms,
+                        cpu_ms,
+                        db_cpu_ms,
+                    )
                 )
                 if publishing is not None:
                     publishing.put(r.held, committed)
@@ -696,8 +743,39 @@ def series_rows(r: SizeResult, args: argparse.Namespace) -> list[dict[str, Any]]
                 "spike_rows": sum(x.triggers for x in spikes),
                 "sql_ms_mean": sql,
                 "seconds_skipped": args.series_s - len({x.second for x in done}),
+                **per_fire(done),
             }
         )
+    return out
+
+
+def per_fire(scans: list[Scan]) -> dict[str, float]:
+    """The node's CPU and the database's CPU per fired run, us: over the steady scans
+    and over the spike's scans (totals over fires, the scan's fixed cost included), and
+    the slope over all the series' scans (a least-squares line of CPU against fires:
+    the fixed cost apart, as `cronfleet calibrate` takes it)."""
+    out: dict[str, float] = {}
+    for name, group in (
+        ("steady", [x for x in scans if x.kind == "steady"]),
+        ("spike", [x for x in scans if x.kind == "spike"]),
+    ):
+        fires = sum(x.held for x in group)
+        out[f"{name}_cpu_us_per_fire"] = (
+            sum(x.cpu_ms for x in group) * 1000 / fires if fires else math.nan
+        )
+        out[f"{name}_db_cpu_us_per_fire"] = (
+            sum(x.db_cpu_ms for x in group) * 1000 / fires if fires else math.nan
+        )
+    timed = [x for x in scans if x.kind in ("steady", "spike")]
+    if len({x.held for x in timed}) >= 2:
+        held = np.array([x.held for x in timed], dtype=float)
+        for key, attr in (
+            ("slope_cpu_us_per_fire", "cpu_ms"),
+            ("slope_db_cpu_us_per_fire", "db_cpu_ms"),
+        ):
+            slope, fixed = np.polyfit(held, [getattr(x, attr) for x in timed], 1)
+            out[key] = float(slope) * 1000
+            out[key.replace("slope", "fixed").replace("_us_per_fire", "_ms")] = float(fixed)
     return out
 
 
@@ -722,8 +800,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| schedules | series | steady scans | rows / scan | runs / scan | p50 ms | p99 ms |"
         " max ms | spike: scans, rows, total ms | spike: last commit / last ack before its"
-        " second, ms; late | SQL: due / runs insert / triggers moved / other ms (mean) |\n"
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"
+        " second, ms; late | SQL: due / runs insert / triggers moved / other ms (mean) |"
+        " us per fire, node CPU / database CPU: steady; spike; slope |\n"
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |"
     )
     lines = [head]
     for x in rows:
@@ -734,8 +813,20 @@ def table(rows: list[dict[str, Any]]) -> str:
             f" {x['max_ms']:.1f} | {x['spike_scans']}, {x['spike_rows']:,},"
             f" {x['spike_ms']:,.0f} | {spike_text(x)} |"
             f" {q['due']:.1f} / {q['runs']:.1f} / {q['triggers']:.1f} / {q['other']:.1f} |"
+            f" {fire_text(x)} |"
         )
     return "\n".join(lines)
+
+
+def fire_text(x: dict[str, Any]) -> str:
+    def pair(kind: str) -> str:
+        cpu, db = (
+            x.get(f"{kind}_cpu_us_per_fire", math.nan),
+            x.get(f"{kind}_db_cpu_us_per_fire", math.nan),
+        )
+        return f"{cpu:.1f} / {db:.1f}"
+
+    return f"{pair('steady')}; {pair('spike')}; {pair('slope')}"
 
 
 def spike_text(x: dict[str, Any]) -> str:

@@ -331,8 +331,9 @@ def test_run_history_and_its_plans(kept_database: str, tmp_path: Path) -> None:
 
 @stack
 def test_trigger_index(admin_url: str, tmp_path: Path) -> None:
-    """trigger_index.py (through scratch_db.py) below its quick check: two sizes, one short
-    series each; every scan wrote runs, the spike's too."""
+    """trigger_index.py (through scratch_db.py and scan_clock.py, which publishes what
+    each scan commits) below its quick check: two sizes, one short series each; every
+    scan wrote runs, the spike's too, and each series has its CPU per fire."""
     name = scratch_name("scan")
     bench(
         "trigger_index.py",
@@ -345,8 +346,25 @@ def test_trigger_index(admin_url: str, tmp_path: Path) -> None:
     for s in r["series"]:
         assert s["scans"] >= 1 and s["runs_per_scan"] > 0 and s["spike_rows"] > 0, s
         assert s["sql_ms_mean"]["triggers_due"] > 0
+        assert s["spike_cpu_us_per_fire"] > 0 and s["spike_db_cpu_us_per_fire"] >= 0, s
+        assert s["spike_runs"] > 0, s  # published (a 3 s series ends before its held third)
     assert {x["size"] for x in r["scans"]} == {1000, 2000} and r["verdict"]
     plotted(tmp_path / "trigger_index.png")
+
+
+@stack
+def test_paused_scan(admin_url: str, tmp_path: Path) -> None:
+    """paused_scan.py: a minute of fires of paused every-minute jobs writes no run, and
+    each trigger is read once (parked at its first fire)."""
+    bench(
+        "paused_scan.py",
+        *("--jobs", "300", "--minutes", "1", "--db-name", scratch_name("paused")),
+        *("--json", str(tmp_path / "p.json")),
+    )
+    r = read(tmp_path / "p.json")
+    assert r["jobs"] == 300 and r["scans"] >= 60, r
+    assert r["runs_rows"] == 0 and r["runs_inserted"] == 0, r
+    assert r["triggers_read"] == 300, r
 
 
 @stack
@@ -548,6 +566,8 @@ COVERED: dict[str, Callable[..., None]] = {
     "storm_series.sh": test_storm_series_sitting,
     "storm_sittings.py": test_storm_model_and_sittings,
     "trigger_index.py": test_trigger_index,
+    "scan_clock.py": test_trigger_index,
+    "paused_scan.py": test_paused_scan,
 }
 
 
