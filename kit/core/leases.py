@@ -238,16 +238,27 @@ def fence_margin_ms(ttl_ms: int, kill_grace_ms: int) -> int:
     return min(kill_grace_ms + 1000, ttl_ms // 4)
 
 
-def beat_horizon_ms(beat_ms: int, fence_margin_ms: int) -> int:
-    """How close to its end a lease must be for a beat to renew it (`beat_wanted`): two
-    and a half beats and the fence margin. A lease renewed at one beat has ttl - beat left
-    at the next; with the default ttl of three beats that is under the horizon, so a
-    running lease is renewed every beat and one failed beat leaves a whole beat (and half a
-    beat of slack for a late one) before the fence. A lease granted a ttl past its second
-    is above the horizon for ttl - 2.5 beats - margin after the second (2 s with the
-    defaults), so the beats that fall in a storm's first seconds do not renew the thousands
-    of leases held for it."""
-    return beat_ms * 5 // 2 + fence_margin_ms
+@dataclass(frozen=True)
+class BeatRule:
+    """How a worker's heartbeat thread keeps its leases: it looks every `tick_ms` and
+    renews, in one statement, the leases that would end within `horizon_ms`
+    (`beat_wanted`)."""
+
+    tick_ms: int
+    horizon_ms: int
+
+
+def beat_rule(ttl_ms: int, beat_ms: int, fence_margin_ms: int) -> BeatRule:
+    """The heartbeat thread looks once a beat; a beat renews a lease that would end
+    within two and a half beats and the fence margin. A lease renewed at one beat has
+    ttl - beat left at the next; with the default ttl of three beats that is under the
+    horizon, so a running lease is renewed every beat. A lease granted a ttl past its
+    second is above the horizon for ttl - 2.5 beats - margin after the second (2 s with
+    the defaults), so the beats that fall in a storm's first seconds do not renew the
+    thousands of leases held for it."""
+    if ttl_ms <= 0 or beat_ms <= 0:
+        raise ValueError("ttl_ms and beat_ms must be positive")
+    return BeatRule(tick_ms=beat_ms, horizon_ms=beat_ms * 5 // 2 + fence_margin_ms)
 
 
 def beat_wanted(
@@ -258,7 +269,7 @@ def beat_wanted(
     horizon_ms: int,
 ) -> bool:
     """Whether a worker's next heartbeat extends this run's lease: only a lease that
-    would end within `horizon_ms` (`beat_horizon_ms`). At a 50,000-run burst a beat just
+    would end within `horizon_ms` (`beat_rule`). At a 50,000-run burst a beat just
     after the second that renewed every held lease renewed ~25,000 with 30 s left each
     while the second's starts waited on the worker's lock; beating thousands held ahead
     cost the database more than running them. A run waiting for a slot keeps its lease

@@ -56,7 +56,7 @@ from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.defaults import KILL_GRACE_MS
 from kit.core.dispatch import TimerWheel, catch_up_order
-from kit.core.leases import beat_horizon_ms, beat_wanted, fence_margin_ms
+from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.partitions import PARTITION_COUNT
 from kit.core.timeutil import to_epoch_ms
 from kit.store.claims import (
@@ -274,9 +274,11 @@ class Worker:
         self.lease_ttl_s = lease_ttl_ms / 1000
         self.heartbeat_s = (heartbeat_ms or max(200, lease_ttl_ms // 3)) / 1000
         self.fence_margin_s = fence_margin_ms(lease_ttl_ms, KILL_GRACE_MS) / 1000
-        self.beat_horizon_ms = beat_horizon_ms(
-            int(self.heartbeat_s * 1000), int(self.fence_margin_s * 1000)
+        rule = beat_rule(
+            lease_ttl_ms, int(self.heartbeat_s * 1000), int(self.fence_margin_s * 1000)
         )
+        self.beat_horizon_ms = rule.horizon_ms
+        self.beat_tick_s = rule.tick_ms / 1000
         self.partitions = partitions
         self.execute = execute or task_executor()
         # task types the executor runs without effect or wait: started in batches on the
@@ -914,7 +916,7 @@ class Worker:
         return stopped
 
     def _heartbeat_loop(self) -> None:
-        while not self._beating.wait(self.heartbeat_s):
+        while not self._beating.wait(self.beat_tick_s):
             # a beat walks every run in flight under the worker's lock (~12 ms for 25,000)
             self._yield_to_starts()
             try:

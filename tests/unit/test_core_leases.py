@@ -327,10 +327,10 @@ def test_the_default_horizon_spares_a_storms_first_seconds() -> None:
     """A run claimed ahead is leased a ttl past its second: the beats in the two seconds
     after it renew none of the storm's leases, the ones after that do."""
     from kit.core import defaults
-    from kit.core.leases import beat_horizon_ms, beat_wanted, fence_margin_ms
+    from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 
     ttl, beat = defaults.RUN_LEASE_TTL_MS, defaults.RUN_HEARTBEAT_MS
-    horizon = beat_horizon_ms(beat, fence_margin_ms(ttl, defaults.KILL_GRACE_MS))
+    horizon = beat_rule(ttl, beat, fence_margin_ms(ttl, defaults.KILL_GRACE_MS)).horizon_ms
     due = 1_000_000
     assert not any(beat_wanted(False, due + ttl, None, due + t, horizon) for t in range(0, 2001))
     assert beat_wanted(False, due + ttl, None, due + 2001, horizon)
@@ -351,11 +351,11 @@ def test_one_failed_beat_never_lets_the_fence_take_a_run(
     from its claim `ahead` ms before its second and then running, must never reach the
     fence (its confirmed lease less the margin) at any beat: a failed beat is not a reason
     to give a healthy run back and run it twice."""
-    from kit.core.leases import beat_horizon_ms, beat_wanted, fence_margin_ms
+    from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 
     beat = ttl // 3
     margin = fence_margin_ms(ttl, 2_000)
-    horizon = beat_horizon_ms(beat, margin)
+    horizon = beat_rule(ttl, beat, margin).horizon_ms
     late_max = min(beat / 4, (beat - margin) / 2)
     until = ahead + ttl  # claimed at 0, leased a ttl past its second
     now = phase % beat

@@ -93,7 +93,7 @@ def test_a_beat_due_during_the_starts_waits_for_them() -> None:
     import threading
 
     w = worker()
-    w.heartbeat_s = 0.05
+    w.beat_tick_s = 0.05
     beats: list[float] = []
     w.heartbeat = lambda: beats.append(time.monotonic()) or set()  # type: ignore[method-assign]
     w._starting.set()
