@@ -103,6 +103,7 @@ _RETRY_DB_S = 1.0
 _CLOCK_SAMPLE_S = 1.0
 _LAG_EVERY_S = 5.0
 _TIMEOUT_GRACE_S = 5.0  # the task kills itself at its timeout; this is the backstop
+_WOKE_AFTER_S = 1.0  # a fence pass this late: the process did not run (Worker._woke)
 FINISH_BATCH = 1000  # successes written per transaction, at most
 CLAIM_BATCH = 2000  # runs claimed per statement, at most
 DEFAULT_PREFETCH = 10_000
@@ -206,6 +207,11 @@ class WorkerMetrics:
             registry=r,
         )
         self.in_flight = Gauge("cronfleet_worker_in_flight", "Runs executing now", registry=r)
+        self.woke = Counter(
+            "cronfleet_worker_woke",
+            "Times the worker found it had not run for over a second (stopped or starved)",
+            registry=r,
+        )
         self.held = Gauge(
             "cronfleet_worker_held",
             "Claimed runs not started yet (waiting for their second or a free slot)",
@@ -315,6 +321,7 @@ class Worker:
         self._held_changed = threading.Condition(self._lock)
         self._starting = threading.Event()  # the hold thread is starting a second's runs
         self._beating = threading.Event()
+        self._next_walk = 0.0  # monotonic: the heartbeat's next walk of the runs in flight
         self._succeeded: deque[_InFlight] = deque()  # append/popleft are atomic
         self._success_ready = threading.Event()
         self._finisher_stop = threading.Event()
@@ -848,12 +855,26 @@ class Worker:
         """Extend, in one statement, every lease kit.core.leases.beat_wanted says this
         beat should (those that would end within its horizon, held or started; a finished
         run's until its outcome is written; never a task's past its timeout); stop the
-        runs that lost theirs. Returns the run ids told to stop."""
+        runs that lost theirs. Returns the run ids told to stop. The thread looks every
+        tick (kit.core.leases.beat_rule), but walks the runs (under the worker's lock)
+        only when one of them is due: not at every tick of a storm's seconds. A beat
+        that failed walks again at the next tick."""
         sent = time.monotonic()
+        if sent < self._next_walk:
+            return set()
         now_ms = int(sent * 1000)
+        horizon_s = self.beat_horizon_ms / 1000
+        # a lease claimed after this walk ends a ttl after its claim at the earliest
+        next_walk = sent + self.lease_ttl_s - horizon_s
+        entries = []
         with self._lock:
-            entries = [e for e in self._in_flight.values() if self._beat_wanted(e, now_ms)]
+            for entry in self._in_flight.values():
+                if self._beat_wanted(entry, now_ms):
+                    entries.append(entry)
+                elif not (entry.fenced or entry.releasing):
+                    next_walk = min(next_walk, entry.confirmed_until - horizon_s)
         if not entries:
+            self._next_walk = next_walk
             return set()
         started = {e.run.run_id: e.started_ms for e in entries if e.started_ms is not None}
         _kept, lost = runs_heartbeat(
@@ -862,6 +883,7 @@ class Worker:
             self.lease_ttl_ms,
             started_ms=started,
         )
+        self._next_walk = next_walk  # renewed ones are due a ttl - horizon from now
         stopped: set[str] = set()
         with self._lock:
             for entry in entries:
@@ -937,8 +959,33 @@ class Worker:
         """Stop what can no longer be confirmed, whatever the heartbeat is doing (a call
         to a database behind a dead link hangs; this thread does not wait for it)."""
         period = min(0.25, self.lease_ttl_s / 10)
+        last = time.monotonic()
         while not self._beating.wait(period):
-            self._fence_pass(time.monotonic())
+            now = time.monotonic()
+            if now - last > period + _WOKE_AFTER_S:
+                self._woke(now - last, now)
+            last = now
+            self._fence_pass(now)
+
+    def _woke(self, gap_s: float, now: float) -> None:
+        """The fence thread ran nothing for `gap_s` (the process was stopped, paused by
+        its host, or starved): say so, and what follows. Runs whose lease it can no
+        longer confirm are fenced by this pass: their tasks stopped (the keeper of command
+        tasks stopped them already at their fence deadline), handed back, and whatever
+        it still writes of them (a finish, a beat) is refused by the database unless the
+        lease token is still its own: another worker may hold them now."""
+        with self._lock:
+            held = [e for e in self._in_flight.values() if not (e.done or e.fenced)]
+        lost = sum(1 for e in held if now > e.confirmed_until - self.fence_margin_s)
+        self.metrics.woke.inc()
+        log.warning(
+            "woke after %.1f s without running (stopped or starved): %d of %d runs in "
+            "flight have leases it can no longer confirm: fencing them (tasks stopped, "
+            "runs handed back); their finishes count only where the lease is still its own",
+            gap_s,
+            lost,
+            len(held),
+        )
 
     def _fence_pass(self, now: float) -> None:
         with self._lock:
