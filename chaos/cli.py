@@ -231,6 +231,8 @@ def _print_result(result) -> None:  # type: ignore[no-untyped-def]
             f"{result.drill}: {verdict}: expected {a['expected']}, lost {a['lost']}, "
             f"duplicate effects {a['duplicate_effects']}, "
             f"stale writes {a['stale_writes_accepted']}, "
+            f"overlapping executions {a['overlapping_executions']}, "
+            f"started twice in short stalls {a['started_twice_in_short_stalls']}, "
             f"unexpected {a['unexpected_effects'] + a['unexpected_runs']}, duplicate deliveries "
             f"{a['duplicate_deliveries']}, recovery median {a['recover_s_median']} s max "
             f"{a['recover_s_max']} s ({result.wall_s:.0f} s; {result.out}/report.md)"

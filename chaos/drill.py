@@ -106,13 +106,14 @@ class DrillContext:
             time.sleep(left)
 
     @contextlib.contextmanager
-    def fault(self, kind: str, target: str, cycle: int) -> Iterator[None]:
-        """Record the window between entering (the fault is in) and leaving (healed)."""
+    def fault(self, kind: str, target: str, cycle: int, once: bool = False) -> Iterator[None]:
+        """Record the window between entering (the fault is in) and leaving (healed);
+        `once`: no run may start twice in its cycle (chaos.records.FaultWindow)."""
         start = self.now_ms()
         try:
             yield
         finally:
-            self.faults.append(FaultWindow(kind, target, cycle, start, self.now_ms()))
+            self.faults.append(FaultWindow(kind, target, cycle, start, self.now_ms(), once))
 
     def kill(self, name: str, with_tasks: bool = True) -> None:
         with self._lock:
