@@ -449,7 +449,12 @@ class Worker:
             # the lease runs its ttl past the later of the claim and the run's second
             # (kit.core.leases.claim_run); counted from before the claim was sent
             ttl = self.lease_ttl_s
-            return [_InFlight(run, confirmed_until=sent + ttl + _ahead_s(run)) for run in claimed]
+            entries = [
+                _InFlight(run, confirmed_until=sent + ttl + _ahead_s(run)) for run in claimed
+            ]
+            for entry in entries:
+                entry.cancel.hold_until(self._stop_deadline(entry))
+            return entries
 
     def _claim_isolating(self, messages: list[RunMessage]) -> list[ClaimedRun] | None:
         claims = [Claim(m.run_id, m.attempt) for m in messages]
@@ -656,6 +661,10 @@ class Worker:
                 except Exception as exc:  # a task bug is a failed attempt, not a dead worker
                     log.exception("task of run %s raised", run.run_id)
                     ok, error = False, f"{type(exc).__name__}: {exc}"
+                if not ok and not entry.fenced and self._past_fence(entry):
+                    # stopped at its deadline by the keeper (this worker was not running):
+                    # the lease is no longer confirmed, so it is not a failed attempt
+                    self._fence(entry, "lease not confirmed; its task was stopped")
                 if entry.fenced:
                     self._give_back(entry)
                     return
@@ -889,6 +898,7 @@ class Worker:
             for entry in entries:
                 if entry.run.run_id not in lost:
                     entry.confirmed_until = max(entry.confirmed_until, sent + self.lease_ttl_s)
+                    entry.cancel.hold_until(self._stop_deadline(entry))
                 # a run that finished meanwhile also shows as lost: only stop live ones
                 elif entry.run.run_id in self._in_flight and not entry.done:
                     entry.cancel.set()
@@ -897,6 +907,14 @@ class Worker:
             self.metrics.leases_lost.inc(len(stopped))
             log.warning("leases lost (reaped or cancelled), stopping: %s", sorted(stopped))
         return stopped
+
+    def _stop_deadline(self, entry: _InFlight) -> float:
+        """When the run's task must be stopped if this worker cannot do it itself (it is
+        stopped or starved): a little after its own fence would (so, running, it acts
+        first and gives the run back), still the kill grace and more before the lease
+        ends. Kept from outside the worker by kit.tasks.command's keeper."""
+        margin = self.fence_margin_s
+        return entry.confirmed_until - margin + min(0.5, margin / 4)
 
     def _beat_wanted(self, entry: _InFlight, now_ms: int) -> bool:
         """kit.core.leases.beat_wanted for one run held, running or finished. A finished
@@ -1000,6 +1018,9 @@ class Worker:
             elif entry.started and now > entry.deadline and not entry.cancel.is_set():
                 log.warning("run %s overran its timeout; cancelling", entry.run.run_id)
                 entry.cancel.set()
+
+    def _past_fence(self, entry: _InFlight) -> bool:
+        return time.monotonic() > entry.confirmed_until - self.fence_margin_s
 
     def _fence(self, entry: _InFlight, why: str) -> None:
         entry.fenced = True
