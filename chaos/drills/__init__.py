@@ -1,15 +1,21 @@
-"""The eight drills, by number and name."""
+"""The drills, by number and name: eight clean faults, then six gray ones."""
 
 from __future__ import annotations
 
 from chaos.drill import Drill
+from chaos.drills.broker_stall import BrokerStall
 from chaos.drills.clock_skew import ClockSkewDrill
+from chaos.drills.disk_full import DiskFull
 from chaos.drills.kafka_kill import KafkaKill
+from chaos.drills.node_freeze import NodeFreeze
 from chaos.drills.poison_flood import PoisonFlood
 from chaos.drills.postgres_crash import PostgresCrash
+from chaos.drills.postgres_stall import PostgresStall
 from chaos.drills.random_nemesis import RandomNemesis
 from chaos.drills.scheduler_kill import SchedulerKill
 from chaos.drills.scheduler_partition import SchedulerPartition
+from chaos.drills.worker_cut import WorkerCut
+from chaos.drills.worker_freeze import WorkerFreeze
 from chaos.drills.worker_kill import WorkerKill
 
 DRILLS: dict[str, type[Drill]] = {
@@ -24,6 +30,12 @@ DRILLS: dict[str, type[Drill]] = {
             ClockSkewDrill,
             PoisonFlood,
             RandomNemesis,
+            PostgresStall,
+            BrokerStall,
+            WorkerFreeze,
+            NodeFreeze,
+            DiskFull,
+            WorkerCut,
         ),
         key=lambda d: d.number,
     )
