@@ -113,16 +113,20 @@ def service_freeze(ctx: DrillContext, cycle: int, kind: str, name: str, hold_s: 
 
 
 def task_mid_work(
-    ctx: DrillContext, worker: str | None = None, min_age_s: float = 0.5, max_age_s: float = 1.5
+    ctx: DrillContext,
+    worker: str | None = None,
+    min_age_s: float = 0.5,
+    max_age_s: float = 1.5,
+    watch_s: float = WATCH_S,
 ) -> tuple[str, LedgerLine] | None:
     """Wait for a task (of `worker`, or any live one) that started between `min_age_s`
     and `max_age_s` ago and has made no effect yet: a long task mid-work. Returns its
-    worker and start line, or None when none came within WATCH_S."""
+    worker and start line, or None when none came within `watch_s`."""
     starts = ctx.tail("exec.log")
     effects = ctx.tail("effects.log")
     seen: dict[str, LedgerLine] = {}
     done: set[str] = set()
-    deadline = time.monotonic() + WATCH_S
+    deadline = time.monotonic() + watch_s
     while time.monotonic() < deadline:
         for line in starts.new():
             if line.event == "start":

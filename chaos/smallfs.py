@@ -89,11 +89,19 @@ class SmallFs:
     def _move(self, engine: Engine, source: str, target: str) -> None:
         """Every table and index of the database (its owner's) from `source` to `target`;
         partitioned parents keep `target` as their partitions' default."""
+        role = make_url(self.stack.database_url).username
         with engine.begin() as conn:
-            conn.execute(text(f"ALTER TABLE ALL IN TABLESPACE {source} SET TABLESPACE {target}"))
-            conn.execute(text(f"ALTER INDEX ALL IN TABLESPACE {source} SET TABLESPACE {target}"))
+            for kind in ("TABLE", "INDEX"):
+                conn.execute(
+                    text(f"ALTER {kind} ALL IN TABLESPACE {source} OWNED BY {role} "
+                         f"SET TABLESPACE {target}")
+                )  # fmt: skip
             parents = conn.execute(
-                text("SELECT oid::regclass::text FROM pg_class WHERE relkind = 'p'")
+                text(
+                    "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_roles r "
+                    "ON r.oid = c.relowner WHERE c.relkind = 'p' AND r.rolname = :role"
+                ),
+                {"role": role},
             ).scalars()
             for parent in list(parents):
                 conn.execute(text(f"ALTER TABLE {parent} SET TABLESPACE {target}"))
@@ -101,18 +109,22 @@ class SmallFs:
     def fill(self) -> int:
         """Write the filler until the filesystem is full; the bytes written."""
         written = 0
-        with self.filler.open("ab") as f:
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
             for size in (CHUNK, 4096, 512):
                 block = b"\0" * size
                 while True:
                     try:
-                        f.write(block)
-                        f.flush()
+                        n = os.write(fd, block)
                     except OSError as exc:
                         if exc.errno != errno.ENOSPC:
                             raise
                         break
-                    written += size
+                    written += n
+                    if n < size:
+                        break
+        finally:
+            os.close(fd)
         return written
 
     def empty(self) -> None:
@@ -124,8 +136,11 @@ class SmallFs:
         return stat.f_bavail * stat.f_frsize
 
     def destroy(self, engine: Engine) -> list[str]:
-        """Move the database back, drop the tablespace, unmount; what could not be done."""
+        """Move the database back, drop the tablespace, unmount (whatever of it was made);
+        what could not be done."""
         problems: list[str] = []
+        if not self.mount.is_mount():
+            return problems
         self.empty()
         try:
             with engine.begin() as conn:

@@ -42,13 +42,12 @@ class DiskFull(Drill):
 
     def setup(self, ctx: DrillContext) -> None:
         small = SmallFs(ctx.stack, ctx.prefix.rsplit(".", 1)[1])
+        ctx.state["smallfs"] = small  # torn down, whatever of it was made
+        ctx.state["refusals"] = Counter()
         try:
             small.create(ctx.engine)
         except SmallFsError as exc:
-            small.destroy(ctx.engine)
             raise DrillSetupError(str(exc)) from None
-        ctx.state["smallfs"] = small
-        ctx.state["refusals"] = Counter()
 
     def cycle(self, ctx: DrillContext, index: int) -> None:
         rng = ctx.rng

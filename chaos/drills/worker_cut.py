@@ -32,7 +32,7 @@ class WorkerCut(Drill):
     )
 
     def shape(self) -> Shape:
-        return Shape(standard_classes((JobClass("long", 6, every_s=8, pre_s=6.0),)), burst=0)
+        return Shape(standard_classes((JobClass("long", 12, every_s=22, pre_s=20.0),)), burst=0)
 
     def setup(self, ctx: DrillContext) -> None:
         pg_port = make_url(ctx.stack.database_url).port
@@ -55,7 +55,10 @@ class WorkerCut(Drill):
         ns: Namespace = ctx.state["namespace"]
         if index % 2 == 0:
             link, hold_s = "postgres", lease_s + rng.uniform(0.5, 4.0)
-            if gray.task_mid_work(ctx, CUT_WORKER, min_age_s=0.2, max_age_s=1.5) is None:
+            if (
+                gray.task_mid_work(ctx, CUT_WORKER, min_age_s=1.2, max_age_s=3.0, watch_s=30.0)
+                is None
+            ):
                 ctx.notes.append(f"cycle {index}: no long task of {CUT_WORKER}; cut anyway")
         else:
             link, hold_s = "broker", rng.uniform(3.0, 12.0)

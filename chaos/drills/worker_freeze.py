@@ -1,6 +1,7 @@
 """Drill 11: a worker freezes (SIGSTOP of the worker process alone, as in a long GC pause:
-its tasks and its keeper run on in groups of their own) while one of its tasks is
-mid-work, for longer than its runs' leases, and then resumes.
+its tasks and its keeper run on in groups of their own) while one of its long tasks is
+mid-work, for longer than its runs' leases and its consumer's session (so that the
+runs the reaper publishes again go to the other workers), and then resumes.
 
 Meanwhile the reaper hands its runs to other workers. Its task must be stopped at its
 run's deadline by the keeper (the worker cannot), so it never acts on a run another
@@ -22,30 +23,34 @@ class WorkerFreeze(Drill):
     name = "worker-freeze"
     title = "a worker frozen (SIGSTOP) past its runs' leases while its tasks are mid-work"
     summary = (
-        "SIGSTOP a worker whose long task (6 s) is mid-work, for a lease and 1-5 s more; "
+        "SIGSTOP a worker whose long task (14 s) is mid-work, for a lease, its consumer's "
+        "session and 3-6 s more; "
         "its task must be stopped at its deadline, its late writes refused"
     )
 
     def shape(self) -> Shape:
-        return Shape(standard_classes((JobClass("long", 4, every_s=8, pre_s=6.0),)), burst=0)
+        return Shape(standard_classes((JobClass("long", 4, every_s=16, pre_s=14.0),)), burst=0)
 
     def cycle(self, ctx: DrillContext, index: int) -> None:
         rng = ctx.rng
         lease_s = ctx.timings.run_lease_ttl_ms / 1000
-        found = gray.task_mid_work(ctx, min_age_s=0.2, max_age_s=1.0)
+        found = gray.task_mid_work(ctx, min_age_s=1.2, max_age_s=2.5, watch_s=20.0)
         if found is None:
             ctx.notes.append(f"cycle {index}: no long task mid-work; froze a worker anyway")
             victim = rng.choice([w for w in ctx.worker_names() if w not in ctx.down])
         else:
             victim = found[0]
-        hold_s = lease_s + rng.uniform(1.0, 5.0)
+        # past its leases and its consumer's session: its partitions (where the reaper
+        # publishes its runs again) move to the others, who run them while it sleeps
+        session_s = ctx.timings.worker_session_timeout_ms / 1000
+        hold_s = lease_s + session_s + rng.uniform(3.0, 6.0)
         since = gray.log_size(ctx, victim)
         gray.service_freeze(ctx, index, "worker_freeze", victim, hold_s)
         nemesis.recover(ctx, lease_s + 4.0)
         said = gray.woke_lines(ctx, victim, since)
         ctx.notes.append(
             f"cycle {index}: {victim} frozen {hold_s:.1f} s; on waking it said: "
-            + ("; ".join(s.split("WARNING", 1)[-1].strip(" :") for s in said) or "nothing")
+            + ("; ".join(s.split("kit.worker.worker", 1)[-1].strip() for s in said) or "nothing")
         )
 
     def heal_all(self, ctx: DrillContext) -> None:
