@@ -59,6 +59,8 @@ class Timings:
             "CRONFLEET_PARTITION_LEASE_TTL_MS": str(self.partition_lease_ttl_ms),
             "CRONFLEET_NODE_HEARTBEAT_MS": str(self.node_heartbeat_ms),
             "CRONFLEET_RUN_LEASE_TTL_MS": str(self.run_lease_ttl_ms),
+            # sized leases (kit.core.durations) grow for long runs, never below the drills'
+            "CRONFLEET_RUN_LEASE_MIN_MS": str(self.run_lease_ttl_ms),
             "CRONFLEET_REAPER_PERIOD_MS": str(self.reaper_period_ms),
             "CRONFLEET_UNCLAIMED_GRACE_MS": str(self.unclaimed_grace_ms),
             "CRONFLEET_SCAN_AHEAD_MS": str(self.scan_ahead_ms),

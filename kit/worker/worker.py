@@ -56,6 +56,7 @@ from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.defaults import KILL_GRACE_MS
 from kit.core.dispatch import TimerWheel, catch_up_order
+from kit.core.durations import LeaseBounds
 from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.partitions import PARTITION_COUNT
 from kit.core.timeutil import to_epoch_ms
@@ -74,6 +75,7 @@ from kit.store.claims import (
     runs_release,
     runs_return,
 )
+from kit.store.durations import job_durations_refresh
 from kit.store.worker_link import WorkerLink
 from kit.tasks.context import Cancel, CancelFlag
 from kit.tasks.registry import release_loop
@@ -105,6 +107,8 @@ _LAG_EVERY_S = 5.0
 _TIMEOUT_GRACE_S = 5.0  # the task kills itself at its timeout; this is the backstop
 _WOKE_AFTER_S = 1.0  # a fence pass this late: the process did not run (Worker._woke)
 FINISH_BATCH = 1000  # successes written per transaction, at most
+DURATIONS_EVERY_S = 10.0  # how often a worker measures again the jobs it ran
+DURATIONS_BATCH = 2000  # jobs measured per refresh, at most
 CLAIM_BATCH = 2000  # runs claimed per statement, at most
 DEFAULT_PREFETCH = 10_000
 # While the hold thread starts a second's runs, finishes and beats wait (at most this
@@ -227,10 +231,25 @@ def _ahead_s(run: ClaimedRun) -> float:
     return 0.0 if run.due_at is None else max(0.0, (run.due_at - run.claimed_at).total_seconds())
 
 
+@dataclass(frozen=True)
+class _Lease:
+    """One lease length's consequences for the worker (kit.core.leases): how long, the
+    fence margin, and the horizon within which a beat renews it."""
+
+    ttl_ms: int
+    margin_s: float
+    horizon_ms: int
+
+    @property
+    def ttl_s(self) -> float:
+        return self.ttl_ms / 1000
+
+
 @dataclass
 class _InFlight:
     run: ClaimedRun
     confirmed_until: float  # monotonic: the lease is known to hold until then
+    lease: _Lease | None = None  # its lease's length (its job's sized lease); None: default
     cancel: Cancel = field(default_factory=Cancel)  # also stops a task on the task loop
     # monotonic; the backstop for the task's own timeout, set before `started` (the fence
     # thread reads the two without a lock: a started run with no deadline yet was once
@@ -258,6 +277,7 @@ class Worker:
         lease_ttl_ms: int,
         *,
         heartbeat_ms: int | None = None,
+        lease_bounds: LeaseBounds | None = None,
         partitions: int = PARTITION_COUNT,
         execute: Execute | None = None,
         rng: random.Random | None = None,
@@ -284,7 +304,21 @@ class Worker:
             lease_ttl_ms, int(self.heartbeat_s * 1000), int(self.fence_margin_s * 1000)
         )
         self.beat_horizon_ms = rule.horizon_ms
-        self.beat_tick_s = rule.tick_ms / 1000
+        # a job's runs are leased from their measured durations within these bounds
+        # (kit.core.durations; without bounds, every run gets `lease_ttl_ms`)
+        self.lease_bounds = lease_bounds or LeaseBounds(lease_ttl_ms, lease_ttl_ms)
+        self._leases: dict[int, _Lease] = {}
+        self._default_lease = _Lease(lease_ttl_ms, self.fence_margin_s, rule.horizon_ms)
+        self._leases[lease_ttl_ms] = self._default_lease
+        shortest = self._lease_for(min(lease_ttl_ms, self.lease_bounds.min_ms))
+        self.beat_tick_s = min(rule.tick_ms, self._tick_ms(shortest.ttl_ms)) / 1000
+        # a lease claimed after a walk is due a beat no sooner than this after its claim
+        self._fresh_s = max(
+            0.0,
+            min((lt.ttl_ms - lt.horizon_ms) / 1000 for lt in (self._default_lease, shortest)),
+        )
+        self._finished_jobs: set[str] = set()  # jobs whose runs succeeded since the refresh
+        self._durations_at = 0.0  # monotonic: the last refresh of their durations
         self.partitions = partitions
         self.execute = execute or task_executor()
         # task types the executor runs without effect or wait: started in batches on the
@@ -448,10 +482,11 @@ class Worker:
                 continue
             # the lease runs its ttl past the later of the claim and the run's second
             # (kit.core.leases.claim_run); counted from before the claim was sent
-            ttl = self.lease_ttl_s
-            entries = [
-                _InFlight(run, confirmed_until=sent + ttl + _ahead_s(run)) for run in claimed
-            ]
+            entries = []
+            for run in claimed:
+                lease = self._lease_for(run.lease_ttl_ms)
+                until = sent + lease.ttl_s + _ahead_s(run)
+                entries.append(_InFlight(run, confirmed_until=until, lease=lease))
             for entry in entries:
                 entry.cancel.hold_until(self._stop_deadline(entry))
             return entries
@@ -459,7 +494,9 @@ class Worker:
     def _claim_isolating(self, messages: list[RunMessage]) -> list[ClaimedRun] | None:
         claims = [Claim(m.run_id, m.attempt) for m in messages]
         try:
-            return runs_claim(self.engine, claims, self.worker_id, self.lease_ttl_ms)
+            return runs_claim(
+                self.engine, claims, self.worker_id, self.lease_ttl_ms, bounds=self.lease_bounds
+            )
         except _POISON_ERRORS as exc:
             if len(messages) == 1:
                 m = messages[0]
@@ -573,14 +610,14 @@ class Worker:
                 entry.counted_out = True
         run_inline = self._run_inline
         assert run_inline is not None
-        clock_ms, monotonic, margin = self.clock.db_ms, time.monotonic, self.fence_margin_s
+        clock_ms, monotonic, lease_of = self.clock.db_ms, time.monotonic, self._lease_of
         journal, lags, succeeded = self.journal, self._lags, self._succeeded
         failed: list[tuple[_InFlight, str]] = []
         for entry in entries:
             if entry.releasing or entry.fenced:
                 continue
             now = monotonic()
-            if now > entry.confirmed_until - margin:
+            if now > entry.confirmed_until - lease_of(entry).margin_s:
                 self._fence(entry, "lease not confirmed far enough ahead to start")
                 self._give_back(entry)
                 continue
@@ -609,7 +646,7 @@ class Worker:
         self._count_out(entry)
         if entry.releasing or entry.fenced:
             return False
-        if time.monotonic() > entry.confirmed_until - self.fence_margin_s:
+        if self._past_fence(entry):
             self._fence(entry, "lease not confirmed far enough ahead to start")
             if on_loop:
                 self._pool.submit(self._give_back, entry)
@@ -793,6 +830,26 @@ class Worker:
                 log.exception("finishing %d runs failed", len(batch))
             finally:
                 self._free(batch)
+            self._refresh_durations()
+
+    def _refresh_durations(self, force: bool = False) -> None:
+        """Every DURATIONS_EVERY_S, measure again the jobs whose runs succeeded here since
+        (at most DURATIONS_BATCH of them) and write their durations and sized lease
+        (kit.store.durations), on the finisher's thread; a failure is retried next time."""
+        now = time.monotonic()
+        if not self._finished_jobs or (not force and now - self._durations_at < DURATIONS_EVERY_S):
+            return
+        self._durations_at = now
+        jobs = set()
+        while self._finished_jobs and len(jobs) < DURATIONS_BATCH:
+            jobs.add(self._finished_jobs.pop())
+        try:
+            job_durations_refresh(self.engine, jobs, self.lease_bounds)
+        except Exception as exc:
+            self._finished_jobs |= jobs
+            log.warning(
+                "measuring the durations of %d jobs failed (again later): %s", len(jobs), exc
+            )
 
     def _yield_to_starts(self) -> None:
         """Let the second's starts have the interpreter lock and the cores first, for at
@@ -815,6 +872,7 @@ class Worker:
         if outcome is None:
             return
         accepted, queued = outcome
+        self._finished_jobs.update(e.run.job_id for e in batch if e.run.run_id in accepted)
         stale = len(batch) - len(accepted)
         self.metrics.runs.labels("succeeded").inc(len(accepted))
         if stale:
@@ -872,15 +930,15 @@ class Worker:
         if sent < self._next_walk:
             return set()
         now_ms = int(sent * 1000)
-        horizon_s = self.beat_horizon_ms / 1000
-        # a lease claimed after this walk ends a ttl after its claim at the earliest
-        next_walk = sent + self.lease_ttl_s - horizon_s
+        # a lease claimed after this walk is not due a beat before this
+        next_walk = sent + self._fresh_s
         entries = []
         with self._lock:
             for entry in self._in_flight.values():
                 if self._beat_wanted(entry, now_ms):
                     entries.append(entry)
                 elif not (entry.fenced or entry.releasing):
+                    horizon_s = self._lease_of(entry).horizon_ms / 1000
                     next_walk = min(next_walk, entry.confirmed_until - horizon_s)
         if not entries:
             self._next_walk = next_walk
@@ -891,13 +949,15 @@ class Worker:
             [(e.run.run_id, e.run.lease_token) for e in entries],
             self.lease_ttl_ms,
             started_ms=started,
+            ttls_ms={e.run.run_id: e.lease.ttl_ms for e in entries if e.lease is not None},
         )
         self._next_walk = next_walk  # renewed ones are due a ttl - horizon from now
         stopped: set[str] = set()
         with self._lock:
             for entry in entries:
                 if entry.run.run_id not in lost:
-                    entry.confirmed_until = max(entry.confirmed_until, sent + self.lease_ttl_s)
+                    ttl_s = self._lease_of(entry).ttl_s
+                    entry.confirmed_until = max(entry.confirmed_until, sent + ttl_s)
                     entry.cancel.hold_until(self._stop_deadline(entry))
                 # a run that finished meanwhile also shows as lost: only stop live ones
                 elif entry.run.run_id in self._in_flight and not entry.done:
@@ -908,12 +968,33 @@ class Worker:
             log.warning("leases lost (reaped or cancelled), stopping: %s", sorted(stopped))
         return stopped
 
+    def _tick_ms(self, ttl_ms: int) -> int:
+        beat = max(200, ttl_ms // 3)
+        return beat_rule(ttl_ms, beat, fence_margin_ms(ttl_ms, KILL_GRACE_MS)).tick_ms
+
+    def _lease_for(self, ttl_ms: int | None) -> _Lease:
+        """What a lease of `ttl_ms` (None: the default) means here: its fence margin,
+        and its beat a third of it (kit.core.leases.beat_rule)."""
+        if ttl_ms is None:
+            return self._default_lease
+        lease = self._leases.get(ttl_ms)
+        if lease is None:
+            margin = fence_margin_ms(ttl_ms, KILL_GRACE_MS)
+            horizon = beat_rule(ttl_ms, max(200, ttl_ms // 3), margin).horizon_ms
+            lease = _Lease(ttl_ms, margin / 1000, horizon)
+            if len(self._leases) < 10_000:
+                self._leases[ttl_ms] = lease
+        return lease
+
+    def _lease_of(self, entry: _InFlight) -> _Lease:
+        return entry.lease or self._default_lease
+
     def _stop_deadline(self, entry: _InFlight) -> float:
         """When the run's task must be stopped if this worker cannot do it itself (it is
         stopped or starved): a little after its own fence would (so, running, it acts
         first and gives the run back), still the kill grace and more before the lease
         ends. Kept from outside the worker by kit.tasks.command's keeper."""
-        margin = self.fence_margin_s
+        margin = self._lease_of(entry).margin_s
         return entry.confirmed_until - margin + min(0.5, margin / 4)
 
     def _beat_wanted(self, entry: _InFlight, now_ms: int) -> bool:
@@ -931,7 +1012,7 @@ class Worker:
             int(entry.confirmed_until * 1000),
             None if deadline is None else int(deadline * 1000),
             now_ms,
-            self.beat_horizon_ms,
+            self._lease_of(entry).horizon_ms,
         )
 
     def stop_cancelled(self, run_ids: Iterable[str]) -> set[str]:
@@ -994,7 +1075,7 @@ class Worker:
         lease token is still its own: another worker may hold them now."""
         with self._lock:
             held = [e for e in self._in_flight.values() if not (e.done or e.fenced)]
-        lost = sum(1 for e in held if now > e.confirmed_until - self.fence_margin_s)
+        lost = sum(1 for e in held if now > e.confirmed_until - self._lease_of(e).margin_s)
         self.metrics.woke.inc()
         log.warning(
             "woke after %.1f s without running (stopped or starved): %d of %d runs in "
@@ -1011,7 +1092,7 @@ class Worker:
         for entry in entries:
             if entry.done or entry.fenced or entry.releasing:
                 continue
-            if now > entry.confirmed_until - self.fence_margin_s:
+            if now > entry.confirmed_until - self._lease_of(entry).margin_s:
                 self._fence(entry, "lease not confirmed")
                 if not entry.started:
                     self._give_back(entry)
@@ -1020,7 +1101,7 @@ class Worker:
                 entry.cancel.set()
 
     def _past_fence(self, entry: _InFlight) -> bool:
-        return time.monotonic() > entry.confirmed_until - self.fence_margin_s
+        return time.monotonic() > entry.confirmed_until - self._lease_of(entry).margin_s
 
     def _fence(self, entry: _InFlight, why: str) -> None:
         entry.fenced = True
