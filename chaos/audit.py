@@ -47,7 +47,7 @@ MAX_FIRES_PER_JOB = 100_000
 PAUSE_BAND_EXTRA_MS = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Fire:
     run_id: str
     job_id: str

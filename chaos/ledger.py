@@ -114,7 +114,7 @@ def prepare(ledger: Path) -> None:
         (ledger / name).chmod(0o666)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LedgerLine:
     event: str  # start | dedup | effect | window
     key: str

@@ -25,7 +25,7 @@ class JobFacts:
     paused_ms: int | None = None  # when the workload stopped it (recurring jobs)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunFacts:
     run_id: str
     job_id: str
@@ -39,7 +39,7 @@ class RunFacts:
     dispatched_ms: int | None = None  # when it was last published by a worker or reaper
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Start:
     """A task start from the workers' execution journal."""
 
@@ -49,7 +49,7 @@ class Start:
     worker: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Write:
     """A write recorded by the drill's database witness (chaos.instrument)."""
 
