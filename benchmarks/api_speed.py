@@ -242,7 +242,7 @@ def series(args: argparse.Namespace) -> None:
             port = free_port()
             proc = serve(source, processes, port, Path(tmp) / f"api-{label}-{processes}.log")
             try:
-                for mix in MIXES:
+                for mix in args.mix or MIXES:
                     if label == "baseline" and mix == BATCHED and args.baseline_unbatched:
                         continue  # a baseline from before the batch endpoints
                     out = Path(tmp) / f"{label}-{processes}-{len(results)}"
@@ -354,6 +354,9 @@ def main() -> None:
         help="the baseline has no batch endpoints: skip the batched mix for it",
     )
     parser.add_argument("--duration", type=int, default=12, help="seconds per mix")
+    parser.add_argument(
+        "--mix", action="append", choices=list(MIXES), help="run this mix only (repeatable)"
+    )
     parser.add_argument("--report", action="store_true", help="print the table only")
     parser.add_argument("--plot", default="")
     args = parser.parse_args()

@@ -86,6 +86,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=50_000)
+    ap.add_argument(
+        "--lead-s", type=int, default=40, help="the burst's second T = now + this (life_of_a_run)"
+    )
     ap.add_argument("--before", type=float, default=1.0, help="sample from T - this (s)")
     ap.add_argument("--after", type=float, default=1.0, help="sample until T + this (s)")
     ap.add_argument(
@@ -111,6 +114,7 @@ def main() -> None:
         [
             *(sys.executable, "-u", "benchmarks/life_of_a_run.py", "--mode", "burst"),
             *("--jobs", str(args.jobs), "--workers", "2", "--concurrency", "1024"),
+            *("--lead-s", str(args.lead_s)),
             *("--out", str(args.out)),
         ],
         cwd=REPO,
@@ -135,6 +139,9 @@ def main() -> None:
     sched = {pid: thread_names(pid) for pid in scheduler_pids()}
     owners = socket_owners([*names, *sched, *fleet_pids(), bench.pid])
     sampler = Sampler(names, bench.pid, owners, sched)
+    # every task of the machine opened and named now (on a busy machine, a second or more),
+    # so the first sweep falls at T - before, not after it
+    sampler.refresh()
     time.sleep(max(0.0, t - args.before - time.time()))
     fine = (-0.2, 0.6, args.fine_ms / 1000) if args.fine_ms > 0 else None
     sampler.run(t, t - args.before, t + args.after, args.period_ms / 1000, fine)

@@ -8,8 +8,9 @@ Simulated days, the clock passed in: a fresh database is migrated with the kit's
 today, UTC) the benchmark, always at that day's `now`:
 
 1. calls `kit.store.run_history.maintain_run_history(engine, 30 days, ahead_days=3,
-   now=day start)` and times it, and each of its statements (create a day, detach, copy
-   the kept runs, drop, prune the default partition) through SQLAlchemy's cursor events;
+   now=day start)` (the retention: --retention-days) and times it, and each of its
+   statements (create a day, detach, copy the kept runs, drop, prune the default
+   partition) through SQLAlchemy's cursor events;
 2. inserts the day's runs, spread over the day, with kit run ids
    (`kit.core.ids.run_id`) through the scheduler's own insert
    (`kit.store.scheduling.runs_insert`, the `ON CONFLICT (run_id) DO NOTHING`
@@ -46,6 +47,7 @@ Run (docs/run-history.md, N = 1..3):
             --plot docs/plots/run_history.png \
             --explain /tmp/run_history-runN.explain.txt
 Quick:  PYTHONPATH=. python benchmarks/run_history.py --days 4 --runs-per-day 5000
+Quick, with drops:  ... --days 4 --runs-per-day 1892 --retention-days 1
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ from kit.store.scheduling import RunRows, runs_insert, triggers_due
 
 DAY = timedelta(days=1)
 DAY_MS = 86_400_000
-RETENTION_S = 30 * 86_400
+RETENTION_DAYS = 30  # the kit's default run_retention_s (kit.settings), in days
 AHEAD_DAYS = 3
 TENANT = "acme"
 CLAIM_BATCH = 64
@@ -426,7 +428,7 @@ def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[float, Any
 
 
 def measure_day(
-    engine: Engine, fleet: Fleet, d: int, res: Reserved, day: Day, now: datetime
+    engine: Engine, fleet: Fleet, d: int, res: Reserved, day: Day, now: datetime, kept_days: int
 ) -> None:
     """The hot path's and the reaper's statements at the day's `now`."""
     for b in range(CLAIM_BATCHES):
@@ -472,7 +474,7 @@ def measure_day(
             day.due_ms.append((time.perf_counter() - t) * 1000)
             conn.rollback()
         day.due_rows = len(rows)
-    day.lookup_day = max(0, d - RETENTION_S // 86_400)
+    day.lookup_day = max(0, d - kept_days)
     step = max(1, fleet.n // LOOKUPS)
     for k in range(LOOKUPS):
         rid = fleet.rid(day.lookup_day, k * step + 7)
@@ -664,6 +666,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--explain", type=Path, help="EXPLAIN of day 0 and the last day here")
     ap.add_argument("--label", default="", help="a name for this run in the plot title")
     ap.add_argument(
+        "--retention-days",
+        type=int,
+        default=RETENTION_DAYS,
+        help="days of runs kept; fewer, with fewer --days, reach the drops in a short run",
+    )
+    ap.add_argument(
         "--jit",
         choices=("kit", "on"),
         default="kit",
@@ -673,6 +681,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.days < 2 or args.runs_per_day < 1:
         ap.error("--days >= 2")
+    if args.retention_days < 1:
+        ap.error("--retention-days >= 1")
     command = shlex.join(["python", "benchmarks/run_history.py", *sys.argv[1:]])
     started = time.perf_counter()
     load_at_start = os.getloadavg()
@@ -709,8 +719,9 @@ def main(argv: list[str] | None = None) -> int:
         res = reserve(args.runs_per_day)
         log(
             f"database {args.db_name}: migrated, {len(job_ids):,} jobs; {args.days} simulated"
-            f" days from {t0:%Y-%m-%d} of {args.runs_per_day:,} runs, retention 30 days,"
-            f" {AHEAD_DAYS} days ahead; measured at day start + {MEASURE_AT}"
+            f" days from {t0:%Y-%m-%d} of {args.runs_per_day:,} runs, retention"
+            f" {args.retention_days} days, {AHEAD_DAYS} days ahead; measured at day start +"
+            f" {MEASURE_AT}"
         )
         log(table([]).splitlines()[0])
         explain_first = ""
@@ -723,7 +734,11 @@ def main(argv: list[str] | None = None) -> int:
             day = Day(d, f"{start:%Y-%m-%d}")
             with clock.labelled("maintenance"):
                 day.maint_ms, done = timed(
-                    maintain_run_history, engine, RETENTION_S, AHEAD_DAYS, now=start
+                    maintain_run_history,
+                    engine,
+                    args.retention_days * 86_400,
+                    AHEAD_DAYS,
+                    now=start,
                 )
                 day.maint_parts_ms = {k: round(v, 2) for k, v in clock.times.items()}
             day.busy = list(done.busy)  # lock not had in LOCK_TIMEOUT: the next pass retries
@@ -741,7 +756,7 @@ def main(argv: list[str] | None = None) -> int:
                 conn.execute(text(f"ANALYZE {partition_name(start.date())}"))
             now = start + MEASURE_AT
             with clock.labelled("measure"):
-                measure_day(engine, fleet, d, res, day, now)
+                measure_day(engine, fleet, d, res, day, now, args.retention_days)
                 seen["measure"] = clock.seen.get("measure", [])
             finish_transients(engine, fleet, d, res)
             if d == 0 and args.explain:
@@ -831,7 +846,8 @@ def main(argv: list[str] | None = None) -> int:
         plot(
             days,
             args.plot,
-            f"run history, {args.runs_per_day:,} runs/simulated day, retention 30 days"
+            f"run history, {args.runs_per_day:,} runs/simulated day,"
+            f" retention {args.retention_days} days"
             f" {args.label}".strip(),
         )
         log(f"wrote {args.plot}")

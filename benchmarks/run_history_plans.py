@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 
 from kit.settings import load_settings
 from kit.store import claims
+from kit.store.run_history import batch_bounds
 
 
 def pyformat(sql: str) -> str:
@@ -42,13 +43,15 @@ def main(argv: list[str]) -> int:
                 f"SELECT run_id::text FROM {name} ORDER BY run_id LIMIT 64 OFFSET 1000"
             ).fetchall()
         ]
-        print(f"partitions of runs: {parts}; 64 runs of {name}")
+        print(f"partitions of runs: {parts}; {len(ids)} runs of {name}")
+        if len(ids) < 64:
+            raise SystemExit(f"{name} has too few runs: run_history.py --keep with more days")
         arr = "{" + ",".join(ids) + "}"
         at = "2027-01-01T00:00:00Z"
         claim = {"run_ids": arr, "attempts": "{" + ",".join("1" * 64) + "}"}
-        claim |= {"worker_id": "w", "ttl_ms": 30000, "now": at}
+        claim |= {"worker_id": "w", "ttl_ms": 30000, "now": at, **batch_bounds(ids)}
         finish = {"run_ids": arr, "tokens": "{" + ",".join("x" * 64) + "}"}
-        finish |= {"started": "{" + ",".join(["NULL"] * 64) + "}", "now": at}
+        finish |= {"started": "{" + ",".join(["NULL"] * 64) + "}", "now": at, **batch_bounds(ids)}
         for label, sql, params in (
             ("runs_claim", claims._CLAIM, claim),
             ("runs_finish_ok", claims._FINISH_OK_BATCH, finish),

@@ -57,6 +57,11 @@ def main() -> int:
     if not measured:
         print(f"no measured runs ({', '.join(patterns)}): run benchmarks/life_of_a_run.py first")
         return 2
+    if still := [f for f, m in measured if m["start_lag_s"][1] <= 0]:
+        # the error is a ratio to the measured p99: none to a run whose starts all fell
+        # in the second's first millisecond (a burst of a few hundred runs)
+        print(f"measured p99 start lag 0 s in {', '.join(still)}: nothing to compare with")
+        return 2
     shapes = {(m["jobs"], m["workers"]) for _, m in measured}
     if len(shapes) != 1:
         print(f"measured runs of different shapes {sorted(shapes)}: compare one shape at a time")

@@ -23,6 +23,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from kit.core.errors import FieldError
 
@@ -58,6 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and calls kit.cli.main; for proving that the drills catch it)",
     )
     run.add_argument("--no-model", action="store_true", help="skip the model's prediction")
+    run.add_argument(
+        "--target",
+        metavar="FILE",
+        help="drill a deployed fleet instead of the drills' own stack: its API, database, "
+        "brokers, ledger path and each machine's stop and start commands (chaos/target.py)",
+    )
     run.set_defaults(func=run_drills)
     soak = actions.add_parser(
         "soak",
@@ -138,14 +145,31 @@ def run_drills(args: argparse.Namespace) -> int:
         raise FieldError("--cycles", f"{args.cycles} is not between 1 and 10000")
     seed = _seed(args.seed)
     plants = _plants(args.plant)
+    target = None
+    if args.target:
+        from chaos.target import TargetStack, load_target
+
+        target = load_target(args.target)
+        cannot = [n for n in names if not DRILLS[n].on_target]
+        if cannot or plants:
+            runs = ", ".join(n for n, d in DRILLS.items() if d.on_target)
+            raise FieldError(
+                "--target",
+                f"{', '.join(cannot) or '--plant'} acts on processes of the drills' own stack; "
+                f"against a deployment: {runs}",
+            )
     print(f"chaos: seed {seed}", file=sys.stderr, flush=True)
-    opts = RunOptions(args.cycles, seed, Path(args.out), plants, model=not args.no_model)
-    stack = ChaosStack(Path(args.home) if args.home else default_home())
-    try:
-        stack.up()
-    except StackFailure as exc:
-        print(f"cronfleet chaos run: the drills' stack did not come up: {exc}", file=sys.stderr)
-        return 1
+    opts = RunOptions(
+        args.cycles, seed, Path(args.out), plants, model=not args.no_model, target=target
+    )
+    stack: Any = TargetStack(target) if target else None
+    if target is None:
+        stack = ChaosStack(Path(args.home) if args.home else default_home())
+        try:
+            stack.up()
+        except StackFailure as exc:
+            print(f"cronfleet chaos run: the drills' stack did not come up: {exc}", file=sys.stderr)
+            return 1
     results = []
     try:
         for name in names:
@@ -155,7 +179,7 @@ def run_drills(args: argparse.Namespace) -> int:
             results.append(result)
             _print_result(result)
     finally:
-        if not args.keep_stack:
+        if not args.keep_stack and target is None:
             try:
                 stack.down()
             except StackFailure as exc:
@@ -286,6 +310,8 @@ def _command(name: str, args: argparse.Namespace, seed: int) -> str:
     parts = ["cronfleet", "chaos", "run", name, "--cycles", str(args.cycles), "--seed", str(seed)]
     for plant in args.plant:
         parts += ["--plant", plant]
+    if args.target:
+        parts += ["--target", args.target]
     return shlex.join(parts)
 
 

@@ -95,6 +95,7 @@ class DrillContext:
     exits: list[str] = field(default_factory=list)  # services that died on their own
     down: set[str] = field(default_factory=set)  # services the drill keeps down
     state: dict[str, Any] = field(default_factory=dict)  # a drill's own (namespace, skew)
+    journal_dir: Path | None = None  # the workers' journals (a target's); None: out/journal
     _supervise: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -200,6 +201,7 @@ class Drill:
     workers: ClassVar[int] = 3
     concurrency: ClassVar[int] = 8
     warmup_s: ClassVar[float] = 4.0
+    on_target: ClassVar[bool] = False  # runs against a deployment (--target): machines only
 
     def shape(self) -> Shape:
         return Shape(standard_classes(), burst=60)

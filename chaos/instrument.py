@@ -110,6 +110,27 @@ def install(engine: Engine) -> None:
         raw.close()
 
 
+UNINSTALL = """
+DROP TRIGGER IF EXISTS chaos_trigger_deleted ON triggers;
+DROP TRIGGER IF EXISTS chaos_run_written ON runs;
+DROP FUNCTION IF EXISTS chaos_trigger_deleted();
+DROP FUNCTION IF EXISTS chaos_run_written();
+DROP TABLE IF EXISTS chaos_writes;
+"""
+
+
+def uninstall(engine: Engine) -> None:
+    """Remove the witness: a deployment's database keeps nothing of a drill but its jobs
+    (paused) and their runs."""
+    raw = engine.raw_connection()
+    try:
+        with raw.cursor() as cur:
+            cur.execute(UNINSTALL)
+        raw.commit()
+    finally:
+        raw.close()
+
+
 def _ms(value: datetime | None) -> int | None:
     return None if value is None else to_epoch_ms(value)
 

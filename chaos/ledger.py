@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,14 +105,39 @@ def kill_leftover_tasks(ledger: Path) -> list[int]:
     return pids
 
 
-def prepare(ledger: Path) -> None:
+class LedgerUnreachable(Exception):
+    """The tasks' run-as user cannot write the ledger: every task would fail to record its
+    effect, and the drill would report every run lost."""
+
+
+def prepare(ledger: Path, run_as: str | None = None) -> None:
     """The ledger's files, writable by the tasks' run-as user (`nobody` under a root
-    worker): the logs they append to and the directory of markers they create."""
+    worker): the logs they append to and the directory of markers they create. With a
+    run-as user, a task's write is tried as that user first (a directory above the
+    ledger closed to it, such as a private temporary directory, fails here, not as
+    hundreds of lost runs)."""
     (ledger / "done").mkdir(parents=True, exist_ok=True)
     (ledger / "done").chmod(0o777)
     for name in ("exec.log", "effects.log", "window.log"):
         (ledger / name).touch()
         (ledger / name).chmod(0o666)
+    if run_as is None:
+        return
+    probe = subprocess.run(
+        ["/bin/sh", "-c", 'touch "$1/done/.probe" && : >> "$1/effects.log"', "probe", ledger],
+        user=run_as,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    (ledger / "done" / ".probe").unlink(missing_ok=True)
+    if probe.returncode != 0:
+        raise LedgerUnreachable(
+            f"the tasks run as {run_as!r} cannot write the ledger {ledger} "
+            f"({probe.stderr.strip() or 'refused'}): choose an --out whose every directory "
+            "that user may enter"
+        )
 
 
 @dataclass(frozen=True, slots=True)

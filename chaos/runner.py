@@ -30,7 +30,7 @@ from chaos.history import history_read
 from chaos.records import History, Params
 from chaos.stack import ChaosStack
 from chaos.workload import TENANT, Workload
-from kit.tasks.policy import local_policy_toml
+from kit.tasks.policy import local_policy_toml, local_run_as
 from kit.transport.progress import QueueProgress
 
 QUIET_TIMEOUT_S = 120.0
@@ -46,6 +46,7 @@ class RunOptions:
     timings: Timings = field(default_factory=Timings)
     model: bool = True
     keep_db: bool = False
+    target: Any = None  # chaos.target.Target: a deployed fleet instead of the drills' own
 
 
 @dataclass
@@ -99,10 +100,16 @@ def run_drill(drill: Drill, stack: ChaosStack, opts: RunOptions, command: str) -
     history: History | None = None
     result_audit: Audit | None = None
     try:
-        ctx = _context(drill, stack, opts, out, tag, db_name)
+        if opts.target is not None:
+            ctx = _target_context(drill, stack, opts, out, tag)
+        else:
+            ctx = _context(drill, stack, opts, out, tag, db_name)
         try:
             drill.setup(ctx)
-            _start_fleet(drill, ctx, opts)
+            if opts.target is not None:
+                _await_target(ctx, opts.target)
+            else:
+                _start_fleet(drill, ctx, opts)
             ctx.supervise()
             ctx.workload.create_recurring(drill.shape())
             time.sleep(drill.warmup_s)
@@ -119,7 +126,7 @@ def run_drill(drill: Drill, stack: ChaosStack, opts: RunOptions, command: str) -
                 ctx.engine,
                 ctx.workload.jobs,
                 ctx.ledger_dir,
-                out / "journal",
+                ctx.journal_dir or out / "journal",
                 ctx.faults,
                 ctx.cycles,
                 Params(ctx.timings.misfire_grace_ms, ctx.timings.scan_ahead_ms),
@@ -133,6 +140,9 @@ def run_drill(drill: Drill, stack: ChaosStack, opts: RunOptions, command: str) -
             # a task its worker did not stop (a worker dead before its keeper started)
             ledger.kill_leftover_tasks(ctx.ledger_dir)
             drill.teardown(ctx)
+            if opts.target is not None:
+                with contextlib.suppress(Exception):  # read already, or nothing to read
+                    instrument.uninstall(ctx.engine)
             ctx.api.close()
             ctx.engine.dispose()
         result_audit = audit(history)
@@ -142,7 +152,7 @@ def run_drill(drill: Drill, stack: ChaosStack, opts: RunOptions, command: str) -
     except Exception as exc:  # a drill that breaks is a failed drill, with its traceback
         error = f"{type(exc).__name__}: {exc}"
         (out / "error.txt").write_text(traceback.format_exc())
-    if not opts.keep_db:
+    if not opts.keep_db and opts.target is None:
         with contextlib.suppress(Exception):
             stack.database_drop(db_name)
     passed = error is None and result_audit is not None and result_audit.passed
@@ -200,6 +210,8 @@ def _context(
     from kit.store.db import engine_for
     from kit.store.tokens import token_create
 
+    ledger_dir = out / "ledger"
+    ledger.prepare(ledger_dir, local_run_as())  # before anything is made for the drill
     url = stack.database_create(db_name)
     migrate.upgrade(url)
     engine = engine_for(url, pool_size=4)
@@ -207,8 +219,6 @@ def _context(
     token = token_create(engine, TENANT, ("read", "write", "command")).token
     policy = out / "tasks.toml"
     policy.write_text(local_policy_toml(TENANT, ["/bin/sh"]))  # as nobody where root
-    ledger_dir = out / "ledger"
-    ledger.prepare(ledger_dir)
     api_port = free_port()
     env = stack.env() | opts.timings.env()
     env |= {
@@ -238,6 +248,63 @@ def _context(
         prefix=f"chaos.{tag}",
         group=f"chaos-{tag}",
     )
+
+
+def _target_context(
+    drill: Drill, stack: Any, opts: RunOptions, out: Path, tag: str
+) -> DrillContext:
+    """A deployed fleet (chaos.target): its database (already migrated: the drill makes
+    its token there and installs its witness for its length), its API, its brokers; a
+    ledger of this drill's own under the target's ledger_dir, which the tasks (the
+    fleet's run_as users, too) may write."""
+    from chaos.target import TargetFleet
+    from kit.store.db import engine_for
+    from kit.store.tokens import token_create
+
+    target = opts.target
+    engine = engine_for(target.database_url, pool_size=4)
+    instrument.install(engine)
+    token = token_create(engine, TENANT, ("read", "write", "command")).token
+    ledger_dir = target.ledger_dir / f"{drill.name}-{tag}"
+    ledger.prepare(ledger_dir)
+    for path in (target.ledger_dir, ledger_dir, ledger_dir / "done"):
+        path.chmod(0o1777)
+    for path in ledger_dir.glob("*.log"):
+        path.chmod(0o666)
+    api = httpx.Client(
+        base_url=target.api_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+    rng = random.Random(f"{opts.seed}:{drill.name}")
+    return DrillContext(
+        name=drill.name,
+        stack=stack,
+        fleet=TargetFleet(target, out / "logs"),  # type: ignore[arg-type]
+        workload=Workload(api, ledger_dir, random.Random(rng.random())),
+        api=api,
+        engine=engine,
+        rng=rng,
+        out=out,
+        ledger_dir=ledger_dir,
+        timings=target.timings,
+        prefix=target.topic_prefix,
+        group=target.worker_group,
+        journal_dir=target.journal_dir,
+    )
+
+
+def _await_target(ctx: DrillContext, target: Any) -> None:
+    """The deployed fleet answering: its API, every worker machine present, every
+    partition owned."""
+
+    def api_up() -> bool:
+        with contextlib.suppress(httpx.TransportError):
+            return ctx.api.get("/healthz").status_code == 200
+        return False
+
+    wait_for("the target's api", api_up, 90)
+    workers = len(target.names("worker"))
+    wait_for("the target's workers", lambda: _workers_present(ctx) >= workers, 90)
+    ctx.wait_partitions_covered(90)
 
 
 def _start_fleet(drill: Drill, ctx: DrillContext, opts: RunOptions) -> None:

@@ -4,6 +4,7 @@ would. `python scripts/terraform_docs.py`; tests/deploy checks the tables are cu
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -24,21 +25,26 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _plain(value: object) -> object:
+    """A default as HCL wrote it, without python-hcl2's kept quotes ('"a"' -> 'a')."""
+    if isinstance(value, str):
+        return unquote(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {unquote(k): _plain(v) for k, v in value.items() if not k.startswith("__")}
+    return value
+
+
 def _default(body: dict) -> str:
+    """The default as terraform-docs shows it: a string bare, anything else as JSON
+    (`["10.0.0.0/8"]`, `{}`, `true`)."""
     if "default" not in body:
         return "required"
-    value = body["default"]
+    value = _plain(body["default"])
     if isinstance(value, str):
-        return f"`{unquote(value)}`" if value.startswith('"') else f"`{value}`"
-    if isinstance(value, bool):
-        return "`true`" if value else "`false`"
-    if isinstance(value, (list, dict)):
-        return (
-            f"`{value}`".replace("'", '"')
-            if value
-            else ("`[]`" if isinstance(value, list) else "`{}`")
-        )
-    return f"`{value}`"
+        return f"`{value}`" if value else '`""`'
+    return f"`{json.dumps(value)}`"
 
 
 def tables(directory: Path) -> str:

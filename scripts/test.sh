@@ -36,6 +36,16 @@ if [ ! -x "$CHECKOV_VENV/bin/checkov" ]; then
 fi
 export CRONFLEET_CHECKOV="$CHECKOV_VENV/bin/checkov"
 
+# OpenTofu (terraform/'s fmt and init checks in tests/deploy): built from its Go module once
+# per version into $CRONFLEET_HOME/tools (about 10 minutes the first time), reused after.
+TOFU_VERSION=1.10.6
+TOFU="${CRONFLEET_HOME:-$HOME/.cronfleet}/tools/tofu-$TOFU_VERSION/tofu"
+if [ ! -x "$TOFU" ]; then
+  echo "==> building OpenTofu $TOFU_VERSION into $(dirname "$TOFU") (once)"
+  bash scripts/build_tofu.sh "$TOFU_VERSION" "$TOFU"
+fi
+export CRONFLEET_TOFU="$TOFU"
+
 echo "==> building the load tests' ledger endpoint (Go, loadtest/ledger)"
 bash scripts/build_ledger.sh
 

@@ -50,10 +50,24 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-p99-start", default="2s", help="size: p99 start-lag target")
     p.add_argument("--emit-tfvars", default=None, help="size: write Terraform variables here")
     p.add_argument(
+        "--mix",
+        default=None,
+        metavar="FILE",
+        help="size: your schedules (TOML counts per cron and zone, or a GET /v1/jobs export) "
+        "as the day scenario's population (sim/mix.py)",
+    )
+    p.add_argument(
         "--window-s",
         type=float,
         default=90.0,
         help="size: simulated window around each peak per candidate",
+    )
+    p.add_argument(
+        "--min-nodes",
+        type=int,
+        default=1,
+        help="size: the fewest scheduler nodes to try (rungs below it are known to miss; "
+        "each simulates a backlog for minutes)",
     )
     p.add_argument(
         "--windows",
@@ -325,6 +339,33 @@ def _print_table(r: dict[str, Any]) -> None:
 # -- sizing ---------------------------------------------------------------------------------
 
 
+def _mix_scenario(mix_path: str, base: str) -> tuple[str, str]:
+    """The base scenario (a whole day) with the team's mix as its population, written
+    beside the mix (`<mix>.scenario.toml`, to replay with `cronfleet sim`); the path and a
+    note naming the mix's size and hash."""
+    import hashlib
+
+    from sim.mix import mix_scenario_text, read_mix
+    from sim.scenario import ScenarioError
+
+    try:
+        mix = read_mix(mix_path)
+        text = mix_scenario_text(mix, mix_path, base)
+    except ScenarioError as exc:
+        raise _usage(str(exc)) from None
+    out = Path(mix_path).with_suffix(".scenario.toml")
+    out.write_text(text)
+    digest = hashlib.sha256(Path(mix_path).read_bytes()).hexdigest()[:12]
+    left = ", ".join(f"{n:,} {why}" for why, n in sorted(mix.left_out.items()))
+    print(
+        f"mix {mix_path}: {mix.schedules:,} schedules in {len(mix.counts)} shapes"
+        + (f" (left out: {left})" if left else "")
+        + f"; scenario {out}",
+        file=sys.stderr,
+    )
+    return str(out), f" sha256 {digest}, {mix.schedules:,} schedules"
+
+
 def _duration_s(raw: str) -> float:
     txt = raw.strip().lower()
     try:
@@ -351,8 +392,9 @@ def candidate_meets(r: dict[str, Any], target_s: float) -> bool:
 def size_windows(base: dict[str, Any], window_s: float, count: int) -> list[dict[str, Any]]:
     """The windows every candidate is simulated over. The top of the hour: the window
     around its peak. A cron population: the `count` busiest windows of the period by
-    runs due (found from kit.core's fire times without simulating), each simulated
-    with a warm lead-in."""
+    runs due (found from kit.core's fire times without simulating; a day's are its zones'
+    midnights), and the busiest top of an hour not among them (the hourly jobs' peak,
+    another shape: less due, less jitter), each simulated with a warm lead-in."""
     from datetime import datetime
 
     from sim.workload import WorkloadStream, busiest_windows, due_per_second, start_of
@@ -370,11 +412,14 @@ def size_windows(base: dict[str, Any], window_s: float, count: int) -> list[dict
     per_s = due_per_second(WorkloadStream(base, 0))
     start: datetime = start_of(base)
     out = []
-    for sec, due in busiest_windows(per_s, w, count):
+    chosen = busiest_windows(per_s, w, count)
+    top = busiest_top_of_hour(per_s, w, start, [sec for sec, _ in chosen])
+    for sec, due in chosen + ([top] if top else []):
         at = start + timedelta(seconds=sec)
+        kind = " (top of hour)" if top and sec == top[0] else ""
         out.append(
             {
-                "label": f"{at:%a %H:%M:%S} UTC",
+                "label": f"{at:%a %H:%M:%S} UTC{kind}",
                 "due": round(due),
                 "sets": [
                     f"start={at:%Y-%m-%dT%H:%M:%SZ}",
@@ -385,6 +430,26 @@ def size_windows(base: dict[str, Any], window_s: float, count: int) -> list[dict
             }
         )
     return out
+
+
+TOP_LEAD_S = 10  # a top-of-hour window starts this far before the hour: as busiest_windows'
+
+
+def busiest_top_of_hour(
+    per_s: Any, window_s: int, start: Any, taken: list[int]
+) -> tuple[int, float] | None:
+    """The window starting TOP_LEAD_S before a top of the hour with the most runs due,
+    among those overlapping no window already taken: (start second, runs due)."""
+    first = -(-start.minute * 60 - start.second) % 3600  # seconds to the first hour
+    best: tuple[int, float] | None = None
+    for hour in range(first, per_s.size, 3600):
+        sec = max(0, hour - TOP_LEAD_S)
+        if any(abs(sec - t) < window_s for t in taken) or sec + window_s > per_s.size:
+            continue
+        due = float(per_s[sec : sec + window_s].sum())
+        if due > 0 and (best is None or due > best[1]):
+            best = (sec, due)
+    return best
 
 
 NODE_LADDER = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
@@ -419,9 +484,12 @@ def size_main(args: argparse.Namespace) -> int:
 
     from sim.scenario import ScenarioError, load_scenario
 
-    scenario = args.more or "top-of-hour"
+    scenario = args.more or ("day" if args.mix else "top-of-hour")
     target = _duration_s(args.target_p99_start)
     seed = _seed(args.seed)
+    mix_note = ""
+    if args.mix:
+        scenario, mix_note = _mix_scenario(args.mix, scenario)
     try:
         base = load_scenario(scenario, args.overrides)
     except ScenarioError as exc:
@@ -432,6 +500,8 @@ def size_main(args: argparse.Namespace) -> int:
     count = args.windows if args.windows is not None else (3 if cron else 1)
     if count < 1:
         raise _usage("windows: must be at least 1")
+    if args.min_nodes < 1:
+        raise _usage("min-nodes: must be at least 1")
     windows = size_windows(base, args.window_s, count)
     if not windows:
         raise _usage("size: the scenario has no runs due")
@@ -481,7 +551,7 @@ def size_main(args: argparse.Namespace) -> int:
         def meets_with_most_workers(n: int, w: int = most_workers, win: Any = win) -> bool:
             return meets_in(n, w, parts, win)
 
-        found = fewest_nodes(meets_with_most_workers, max(nodes, 1), parts)
+        found = fewest_nodes(meets_with_most_workers, max(nodes, args.min_nodes), parts)
         if found is None:
             print("no fleet within the search bounds meets the target", file=sys.stderr)
             return 1
@@ -534,8 +604,10 @@ def size_main(args: argparse.Namespace) -> int:
     if args.emit_tfvars:
         from sim.tfvars import tfvars_text, with_headroom
 
+        what = f"--mix {args.mix}{mix_note}" if args.mix else scenario
+        least = f" --min-nodes {args.min_nodes}" if args.min_nodes > 1 else ""
         header = (
-            f"cronfleet sim size {scenario} --target-p99-start {args.target_p99_start} "
+            f"cronfleet sim size {what} --target-p99-start {args.target_p99_start}{least} "
             f"(seed {seed}; windows: {'; '.join(w['label'] for w in windows)})"
         )
         Path(args.emit_tfvars).write_text(tfvars_text(with_headroom(rec), header))

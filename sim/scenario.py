@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from kit.core import defaults
-from kit.core.schedule import ScheduleKind
+from kit.core.errors import FieldError
+from kit.core.schedule import ScheduleKind, parse_cron, parse_timezone
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -278,36 +279,60 @@ def validate(s: Mapping[str, Any]) -> None:
 
 def _validate_cron(w: Mapping[str, Any]) -> None:
     """The cron population: valid expressions and zones (kit.core's own parsers),
-    shares that add up, jitter within the kit's limit."""
-    from kit.core.errors import FieldError
-    from kit.core.schedule import parse_cron, parse_timezone
-
+    shares that add up, jitter within the kit's limit. A class may carry its own `zones`
+    (a team's mix, sim.mix), or be an interval (`every_s`, optional `anchor`)."""
     classes = w["cron"]
     if not classes:
         raise ScenarioError("workload.cron: a cron population needs at least one class")
     for i, c in enumerate(classes):
-        for key in ("name", "cron", "share", "jitter_s"):
+        for key in ("name", "share", "jitter_s"):
             if key not in c:
                 raise ScenarioError(f"workload.cron.{i}.{key}: missing")
-        try:
-            parse_cron(c["cron"], f"workload.cron.{i}.cron")
-        except FieldError as exc:
-            raise ScenarioError(f"{exc.field}: {exc.reason}") from None
+        if ("cron" in c) == ("every_s" in c):
+            raise ScenarioError(f"workload.cron.{i}: exactly one of cron and every_s")
+        if "cron" in c:
+            try:
+                parse_cron(c["cron"], f"workload.cron.{i}.cron")
+            except FieldError as exc:
+                raise ScenarioError(f"{exc.field}: {exc.reason}") from None
+        else:
+            _validate_interval(c, f"workload.cron.{i}")
         if not 0 <= float(c["jitter_s"]) <= 3600:
             raise ScenarioError(f"workload.cron.{i}.jitter_s: must be between 0 and 3600")
+        if "zones" in c:
+            _validate_zones(c["zones"], f"workload.cron.{i}.zones")
+        elif "cron" in c and not w["zones"]:
+            raise ScenarioError("workload.zones: a cron population needs at least one zone")
     total = sum(float(c["share"]) for c in classes)
     if abs(total - 1.0) > 1e-6:
         raise ScenarioError(f"workload.cron: shares must add up to 1 (they add to {total})")
-    zones = w["zones"]
+    if w["zones"]:
+        _validate_zones(w["zones"], "workload.zones")
+
+
+def _validate_zones(zones: Mapping[str, Any], where: str) -> None:
     if not zones:
-        raise ScenarioError("workload.zones: a cron population needs at least one zone")
+        raise ScenarioError(f"{where}: at least one zone")
     for zone in zones:
         try:
-            parse_timezone(zone, f"workload.zones.{zone}")
+            parse_timezone(zone, f"{where}.{zone}")
         except FieldError as exc:
             raise ScenarioError(f"{exc.field}: {exc.reason}") from None
     if abs(sum(float(v) for v in zones.values()) - 1.0) > 1e-6:
-        raise ScenarioError("workload.zones: shares must add up to 1")
+        raise ScenarioError(f"{where}: shares must add up to 1")
+
+
+def _validate_interval(c: Mapping[str, Any], where: str) -> None:
+    if int(c["every_s"]) < 1:
+        raise ScenarioError(f"{where}.every_s: at least 1 second")
+    anchor = c.get("anchor")
+    if anchor is not None:
+        try:
+            at = datetime.fromisoformat(str(anchor).replace("Z", "+00:00"))
+        except ValueError:
+            raise ScenarioError(f"{where}.anchor: {anchor!r} is not an ISO 8601 time") from None
+        if at.tzinfo is None:
+            raise ScenarioError(f"{where}.anchor: needs a UTC offset or 'Z'")
 
 
 SCHEDULE_KINDS = tuple(k.value for k in ScheduleKind)

@@ -69,10 +69,13 @@ _OFFSETS: dict[tuple[str, int, int], np.ndarray] = {}
 
 
 def start_of(s: dict[str, Any]) -> datetime:
-    raw = s["start"]
+    return parse_instant(s["start"], "start")
+
+
+def parse_instant(raw: str, what: str = "anchor") -> datetime:
     at = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     if at.tzinfo is None:
-        raise ValueError("start: needs a UTC offset or 'Z'")
+        raise ValueError(f"{what}: needs a UTC offset or 'Z'")
     return at.astimezone(UTC)
 
 
@@ -213,12 +216,22 @@ class WorkloadStream:
         )
 
     def _cron_population(self, w: dict[str, Any]) -> None:
+        """Each class over the scenario's zones, or over its own (`zones` of the class: a
+        team's mix, sim.mix); a class with `every_s` is an interval from its `anchor`
+        (default: the scenario's start) instead of a cron expression."""
         total = int(w["schedules"])
-        zones = {str(z): float(v) for z, v in w["zones"].items()}
-        zsum = sum(zones.values())
         for i, c in enumerate(w["cron"]):
-            expr = parse_cron(c["cron"], f"workload.cron.{i}.cron")
+            zones = {str(z): float(v) for z, v in (c.get("zones") or w["zones"]).items()}
+            zsum = sum(zones.values())
             n_class = total * float(c["share"])
+            if "every_s" in c:
+                anchor = c.get("anchor")
+                at = self.start if anchor is None else parse_instant(str(anchor))
+                every = IntervalSchedule(int(c["every_s"]), at)
+                jobs = round(n_class)
+                self._add(c["name"], "", every, c["jitter_s"], jobs, ScheduleKind.interval)
+                continue
+            expr = parse_cron(c["cron"], f"workload.cron.{i}.cron")
             for zone, zshare in zones.items():
                 parse_timezone(zone, f"workload.zones.{zone}")
                 jobs = round(n_class * zshare / zsum)
@@ -426,7 +439,9 @@ def due_per_second(stream: WorkloadStream) -> np.ndarray:
             lo, hi = max(0, int(np.floor(a))), min(n, int(np.ceil(b)))
             if hi <= lo:
                 continue
-            rate = t.jobs / (b - a)  # runs per second of the window, spread evenly
+            # the fire's jobs spread evenly over the whole seconds it touches (a window
+            # shorter than a second: its jobs in that second; tests/sim/test_mix.py)
+            rate = t.jobs / (hi - lo)
             diff[lo] += rate
             diff[hi] -= rate
         t.nominal = np.empty(0, np.int64)  # a later stream starts over

@@ -1,4 +1,5 @@
-"""The drills, by number and name: eight clean faults, then six gray ones."""
+"""The drills, by number and name: nine clean faults (machine-kill also runs against a
+deployment), then six gray ones."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from chaos.drills.broker_stall import BrokerStall
 from chaos.drills.clock_skew import ClockSkewDrill
 from chaos.drills.disk_full import DiskFull
 from chaos.drills.kafka_kill import KafkaKill
+from chaos.drills.machine_kill import MachineKill
 from chaos.drills.node_freeze import NodeFreeze
 from chaos.drills.poison_flood import PoisonFlood
 from chaos.drills.postgres_crash import PostgresCrash
@@ -30,6 +32,7 @@ DRILLS: dict[str, type[Drill]] = {
             ClockSkewDrill,
             PoisonFlood,
             RandomNemesis,
+            MachineKill,
             PostgresStall,
             BrokerStall,
             WorkerFreeze,

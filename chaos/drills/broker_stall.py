@@ -1,4 +1,4 @@
-"""Drill 10: the broker stops answering (its JVM SIGSTOPped: it accepts TCP connections
+"""Drill 11: the broker stops answering (its JVM SIGSTOPped: it accepts TCP connections
 and answers nothing) for a seeded time from 1 s to two run leases, then resumes; every
 third cycle for longer than the publish timeout (10 s), so that publishes fail and the
 reaper must find the runs whose message never went out and publish them again."""
@@ -15,7 +15,7 @@ PUBLISH_TIMEOUT_S = 10.0  # kit.transport.publisher: RunPublisher.publish_encode
 
 
 class BrokerStall(Drill):
-    number = 10
+    number = 11
     name = "broker-stall"
     title = "Kafka broker frozen (SIGSTOP) for 1 s to two run leases, or past the publish timeout"
     summary = (

@@ -1,4 +1,4 @@
-"""Drill 13: the database's disk fills. The drill's database lives on a small filesystem
+"""Drill 14: the database's disk fills. The drill's database lives on a small filesystem
 of its own (chaos.smallfs: a tmpfs made a tablespace; the WAL stays on the data
 directory's disk); a cycle fills it to the last byte for 3-10 s, then frees it.
 
@@ -29,7 +29,7 @@ RETRY_FOR_S = 60.0  # how long the client keeps retrying a refused create
 
 
 class DiskFull(Drill):
-    number = 13
+    number = 14
     name = "disk-full"
     title = "the database's disk full (a small tablespace of its own), then freed"
     summary = (

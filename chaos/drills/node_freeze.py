@@ -1,4 +1,4 @@
-"""Drill 12: a scheduler node freezes (SIGSTOP), most often inside a scan transaction,
+"""Drill 13: a scheduler node freezes (SIGSTOP), most often inside a scan transaction,
 for longer than its partition leases, and then resumes believing it still owns them.
 Another node has taken them over meanwhile (new epochs); the frozen node's transaction
 is ended by the server (idle in transaction for half a lease) and whatever it writes on
@@ -15,7 +15,7 @@ from chaos.workload import Shape, standard_classes
 
 
 class NodeFreeze(Drill):
-    number = 12
+    number = 13
     name = "node-freeze"
     title = "a scheduler node frozen (SIGSTOP) past its partition leases"
     summary = (

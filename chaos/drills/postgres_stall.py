@@ -1,4 +1,4 @@
-"""Drill 9: PostgreSQL stops answering (every process of it SIGSTOPped: connections stay
+"""Drill 10: PostgreSQL stops answering (every process of it SIGSTOPped: connections stay
 open, the kernel still acknowledges bytes, nothing answers) for a seeded time from 1 s to
 two run leases, then resumes, while tasks are running. Cycle by cycle the stall is:
 
@@ -30,7 +30,7 @@ def stall_survived_ms(ctx: DrillContext) -> int:
 
 
 class PostgresStall(Drill):
-    number = 9
+    number = 10
     name = "postgres-stall"
     title = "PostgreSQL frozen (SIGSTOP) for 1 s to two run leases, then resumed"
     summary = (

@@ -1,4 +1,4 @@
-"""Drill 14: a worker cut off from one half of the stack. It runs in a network namespace
+"""Drill 15: a worker cut off from one half of the stack. It runs in a network namespace
 of the drill's own; nftables drops its packets to and from PostgreSQL (its broker link
 stays up) while one of its long tasks is mid-work, for longer than its runs' leases; or,
 the next cycle, to and from the broker (its database link stays up: it beats and
@@ -23,7 +23,7 @@ CUT_WORKER = "w3"
 
 
 class WorkerCut(Drill):
-    number = 14
+    number = 15
     name = "worker-cut"
     title = "a worker cut off from PostgreSQL but not the broker, and the reverse"
     summary = (

@@ -1,4 +1,4 @@
-"""Drill 11: a worker freezes (SIGSTOP of the worker process alone, as in a long GC pause:
+"""Drill 12: a worker freezes (SIGSTOP of the worker process alone, as in a long GC pause:
 its tasks and its keeper run on in groups of their own) while one of its long tasks is
 mid-work, for longer than its runs' leases and its consumer's session (so that the
 runs the reaper publishes again go to the other workers), and then resumes.
@@ -19,7 +19,7 @@ from chaos.workload import JobClass, Shape, standard_classes
 
 
 class WorkerFreeze(Drill):
-    number = 11
+    number = 12
     name = "worker-freeze"
     title = "a worker frozen (SIGSTOP) past its runs' leases while its tasks are mid-work"
     summary = (

@@ -1,8 +1,12 @@
-"""`cronfleet db upgrade | current`: migrate the database the settings point at."""
+"""`cronfleet db upgrade | current | wait | app-role`: migrate the database the settings
+point at, gate a service on its schema, make the role the services connect as."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import time
 
 from kit.settings import load_settings
 
@@ -15,6 +19,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.set_defaults(func=_upgrade)
     cur = sub.add_parser("current", help="print the database's revision and the newest one")
     cur.set_defaults(func=_current)
+    wait = sub.add_parser(
+        "wait",
+        help="wait until the schema is this code's head or newer (a service's start gate)",
+    )
+    wait.add_argument(
+        "--timeout-s", type=float, default=900.0, help="give up (exit 1) after this long"
+    )
+    wait.set_defaults(func=_wait)
+    app = sub.add_parser(
+        "app-role",
+        help="create or update the services' role (password from CRONFLEET_APP_ROLE_PASSWORD)",
+    )
+    app.add_argument("name", help="the role's name, e.g. cronfleet_app")
+    app.set_defaults(func=_app_role)
 
 
 def _upgrade(args: argparse.Namespace) -> int:
@@ -35,3 +53,44 @@ def _current(args: argparse.Namespace) -> int:
     state = "up to date" if current == head else f"behind (head is {head})"
     print(f"{current or 'none'} ({state})")
     return 0 if current == head else 1
+
+
+def _wait(args: argparse.Namespace) -> int:
+    """Exit 0 once a service of this code may start on the database's schema; 1 when the
+    schema is still behind after --timeout-s (or the database cannot be reached)."""
+    from kit.core.errors import UsageError
+    from kit.store import migrate
+
+    if args.timeout_s < 0:
+        raise UsageError("timeout-s: must not be negative")
+    url = load_settings().database_url
+    deadline = time.monotonic() + args.timeout_s
+    said = ""
+    while True:
+        try:
+            state, current, head = migrate.schema_state(url)
+            line = f"schema {state}: database at {current or 'none'}, this code's head {head}"
+        except Exception as exc:  # unreachable or refused: the same wait, said once
+            state, line = None, f"database not answering: {type(exc).__name__}: {exc}"
+        if state in (migrate.SchemaState.AT_HEAD, migrate.SchemaState.NEWER):
+            print(line)
+            return 0
+        if line != said:
+            print(line + "; waiting for an api machine's `cronfleet db upgrade`", file=sys.stderr)
+            said = line
+        if time.monotonic() >= deadline:
+            print(f"gave up after {args.timeout_s:g} s: {line}", file=sys.stderr)
+            return 1
+        time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+
+
+def _app_role(args: argparse.Namespace) -> int:
+    from kit.core.errors import UsageError
+    from kit.store import migrate
+
+    password = os.environ.get("CRONFLEET_APP_ROLE_PASSWORD", "")
+    if not password:
+        raise UsageError("CRONFLEET_APP_ROLE_PASSWORD: the role's password, not set")
+    migrate.ensure_app_role(load_settings().database_url, args.name, password)
+    print(f"role {args.name}: may log in, read and write the schema's tables; no DDL")
+    return 0

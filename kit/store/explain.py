@@ -21,6 +21,7 @@ from kit.core.owed import (
     Explained,
     RunView,
     ScheduleEra,
+    check_explain_range,
     explain_fires,
     owed_fires,
 )
@@ -73,8 +74,7 @@ def job_explain(
 ) -> Explanation:
     """`written_ahead_ms`: the scheduler's scan-ahead (how far past an edit the old
     schedule's runs were already written)."""
-    if end <= start:
-        raise FieldError("to", "must be after from")
+    check_explain_range(start, end)
     if not 1 <= limit <= MAX_EXPLAIN_FIRES:
         raise FieldError("limit", f"must be between 1 and {MAX_EXPLAIN_FIRES}")
     if not is_uuid(job_id):

@@ -48,9 +48,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from kit.core import defaults
 from kit.core.errors import FieldError
@@ -68,6 +68,13 @@ _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _ENV_PROGRAM_DIRS = "/usr/bin:/bin"
 
 
+# The rules of `env` names and of `cwd` as the API's document declares them: the same
+# as `env_name_refusal`'s form check and `normal_path` (tests/unit/test_tasks_command_schema.py
+# holds each pattern equal to its check).
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+NORMAL_PATH_PATTERN = r"^/$|^(?:/(?!\.\.?(?:/|$))[^/\u0000]+)+$"
+
+
 class CommandTask(TaskSpec):
     type: Literal["command"]
     argv: list[str] = Field(
@@ -79,12 +86,15 @@ class CommandTask(TaskSpec):
         default_factory=dict,
         description="Only names the operator's task policy lets the tenant set; names "
         "that make a shell, an interpreter or the loader run code are always refused",
+        json_schema_extra={"propertyNames": {"pattern": ENV_NAME_PATTERN}},
     )
     secret_env: list[str] = Field(
         default_factory=list,
         description=f"Names in `env` whose values are secret (shown as {MASK!r}, scrubbed)",
     )
-    cwd: str | None = Field(
+    cwd: (
+        Annotated[str, WithJsonSchema({"type": "string", "pattern": NORMAL_PATH_PATTERN})] | None
+    ) = Field(
         default=None,
         description="An absolute directory the operator's task policy allows for the "
         "tenant, entered as the run-as user; unset: the run's own fresh directory",
@@ -344,9 +354,8 @@ class _Keeper:
     unsafe in a threaded worker. Being the worker's user (root where run_as applies),
     the keeper may signal a group that changed identity. A worker killed between a
     task's spawn and its registration leaves that task unkept: a window of one line and
-    one uncontended write. (The keeper used to start on the first registration, under
-    the lock, so a second task's registration waited behind a Python start: a CI run
-    left a hung task group behind, most likely in that wait.)
+    one uncontended write; the keeper is started before the spawn (`start`), never
+    under the registration lock, so no registration waits behind a Python start.
     """
 
     def __init__(self) -> None:

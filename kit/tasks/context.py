@@ -121,6 +121,17 @@ class Cancel:
                 self._callbacks.remove(callback)
 
 
+class Slot(Protocol):
+    """One of the worker's places for a run on its task loop (at most `concurrency` held
+    at once). A task takes it before its first network work (resolving, connecting,
+    sending) and may give it back while it waits for something that costs no work (its
+    turn for a target's connection); the worker frees it when the run ends."""
+
+    async def take(self) -> None: ...
+
+    def give_back(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class RunContext:
     run_id: str
@@ -138,6 +149,8 @@ class RunContext:
     # worker marks the run's start there, or refuses it (False: do nothing, return).
     # None: begin at once (callers that are not a worker's task loop).
     begin: Callable[[], Awaitable[bool]] | None = None
+    # The run's place on the worker's task loop (None: no bound, outside a worker).
+    slot: Slot | None = None
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,8 @@ class HttpTask(TaskSpec):
             "Credentials in it (`https://user:pass@host/`) are sent as `Authorization: "
             f"Basic` and are secret like that header: shown as `https://{MASK}@host/`."
         ),
+        # what `_url` checks, declared (the API's document; `_url` words the refusal)
+        json_schema_extra={"pattern": r"^[Hh][Tt][Tt][Pp][Ss]?://[^/\u0000][^\u0000]*$"},
     )
     method: Method
     headers: dict[str, str] = Field(default_factory=dict)
@@ -296,10 +298,12 @@ async def run_http_async(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult
 
 
 async def _run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
-    """The lookup, the guard and a connection first (the kit's own wait: its turn for a
-    connection is not the run's to pay for; the lookup and opening a connection are each
-    bounded by the run's timeout), then the run begins (`ctx.begin`: the worker marks its
-    start, or refuses it), then the request, bounded by the run's timeout. A run never
+    """The run's place first (`ctx.slot`: the worker's bound on runs doing network work
+    at once), then the lookup, the guard and a connection (the kit's own wait: its turn
+    for a connection is not the run's to pay for, and the place is given back while it
+    waits for it; the lookup and opening a connection are each bounded by the run's
+    timeout), then the run begins (`ctx.begin`: the worker marks its start, or refuses
+    it), then the request, bounded by the run's timeout. A run never
     spends its timeout queueing for a connection and then times out with its request at
     the target (that ran 127 of 20,000 runs twice against a slow target), nor fails for
     having waited its turn (bounding the turn by the timeout failed 12,448 of them)."""
@@ -327,6 +331,8 @@ async def _run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
     pool: TargetPool | None = None
     unsent: Connection | None = None
     try:
+        if ctx.slot is not None:  # no lookup, no connection before the run holds a place
+            await ctx.slot.take()
         try:
             async with asyncio.timeout(ctx.timeout_s):
                 address = await checked_address_async(
@@ -340,7 +346,7 @@ async def _run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
         try:
             # its turn for a connection is not bounded here (the requests before it are,
             # each by its own timeout); opening one is, by the run's timeout
-            unsent = await pool.acquire(connect_timeout_s=ctx.timeout_s)
+            unsent = await pool.acquire(connect_timeout_s=ctx.timeout_s, slot=ctx.slot)
         except TimeoutError:
             where = f"{request.host}:{request.port}"
             return await failed(f"could not connect to {where} within {ctx.timeout_s:g} s")

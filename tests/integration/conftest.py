@@ -9,6 +9,7 @@ sessions do not collide; ones left behind by a dead session are dropped at start
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import re
 import tempfile
@@ -29,6 +30,7 @@ from kit.store.db import engine_for
 from kit.store.schema import metadata
 from kit.store.tokens import token_create
 from kit.tasks.policy import local_policy_toml
+from tests.integration.leaks import LeakWatch
 
 if TYPE_CHECKING:
     from kit.transport import RunPublisher
@@ -206,6 +208,27 @@ def _topics(bootstrap: str) -> set[str]:
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     return set(admin.list_topics(timeout=10).topics)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_planted_secret_in_any_log() -> Iterator[LeakWatch]:
+    """Every record logged in the session, INFO and up, is searched for the secrets the
+    tests planted (tests/integration/leaks.py); one found fails the session at its end,
+    as an error of this fixture's teardown, with the record."""
+    watch = LeakWatch()
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(watch)
+    root.setLevel(min(level, logging.INFO))
+    yield watch
+    root.removeHandler(watch)
+    root.setLevel(level)
+    if watch.hits:
+        pytest.fail(
+            f"{len(watch.hits)} log records carried a planted secret:\n"
+            + "\n".join(watch.hits[:20]),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -71,6 +71,8 @@ def test_size_looks_at_the_busiest_windows_of_the_day_first():
     assert any(
         "start=2026-03-08T04:59" in x or "start=2026-03-08T05:00" in x for x in wins[1]["sets"]
     )  # New York's midnight
+    # and the busiest top of an hour besides them: the hourly jobs' peak has its own shape
+    assert len(wins) == 4 and wins[3]["label"].endswith(":59:50 UTC (top of hour)")
     top = size_windows(load_scenario("top-of-hour", []), 90, 3)
     assert len(top) == 1 and "peak_at_s=20" in top[0]["sets"]
 

@@ -4,8 +4,12 @@ honours the idempotency key leaves in the ledger."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from chaos import ledger
 
@@ -46,3 +50,22 @@ def test_a_naive_task_acts_every_time(tmp_path: Path) -> None:
     _run(tmp_path, "naive", 1)
     _run(tmp_path, "naive", 2)
     assert [line.attempt for line in ledger.effects(tmp_path)] == [1, 2]
+
+
+def test_a_ledger_its_run_as_user_cannot_reach_is_refused_before_the_drill() -> None:
+    """Under a root worker the tasks run as `nobody`: a ledger below a directory closed to
+    that user would make every run look lost. Refused at once, naming the cause."""
+    if os.geteuid() != 0:
+        return  # no identity switch, nothing to probe: the kit runs commands as itself
+    base = Path(tempfile.mkdtemp(prefix="cronfleet-ledger-test-"))
+    try:
+        base.chmod(0o755)
+        closed = base / "closed"
+        closed.mkdir(mode=0o700)
+        with pytest.raises(ledger.LedgerUnreachable, match=r"'nobody'.*--out"):
+            ledger.prepare(closed / "ledger", "nobody")
+        closed.chmod(0o755)
+        ledger.prepare(closed / "ledger", "nobody")  # reachable now: accepted
+        assert not (closed / "ledger" / "done" / ".probe").exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

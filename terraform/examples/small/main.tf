@@ -16,6 +16,15 @@ module "network" {
   nat_per_zone = false
 }
 
+# The release the machines install: the wheel `bash scripts/release.sh` built, uploaded to a
+# bucket of this install; the machines check its SHA-256 before installing it.
+module "release" {
+  source = "../../modules/release"
+
+  name       = local.name
+  wheel_path = var.cronfleet_wheel
+}
+
 module "database" {
   source = "../../modules/database"
 
@@ -49,15 +58,26 @@ module "kafka" {
 module "fleet" {
   source = "../../modules/fleet"
 
-  name              = local.name
-  vpc_id            = module.network.vpc_id
-  subnet_ids        = module.network.service_subnet_ids
-  api_subnet_ids    = module.network.private_subnet_ids
+  name           = local.name
+  vpc_id         = module.network.vpc_id
+  subnet_ids     = module.network.service_subnet_ids
+  api_subnet_ids = module.network.private_subnet_ids
+  # The way in (README, "Reaching the API"): an internal load balancer, reachable from
+  # this VPC (a Session Manager tunnel through an api machine) and the networks you add
+  # (peering, VPN, Direct Connect).
   api_internal      = true
-  api_ingress_cidrs = var.api_ingress_cidrs
+  api_ingress_cidrs = concat([module.network.vpc_cidr_block], var.api_ingress_cidrs)
 
   api_certificate_arn = var.api_certificate_arn
-  cronfleet_package   = var.cronfleet_package
+  release_bucket      = module.release.bucket
+  release_key         = module.release.key
+  release_sha256      = module.release.sha256
+  release_kms_key_arn = module.release.kms_key_arn
+  pip_index_url       = var.pip_index_url
+
+  task_policy       = var.task_policy
+  task_run_as_users = var.task_run_as_users
+  http_allow_hosts  = var.http_allow_hosts
 
   scheduler_nodes         = 1
   scheduler_instance_type = "t3.medium"
@@ -82,6 +102,8 @@ module "fleet" {
   db_port               = module.database.port
   db_name               = module.database.db_name
   db_secret_arn         = module.database.master_user_secret_arn
+  db_app_secret_arn     = module.database.app_user_secret_arn
+  db_app_user           = module.database.app_username
   db_secret_kms_key_arn = module.database.kms_key_arn
 
   metrics_source_security_group_ids = [module.observability.collector_security_group_id]

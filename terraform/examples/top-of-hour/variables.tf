@@ -11,14 +11,57 @@ variable "region" {
   }
 }
 
-variable "cronfleet_package" {
+variable "cronfleet_wheel" {
   type        = string
-  description = "What pip installs on every machine (a version on your index, or a wheel URL)."
-  default     = "cronfleet==0.1.0"
+  description = "The wheel `bash scripts/release.sh` built (dist/cronfleet-<version>-py3-none-any.whl, its .sha256 beside it): uploaded to the release bucket and installed on every machine by its SHA-256."
 
   validation {
-    condition     = length(var.cronfleet_package) > 0 && !can(regex("['\"\\s]", var.cronfleet_package))
-    error_message = "cronfleet_package: a pip requirement or URL without quotes or spaces."
+    condition     = can(regex("cronfleet-[A-Za-z0-9._+]+-py3-none-any\\.whl$", var.cronfleet_wheel))
+    error_message = "cronfleet_wheel: the path of a cronfleet-<version>-py3-none-any.whl (bash scripts/release.sh)."
+  }
+}
+
+variable "pip_index_url" {
+  type        = string
+  description = "Package index the machines install the wheel's dependencies from (a private mirror); empty: PyPI."
+  default     = ""
+
+  validation {
+    condition     = var.pip_index_url == "" || can(regex("^https://[^'\"\\s]+$", var.pip_index_url))
+    error_message = "pip_index_url: an https URL, or empty."
+  }
+}
+
+variable "task_policy" {
+  type        = string
+  description = "Your task policy's TOML (docs/security.md: the commands each tenant may run, as which user); empty: no command tasks. Load a file of it with file()."
+  default     = ""
+
+  validation {
+    condition     = var.task_policy == "" || can(regex("\\[tenants\\.", var.task_policy))
+    error_message = "task_policy: TOML with [tenants.<name>] tables, or empty."
+  }
+}
+
+variable "task_run_as_users" {
+  type        = list(string)
+  description = "The run_as users your task policy names (created on the machines)."
+  default     = []
+
+  validation {
+    condition     = alltrue([for u in var.task_run_as_users : can(regex("^[a-z_][a-z0-9_.-]{0,31}$", u)) && u != "root"])
+    error_message = "task_run_as_users: user names (never root)."
+  }
+}
+
+variable "http_allow_hosts" {
+  type        = list(string)
+  description = "Private hosts and CIDRs every tenant's http tasks may reach (CRONFLEET_HTTP_ALLOW_HOSTS); empty: public addresses only."
+  default     = []
+
+  validation {
+    condition     = alltrue([for h in var.http_allow_hosts : can(regex("^[A-Za-z0-9.:/*-]+$", h))])
+    error_message = "http_allow_hosts: host names, addresses or CIDRs."
   }
 }
 
@@ -34,12 +77,12 @@ variable "api_certificate_arn" {
 
 variable "api_ingress_cidrs" {
   type        = list(string)
-  description = "Networks allowed to call the API."
-  default     = ["10.0.0.0/8"]
+  description = "Networks besides this VPC allowed to call the API's internal load balancer (a peered VPC, a VPN's range); empty: the VPC only, reached through a Session Manager tunnel (README)."
+  default     = []
 
   validation {
-    condition     = alltrue([for c in var.api_ingress_cidrs : can(cidrhost(c, 0))])
-    error_message = "api_ingress_cidrs: CIDR blocks."
+    condition     = alltrue([for c in var.api_ingress_cidrs : can(cidrhost(c, 0)) && !contains(["0.0.0.0/0", "::/0"], c)])
+    error_message = "api_ingress_cidrs: CIDR blocks, never the whole internet (the load balancer is internal)."
   }
 }
 

@@ -179,3 +179,25 @@ resource "aws_db_instance" "this" {
 
   tags = local.tags
 }
+
+# The role the services connect as (table rights, no DDL: kit/store/migrate.py
+# ensure_app_role). Its password is no Terraform value: the fleet's first api machine
+# generates it, puts it here and sets it on the role; every machine reads it before each
+# start of its service and every 5 minutes, so a new value is taken up by restarts alone.
+resource "aws_secretsmanager_secret" "app" {
+  # checkov:skip=CKV2_AWS_57:no rotation Lambda: the api machines set the role's password from this secret (docs/operate.md, "Rotating the database credentials")
+  name_prefix             = "${var.name}-app-"
+  description             = "${var.name}: the cronfleet services' database role (${var.app_username})"
+  kms_key_id              = aws_kms_key.db.arn
+  recovery_window_in_days = 7
+  tags                    = local.tags
+}
+
+resource "aws_secretsmanager_secret_version" "app" {
+  secret_id     = aws_secretsmanager_secret.app.id
+  secret_string = jsonencode({ username = var.app_username, password = "" })
+
+  lifecycle {
+    ignore_changes = [secret_string, version_stages]
+  }
+}

@@ -14,7 +14,7 @@ output "db_name" {
 }
 
 output "master_user_secret_arn" {
-  description = "Secrets Manager secret with the username and password (kept and rotated by RDS); its ARN, never its value."
+  description = "Secrets Manager secret of the owner (RDS's master user: migrations, maintenance), kept and rotated by RDS; its ARN, never its value."
   value       = aws_db_instance.this.master_user_secret[0].secret_arn
 }
 
@@ -31,4 +31,14 @@ output "security_group_id" {
 output "instance_identifier" {
   description = "RDS instance identifier, for CloudWatch metrics and alarms."
   value       = aws_db_instance.this.identifier
+}
+
+output "app_user_secret_arn" {
+  description = "Secrets Manager secret of the services' role (its password is set by the fleet's first api machine); its ARN, never its value."
+  value       = aws_secretsmanager_secret.app.arn
+}
+
+output "app_username" {
+  description = "The role the services connect as."
+  value       = var.app_username
 }

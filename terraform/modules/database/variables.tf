@@ -126,6 +126,17 @@ variable "deletion_protection" {
   default     = true
 }
 
+variable "app_username" {
+  type        = string
+  description = "The role the cronfleet services connect as (table rights only; the owner, RDS's master user, migrates and runs maintenance)."
+  default     = "cronfleet_app"
+
+  validation {
+    condition     = can(regex("^[a-z_][a-z0-9_]{0,62}$", var.app_username)) && var.app_username != "cronfleet"
+    error_message = "app_username: lower-case letters, digits and underscores, at most 63, not the owner's name cronfleet."
+  }
+}
+
 variable "tags" {
   type        = map(string)
   description = "Tags added to every resource."

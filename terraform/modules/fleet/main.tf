@@ -1,6 +1,8 @@
-# The kit's services as four separately sized Auto Scaling groups: scheduler nodes, workers,
-# reapers and the API (behind an HTTPS load balancer). Every machine runs the same bootstrap
-# (templates/bootstrap.sh.tftpl) with its role; the tests execute that very template.
+# The kit's services as five separately sized Auto Scaling groups: scheduler nodes, workers,
+# reapers, maintenance and the API (behind an HTTPS load balancer): every service
+# `cronfleet run-all` runs (tests/deploy checks the list). Every machine runs the same
+# bootstrap (templates/bootstrap.sh.tftpl) with its role; the tests execute that very
+# template. The machines install the release's wheel from S3, checked against its SHA-256.
 
 data "aws_region" "current" {}
 data "aws_caller_identity" "current" {}
@@ -19,6 +21,8 @@ locals {
     worker    = { min = var.workers, max = local.workers_max, instance_type = var.worker_instance_type }
     reaper    = { min = var.reapers, max = var.reapers, instance_type = var.reaper_instance_type }
     api       = { min = var.api_nodes, max = var.api_nodes, instance_type = var.api_instance_type }
+    # one is enough (its deletes skip rows another holds); a replacement takes over at boot
+    maintenance = { min = 1, max = 1, instance_type = var.maintenance_instance_type }
   }
 
   # What every service reads (kit/settings.py): these land in user data, so never secrets.
@@ -33,47 +37,60 @@ locals {
       CRONFLEET_WORKER_CONCURRENCY      = tostring(var.worker_concurrency)
       CRONFLEET_API_PORT                = tostring(var.api_port)
     },
+    length(var.http_allow_hosts) == 0 ? {} : { CRONFLEET_HTTP_ALLOW_HOSTS = join(",", var.http_allow_hosts) },
     var.settings,
   )
   settings_env = join("\n", [for k in sort(keys(local.kit_settings)) : "${k}='${local.kit_settings[k]}'"])
 
   # Every variable of templates/bootstrap.sh.tftpl but `role` (tests/deploy checks the set).
   bootstrap_vars = {
-    prefix            = "/opt/cronfleet"
-    config_dir        = "/etc/cronfleet"
-    state_dir         = "/var/lib/cronfleet"
-    unit_dir          = "/etc/systemd/system"
-    python            = "python3.11"
-    cronfleet_package = var.cronfleet_package
-    pip_index_url     = var.pip_index_url
-    aws_region        = data.aws_region.current.name
-    db_secret_arn     = var.db_secret_arn
-    db_host           = var.db_host
-    db_port           = var.db_port
-    db_name           = var.db_name
-    db_sslmode        = var.db_sslmode
-    run_topic_prefix  = var.run_topic_prefix
-    metrics_port      = var.metrics_port
-    api_port          = var.api_port
-    drain_s           = var.drain_s
-    migrate_wait_s    = 900
-    settings_env      = local.settings_env
+    prefix              = "/opt/cronfleet"
+    config_dir          = "/etc/cronfleet"
+    state_dir           = "/var/lib/cronfleet"
+    unit_dir            = "/etc/systemd/system"
+    python              = "python3.11"
+    wheel_url           = "s3://${var.release_bucket}/${var.release_key}"
+    wheel_sha256        = var.release_sha256
+    pip_index_url       = var.pip_index_url
+    aws_region          = data.aws_region.current.name
+    db_admin_secret_arn = var.db_secret_arn
+    db_app_secret_arn   = var.db_app_secret_arn
+    db_app_user         = var.db_app_user
+    db_host             = var.db_host
+    db_port             = var.db_port
+    db_name             = var.db_name
+    db_sslmode          = var.db_sslmode
+    run_topic_prefix    = var.run_topic_prefix
+    metrics_port        = var.metrics_port
+    api_port            = var.api_port
+    drain_s             = var.drain_s
+    migrate_wait_s      = 900
+    settings_env        = local.settings_env
+    task_policy_b64     = var.task_policy == "" ? "" : base64encode(var.task_policy)
+    run_as_users        = join(" ", var.task_run_as_users)
   }
 
   # Database connections the fleet may open at once: each process's pool plus its overflow
   # (kit/store/db.py engine_for: scheduler 4, worker min(concurrency + 2, 20), reaper 2,
-  # api 10; overflow equal to the pool).
+  # api 10, maintenance 1; overflow equal to the pool).
   db_connections_max = (
     var.scheduler_nodes * 8
     + local.workers_max * 2 * min(var.worker_concurrency + 2, 20)
     + var.reapers * 4
     + var.api_nodes * 20
+    + 2
   )
+
+  # What each role's machines may read: the release's wheel, the secret of the role it
+  # connects as (the app role; maintenance: the owner, for its partition DDL), and the api
+  # the owner's too (it migrates) and the right to set the app role's generated password.
+  reads_admin_secret = toset(["api", "maintenance"])
 
   common_tags = merge(var.tags, { "cronfleet:fleet" = var.name })
 }
 
-# -- identity: read the database secret, report own health, be reachable by Session Manager --
+# -- identity, one per role: read the release and the database secrets, report own health, --
+# -- be reachable by Session Manager (operators, and the way in to an internal API: README) --
 
 data "aws_iam_policy_document" "assume" {
   statement {
@@ -85,21 +102,37 @@ data "aws_iam_policy_document" "assume" {
   }
 }
 
-resource "aws_iam_role" "fleet" {
-  name_prefix        = "${var.name}-fleet-"
+resource "aws_iam_role" "role" {
+  for_each           = local.roles
+  name_prefix        = "${var.name}-${each.key}-"
   assume_role_policy = data.aws_iam_policy_document.assume.json
   tags               = local.common_tags
 }
 
-data "aws_iam_policy_document" "fleet" {
+data "aws_iam_policy_document" "role" {
+  for_each = local.roles
+
   statement {
-    sid       = "ReadDatabaseSecret"
-    actions   = ["secretsmanager:GetSecretValue"]
-    resources = [var.db_secret_arn]
+    sid       = "ReadTheRelease"
+    actions   = ["s3:GetObject"]
+    resources = ["arn:${data.aws_partition.current.partition}:s3:::${var.release_bucket}/${var.release_key}"]
   }
   statement {
-    sid       = "DecryptDatabaseSecret"
-    actions   = ["kms:Decrypt"]
+    sid       = "ReadDatabaseSecrets"
+    actions   = ["secretsmanager:GetSecretValue"]
+    resources = contains(local.reads_admin_secret, each.key) ? [var.db_secret_arn, var.db_app_secret_arn] : [var.db_app_secret_arn]
+  }
+  dynamic "statement" {
+    for_each = each.key == "api" ? [1] : []
+    content {
+      sid       = "SetTheAppRolePassword"
+      actions   = ["secretsmanager:PutSecretValue"]
+      resources = [var.db_app_secret_arn]
+    }
+  }
+  statement {
+    sid       = "DecryptDatabaseSecrets"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
     resources = [var.db_secret_kms_key_arn]
     condition {
       test     = "StringEquals"
@@ -108,28 +141,41 @@ data "aws_iam_policy_document" "fleet" {
     }
   }
   statement {
+    sid       = "DecryptTheRelease"
+    actions   = ["kms:Decrypt"]
+    resources = [var.release_kms_key_arn]
+    condition {
+      test     = "StringEquals"
+      variable = "kms:ViaService"
+      values   = ["s3.${data.aws_region.current.name}.amazonaws.com"]
+    }
+  }
+  statement {
     sid     = "ReportOwnHealth"
     actions = ["autoscaling:SetInstanceHealth"]
     resources = [
-      "arn:${data.aws_partition.current.partition}:autoscaling:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${var.name}-*"
+      "arn:${data.aws_partition.current.partition}:autoscaling:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${var.name}-${each.key}"
     ]
   }
 }
 
-resource "aws_iam_role_policy" "fleet" {
-  name   = "cronfleet"
-  role   = aws_iam_role.fleet.id
-  policy = data.aws_iam_policy_document.fleet.json
+resource "aws_iam_role_policy" "role" {
+  for_each = local.roles
+  name     = "cronfleet-${each.key}"
+  role     = aws_iam_role.role[each.key].id
+  policy   = data.aws_iam_policy_document.role[each.key].json
 }
 
 resource "aws_iam_role_policy_attachment" "ssm" {
-  role       = aws_iam_role.fleet.name
+  for_each   = local.roles
+  role       = aws_iam_role.role[each.key].name
   policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
 }
 
-resource "aws_iam_instance_profile" "fleet" {
-  name_prefix = "${var.name}-fleet-"
-  role        = aws_iam_role.fleet.name
+resource "aws_iam_instance_profile" "role" {
+  for_each    = local.roles
+  name_prefix = "${var.name}-${each.key}-"
+  role        = aws_iam_role.role[each.key].name
   tags        = local.common_tags
 }
 
@@ -138,7 +184,7 @@ resource "aws_iam_instance_profile" "fleet" {
 resource "aws_security_group" "fleet" {
   # checkov:skip=CKV_AWS_382:machines install from a package index and call AWS APIs (Secrets Manager, Auto Scaling) through the NAT; restrict with VPC endpoints and a mirror where you have them
   name_prefix = "${var.name}-fleet-"
-  description = "cronfleet services: scheduler nodes, workers, reapers, api"
+  description = "cronfleet services: scheduler nodes, workers, reapers, maintenance, api"
   vpc_id      = var.vpc_id
   tags        = merge(local.common_tags, { Name = "${var.name}-fleet" })
 
@@ -270,11 +316,12 @@ resource "aws_launch_template" "role" {
   instance_type          = each.value.instance_type
   vpc_security_group_ids = [aws_security_group.fleet.id]
   update_default_version = true
-  user_data = base64encode(templatefile("${path.module}/templates/bootstrap.sh.tftpl",
+  # gzipped: cloud-init unpacks it; EC2 takes 16 KB of user data
+  user_data = base64gzip(templatefile("${path.module}/templates/bootstrap.sh.tftpl",
   merge(local.bootstrap_vars, { role = each.key })))
 
   iam_instance_profile {
-    arn = aws_iam_instance_profile.fleet.arn
+    arn = aws_iam_instance_profile.role[each.key].arn
   }
 
   metadata_options {

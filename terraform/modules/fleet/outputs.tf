@@ -14,22 +14,23 @@ output "api_load_balancer_arn_suffix" {
 }
 
 output "autoscaling_group_names" {
-  description = "Auto Scaling group of each role (scheduler, worker, reaper, api)."
+  description = "Auto Scaling group of each role (scheduler, worker, reaper, maintenance, api)."
   value       = { for role, group in aws_autoscaling_group.role : role => group.name }
 }
 
-output "instance_role_name" {
-  description = "IAM role of the fleet's machines (attach more policies for your tasks here)."
-  value       = aws_iam_role.fleet.name
+output "instance_role_names" {
+  description = "IAM role of each role's machines (attach more policies for your tasks to the worker's)."
+  value       = { for role, r in aws_iam_role.role : role => r.name }
 }
 
 output "metrics_ports" {
   description = "Port serving /metrics for each role: what the observability module scrapes."
   value = {
-    scheduler = var.metrics_port
-    worker    = var.metrics_port
-    reaper    = var.metrics_port
-    api       = var.api_port
+    scheduler   = var.metrics_port
+    worker      = var.metrics_port
+    reaper      = var.metrics_port
+    maintenance = var.metrics_port
+    api         = var.api_port
   }
 }
 

@@ -75,19 +75,49 @@ variable "api_access_logs_bucket" {
   }
 }
 
-variable "cronfleet_package" {
+variable "release_bucket" {
   type        = string
-  description = "What pip installs on every machine: a version (cronfleet==0.1.0) or a wheel URL."
+  description = "S3 bucket holding the release's wheel (the release module's bucket); every machine may read the one object."
 
   validation {
-    condition     = length(var.cronfleet_package) > 0 && !can(regex("['\"\\s]", var.cronfleet_package))
-    error_message = "cronfleet_package: a pip requirement or URL without quotes or spaces."
+    condition     = can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.release_bucket))
+    error_message = "release_bucket: an S3 bucket name."
+  }
+}
+
+variable "release_key" {
+  type        = string
+  description = "Key of the wheel in release_bucket; its last part is the wheel's file name (cronfleet-X-py3-none-any.whl), as pip requires."
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9._/-]*cronfleet-[A-Za-z0-9._+]+-py3-none-any\\.whl$", var.release_key))
+    error_message = "release_key: an S3 key ending in the wheel's file name, cronfleet-<version>-py3-none-any.whl."
+  }
+}
+
+variable "release_sha256" {
+  type        = string
+  description = "SHA-256 of the wheel (scripts/release.sh writes it beside the wheel); a machine installs the wheel only if it matches."
+
+  validation {
+    condition     = can(regex("^[0-9a-f]{64}$", var.release_sha256))
+    error_message = "release_sha256: 64 lower-case hex digits."
+  }
+}
+
+variable "release_kms_key_arn" {
+  type        = string
+  description = "KMS key encrypting release_bucket (the machines need kms:Decrypt on it to read the wheel)."
+
+  validation {
+    condition     = can(regex("^arn:aws[a-z-]*:kms:", var.release_kms_key_arn))
+    error_message = "release_kms_key_arn: expected a KMS key ARN."
   }
 }
 
 variable "pip_index_url" {
   type        = string
-  description = "Package index pip installs from (a private mirror); empty: pip's default."
+  description = "Package index pip installs the wheel's dependencies from (a private mirror); empty: pip's default."
   default     = ""
 
   validation {
@@ -189,6 +219,50 @@ variable "reaper_instance_type" {
   validation {
     condition     = can(regex("^[a-z0-9-]+\\.[a-z0-9]+$", var.reaper_instance_type))
     error_message = "reaper_instance_type: an EC2 instance type like t3.medium."
+  }
+}
+
+variable "maintenance_instance_type" {
+  type        = string
+  description = "EC2 instance type of the one maintenance machine (day partitions of the run history, expiry of old rows)."
+  default     = "t3.small"
+
+  validation {
+    condition     = can(regex("^[a-z0-9-]+\\.[a-z0-9]+$", var.maintenance_instance_type))
+    error_message = "maintenance_instance_type: an EC2 instance type like t3.small."
+  }
+}
+
+variable "task_policy" {
+  type        = string
+  description = "The operator's task policy, the TOML text of CRONFLEET_TASK_POLICY_FILE (docs/security.md: commands and run_as user per tenant); written to every machine, checked by the kit at boot. Empty: no command tasks."
+  default     = ""
+
+  validation {
+    condition     = var.task_policy == "" || can(regex("\\[tenants\\.", var.task_policy))
+    error_message = "task_policy: TOML with [tenants.<name>] tables (the kit checks the rest at boot), or empty."
+  }
+}
+
+variable "task_run_as_users" {
+  type        = list(string)
+  description = "System users the task policy's run_as names: created on every machine; when any is set the workers run as root to switch to them (docs/security.md)."
+  default     = []
+
+  validation {
+    condition     = alltrue([for u in var.task_run_as_users : can(regex("^[a-z_][a-z0-9_.-]{0,31}$", u)) && u != "root"])
+    error_message = "task_run_as_users: user names (never root)."
+  }
+}
+
+variable "http_allow_hosts" {
+  type        = list(string)
+  description = "Hosts and CIDRs every tenant's http tasks may reach although private (CRONFLEET_HTTP_ALLOW_HOSTS); empty: public addresses only."
+  default     = []
+
+  validation {
+    condition     = alltrue([for h in var.http_allow_hosts : can(regex("^[A-Za-z0-9.:/*-]+$", h))])
+    error_message = "http_allow_hosts: host names, addresses or CIDRs, without commas or spaces."
   }
 }
 
@@ -354,11 +428,32 @@ variable "db_sslmode" {
 
 variable "db_secret_arn" {
   type        = string
-  description = "Secrets Manager secret holding the database username and password (the database module's master_user_secret_arn); read at boot, never written to user data."
+  description = "Secrets Manager secret of the database's owner (the database module's master_user_secret_arn, rotated by RDS): read by the api machines to migrate and by maintenance, never written to user data."
 
   validation {
     condition     = can(regex("^arn:aws[a-z-]*:secretsmanager:", var.db_secret_arn))
     error_message = "db_secret_arn: expected a Secrets Manager secret ARN."
+  }
+}
+
+variable "db_app_secret_arn" {
+  type        = string
+  description = "Secrets Manager secret of the services' role (the database module's app_user_secret_arn); the first api machine sets its password."
+
+  validation {
+    condition     = can(regex("^arn:aws[a-z-]*:secretsmanager:", var.db_app_secret_arn))
+    error_message = "db_app_secret_arn: expected a Secrets Manager secret ARN."
+  }
+}
+
+variable "db_app_user" {
+  type        = string
+  description = "The role the scheduler, worker, reaper and api services connect as: table rights only, no DDL (the database module's app_username)."
+  default     = "cronfleet_app"
+
+  validation {
+    condition     = can(regex("^[a-z_][a-z0-9_]{0,62}$", var.db_app_user))
+    error_message = "db_app_user: lower-case letters, digits and underscores, at most 63."
   }
 }
 
@@ -379,9 +474,9 @@ variable "settings" {
 
   validation {
     condition = alltrue([
-      for k, v in var.settings : (can(regex("^CRONFLEET_[A-Z0-9_]+$", k)) && !contains(["CRONFLEET_DATABASE_URL", "CRONFLEET_HOME"], k) && !can(regex("['\\n]", v)))
+      for k, v in var.settings : (can(regex("^CRONFLEET_[A-Z0-9_]+$", k)) && !contains(["CRONFLEET_DATABASE_URL", "CRONFLEET_HOME", "CRONFLEET_TASK_POLICY_FILE"], k) && !can(regex("['\\n]", v)))
     ])
-    error_message = "settings: keys CRONFLEET_* (not DATABASE_URL or HOME, which the bootstrap writes), values without quotes or newlines."
+    error_message = "settings: keys CRONFLEET_* (not DATABASE_URL, HOME or TASK_POLICY_FILE, which the bootstrap writes), values without quotes or newlines."
   }
 }
 

@@ -20,6 +20,7 @@ locals {
     start_lag_p99_s  = var.start_lag_p99_target_s
     consumer_lag_max = var.consumer_lag_max
     dead_letters_max = var.dead_letters_max
+    runbooks         = var.runbooks_url
   })
 
   prometheus_config = templatefile("${path.module}/templates/prometheus.yml.tftpl", {
@@ -287,7 +288,7 @@ resource "aws_autoscaling_group" "collector" {
 
 resource "aws_cloudwatch_metric_alarm" "db_cpu" {
   alarm_name          = "${var.name}-db-cpu"
-  alarm_description   = "The database's CPU above 80% for 10 minutes: scans and claims will slow down."
+  alarm_description   = "The database's CPU above 80% for 10 minutes: scans and claims will slow down. Runbook: ${var.runbooks_url}#database-cpu-cloudwatch-name-db-cpu"
   namespace           = "AWS/RDS"
   metric_name         = "CPUUtilization"
   dimensions          = { DBInstanceIdentifier = var.db_instance_identifier }
@@ -303,7 +304,7 @@ resource "aws_cloudwatch_metric_alarm" "db_cpu" {
 
 resource "aws_cloudwatch_metric_alarm" "db_storage" {
   alarm_name          = "${var.name}-db-free-storage"
-  alarm_description   = "Less than 10 GiB free on the database (storage autoscaling may be at its ceiling)."
+  alarm_description   = "Less than 10 GiB free on the database (storage autoscaling may be at its ceiling). Runbook: ${var.runbooks_url}#database-free-storage-cloudwatch-name-db-free-storage"
   namespace           = "AWS/RDS"
   metric_name         = "FreeStorageSpace"
   dimensions          = { DBInstanceIdentifier = var.db_instance_identifier }
@@ -318,7 +319,7 @@ resource "aws_cloudwatch_metric_alarm" "db_storage" {
 
 resource "aws_cloudwatch_metric_alarm" "kafka_disk" {
   alarm_name          = "${var.name}-kafka-disk"
-  alarm_description   = "A broker's data disk above 80%: run messages may soon be refused."
+  alarm_description   = "A broker's data disk above 80%: run messages may soon be refused. Runbook: ${var.runbooks_url}#kafka-disk-cloudwatch-name-kafka-disk"
   namespace           = "AWS/Kafka"
   metric_name         = "KafkaDataLogsDiskUsed"
   dimensions          = { "Cluster Name" = var.kafka_cluster_name }

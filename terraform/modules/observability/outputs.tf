@@ -4,7 +4,7 @@ output "workspace_id" {
 }
 
 output "prometheus_endpoint" {
-  description = "Query endpoint of the workspace (for Grafana or awscurl)."
+  description = "Query endpoint of the workspace (Grafana's data source for the grafana_dashboard output, or awscurl)."
   value       = aws_prometheus_workspace.this.prometheus_endpoint
 }
 
@@ -21,4 +21,9 @@ output "collector_security_group_id" {
 output "alert_rules" {
   description = "The rendered Prometheus alerting rules (what the workspace evaluates)."
   value       = local.alert_rules
+}
+
+output "grafana_dashboard" {
+  description = "The fleet's Grafana dashboard (JSON: start lag, backlog per tier, partitions, dead letters, API errors, database and broker health); import it with the workspace as its Prometheus data source."
+  value       = file("${path.module}/dashboards/cronfleet.json")
 }

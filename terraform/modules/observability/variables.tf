@@ -177,6 +177,17 @@ variable "log_retention_days" {
   }
 }
 
+variable "runbooks_url" {
+  type        = string
+  description = "Where on-call reads docs/runbooks.md: each alert links to its section (<url>#<alert name, lower-case>). Point it at the file on your Git host."
+  default     = "docs/runbooks.md"
+
+  validation {
+    condition     = can(regex("^[^\\s\"#]+$", var.runbooks_url))
+    error_message = "runbooks_url: a URL or path without spaces, quotes or a fragment."
+  }
+}
+
 variable "tags" {
   type        = map(string)
   description = "Tags added to every resource."
