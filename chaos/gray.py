@@ -18,6 +18,8 @@ import signal
 import time
 from collections.abc import Iterator
 
+from sqlalchemy import text
+
 from chaos.drill import DrillContext
 from chaos.fleet import descendants
 from chaos.ledger import LedgerLine
@@ -143,6 +145,40 @@ def task_mid_work(
                     return owner, line
         time.sleep(0.02)
     return None
+
+
+def last_renewal_ms(ctx: DrillContext, run_id: str) -> int | None:
+    """When the run's lease was last set, by the database's clock: its expiry less its
+    length (the job's sized lease, else the default)."""
+    with ctx.engine.connect() as conn:
+        found = conn.execute(
+            text(
+                "SELECT r.lease_expires_at - make_interval(secs => "
+                "coalesce(j.lease_ttl_ms, :ttl) / 1000.0) FROM runs r "
+                "LEFT JOIN jobs j ON j.job_id = r.job_id "
+                "WHERE r.run_id = CAST(:run AS uuid) AND r.status = 'running'"
+            ),
+            {"run": run_id, "ttl": ctx.timings.run_lease_ttl_ms},
+        ).scalar()
+    return None if found is None else int(found.timestamp() * 1000)
+
+
+def before_next_beat(ctx: DrillContext, run_id: str, beat_ms: int, early_ms: int) -> bool:
+    """Sleep until `early_ms` before the next beat of the worker running `run_id`: one
+    `beat_ms` after its lease is seen renewed (a worker that looks once a beat renews
+    then). False if no renewal was seen within WATCH_S."""
+    first = last_renewal_ms(ctx, run_id)
+    deadline = time.monotonic() + WATCH_S
+    while time.monotonic() < deadline:
+        renewed = last_renewal_ms(ctx, run_id)
+        if renewed is None:
+            return False  # finished or gone
+        if first is not None and renewed > first:
+            ctx.sleep_until(renewed + beat_ms - early_ms)
+            return True
+        first = renewed if first is None else first
+        time.sleep(0.01)
+    return False
 
 
 def woke_lines(ctx: DrillContext, name: str, since: int) -> list[str]:

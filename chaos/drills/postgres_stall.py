@@ -3,13 +3,16 @@ open, the kernel still acknowledges bytes, nothing answers) for a seeded time fr
 two run leases, then resumes, while tasks are running. Cycle by cycle the stall is:
 
 - just shorter than one run lease less one beat (the longest stall the heartbeat rule
-  promises to survive: kit.core.leases.beat_rule), begun while long tasks run, so it
-  swallows a beat of every running lease whatever its phase;
+  promises to survive: kit.core.leases.beat_rule), begun while a long task runs, 150 ms
+  before its worker's next beat (one beat after its run's lease was seen renewed): the
+  stall swallows that beat;
 - longer than that, up to two leases (leases may run out: runs may run again, never
   overlap, never take effect twice);
 - anywhere from 1 s to a lease less a beat.
 
-In the cycle of a stall the leases outlive, no run may start twice at all."""
+In the cycle of a stall the leases outlive, no run may start twice at all. Long tasks
+(6-7 s) run through every stall, and every run has the drills' 4 s lease (not sized from
+its duration: the promise is about one lease and its beat)."""
 
 from __future__ import annotations
 
@@ -41,10 +44,15 @@ class PostgresStall(Drill):
 
     def shape(self) -> Shape:
         long = (
-            JobClass("long", 3, every_s=4, pre_s=3.0),
-            JobClass("longer", 3, every_s=5, pre_s=3.5),
+            JobClass("long", 3, every_s=7, pre_s=6.0),
+            JobClass("longer", 3, every_s=8, pre_s=7.0),
         )
         return Shape(standard_classes(long), burst=0)
+
+    def setup(self, ctx: DrillContext) -> None:
+        """Every run gets the drills' lease, unsized (kit.core.durations would lease these
+        long runs longer): the stall is measured against that one lease and its beat."""
+        ctx.fleet.env["CRONFLEET_RUN_LEASE_MAX_MS"] = str(ctx.timings.run_lease_ttl_ms)
 
     def cycle(self, ctx: DrillContext, index: int) -> None:
         rng = ctx.rng
@@ -52,13 +60,18 @@ class PostgresStall(Drill):
         lease_s = ctx.timings.run_lease_ttl_ms / 1000
         kind = index % 3
         if kind == 0:  # a beat of every running lease swallowed, just inside the promise
-            hold_s, once = survived_s - rng.uniform(0.15, 0.4), True
+            hold_s, once = survived_s - rng.uniform(0.15, 0.3), True
         elif kind == 1:
             hold_s, once = rng.uniform(survived_s, 2 * lease_s), False
         else:
             hold_s, once = rng.uniform(1.0, survived_s - 0.05), True
-        if gray.task_mid_work(ctx, min_age_s=rng.uniform(0.3, 1.5), max_age_s=2.5) is None:
+        found = gray.task_mid_work(ctx, min_age_s=rng.uniform(1.0, 1.5), max_age_s=2.5)
+        if found is None:
             ctx.notes.append(f"cycle {index}: no long task mid-work; stalled anyway")
+        elif kind == 0:  # from just before its worker's next beat: that beat is swallowed
+            beat_ms = max(200, ctx.timings.run_lease_ttl_ms // 3)
+            if not gray.before_next_beat(ctx, found[1].key, beat_ms, early_ms=150):
+                ctx.notes.append(f"cycle {index}: no beat of {found[0]} seen; stalled anyway")
         gray.postgres_stall(ctx, index, hold_s, once)
         nemesis.recover(ctx, 2 * lease_s + 2.0)  # what a long stall re-runs, in its cycle
 
