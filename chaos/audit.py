@@ -18,6 +18,9 @@ no right to. Pure: no I/O, no clock; every instant comes in the history.
 - stale writes accepted: a scheduler node that fired a trigger of a partition whose
   lease it did not hold unexpired; a worker writing a run another worker held (or one no
   longer running); a reaper taking a lease that had not expired: must be 0;
+- overlapping executions (an execution acting after a later attempt of its run started)
+  and runs started twice in the cycle of a fault the leases outlive (chaos.overlap):
+  must be 0;
 - start lag before, during and after each fault, and the time from the heal until runs
   start on time again.
 """
@@ -32,6 +35,7 @@ from datetime import datetime
 from typing import Any
 
 from chaos.ledger import POISON_MODES
+from chaos.overlap import overlapping_executions, second_starts_in_once_faults
 from chaos.records import FaultWindow, History, JobFacts, RunFacts, Start, Write
 from kit.core import invariants
 from kit.core.ids import run_id as make_run_id
@@ -43,7 +47,7 @@ MAX_FIRES_PER_JOB = 100_000
 PAUSE_BAND_EXTRA_MS = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Fire:
     run_id: str
     job_id: str
@@ -117,6 +121,8 @@ class Audit:
     duplicate_deliveries: int = 0  # starts beyond the first, per run (workers' journal)
     claims: int = 0
     stale_writes: list[str] = field(default_factory=list)
+    overlapping: list[Finding] = field(default_factory=list)  # chaos.overlap
+    started_twice_once: list[Finding] = field(default_factory=list)  # chaos.overlap
     writes_checked: dict[str, int] = field(default_factory=dict)
     misfire_skips_justified: int = 0
     retries_dropped_by_pause: int = 0  # a waiting retry of a job paused meanwhile
@@ -140,6 +146,8 @@ class Audit:
             self.lost
             or self.duplicate_effects
             or self.stale_writes
+            or self.overlapping
+            or self.started_twice_once
             or self.unexpected_effects
             or self.unexpected_runs
         )
@@ -159,6 +167,8 @@ class Audit:
             "duplicate_executions": self.duplicate_executions,
             "duplicate_deliveries": self.duplicate_deliveries,
             "stale_writes_accepted": len(self.stale_writes),
+            "overlapping_executions": len(self.overlapping),
+            "started_twice_in_short_stalls": len(self.started_twice_once),
             "writes_checked": dict(self.writes_checked),
             "misfire_skips_justified": self.misfire_skips_justified,
             "retries_dropped_by_pause": self.retries_dropped_by_pause,
@@ -183,6 +193,8 @@ class Audit:
             "unexpected_runs": [asdict(f) for f in self.unexpected_runs],
             "duplicate_effects": [asdict(f) for f in self.duplicate_effects],
             "stale_writes": list(self.stale_writes),
+            "overlapping_executions": [asdict(f) for f in self.overlapping],
+            "started_twice_in_short_stalls": [asdict(f) for f in self.started_twice_once],
         }
         out["faults_detail"] = [asdict(f) for f in self.faults]
         out["cycles"] = [asdict(c) for c in self.cycles]
@@ -352,11 +364,34 @@ def audit(history: History) -> Audit:
             )
 
     _judge_writes(result, history.writes)
+    _judge_executions(result, history, fires, jobs)
     result.lags = sorted(lags)
     _lags_by_phase(result, history)
     _late_by_worker(result, history, fires)
     result.cycles = cycles
     return result
+
+
+def _judge_executions(
+    result: Audit, history: History, fires: dict[str, Fire], jobs: dict[str, JobFacts]
+) -> None:
+    def finding(f: Any) -> Finding:
+        fire = fires.get(f.run_id)
+        job = jobs.get(fire.job_id) if fire else None
+        return Finding(f.run_id, job.name if job else "?", fire.at_ms if fire else 0, f.why)
+
+    healthy = {
+        run_id for run_id, fire in fires.items() if jobs[fire.job_id].mode not in POISON_MODES
+    }
+    result.overlapping = [
+        finding(f) for f in overlapping_executions(history.executions, history.effects, healthy)
+    ]
+    result.started_twice_once = [
+        finding(f)
+        for f in second_starts_in_once_faults(
+            (s for s in history.starts if s.run_id in healthy), history.faults, history.cycles
+        )
+    ]
 
 
 def _late_by_worker(result: Audit, history: History, fires: dict[str, Fire]) -> None:

@@ -1,6 +1,6 @@
 """`cronfleet chaos list`, `cronfleet chaos run DRILL|all [--cycles N] [--seed S]
-[--json PATH] [--out DIR]` and `cronfleet chaos summary JSON... --out DIR`: chaos drills
-on a stack of their own.
+[--json PATH] [--out DIR]`, `cronfleet chaos soak --hours H --rate R` and `cronfleet
+chaos summary JSON... --out DIR`: chaos drills (and a soak) on a stack of their own.
 
 Each drill starts its own fleet (api, two scheduler nodes, workers, reaper) on the
 drills' own PostgreSQL and Kafka ($CRONFLEET_HOME/chaos-stack, started here if needed),
@@ -66,6 +66,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "brokers, ledger path and each machine's stop and start commands (chaos/target.py)",
     )
     run.set_defaults(func=run_drills)
+    soak = actions.add_parser(
+        "soak",
+        help="the whole fleet for hours under a steady mix, the random nemesis on; every "
+        "resource's trend, the audit at the end",
+    )
+    soak.add_argument("--hours", type=float, required=True, help="how long (0.05: 3 min)")
+    soak.add_argument("--rate", type=float, required=True, help="steady runs per second")
+    soak.add_argument("--seed", default="random", help="an integer, or `random` (printed)")
+    soak.add_argument(
+        "--fault-every", type=float, default=180.0, help="seconds between nemesis cycles"
+    )
+    soak.add_argument("--sample-every", type=float, default=10.0, help="seconds between samples")
+    soak.add_argument("--out", default="out/chaos", help="the report goes to OUT/soak/")
+    soak.add_argument("--json", dest="json_path", help="write the soak's summary here")
+    soak.add_argument("--home", help="the drills' stack home (default $CRONFLEET_HOME/chaos-stack)")
+    soak.add_argument(
+        "--keep-stack", action="store_true", help="leave the drills' stack running afterwards"
+    )
+    soak.set_defaults(func=run_soak_command)
     summary = actions.add_parser(
         "summary",
         help="one table and plot from the --json results of several runs (drills run apart)",
@@ -188,6 +207,55 @@ def run_drills(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_soak_command(args: argparse.Namespace) -> int:
+    from chaos.soak import run_soak
+    from chaos.stack import ChaosStack, StackFailure, default_home
+
+    if not 0 < args.hours <= 48:
+        raise FieldError("--hours", f"{args.hours} is not in (0, 48]")
+    if not 0 < args.rate <= 50_000:
+        raise FieldError("--rate", f"{args.rate} is not in (0, 50000]")
+    if not 30 <= args.fault_every <= 3600:
+        raise FieldError("--fault-every", f"{args.fault_every} is not between 30 and 3600")
+    if not 1 <= args.sample_every <= 600:
+        raise FieldError("--sample-every", f"{args.sample_every} is not between 1 and 600")
+    seed = _seed(args.seed)
+    print(f"chaos: seed {seed}", file=sys.stderr, flush=True)
+    command = shlex.join(
+        ["cronfleet", "chaos", "soak", "--hours", f"{args.hours:g}", "--rate", f"{args.rate:g}",
+         "--seed", str(seed), "--fault-every", f"{args.fault_every:g}"]
+    )  # fmt: skip
+    stack = ChaosStack(Path(args.home) if args.home else default_home())
+    try:
+        stack.up()
+    except StackFailure as exc:
+        print(f"cronfleet chaos soak: the drills' stack did not come up: {exc}", file=sys.stderr)
+        return 1
+    try:
+        result, summary = run_soak(
+            args.hours, args.rate, seed, Path(args.out), stack,
+            args.fault_every, args.sample_every, command,
+        )  # fmt: skip
+    finally:
+        if not args.keep_stack:
+            try:
+                stack.down()
+            except StackFailure as exc:
+                print(f"chaos: stopping the drills' stack: {exc}", file=sys.stderr)
+    summary["commit"] = code_commit()
+    if args.json_path:
+        path = Path(args.json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=1, default=str))
+    _print_result(result)
+    print(
+        f"soak: {summary.get('runs_per_s')} runs/s; not flat: {summary['not_flat'] or 'none'} "
+        f"({result.out}/soak.md)",
+        flush=True,
+    )
+    return 0 if result.passed and not summary["not_flat"] else 1
+
+
 def summarise(args: argparse.Namespace) -> int:
     """Drills run one at a time (a 100-cycle series takes hours) summed up in one table:
     each drill's row as its own run reported it, the seeds and cycle counts they ran at."""
@@ -257,6 +325,8 @@ def _print_result(result) -> None:  # type: ignore[no-untyped-def]
             f"{result.drill}: {verdict}: expected {a['expected']}, lost {a['lost']}, "
             f"duplicate effects {a['duplicate_effects']}, "
             f"stale writes {a['stale_writes_accepted']}, "
+            f"overlapping executions {a['overlapping_executions']}, "
+            f"started twice in short stalls {a['started_twice_in_short_stalls']}, "
             f"unexpected {a['unexpected_effects'] + a['unexpected_runs']}, duplicate deliveries "
             f"{a['duplicate_deliveries']}, recovery median {a['recover_s_median']} s max "
             f"{a['recover_s_max']} s ({result.wall_s:.0f} s; {result.out}/report.md)"

@@ -59,6 +59,8 @@ class Timings:
             "CRONFLEET_PARTITION_LEASE_TTL_MS": str(self.partition_lease_ttl_ms),
             "CRONFLEET_NODE_HEARTBEAT_MS": str(self.node_heartbeat_ms),
             "CRONFLEET_RUN_LEASE_TTL_MS": str(self.run_lease_ttl_ms),
+            # sized leases (kit.core.durations) grow for long runs, never below the drills'
+            "CRONFLEET_RUN_LEASE_MIN_MS": str(self.run_lease_ttl_ms),
             "CRONFLEET_REAPER_PERIOD_MS": str(self.reaper_period_ms),
             "CRONFLEET_UNCLAIMED_GRACE_MS": str(self.unclaimed_grace_ms),
             "CRONFLEET_SCAN_AHEAD_MS": str(self.scan_ahead_ms),
@@ -107,13 +109,14 @@ class DrillContext:
             time.sleep(left)
 
     @contextlib.contextmanager
-    def fault(self, kind: str, target: str, cycle: int) -> Iterator[None]:
-        """Record the window between entering (the fault is in) and leaving (healed)."""
+    def fault(self, kind: str, target: str, cycle: int, once: bool = False) -> Iterator[None]:
+        """Record the window between entering (the fault is in) and leaving (healed);
+        `once`: no run may start twice in its cycle (chaos.records.FaultWindow)."""
         start = self.now_ms()
         try:
             yield
         finally:
-            self.faults.append(FaultWindow(kind, target, cycle, start, self.now_ms()))
+            self.faults.append(FaultWindow(kind, target, cycle, start, self.now_ms(), once))
 
     def kill(self, name: str, with_tasks: bool = True) -> None:
         with self._lock:

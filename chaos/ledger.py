@@ -140,7 +140,7 @@ def prepare(ledger: Path, run_as: str | None = None) -> None:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LedgerLine:
     event: str  # start | dedup | effect | window
     key: str

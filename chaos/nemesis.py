@@ -12,6 +12,7 @@ from datetime import datetime
 
 from sqlalchemy import create_engine, text
 
+from chaos import gray
 from chaos.drill import DrillContext
 from chaos.fleet import wait_for
 from chaos.ledger import LedgerLine
@@ -45,33 +46,19 @@ def worker_kill_after_effect(ctx: DrillContext, cycle: int, down_s: float) -> bo
 
 
 def worker_kill_mid_task(ctx: DrillContext, cycle: int, down_s: float) -> bool:
-    """SIGKILL a worker while one of its tasks is working towards its effect (started,
-    no effect yet): the run must be executed again, by someone, later."""
-    starts = ctx.tail("exec.log")
-    effects = ctx.tail("effects.log")
-    seen: dict[str, LedgerLine] = {}
-    done: set[str] = set()
-    deadline = time.monotonic() + WATCH_S
-    while time.monotonic() < deadline:
-        for line in starts.new():
-            if line.event == "start":
-                seen[line.key] = line
-        done.update(line.key for line in effects.new())
-        now_ms = ctx.now_ms()
-        for key, line in list(seen.items()):
-            if key in done or now_ms - line.at_ms > 400:
-                seen.pop(key)
-            elif now_ms - line.at_ms > 150:  # still working: not a fast task
-                victim = _live_worker_line(ctx, line)
-                if victim is not None and victim not in ctx.down:
-                    with ctx.fault("worker_kill_mid_task", victim, cycle):
-                        ctx.kill(victim)
-                        time.sleep(down_s)
-                        ctx.restart(victim)
-                    return True
-        time.sleep(0.02)
-    ctx.notes.append(f"cycle {cycle}: no task mid-work within {WATCH_S} s")
-    return False
+    """SIGKILL a worker while one of its tasks is working towards its effect (started
+    150-400 ms ago, no effect yet: not a fast task): the run must be executed again, by
+    someone, later."""
+    found = gray.task_mid_work(ctx, min_age_s=0.15, max_age_s=0.4, watch_s=WATCH_S)
+    if found is None:
+        ctx.notes.append(f"cycle {cycle}: no task mid-work within {WATCH_S} s")
+        return False
+    victim, _ = found
+    with ctx.fault("worker_kill_mid_task", victim, cycle):
+        ctx.kill(victim)
+        time.sleep(down_s)
+        ctx.restart(victim)
+    return True
 
 
 def scheduler_kill(ctx: DrillContext, cycle: int, victim: str, down_s: float) -> None:

@@ -25,7 +25,7 @@ class JobFacts:
     paused_ms: int | None = None  # when the workload stopped it (recurring jobs)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunFacts:
     run_id: str
     job_id: str
@@ -39,7 +39,7 @@ class RunFacts:
     dispatched_ms: int | None = None  # when it was last published by a worker or reaper
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Start:
     """A task start from the workers' execution journal."""
 
@@ -49,7 +49,7 @@ class Start:
     worker: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Write:
     """A write recorded by the drill's database witness (chaos.instrument)."""
 
@@ -74,7 +74,7 @@ class Write:
 
 # Faults that can stop every scheduler from scanning (so a fire may become late and its
 # misfire policy may skip it); the others leave a node that scans.
-SCAN_STOPPING = frozenset({"postgres_crash"})
+SCAN_STOPPING = frozenset({"postgres_crash", "postgres_stall", "disk_full"})
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,9 @@ class FaultWindow:
     cycle: int
     start_ms: int
     heal_ms: int
+    # no run may start twice in this fault's cycle (a stall shorter than a run lease less
+    # a beat: the leases outlive it, so nothing is handed to a second worker)
+    once: bool = False
 
     @property
     def stops_scans(self) -> bool:

@@ -39,6 +39,7 @@ class JobClass:
     window_s: float = 0.0
     misfire: str = "run_all"
     timeout_s: int = 30
+    http_url: str | None = None  # an http task to this target (chaos.httpledger), not sh
 
     def body(self, ledger: Path, index: int, rng: random.Random) -> dict[str, Any]:
         schedule: dict[str, Any] = (
@@ -51,7 +52,11 @@ class JobClass:
         return {
             "name": f"{self.mode}-{self.name}-{index}",
             "schedule": schedule,
-            "task": task_spec(ledger, self.mode, self.pre_s, self.window_s),
+            "task": (
+                {"type": "http", "url": f"{self.http_url}/effect", "method": "POST"}
+                if self.http_url
+                else task_spec(ledger, self.mode, self.pre_s, self.window_s)
+            ),
             "retry": POISON_RETRY if poison else HEALTHY_RETRY,
             "timeout_s": 2 if self.mode == "hang" else self.timeout_s,
             "overlap": "allow",

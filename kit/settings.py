@@ -159,6 +159,16 @@ class Settings(BaseSettings):
         ge=1000,
         description="Run lease length; workers heartbeat well within it.",
     )
+    run_lease_min_ms: int = Field(
+        default=defaults.RUN_LEASE_MIN_MS,
+        ge=500,
+        description="Shortest lease a job's runs get from their measured p99 (1.5 x p99).",
+    )
+    run_lease_max_ms: int = Field(
+        default=defaults.RUN_LEASE_MAX_MS,
+        ge=1000,
+        description="Longest lease a job's runs get from their measured p99 (1.5 x p99).",
+    )
     reaper_period_ms: int = Field(
         default=defaults.REAPER_PERIOD_MS, ge=100, description="How often the reaper looks."
     )
@@ -327,6 +337,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 "kafka_ssl_certificate_location: a client certificate needs its key "
                 "(kafka_ssl_key_location) and the other way round"
+            )
+        if self.run_lease_min_ms > self.run_lease_max_ms:
+            raise ValueError(
+                "run_lease_min_ms: must not exceed run_lease_max_ms "
+                f"({self.run_lease_min_ms} > {self.run_lease_max_ms})"
             )
         if self.scan_ahead_ms >= self.unclaimed_grace_ms:
             # A run is committed up to scan_ahead_ms before its second and published at

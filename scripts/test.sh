@@ -60,4 +60,4 @@ echo "==> mypy (strict on kit/core and sim/, pyproject.toml [tool.mypy])"
 python3 -m mypy
 
 echo "==> pytest"
-python3 -m pytest "$@"
+python3 -m pytest --durations=30 "$@"

@@ -543,7 +543,7 @@ class StormWorker:
                 for r in beaten:
                     if r in self.confirmed_until:
                         self.confirmed_until[r] = max(self.confirmed_until[r], horizon)
-            yield env.timeout(m.sc["heartbeat_s"])
+            yield env.timeout(m.beat_tick_s)
 
     def _beat_wanted(self, r: int, until: float, now: float) -> bool:
         """The kit's rule (kit.core.leases.beat_wanted); noop runs have no timeout."""
@@ -589,7 +589,9 @@ class StormModel:
         self.ttl_s = float(sc["run_ttl_s"])
         margin_ms = leases.fence_margin_ms(int(self.ttl_s * 1000), defaults.KILL_GRACE_MS)
         self.fence_margin_s = margin_ms / 1000
-        self.beat_horizon_ms = leases.beat_horizon_ms(int(sc["heartbeat_s"] * 1000), margin_ms)
+        rule = leases.beat_rule(int(self.ttl_s * 1000), int(sc["heartbeat_s"] * 1000), margin_ms)
+        self.beat_horizon_ms = rule.horizon_ms
+        self.beat_tick_s = rule.tick_ms / 1000
         self.sched_gil = simpy.Resource(self.env, 1)
         self.scanned = 0
         self.committed: deque[int] = deque()

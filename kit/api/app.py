@@ -50,7 +50,12 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (409, "conflict (name taken, Idempotency-Key reused with another body)"),
         (413, "request body too large"),
         (422, "invalid input; `fields` names each problem"),
-        (503, "the database is unavailable (crashed, restarting): retry after Retry-After"),
+        (
+            503,
+            "the database is unavailable (crashed, restarting), or refuses for lack of a "
+            "resource (code `database_full`: its disk is full, writes refused): retry after "
+            "Retry-After",
+        ),
     )
 }
 

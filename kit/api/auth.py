@@ -17,7 +17,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from kit.api.errors import ApiError, database_unavailable, error_response
+from kit.api.errors import ApiError, database_refusal, error_response
 from kit.store.db import on_loop
 from kit.store.tokens import TokenInfo, token_verify
 
@@ -110,8 +110,8 @@ class BearerAuth:
             read_began = self.cache.clock()
             try:
                 info = await on_loop(self.engine(), token_verify, token)
-            except OperationalError:
-                return database_unavailable(), None
+            except OperationalError as exc:
+                return database_refusal(exc), None
             if info is not None:
                 self.cache.put(key, info, read_began)
         if info is None:

@@ -85,6 +85,32 @@ def database_unavailable() -> ApiError:
     )
 
 
+# PostgreSQL's class 53 (insufficient resources): the server answers, and refuses
+# (SQLSTATE -> code, what the client is told, seconds before it retries)
+_REFUSALS = {
+    "53100": (
+        "database_full",
+        "the database is out of disk space: it refuses writes until space is freed "
+        "(nothing was written; reads still work); retry later",
+        5,
+    ),
+    "53200": ("database_busy", "the database is out of memory; retry shortly", 1),
+    "53300": ("database_busy", "the database has no connection to spare; retry shortly", 1),
+}
+
+
+def database_refusal(exc: BaseException) -> ApiError:
+    """A database error as the client should see it: a 503 it retries, which says why
+    when the server refused for lack of a resource (its disk full: SQLSTATE 53100),
+    and that the database is unavailable otherwise (tests/unit/test_api_refusals.py)."""
+    orig = getattr(exc, "orig", exc)
+    refusal = _REFUSALS.get(getattr(orig, "sqlstate", None) or "")
+    if refusal is None:
+        return database_unavailable()
+    code, message, retry_s = refusal
+    return ApiError(503, message, code=code, headers={"Retry-After": str(retry_s)})
+
+
 def field_error(exc: FieldError, prefix: str = "") -> ApiError:
     """Every field the error names (FieldErrors: several at once), under `prefix`."""
     problems = [(f"{prefix}.{f}" if prefix else f, r) for f, r in exc.problems]
@@ -224,7 +250,7 @@ def install(app: FastAPI) -> None:
         )
 
     async def on_database_down(request: Request, exc: Exception) -> JSONResponse:
-        return error_response(database_unavailable())
+        return error_response(database_refusal(exc))
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(OperationalError, on_database_down)

@@ -270,6 +270,18 @@ def check_limits(spec: JobSpec, now: datetime, one_off_grace_s: int, max_task_by
     check_task_size(spec.task, max_task_bytes)
 
 
+class JobDurationsOut(BaseModel):
+    """How long the job's recent runs took (its first attempts that succeeded, start to
+    finish, over the last 100) and the lease its runs are claimed with: 1.5 x p99 within
+    the operator's bounds; null: the fleet's default (fewer than 5 runs measured)."""
+
+    p50_ms: int
+    p99_ms: int
+    samples: int
+    run_lease_ms: int | None
+    measured_at: datetime
+
+
 class JobOut(BaseModel):
     job_id: str
     tenant: str
@@ -292,6 +304,7 @@ class JobOut(BaseModel):
     next_fire_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    durations: JobDurationsOut | None = None  # null until one of its runs was measured
 
     @classmethod
     def of(cls, job: JobRecord) -> JobOut:
@@ -322,6 +335,15 @@ def job_fields(job: JobRecord) -> dict[str, Any]:
         "next_fire_at": job.next_fire_at,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
+        "durations": None
+        if (d := job.durations) is None
+        else {
+            "p50_ms": d.p50_ms,
+            "p99_ms": d.p99_ms,
+            "samples": d.samples,
+            "run_lease_ms": d.lease_ttl_ms,
+            "measured_at": d.measured_at,
+        },
     }
 
 

@@ -286,6 +286,19 @@ class JobBatchOut(TypedDict):
     job_ids: list[str]
 
 
+class JobDurationsOut(TypedDict):
+    """How long the job's recent runs took (its first attempts that succeeded, start to finish,
+    over the last 100) and the lease its runs are claimed with: 1.5 x p99 within the
+    operator's bounds; null: the fleet's default (fewer than 5 runs measured).
+    """
+
+    p50_ms: int
+    p99_ms: int
+    samples: int
+    run_lease_ms: int | None
+    measured_at: str
+
+
 class JobIn(TypedDict):
     """A job as a client creates it."""
 
@@ -330,6 +343,7 @@ class JobOut(TypedDict):
     next_fire_at: str | None
     created_at: str
     updated_at: str
+    durations: NotRequired[JobDurationsOut | None]
 
 
 class JobPatch(TypedDict):
@@ -369,6 +383,7 @@ class JobSummaryOut(TypedDict):
     next_fire_at: str | None
     created_at: str
     updated_at: str
+    durations: NotRequired[JobDurationsOut | None]
     last_run: NotRequired[LastRunOut | None]
 
 

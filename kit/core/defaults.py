@@ -12,6 +12,9 @@ PARTITION_LEASE_RENEW_MS = 4_000  # renew well within the TTL (survives one miss
 NODE_HEARTBEAT_MS = 2_000  # scheduler membership beat
 RUN_LEASE_TTL_MS = 30_000  # a dead worker's run is recovered after at most this
 RUN_HEARTBEAT_MS = 10_000  # workers extend run leases this often
+# A job's runs are leased 1.5 x their measured p99 (kit.core.durations) within these
+RUN_LEASE_MIN_MS = 10_000
+RUN_LEASE_MAX_MS = 3_600_000
 KILL_GRACE_MS = 2_000  # a stopped command's process group: SIGTERM, then SIGKILL this later
 REAPER_PERIOD_MS = 5_000  # how often the reaper looks for expired and unpublished runs
 # The reaper counts a run nobody claimed as lost only if it went out (commit, re-arm, or

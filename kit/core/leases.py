@@ -238,16 +238,49 @@ def fence_margin_ms(ttl_ms: int, kill_grace_ms: int) -> int:
     return min(kill_grace_ms + 1000, ttl_ms // 4)
 
 
-def beat_horizon_ms(beat_ms: int, fence_margin_ms: int) -> int:
-    """How close to its end a lease must be for a beat to renew it (`beat_wanted`): two
-    and a half beats and the fence margin. A lease renewed at one beat has ttl - beat left
-    at the next; with the default ttl of three beats that is under the horizon, so a
-    running lease is renewed every beat and one failed beat leaves a whole beat (and half a
-    beat of slack for a late one) before the fence. A lease granted a ttl past its second
-    is above the horizon for ttl - 2.5 beats - margin after the second (2 s with the
-    defaults), so the beats that fall in a storm's first seconds do not renew the thousands
-    of leases held for it."""
-    return beat_ms * 5 // 2 + fence_margin_ms
+@dataclass(frozen=True)
+class BeatRule:
+    """How a worker's heartbeat thread keeps its leases: it looks every `tick_ms` and
+    renews, in one statement, the leases that would end within `horizon_ms`
+    (`beat_wanted`). A stall of the database shorter than `stall_ms` (whatever its
+    moment) never brings a lease to the fence."""
+
+    tick_ms: int
+    horizon_ms: int
+    stall_ms: int
+
+
+def beat_rule(ttl_ms: int, beat_ms: int, fence_margin_ms: int) -> BeatRule:
+    """The thread looks every sixteenth of a beat (a second at most) and renews a lease
+    once it has less than ttl - beat + margin + 4 ticks left.
+
+    Why: the database may stop answering at any moment, for a while, and come back (a
+    stall: a beat sent into it hangs until it ends). A lease renewed a beat ago has
+    ttl - beat left in the database; a stall shorter than that ends before it does, so
+    the run must not be given back. The worker fences a run the margin before its
+    confirmed lease ends, so it must hold ttl - beat + margin at every instant: the look
+    that finds less than the horizon renews it, and between looks pass a tick and the
+    last beat's statement, with the renewing beat's own still in flight: three slow
+    beats (each allowed a tick) and a tick. A failed beat is retried a tick later, not
+    a whole beat (tests/unit/test_core_leases.py, a stall at any moment shorter than
+    ttl - beat never reaches the fence; tests/integration/test_worker_safety.py on a
+    real worker).
+
+    With the defaults (ttl 30 s, beat 10 s, margin 3 s, tick 625 ms) the horizon is
+    25.5 s: a running lease is renewed about every 5 s, and a lease granted a ttl past
+    its run's second is not renewed in the 4.5 s after it, so the beats in a storm's
+    first seconds renew none of the thousands of leases held for it. With the drills'
+    (ttl 4 s, beat 1.33 s, margin 1 s) the horizon is the whole ttl: every lease is
+    renewed every tick (83 ms). When the margin and four ticks exceed a beat, the
+    stall survived is ttl - margin - 4 ticks, less than ttl - beat (`stall_ms`)."""
+    if ttl_ms <= 0 or beat_ms <= 0:
+        raise ValueError("ttl_ms and beat_ms must be positive")
+    tick = max(1, min(1000, beat_ms // 16))
+    return BeatRule(
+        tick_ms=tick,
+        horizon_ms=ttl_ms - beat_ms + fence_margin_ms + 4 * tick,
+        stall_ms=max(0, ttl_ms - max(beat_ms, fence_margin_ms + 4 * tick)),
+    )
 
 
 def beat_wanted(
@@ -258,7 +291,7 @@ def beat_wanted(
     horizon_ms: int,
 ) -> bool:
     """Whether a worker's next heartbeat extends this run's lease: only a lease that
-    would end within `horizon_ms` (`beat_horizon_ms`). At a 50,000-run burst a beat just
+    would end within `horizon_ms` (`beat_rule`). At a 50,000-run burst a beat just
     after the second that renewed every held lease renewed ~25,000 with 30 s left each
     while the second's starts waited on the worker's lock; beating thousands held ahead
     cost the database more than running them. A run waiting for a slot keeps its lease

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
+from kit.core.durations import LeaseBounds
 from kit.core.outcome import DeadLetter, RetryAt, after_failure, should_pause
 from kit.core.output import OUTPUT_CAP_BYTES, Output, excerpt
 from kit.core.partitions import PARTITION_COUNT, partition_of
@@ -34,6 +35,8 @@ MAX_ERROR_CHARS = 4000
 # The database's clock decides, unless a caller (a test, the contract suite) passes `now`.
 NOW = NOW_SQL
 _TTL = "make_interval(secs => CAST(:ttl_ms AS double precision) / 1000.0)"
+# a run's own lease length (its job's sized lease, kit.core.durations), column ttl_ms
+_RUN_TTL = "make_interval(secs => CAST(l.ttl_ms AS double precision) / 1000.0)"
 
 
 def storable_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
@@ -64,6 +67,7 @@ class ClaimedRun:
     task_spec: dict[str, Any] | None  # None: the job was deleted after the run was made
     timeout_s: int | None
     due_at: datetime | None = None  # not to start before (scheduled time, or retry time)
+    lease_ttl_ms: int | None = None  # its lease's length (its job's sized lease); None: default
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,8 @@ class FinishResult:
 IN_BATCH = in_batch("r")
 _CLAIM = f"""
 WITH locked AS MATERIALIZED (
-    SELECT c.run_id, j.task_spec, j.timeout_s, c.due_at
+    SELECT c.run_id, j.task_spec, j.timeout_s, c.due_at,
+        coalesce(least(:max_ms, greatest(:min_ms, j.lease_ttl_ms)), :ttl_ms) AS ttl_ms
     FROM unnest(CAST(:run_ids AS uuid[]), CAST(:attempts AS int[])) AS w(run_id, attempt)
     CROSS JOIN LATERAL (
         SELECT r.run_id, r.job_id, r.status, greatest(r.scheduled_at, r.retry_at) AS due_at
@@ -121,17 +126,17 @@ WITH locked AS MATERIALIZED (
         OFFSET 0
     ) AS c
     LEFT JOIN LATERAL (
-        SELECT task_spec, timeout_s FROM jobs WHERE job_id = c.job_id OFFSET 0
+        SELECT task_spec, timeout_s, lease_ttl_ms FROM jobs WHERE job_id = c.job_id OFFSET 0
     ) AS j ON true
     WHERE c.status = 'pending'
 )
 UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
-    lease_expires_at = greatest({NOW}, l.due_at) + {_TTL}, worker_id = :worker_id,
+    lease_expires_at = greatest({NOW}, l.due_at) + {_RUN_TTL}, worker_id = :worker_id,
     finished_at = NULL, claimed_at = {NOW}, attempt_started_at = NULL
 FROM locked l
 WHERE r.run_id = l.run_id AND {IN_BATCH}
 RETURNING r.run_id, r.job_id, r.tenant, r.attempt, r.lease_token, r.priority,
-    r.scheduled_at, {NOW} AS claimed_at, l.task_spec, l.timeout_s, l.due_at
+    r.scheduled_at, {NOW} AS claimed_at, l.task_spec, l.timeout_s, l.due_at, l.ttl_ms
 """
 
 
@@ -141,19 +146,24 @@ def runs_claim(
     worker_id: str,
     ttl_ms: int,
     now: datetime | None = None,
+    bounds: LeaseBounds | None = None,
 ) -> list[ClaimedRun]:
     """One conditional update for a batch: only runs still claimable at the message's
-    attempt are taken, each with a fresh token and an expiry by the database clock, `ttl`
-    after the later of now and the run's due time (kit.core.leases.claim_run). A message
-    that claims nothing is a duplicate delivery."""
+    attempt are taken, each with a fresh token and an expiry by the database clock, its
+    lease after the later of now and the run's due time (kit.core.leases.claim_run). The
+    lease is the run's job's sized lease (kit.core.durations) within `bounds`, or `ttl_ms`
+    while the job has none. A message that claims nothing is a duplicate delivery."""
     if not claims:
         return []
     wanted = sorted({(c.run_id, c.attempt) for c in claims})  # a duplicate claims once
+    bounds = bounds or LeaseBounds(ttl_ms, ttl_ms)
     params = {
         "run_ids": pg_text_array(r for r, _ in wanted),
         "attempts": pg_array(a for _, a in wanted),
         "worker_id": worker_id,
         "ttl_ms": ttl_ms,
+        "min_ms": bounds.min_ms,
+        "max_ms": bounds.max_ms,
         "now": now,
         **batch_bounds(r for r, _ in wanted),
     }
@@ -172,6 +182,7 @@ def runs_claim(
             task_spec=row.task_spec,
             timeout_s=row.timeout_s,
             due_at=row.due_at,
+            lease_ttl_ms=row.ttl_ms,
         )
         for row in rows
     ]
@@ -206,6 +217,7 @@ def runs_heartbeat(
     ttl_ms: int,
     now: datetime | None = None,
     started_ms: Mapping[str, int] | None = None,
+    ttls_ms: Mapping[str, int] | None = None,
 ) -> tuple[set[str], set[str]]:
     """Extend every (run_id, token) lease in one statement (recording the start of the
     runs in `started_ms`). Returns (kept, lost): a lost run was reaped, cancelled
@@ -220,9 +232,10 @@ def runs_heartbeat(
     leases = sorted(leases)
     sql = f"""
     WITH l AS MATERIALIZED (
-        SELECT k.run_id, h.started_ms
+        SELECT k.run_id, h.started_ms, coalesce(h.ttl_ms, :ttl_ms) AS ttl_ms
         FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]),
-                    CAST(:started AS bigint[])) AS h(run_id, token, started_ms)
+                    CAST(:started AS bigint[]), CAST(:ttls AS int[]))
+            AS h(run_id, token, started_ms, ttl_ms)
         CROSS JOIN LATERAL (
             SELECT r.run_id FROM runs r
             WHERE r.run_id = h.run_id AND r.lease_token = h.token
@@ -231,7 +244,7 @@ def runs_heartbeat(
             OFFSET 0
         ) AS k
     )
-    UPDATE runs r SET lease_expires_at = greatest(r.lease_expires_at, {NOW} + {_TTL}),
+    UPDATE runs r SET lease_expires_at = greatest(r.lease_expires_at, {NOW} + {_RUN_TTL}),
         started_at = {_STARTED.format(ms="l.started_ms")},
         attempt_started_at = {_ATTEMPT_STARTED.format(ms="l.started_ms")}
     FROM l
@@ -242,6 +255,9 @@ def runs_heartbeat(
         "run_ids": pg_text_array(r for r, _ in leases),
         "tokens": pg_text_array(t for _, t in leases),
         "started": started_array((r for r, _ in leases), started_ms),
+        "ttls": pg_text_array(
+            None if (ms := (ttls_ms or {}).get(r)) is None else str(ms) for r, _ in leases
+        ),
         "ttl_ms": ttl_ms,
         "now": now,
         **batch_bounds(r for r, _ in leases),

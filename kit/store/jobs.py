@@ -100,12 +100,37 @@ class JobRecord:
     created_at: datetime
     updated_at: datetime
     next_fire_at: datetime | None  # the job's schedule trigger, None once a one-off fired
+    durations: JobDurations | None = None  # how long its runs take (None: not measured)
 
     @property
     def status(self) -> str:
         if self.spec.paused:
             return "paused"
         return "active" if self.next_fire_at is not None else "finished"
+
+
+@dataclass(frozen=True)
+class JobDurations:
+    """How long a job's recent runs took (kit.core.durations) and the lease its runs are
+    claimed with (None: the fleet's default), as last measured (`measured_at`)."""
+
+    p50_ms: int
+    p99_ms: int
+    samples: int
+    lease_ttl_ms: int | None
+    measured_at: datetime
+
+
+def job_durations(row: Any) -> JobDurations | None:
+    if getattr(row, "durations_at", None) is None:
+        return None
+    return JobDurations(
+        row.duration_p50_ms,
+        row.duration_p99_ms,
+        row.duration_samples,
+        row.lease_ttl_ms,
+        row.durations_at,
+    )
 
 
 @dataclass(frozen=True)
@@ -223,6 +248,11 @@ _READ_COLUMNS = (
     "version",
     "created_at",
     "updated_at",
+    "duration_p50_ms",
+    "duration_p99_ms",
+    "duration_samples",
+    "lease_ttl_ms",
+    "durations_at",
 )
 _JOB = ", ".join(f"j.{c}" for c in _READ_COLUMNS)
 _RETURNING = ", ".join(_READ_COLUMNS)
@@ -775,6 +805,7 @@ def job_record(row: Any) -> JobRecord:
         created_at=row.created_at,
         updated_at=row.updated_at,
         next_fire_at=row.next_fire_at,
+        durations=job_durations(row),
     )
 
 

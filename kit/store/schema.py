@@ -121,6 +121,13 @@ jobs = Table(
     Column("notify", JSONB),
     _tstz("created_at", nullable=False, now_default=True),
     _tstz("updated_at", nullable=False, now_default=True),
+    # How long its runs take (kit.core.durations) and the lease they are claimed with
+    # (NULL: the fleet's default): migration 0012.
+    Column("duration_p50_ms", Integer),
+    Column("duration_p99_ms", Integer),
+    Column("duration_samples", Integer),
+    Column("lease_ttl_ms", Integer),
+    _tstz("durations_at"),
     UniqueConstraint("tenant", "name"),
     # GET /v1/jobs lists a tenant's jobs in name order: `name` sorts by bytes (collation
     # "C"), so the unique index above serves the listing and a name prefix is a range of
@@ -133,6 +140,7 @@ jobs = Table(
     CheckConstraint("timeout_s BETWEEN 1 AND 86400", name="timeout_s"),
     CheckConstraint("jitter_s BETWEEN 0 AND 3600", name="jitter_s"),
     CheckConstraint("version >= 1", name="version"),
+    CheckConstraint("lease_ttl_ms > 0", name="lease_ttl_ms"),
 )
 
 # The trigger index: one scheduler node scans its partitions with

@@ -24,7 +24,10 @@ The run owns the group: on timeout or cancel the whole group gets SIGTERM, then
 SIGKILL after a short grace, so a child's children die with it; and when the command
 exits, members it left behind in the group are stopped the same way, so nothing of a
 run outlives it. That holds when the worker dies too, even by SIGKILL with no cleanup
-run: the worker's keeper process (see `_Keeper`) stops the group once the worker is gone. Output
+run: the worker's keeper process (see `_Keeper`) stops the group once the worker is gone,
+and at the run's stop deadline when the worker, alive but not running (stopped, paused by
+its host), could not confirm its lease: its task does not run on into a lease another
+worker holds by then. Output
 is drained by threads that keep only a bounded tail, scrubbed
 of the job's secret values before it is reported.
 """
@@ -242,7 +245,10 @@ def _run(
         )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         return TaskResult(False, scrub(f"cannot start {argv[0]!r}: {exc}", ctx.secrets))
-    _keeper.register(proc.pid, kill_grace_s)
+    # the run's stop deadline (kit.tasks.context.Cancel.hold_until), kept from outside
+    until, watch = getattr(ctx.cancel, "until", None), getattr(ctx.cancel, "on_until", None)
+    _keeper.register(proc.pid, kill_grace_s, until() if until else None)
+    forget = watch(lambda at: _keeper.extend(proc.pid, at)) if watch else None
     stdout, stderr = _Tail(proc.stdout), _Tail(proc.stderr)
     failure: TaskResult | None = None
     while proc.poll() is None:
@@ -252,6 +258,8 @@ def _run(
             proc.wait(timeout=0.05)
     _stop_group(proc, kill_grace_s)  # the command, or whatever it left behind
     code = proc.wait()
+    if forget is not None:
+        forget()
     _keeper.unregister(proc.pid)
     out, err = stdout.text(ctx.secrets), stderr.text(ctx.secrets)
     output = Output(stdout.excerpt(ctx.secrets), stderr.excerpt(ctx.secrets))
@@ -265,34 +273,65 @@ def _run(
     return TaskResult(False, what + (f"; stderr: {err}" if err else ""), detail, output)
 
 
-# The keeper: stdin is a pipe only the worker writes to, a line per change: "+PGID GRACE"
-# when a task group starts, "-PGID" when the run stopped it itself. EOF means the worker
-# is gone: SIGTERM every group still registered, SIGKILL each one left after its grace.
-_KEEPER = """import os, signal, sys, time
-groups = {}
-for line in sys.stdin.buffer:
-    f = line[1:].split()
-    if line[:1] == b"+" and len(f) == 2:
-        groups[int(f[0])] = float(f[1])
-    elif line[:1] == b"-" and len(f) == 1:
-        groups.pop(int(f[0]), None)
+# The keeper: stdin is a pipe only the worker writes to, a line per change: "+PGID GRACE
+# [UNTIL]" when a task group starts, "=PGID UNTIL" when the run's lease is confirmed
+# further, "-PGID" when the run stopped it itself. UNTIL is a time.monotonic() instant (one
+# clock for every process of the host): a group still registered then gets SIGTERM, and
+# SIGKILL after its grace, whatever the worker is doing (stopped, starved). EOF means the
+# worker is gone: SIGTERM every group still registered, SIGKILL each one left after its
+# grace.
+_KEEPER = """import os, select, signal, sys, time
+groups, until, dying = {}, {}, {}
+fd, buf, gone = sys.stdin.fileno(), b"", False
 def alive(pgid, sig):
     try:
         os.killpg(pgid, sig)
     except OSError:
         return False
     return True
-now = time.monotonic()
-left = {p: now + g for p, g in groups.items() if alive(p, signal.SIGTERM)}
-while left:
-    time.sleep(0.05)
+def stop(pgid, now):
+    grace = groups.pop(pgid, 2.0)
+    until.pop(pgid, None)
+    if alive(pgid, signal.SIGTERM):
+        dying[pgid] = now + grace
+while not gone or dying:
     now = time.monotonic()
-    for p, end in list(left.items()):
+    for p in [p for p, t in until.items() if now >= t]:
+        stop(p, now)
+    for p, end in list(dying.items()):
         if not alive(p, 0):
-            del left[p]
+            del dying[p]
         elif now >= end:
             alive(p, signal.SIGKILL)
-            del left[p]
+            del dying[p]
+    waits = [t - now for t in until.values()] + ([0.05] if dying else [])
+    if gone:
+        time.sleep(0.05)
+        continue
+    ready, _, _ = select.select([fd], [], [], max(0.0, min(waits)) if waits else None)
+    if not ready:
+        continue
+    data = os.read(fd, 65536)
+    if not data:
+        gone = True
+        for p in list(groups):
+            stop(p, time.monotonic())
+        continue
+    *lines, buf = (buf + data).split(b"\\n")
+    for line in lines:
+        f = line[1:].split()
+        try:
+            if line[:1] == b"+" and len(f) in (2, 3):
+                groups[int(f[0])] = float(f[1])
+                if len(f) == 3:
+                    until[int(f[0])] = float(f[2])
+            elif line[:1] == b"=" and len(f) == 2 and int(f[0]) in groups:
+                until[int(f[0])] = float(f[1])
+            elif line[:1] == b"-" and len(f) == 1:
+                groups.pop(int(f[0]), None)
+                until.pop(int(f[0]), None)
+        except ValueError:
+            continue
 """
 
 
@@ -304,7 +343,10 @@ class _Keeper:
     spares it), it reads a pipe whose only writer is the worker. The worker registers each
     task group right after spawning it and unregisters it once the run stopped it; the
     kernel closes the pipe when the worker dies, and the keeper then stops every group
-    still registered.
+    still registered. It also stops a group whose run's stop deadline passed without the
+    worker moving it (kit.tasks.context.Cancel.hold_until; the worker moves it at every
+    lease renewal and its own fence acts first), since a stopped worker's fence does not
+    run (tests/unit/test_command_keeper.py).
     The write end is non-inheritable and Popen closes other fds in the child (close_fds),
     so no task holds the pipe open after the worker is gone. Writes are one lock's (tasks
     run on many threads). If the keeper died (a write fails, or it exited), the next
@@ -323,7 +365,7 @@ class _Keeper:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
-        self._groups: dict[int, float] = {}
+        self._groups: dict[int, tuple[float, float | None]] = {}  # pgid -> (grace, until)
         os.register_at_fork(after_in_child=self._forget)
 
     def start(self) -> None:
@@ -334,10 +376,19 @@ class _Keeper:
             if proc is None or proc.poll() is not None:
                 self._restart()
 
-    def register(self, pgid: int, grace_s: float) -> None:
+    def register(self, pgid: int, grace_s: float, until: float | None = None) -> None:
+        """Keep the group: stop it when the worker dies, or at `until` (monotonic)."""
         with self._lock:
-            self._groups[pgid] = grace_s
-            self._send(f"+{pgid} {grace_s}\n".encode())
+            self._groups[pgid] = (grace_s, until)
+            self._send(_register_line(pgid, grace_s, until))
+
+    def extend(self, pgid: int, until: float) -> None:
+        """The run's lease was confirmed further: stop its group at `until` instead."""
+        with self._lock:
+            kept = self._groups.get(pgid)
+            if kept is not None:
+                self._groups[pgid] = (kept[0], until)
+                self._send(f"={pgid} {until:.3f}\n".encode())
 
     def unregister(self, pgid: int) -> None:
         with self._lock:
@@ -371,8 +422,8 @@ class _Keeper:
                 start_new_session=True,
             )
             assert self._proc.stdin is not None
-            lines = "".join(f"+{p} {g}\n" for p, g in self._groups.items())
-            self._proc.stdin.write(lines.encode())
+            lines = b"".join(_register_line(p, g, u) for p, (g, u) in self._groups.items())
+            self._proc.stdin.write(lines)
             self._proc.stdin.flush()
         except OSError as exc:  # the tasks run on, kept by the worker alone
             log.warning("cannot start the keeper of command task groups: %s", exc)
@@ -385,6 +436,10 @@ class _Keeper:
                 self._proc.stdin.close()  # else this child would keep the keeper waiting
         self._proc = None
         self._groups = {}
+
+
+def _register_line(pgid: int, grace_s: float, until: float | None) -> bytes:
+    return f"+{pgid} {grace_s}{'' if until is None else f' {until:.3f}'}\n".encode()
 
 
 _keeper = _Keeper()

@@ -35,14 +35,48 @@ _CANCEL_LOCK = threading.Lock()  # one for every flag: setting and watching are 
 
 class Cancel:
     """A run's cancel flag that calls back on set (from the setting thread). Made for every
-    run a worker claims, so it is light: no lock or event of its own until a task waits."""
+    run a worker claims, so it is light: no lock or event of its own until a task waits.
 
-    __slots__ = ("_callbacks", "_event", "_flag")
+    It also carries the run's stop deadline (`hold_until`): the monotonic instant by which
+    its task must be stopped unless the worker confirms its lease again. The worker's own
+    fence stops it then; a process outside the worker (kit.tasks.command's keeper) does
+    when the worker cannot (stopped, paused by its host, starved): a frozen worker's task
+    must not run on into a lease another worker holds by then."""
+
+    __slots__ = ("_callbacks", "_event", "_flag", "_on_until", "_until")
 
     def __init__(self) -> None:
         self._flag = False
         self._callbacks: list[Callable[[], None]] | None = None
         self._event: threading.Event | None = None
+        self._until: float | None = None
+        self._on_until: Callable[[float], None] | None = None
+
+    def hold_until(self, at: float) -> None:
+        """The task may run until `at` (time.monotonic()); only ever moved later."""
+        with _CANCEL_LOCK:
+            if self._until is not None and at <= self._until:
+                return
+            self._until = at
+            callback = self._on_until
+        if callback is not None:
+            callback(at)
+
+    def until(self) -> float | None:
+        return self._until
+
+    def on_until(self, callback: Callable[[float], None]) -> Callable[[], None]:
+        """Call `callback(at)` whenever the deadline moves (one watcher: the task's own);
+        returns how to take it back."""
+        with _CANCEL_LOCK:
+            self._on_until = callback
+
+        def forget() -> None:
+            with _CANCEL_LOCK:
+                if self._on_until is callback:
+                    self._on_until = None
+
+        return forget
 
     def is_set(self) -> bool:
         return self._flag

@@ -59,7 +59,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_STORED,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from kit.core.dispatch import PRIORITY_TIERS, tier_rank
 from kit.core.offsets import PendingOffsets
@@ -311,11 +318,15 @@ class TieredConsumer:
         behind = self._behind(tier)
         if not behind:
             return
+        unplaced: list[int] = []
         for p, offset in sorted(behind.items()):
             try:
                 tier.consumer.seek(TopicPartition(tier.topic, p, offset))
-            except KafkaException as exc:  # not fetching yet: resumed, tried next round
+            except KafkaException as exc:  # no fetch position: placed below
                 log.debug("seek %s[%d] to %d: %s", tier.topic, p, offset, exc)
+                unplaced.append(p)
+        if unplaced:
+            self._place(tier, {p: behind[p] for p in unplaced})
         tier.consumer.resume([TopicPartition(tier.topic, p) for p in sorted(behind)])
         self.unstalls += 1
         log.warning(
@@ -323,6 +334,32 @@ class TieredConsumer:
             tier.topic,
             _STALL_S,
             dict(sorted(behind.items())),
+        )
+
+    def _place(self, tier: _Tier, offsets: dict[int, int]) -> None:
+        """Give partitions that have no fetch position one, by assigning the tier's
+        partitions again with those offsets (the others where they stand). librdkafka
+        never starts a partition whose committed offset it failed to fetch after an
+        assignment ("Failed to fetch committed offsets ...: Not coordinator", right after
+        the broker came back from a stall longer than the session), and a seek on it is
+        refused: found by the chaos drill `broker-stall`, whose runs on such a partition
+        were never started."""
+        assigned = sorted(tier.assigned or ())
+        placed = [
+            TopicPartition(tier.topic, p, offsets.get(p, tier.read_to.get(p, OFFSET_STORED)))
+            for p in assigned
+        ]
+        try:
+            tier.consumer.assign(placed)
+        except KafkaException as exc:  # the group is rebalancing: tried again next stall
+            log.info("placing %s %s: %s", tier.topic, dict(sorted(offsets.items())), exc)
+            return
+        tier.paused -= set(offsets)
+        log.warning(
+            "%s: partitions %s had no fetch position: placed at %s",
+            tier.topic,
+            sorted(offsets),
+            dict(sorted(offsets.items())),
         )
 
     def _behind(self, tier: _Tier) -> dict[int, int]:

@@ -39,6 +39,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from prometheus_client import start_http_server
 
+    from kit.core.durations import LeaseBounds
     from kit.core.errors import UsageError
     from kit.settings import load_settings
     from kit.store.db import engine_for
@@ -94,6 +95,7 @@ def _run(args: argparse.Namespace) -> int:
         worker_id,
         concurrency,
         settings.run_lease_ttl_ms,
+        lease_bounds=LeaseBounds(settings.run_lease_min_ms, settings.run_lease_max_ms),
         partitions=settings.partitions,
         execute=task_executor(
             policy_source(settings.task_policy_file, settings.http_allow_hosts),

@@ -56,7 +56,8 @@ from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.defaults import KILL_GRACE_MS
 from kit.core.dispatch import TimerWheel, catch_up_order
-from kit.core.leases import beat_horizon_ms, beat_wanted, fence_margin_ms
+from kit.core.durations import LeaseBounds
+from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.output import Output
 from kit.core.partitions import PARTITION_COUNT
 from kit.core.timeutil import to_epoch_ms
@@ -75,6 +76,7 @@ from kit.store.claims import (
     runs_release,
     runs_return,
 )
+from kit.store.durations import job_durations_refresh
 from kit.store.worker_link import WorkerLink
 from kit.tasks.context import Cancel, CancelFlag, Slot
 from kit.tasks.registry import release_loop
@@ -106,7 +108,10 @@ _RETRY_DB_S = 1.0
 _CLOCK_SAMPLE_S = 1.0
 _LAG_EVERY_S = 5.0
 _TIMEOUT_GRACE_S = 5.0  # the task kills itself at its timeout; this is the backstop
+_WOKE_AFTER_S = 1.0  # a fence pass this late: the process did not run (Worker._woke)
 FINISH_BATCH = 1000  # successes written per transaction, at most
+DURATIONS_EVERY_S = 10.0  # how often a worker measures again the jobs it ran
+DURATIONS_BATCH = 2000  # jobs measured per refresh, at most
 LOOP_WRITERS = 2  # threads writing the task loop's failures and give-backs
 CLAIM_BATCH = 2000  # runs claimed per statement, at most
 DEFAULT_PREFETCH = 10_000
@@ -215,6 +220,11 @@ class WorkerMetrics:
             "Runs executing now (started, not finished; claimed runs waiting are `held`)",
             registry=r,
         )
+        self.woke = Counter(
+            "cronfleet_worker_woke",
+            "Times the worker found it had not run for over a second (stopped or starved)",
+            registry=r,
+        )
         self.held = Gauge(
             "cronfleet_worker_held",
             "Claimed runs not started yet (waiting for their second or a free slot)",
@@ -230,10 +240,25 @@ def _ahead_s(run: ClaimedRun) -> float:
     return 0.0 if run.due_at is None else max(0.0, (run.due_at - run.claimed_at).total_seconds())
 
 
+@dataclass(frozen=True)
+class _Lease:
+    """One lease length's consequences for the worker (kit.core.leases): how long, the
+    fence margin, and the horizon within which a beat renews it."""
+
+    ttl_ms: int
+    margin_s: float
+    horizon_ms: int
+
+    @property
+    def ttl_s(self) -> float:
+        return self.ttl_ms / 1000
+
+
 @dataclass
 class _InFlight:
     run: ClaimedRun
     confirmed_until: float  # monotonic: the lease is known to hold until then
+    lease: _Lease | None = None  # its lease's length (its job's sized lease); None: default
     cancel: Cancel = field(default_factory=Cancel)  # also stops a task on the task loop
     # monotonic; the backstop for the task's own timeout. Set before `started`: the fence
     # thread reads the two without a lock, and a started run must never be seen with no
@@ -283,6 +308,7 @@ class Worker:
         lease_ttl_ms: int,
         *,
         heartbeat_ms: int | None = None,
+        lease_bounds: LeaseBounds | None = None,
         partitions: int = PARTITION_COUNT,
         execute: Execute | None = None,
         rng: random.Random | None = None,
@@ -307,9 +333,25 @@ class Worker:
         self.lease_ttl_s = lease_ttl_ms / 1000
         self.heartbeat_s = (heartbeat_ms or max(200, lease_ttl_ms // 3)) / 1000
         self.fence_margin_s = fence_margin_ms(lease_ttl_ms, KILL_GRACE_MS) / 1000
-        self.beat_horizon_ms = beat_horizon_ms(
-            int(self.heartbeat_s * 1000), int(self.fence_margin_s * 1000)
+        rule = beat_rule(
+            lease_ttl_ms, int(self.heartbeat_s * 1000), int(self.fence_margin_s * 1000)
         )
+        self.beat_horizon_ms = rule.horizon_ms
+        # a job's runs are leased from their measured durations within these bounds
+        # (kit.core.durations; without bounds, every run gets `lease_ttl_ms`)
+        self.lease_bounds = lease_bounds or LeaseBounds(lease_ttl_ms, lease_ttl_ms)
+        self._leases: dict[int, _Lease] = {}
+        self._default_lease = _Lease(lease_ttl_ms, self.fence_margin_s, rule.horizon_ms)
+        self._leases[lease_ttl_ms] = self._default_lease
+        shortest = self._lease_for(min(lease_ttl_ms, self.lease_bounds.min_ms))
+        self.beat_tick_s = min(rule.tick_ms, self._tick_ms(shortest.ttl_ms)) / 1000
+        # a lease claimed after a walk is due a beat no sooner than this after its claim
+        self._fresh_s = max(
+            0.0,
+            min((lt.ttl_ms - lt.horizon_ms) / 1000 for lt in (self._default_lease, shortest)),
+        )
+        self._finished_jobs: set[str] = set()  # jobs whose runs succeeded since the refresh
+        self._durations_at = 0.0  # monotonic: the last refresh of their durations
         self.partitions = partitions
         self.execute = execute or task_executor()
         # task types the executor runs without effect or wait: started in batches on the
@@ -352,6 +394,7 @@ class Worker:
         self._held_changed = threading.Condition(self._lock)
         self._starting = threading.Event()  # the hold thread is starting a second's runs
         self._beating = threading.Event()
+        self._next_walk = 0.0  # monotonic: the heartbeat's next walk of the runs in flight
         self._succeeded: deque[_InFlight] = deque()  # append/popleft are atomic
         self._success_ready = threading.Event()
         self._finisher_stop = threading.Event()
@@ -479,13 +522,21 @@ class Worker:
                 continue
             # the lease runs its ttl past the later of the claim and the run's second
             # (kit.core.leases.claim_run); counted from before the claim was sent
-            ttl = self.lease_ttl_s
-            return [_InFlight(run, confirmed_until=sent + ttl + _ahead_s(run)) for run in claimed]
+            entries = []
+            for run in claimed:
+                lease = self._lease_for(run.lease_ttl_ms)
+                until = sent + lease.ttl_s + _ahead_s(run)
+                entries.append(_InFlight(run, confirmed_until=until, lease=lease))
+            for entry in entries:
+                entry.cancel.hold_until(self._stop_deadline(entry))
+            return entries
 
     def _claim_isolating(self, messages: list[RunMessage]) -> list[ClaimedRun] | None:
         claims = [Claim(m.run_id, m.attempt) for m in messages]
         try:
-            return runs_claim(self.engine, claims, self.worker_id, self.lease_ttl_ms)
+            return runs_claim(
+                self.engine, claims, self.worker_id, self.lease_ttl_ms, bounds=self.lease_bounds
+            )
         except _POISON_ERRORS as exc:
             if len(messages) == 1:
                 m = messages[0]
@@ -598,14 +649,14 @@ class Worker:
                 entry.counted_out = True
         run_inline = self._run_inline
         assert run_inline is not None
-        clock_ms, monotonic, margin = self.clock.db_ms, time.monotonic, self.fence_margin_s
+        clock_ms, monotonic, lease_of = self.clock.db_ms, time.monotonic, self._lease_of
         journal, lags, succeeded = self.journal, self._lags, self._succeeded
         failed: list[tuple[_InFlight, str]] = []
         for entry in entries:
             if entry.releasing or entry.fenced:
                 continue
             now = monotonic()
-            if now > entry.confirmed_until - margin:
+            if now > entry.confirmed_until - lease_of(entry).margin_s:
                 self._fence(entry, "lease not confirmed far enough ahead to start")
                 self._give_back(entry)
                 continue
@@ -634,7 +685,7 @@ class Worker:
         self._count_out(entry)
         if entry.releasing or entry.fenced:
             return False
-        if time.monotonic() > entry.confirmed_until - self.fence_margin_s:
+        if self._past_fence(entry):
             self._fence(entry, "lease not confirmed far enough ahead to start")
             if on_loop:
                 self._loop_writes.submit(self._give_back, entry)
@@ -686,6 +737,10 @@ class Worker:
                 except Exception as exc:  # a task bug is a failed attempt, not a dead worker
                     log.exception("task of run %s raised", run.run_id)
                     ok, error, entry.output = False, f"{type(exc).__name__}: {exc}", None
+                if not ok and not entry.fenced and self._past_fence(entry):
+                    # stopped at its deadline by the keeper (this worker was not running):
+                    # the lease is no longer confirmed, so it is not a failed attempt
+                    self._fence(entry, "lease not confirmed; its task was stopped")
                 if entry.fenced:
                     self._give_back(entry)
                     return
@@ -822,6 +877,26 @@ class Worker:
                 log.exception("finishing %d runs failed", len(batch))
             finally:
                 self._free(batch)
+            self._refresh_durations()
+
+    def _refresh_durations(self, force: bool = False) -> None:
+        """Every DURATIONS_EVERY_S, measure again the jobs whose runs succeeded here since
+        (at most DURATIONS_BATCH of them) and write their durations and sized lease
+        (kit.store.durations), on the finisher's thread; a failure is retried next time."""
+        now = time.monotonic()
+        if not self._finished_jobs or (not force and now - self._durations_at < DURATIONS_EVERY_S):
+            return
+        self._durations_at = now
+        jobs = set()
+        while self._finished_jobs and len(jobs) < DURATIONS_BATCH:
+            jobs.add(self._finished_jobs.pop())
+        try:
+            job_durations_refresh(self.engine, jobs, self.lease_bounds)
+        except Exception as exc:
+            self._finished_jobs |= jobs
+            log.warning(
+                "measuring the durations of %d jobs failed (again later): %s", len(jobs), exc
+            )
 
     def _yield_to_starts(self) -> None:
         """Let the second's starts have the interpreter lock and the cores first, for at
@@ -847,6 +922,7 @@ class Worker:
         if outcome is None:
             return
         accepted, queued = outcome
+        self._finished_jobs.update(e.run.job_id for e in batch if e.run.run_id in accepted)
         stale = len(batch) - len(accepted)
         self.metrics.runs.labels("succeeded").inc(len(accepted))
         if stale:
@@ -898,12 +974,26 @@ class Worker:
         """Extend, in one statement, every lease kit.core.leases.beat_wanted says this
         beat should (those that would end within its horizon, held or started; a finished
         run's until its outcome is written; never a task's past its timeout); stop the
-        runs that lost theirs. Returns the run ids told to stop."""
+        runs that lost theirs. Returns the run ids told to stop. The thread looks every
+        tick (kit.core.leases.beat_rule), but walks the runs (under the worker's lock)
+        only when one of them is due: not at every tick of a storm's seconds. A beat
+        that failed walks again at the next tick."""
         sent = time.monotonic()
+        if sent < self._next_walk:
+            return set()
         now_ms = int(sent * 1000)
+        # a lease claimed after this walk is not due a beat before this
+        next_walk = sent + self._fresh_s
+        entries = []
         with self._lock:
-            entries = [e for e in self._in_flight.values() if self._beat_wanted(e, now_ms)]
+            for entry in self._in_flight.values():
+                if self._beat_wanted(entry, now_ms):
+                    entries.append(entry)
+                elif not (entry.fenced or entry.releasing):
+                    horizon_s = self._lease_of(entry).horizon_ms / 1000
+                    next_walk = min(next_walk, entry.confirmed_until - horizon_s)
         if not entries:
+            self._next_walk = next_walk
             return set()
         started = {e.run.run_id: e.started_ms for e in entries if e.started_ms is not None}
         _kept, lost = runs_heartbeat(
@@ -911,12 +1001,16 @@ class Worker:
             [(e.run.run_id, e.run.lease_token) for e in entries],
             self.lease_ttl_ms,
             started_ms=started,
+            ttls_ms={e.run.run_id: e.lease.ttl_ms for e in entries if e.lease is not None},
         )
+        self._next_walk = next_walk  # renewed ones are due a ttl - horizon from now
         stopped: set[str] = set()
         with self._lock:
             for entry in entries:
                 if entry.run.run_id not in lost:
-                    entry.confirmed_until = max(entry.confirmed_until, sent + self.lease_ttl_s)
+                    ttl_s = self._lease_of(entry).ttl_s
+                    entry.confirmed_until = max(entry.confirmed_until, sent + ttl_s)
+                    entry.cancel.hold_until(self._stop_deadline(entry))
                 # a run that finished meanwhile also shows as lost: only stop live ones
                 elif entry.run.run_id in self._in_flight and not entry.done:
                     entry.cancel.set()
@@ -925,6 +1019,35 @@ class Worker:
             self.metrics.leases_lost.inc(len(stopped))
             log.warning("leases lost (reaped or cancelled), stopping: %s", sorted(stopped))
         return stopped
+
+    def _tick_ms(self, ttl_ms: int) -> int:
+        beat = max(200, ttl_ms // 3)
+        return beat_rule(ttl_ms, beat, fence_margin_ms(ttl_ms, KILL_GRACE_MS)).tick_ms
+
+    def _lease_for(self, ttl_ms: int | None) -> _Lease:
+        """What a lease of `ttl_ms` (None: the default) means here: its fence margin,
+        and its beat a third of it (kit.core.leases.beat_rule)."""
+        if ttl_ms is None:
+            return self._default_lease
+        lease = self._leases.get(ttl_ms)
+        if lease is None:
+            margin = fence_margin_ms(ttl_ms, KILL_GRACE_MS)
+            horizon = beat_rule(ttl_ms, max(200, ttl_ms // 3), margin).horizon_ms
+            lease = _Lease(ttl_ms, margin / 1000, horizon)
+            if len(self._leases) < 10_000:
+                self._leases[ttl_ms] = lease
+        return lease
+
+    def _lease_of(self, entry: _InFlight) -> _Lease:
+        return entry.lease or self._default_lease
+
+    def _stop_deadline(self, entry: _InFlight) -> float:
+        """When the run's task must be stopped if this worker cannot do it itself (it is
+        stopped or starved): a little after its own fence would (so, running, it acts
+        first and gives the run back), still the kill grace and more before the lease
+        ends. Kept from outside the worker by kit.tasks.command's keeper."""
+        margin = self._lease_of(entry).margin_s
+        return entry.confirmed_until - margin + min(0.5, margin / 4)
 
     def _beat_wanted(self, entry: _InFlight, now_ms: int) -> bool:
         """kit.core.leases.beat_wanted for one run held, running or finished. A finished
@@ -941,7 +1064,7 @@ class Worker:
             int(entry.confirmed_until * 1000),
             None if deadline is None else int(deadline * 1000),
             now_ms,
-            self.beat_horizon_ms,
+            self._lease_of(entry).horizon_ms,
         )
 
     def stop_cancelled(self, run_ids: Iterable[str]) -> set[str]:
@@ -966,7 +1089,7 @@ class Worker:
         return stopped
 
     def _heartbeat_loop(self) -> None:
-        while not self._beating.wait(self.heartbeat_s):
+        while not self._beating.wait(self.beat_tick_s):
             # a beat walks every run in flight under the worker's lock (~12 ms for 25,000)
             self._yield_to_starts()
             try:
@@ -987,8 +1110,33 @@ class Worker:
         """Stop what can no longer be confirmed, whatever the heartbeat is doing (a call
         to a database behind a dead link hangs; this thread does not wait for it)."""
         period = min(0.25, self.lease_ttl_s / 10)
+        last = time.monotonic()
         while not self._beating.wait(period):
-            self._fence_pass(time.monotonic())
+            now = time.monotonic()
+            if now - last > period + _WOKE_AFTER_S:
+                self._woke(now - last, now)
+            last = now
+            self._fence_pass(now)
+
+    def _woke(self, gap_s: float, now: float) -> None:
+        """The fence thread ran nothing for `gap_s` (the process was stopped, paused by
+        its host, or starved): say so, and what follows. Runs whose lease it can no
+        longer confirm are fenced by this pass: their tasks stopped (the keeper of command
+        tasks stopped them already at their fence deadline), handed back, and whatever
+        it still writes of them (a finish, a beat) is refused by the database unless the
+        lease token is still its own: another worker may hold them now."""
+        with self._lock:
+            held = [e for e in self._in_flight.values() if not (e.done or e.fenced)]
+        lost = sum(1 for e in held if now > e.confirmed_until - self._lease_of(e).margin_s)
+        self.metrics.woke.inc()
+        log.warning(
+            "woke after %.1f s without running (stopped or starved): %d of %d runs in "
+            "flight have leases it can no longer confirm: fencing them (tasks stopped, "
+            "runs handed back); their finishes count only where the lease is still its own",
+            gap_s,
+            lost,
+            len(held),
+        )
 
     def _fence_pass(self, now: float) -> None:
         with self._lock:
@@ -996,13 +1144,16 @@ class Worker:
         for entry in entries:
             if entry.done or entry.fenced or entry.releasing:
                 continue
-            if now > entry.confirmed_until - self.fence_margin_s:
+            if now > entry.confirmed_until - self._lease_of(entry).margin_s:
                 self._fence(entry, "lease not confirmed")
                 if not entry.started:
                     self._give_back(entry)
             elif entry.started and now > entry.deadline and not entry.cancel.is_set():
                 log.warning("run %s overran its timeout; cancelling", entry.run.run_id)
                 entry.cancel.set()
+
+    def _past_fence(self, entry: _InFlight) -> bool:
+        return time.monotonic() > entry.confirmed_until - self._lease_of(entry).margin_s
 
     def _fence(self, entry: _InFlight, why: str) -> None:
         entry.fenced = True

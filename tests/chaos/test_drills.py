@@ -86,3 +86,70 @@ def test_a_drill_that_cannot_set_up_its_fault_fails_saying_so(
     assert not result.passed
     assert result.error is not None and result.error.startswith("cannot set up the fault")
     assert "libfaketime" in result.error
+
+
+def test_the_one_look_a_beat_heartbeat_is_caught_running_runs_twice_in_a_short_stall(
+    chaos_stack: ChaosStack, tmp_path: Path
+) -> None:
+    """Cycles 0 and 2 stall PostgreSQL for less than a run lease less a beat."""
+    plants = {"worker": "chaos.plants.one_look_a_beat"}
+    result = drill_run(DRILLS["postgres-stall"](), chaos_stack, tmp_path, 3, SEED, plants)
+    assert result.error is None, result.error
+    assert result.audit is not None
+    assert not result.passed
+    assert any("the leases outlive" in f.why for f in result.audit.started_twice_once)
+
+
+def test_a_reaper_that_never_republishes_is_caught_losing_runs_to_a_broker_stall(
+    chaos_stack: ChaosStack, tmp_path: Path
+) -> None:
+    """Cycle 1 freezes the broker past the publish timeout: publishes fail."""
+    plants = {"reaper": "chaos.plants.reaper_never_republishes"}
+    result = drill_run(DRILLS["broker-stall"](), chaos_stack, tmp_path, 2, SEED, plants)
+    assert result.error is None, result.error
+    assert result.audit is not None
+    assert not result.passed
+    assert any("last published never" in f.why for f in result.audit.lost), result.audit.lost[:3]
+
+
+def test_a_keeper_without_deadlines_is_caught_letting_a_frozen_workers_task_run_on(
+    chaos_stack: ChaosStack, tmp_path: Path
+) -> None:
+    plants = {"worker": "chaos.plants.keeper_ignores_deadlines"}
+    result = drill_run(DRILLS["worker-freeze"](), chaos_stack, tmp_path, 2, SEED, plants)
+    assert result.error is None, result.error
+    assert result.audit is not None
+    assert not result.passed
+    assert any("after attempt" in f.why for f in result.audit.overlapping)
+
+
+def test_a_scheduler_without_its_epoch_check_is_caught_writing_after_a_freeze(
+    chaos_stack: ChaosStack, tmp_path: Path
+) -> None:
+    plants = {"scheduler": "chaos.plants.no_epoch_check"}
+    result = drill_run(DRILLS["node-freeze"](), chaos_stack, tmp_path, 2, SEED, plants)
+    assert result.error is None, result.error
+    assert result.audit is not None
+    assert not result.passed
+    assert any("fired a trigger of partition" in w for w in result.audit.stale_writes)
+
+
+def test_an_api_that_calls_a_full_disk_unavailable_fails_the_disk_full_drill(
+    chaos_stack: ChaosStack, tmp_path: Path
+) -> None:
+    plants = {"api": "chaos.plants.api_unclear_refusals"}
+    result = drill_run(DRILLS["disk-full"](), chaos_stack, tmp_path, 1, SEED, plants)
+    assert not result.passed
+    assert result.error is not None and "without saying why" in result.error, result.error
+
+
+def test_a_worker_that_does_not_fence_is_caught_overlapping_when_cut_off(
+    chaos_stack: ChaosStack, tmp_path: Path
+) -> None:
+    """Cycle 0 cuts the worker off from PostgreSQL while its long task runs."""
+    plants = {"worker": "chaos.plants.no_fence"}
+    result = drill_run(DRILLS["worker-cut"](), chaos_stack, tmp_path, 1, SEED, plants)
+    assert result.error is None, result.error
+    assert result.audit is not None
+    assert not result.passed
+    assert any("after attempt" in f.why for f in result.audit.overlapping)

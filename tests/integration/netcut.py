@@ -1,6 +1,10 @@
 """A TCP forwarder on loopback that a test can cut: while cut, bytes in both directions
 are read and dropped and new connections are held open unanswered, so the client's
 calls hang as they would behind a dead link (no reset, no error), until healed or closed.
+
+Or hold: while held, bytes wait unforwarded and flow on release, in order, as from a
+database that stopped answering for a while (a stall: SIGSTOP, a long pause) and came
+back with every connection intact.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ class CuttableLink:
         self.port = self._server.getsockname()[1]
         self._passing = threading.Event()
         self._passing.set()
+        self._flowing = threading.Event()
+        self._flowing.set()
         self._closed = threading.Event()
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -27,6 +33,13 @@ class CuttableLink:
 
     def heal(self) -> None:
         self._passing.set()
+
+    def hold(self) -> None:
+        """Stop forwarding without dropping anything (a stall), until release()."""
+        self._flowing.clear()
+
+    def release(self) -> None:
+        self._flowing.set()
 
     def close(self) -> None:
         """Close every socket: hung clients now see their connections fail."""
@@ -67,6 +80,9 @@ class CuttableLink:
                 return
             if not self._passing.is_set():
                 continue  # dropped on the floor: a dead link
+            while not self._flowing.wait(0.05):  # held: it waits, whole and in order
+                if self._closed.is_set():
+                    return
             try:
                 dst.sendall(data)
             except OSError:

@@ -267,3 +267,20 @@ def test_the_preview_names_a_bad_cron_and_a_bad_zone_together(
     preview = browser().get("/console/preview?cron=61+*+*+*+*&timezone=Mars/Olympus")
     assert preview.status_code == 422
     assert "cron: " in preview.text and "timezone: unknown time zone" in preview.text
+
+
+def test_the_job_page_shows_how_long_its_runs_take_and_their_lease(
+    browser: Callable[..., TestClient], engine: Engine
+) -> None:
+    from kit.core.durations import LeaseBounds
+    from kit.store.durations import job_durations_refresh
+    from tests.integration.test_job_durations import measured_runs
+
+    job = make_job(engine)
+    reader = browser(scopes=("read",))
+    assert "run durations: not measured yet" in reader.get(f"/console/jobs/{job}").text
+    measured_runs(engine, job, [400] * 19 + [1_200])
+    job_durations_refresh(engine, [job], LeaseBounds(1_000, 60_000))
+    page = reader.get(f"/console/jobs/{job}").text
+    assert "runs take 400 ms (p50), 1200 ms (p99) over the last 20" in page
+    assert "run lease 1800 ms (1.5 × p99)" in page

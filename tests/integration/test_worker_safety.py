@@ -8,8 +8,10 @@ Real PostgreSQL and Kafka; the link to PostgreSQL is cut with a forwarder on loo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -261,3 +263,58 @@ def test_a_message_the_worker_cannot_use_goes_to_the_dead_letter_topic(
     assert (
         b"run_id" in headers["reason"] and headers["topic"] == topic_for("normal", prefix).encode()
     )
+
+
+def test_a_database_stall_shorter_than_a_lease_less_a_beat_runs_nothing_twice(
+    engine: Engine,
+    db_url: str,
+    publisher: RunPublisher,
+    run_worker,
+    shared_dir: Path,
+) -> None:
+    """PostgreSQL stops answering (every byte held, none lost) for 2.3 s, less than one
+    run-lease (4 s) less one beat (1.33 s), at the worst moment the worker's rule allows:
+    when its running lease is at its shortest, just before a beat would renew it. The
+    beat hangs through the stall and lands after it; the lease never ended in the
+    database, so the worker must not have fenced the task (its confirmed lease less the
+    margin, 1 s): the run executes once, attempt 1, never stopped. The two-and-a-half-beat
+    rule renewed a running lease once a beat and let it fall to ttl - beat, 2.67 s, then
+    fenced it 1 s before that: 1.7 s into the stall."""
+    ledger = shared_dir / "ledger"
+    script = (
+        f"trap 'echo stopped >> {ledger}; exit 143' TERM; "
+        f"echo started >> {ledger}; sleep 6 & wait; echo finished >> {ledger}"
+    )
+    job = make_job(engine, task={"type": "command", "argv": ["/bin/sh", "-c", script]})
+    rid = make_run(engine, job)
+    url = make_url(db_url)
+    link = CuttableLink(url.host or "127.0.0.1", url.port or 5432)
+    via = engine_for(url.set(port=link.port).render_as_string(hide_password=False), pool_size=4)
+    ttl_ms, stall_s = 4000, 2.3
+    try:
+        running = run_worker(ttl_ms=ttl_ms, drain_s=10, via=via)
+        worker = running.worker
+        beat_s = worker.heartbeat_s
+        assert stall_s < ttl_ms / 1000 - beat_s
+        publish(publisher, engine, rid)
+        wait_until("the task to start", lambda: "started" in lines(ledger))
+        entry = worker._in_flight[rid]
+
+        def shortest() -> bool:  # the lease a beat old: the next beat is due
+            return entry.confirmed_until - time.monotonic() < ttl_ms / 1000 - beat_s + 0.15
+
+        with contextlib.suppress(AssertionError):  # a rule that never lets it get so short
+            wait_until("the lease at its shortest", shortest, timeout_s=2.0, poll_s=0.005)
+        link.hold()
+        time.sleep(stall_s)  # the fault's length, not a wait for a condition
+        link.release()
+        wait_until("the task to end", lambda: {"finished", "stopped"} & set(lines(ledger)))
+        assert lines(ledger) == ["started", "finished"], "the stall stopped the task"
+        row = wait_until(
+            "the run to be written", lambda: (r := run_row(engine, rid)).status != "running" and r
+        )
+        assert (row.status, row.attempt) == ("succeeded", 1)  # type: ignore[union-attr]
+        assert worker.metrics.value("cronfleet_worker_fenced_total") == 0
+    finally:
+        link.close()
+        via.dispose()

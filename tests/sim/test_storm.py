@@ -140,7 +140,8 @@ def test_heartbeats_renew_only_leases_ending_within_the_horizon():
     assert storm(*FULL, seed=2)["heartbeats"] == []
     r = storm(*FULL, "storm.run_ttl_s=3", "storm.heartbeat_s=1", seed=2)
     assert r["heartbeats"], "a 3 s lease ends within the horizon of 1 s beats"
-    horizon_ms = leases.beat_horizon_ms(1000, leases.fence_margin_ms(3000, defaults.KILL_GRACE_MS))
+    margin_ms = leases.fence_margin_ms(3000, defaults.KILL_GRACE_MS)
+    horizon_ms = leases.beat_rule(3000, 1000, margin_ms).horizon_ms
     earliest = (3000 - horizon_ms) / 1000  # a lease granted 3 s past T is within it from then
     assert all(at >= earliest and 0 < n <= 50_000 for _, at, n in r["heartbeats"])
     off = storm(*FULL, "storm.run_ttl_s=3", "storm.heartbeat_s=1", "storm.heartbeats=false")

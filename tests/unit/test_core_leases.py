@@ -324,16 +324,32 @@ def test_a_lease_is_renewed_only_when_it_would_end_within_the_horizon() -> None:
 
 
 def test_the_default_horizon_spares_a_storms_first_seconds() -> None:
-    """A run claimed ahead is leased a ttl past its second: the beats in the two seconds
-    after it renew none of the storm's leases, the ones after that do."""
+    """A run claimed ahead is leased a ttl past its second: the beats in the 4.5 s after
+    it renew none of the storm's leases (the 2.5-beat rule spared 2 s), the ones after
+    that do."""
     from kit.core import defaults
-    from kit.core.leases import beat_horizon_ms, beat_wanted, fence_margin_ms
+    from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 
     ttl, beat = defaults.RUN_LEASE_TTL_MS, defaults.RUN_HEARTBEAT_MS
-    horizon = beat_horizon_ms(beat, fence_margin_ms(ttl, defaults.KILL_GRACE_MS))
+    horizon = beat_rule(ttl, beat, fence_margin_ms(ttl, defaults.KILL_GRACE_MS)).horizon_ms
+    spared = ttl - horizon
+    assert spared == 4_500
     due = 1_000_000
-    assert not any(beat_wanted(False, due + ttl, None, due + t, horizon) for t in range(0, 2001))
-    assert beat_wanted(False, due + ttl, None, due + 2001, horizon)
+    assert not any(
+        beat_wanted(False, due + ttl, None, due + t, horizon) for t in range(0, spared + 1, 10)
+    )
+    assert beat_wanted(False, due + ttl, None, due + spared + 1, horizon)
+
+
+def test_the_default_rule_survives_a_stall_of_a_lease_less_a_beat() -> None:
+    from kit.core import defaults
+    from kit.core.leases import beat_rule, fence_margin_ms
+
+    ttl, beat = defaults.RUN_LEASE_TTL_MS, defaults.RUN_HEARTBEAT_MS
+    rule = beat_rule(ttl, beat, fence_margin_ms(ttl, defaults.KILL_GRACE_MS))
+    assert (rule.tick_ms, rule.stall_ms) == (625, ttl - beat)
+    drills = beat_rule(4000, 4000 // 3, fence_margin_ms(4000, defaults.KILL_GRACE_MS))
+    assert (drills.tick_ms, drills.horizon_ms, drills.stall_ms) == (83, 3999, 2667)
 
 
 @given(
@@ -351,11 +367,11 @@ def test_one_failed_beat_never_lets_the_fence_take_a_run(
     from its claim `ahead` ms before its second and then running, must never reach the
     fence (its confirmed lease less the margin) at any beat: a failed beat is not a reason
     to give a healthy run back and run it twice."""
-    from kit.core.leases import beat_horizon_ms, beat_wanted, fence_margin_ms
+    from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 
     beat = ttl // 3
     margin = fence_margin_ms(ttl, 2_000)
-    horizon = beat_horizon_ms(beat, margin)
+    horizon = beat_rule(ttl, beat, margin).horizon_ms
     late_max = min(beat / 4, (beat - margin) / 2)
     until = ahead + ttl  # claimed at 0, leased a ttl past its second
     now = phase % beat
@@ -376,3 +392,78 @@ def test_a_started_run_is_beaten_until_its_timeout_has_passed_and_not_after() ->
     assert beat_wanted(True, 0, deadline_ms=None, now_ms=10**12, horizon_ms=20_000)
     # a held run has no deadline yet, however long it waits for a slot
     assert beat_wanted(False, 0, deadline_ms=None, now_ms=10**12, horizon_ms=20_000)
+
+
+def first_fence(
+    ttl: int,
+    beat: int,
+    ahead: int,
+    phase: float,
+    slow: list[float],
+    stall_at: int,
+    stall_ms: int,
+) -> int | None:
+    """kit.worker's heartbeat thread on one run, in simulated milliseconds: claimed at 0,
+    leased until `ahead` + ttl, started at its second `ahead`. The thread waits a tick,
+    beats (renewing the lease if kit.core.leases.beat_wanted says so, confirmed until the
+    beat's send + ttl once its reply is in; the statement renews other runs too, so it
+    may be slow, or hang in a stall, either way), waits a tick again. A beat takes up to
+    a sixteenth of a beat, a second at most (`slow`: fractions of that, in turn). From
+    `stall_at` for `stall_ms` the database answers nothing: a beat sent into the stall
+    (or still in flight when it began) is answered when it ends. The fence takes the run
+    when it is not confirmed until the fence margin from now. Returns when it would, or
+    None when it never does (looking until a ttl after the stall)."""
+    from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
+
+    margin = fence_margin_ms(ttl, 2_000)
+    rule = beat_rule(ttl, beat, margin)
+    until = ahead + ttl
+    stall_end = stall_at + stall_ms
+    now = phase * rule.tick_ms
+    for look in range(100_000):
+        fraction = slow[look % len(slow)]
+        if now > until - margin:
+            return int(now)
+        wanted = beat_wanted(now >= ahead, int(until), None, int(now), rule.horizon_ms)
+        took = fraction * min(1000, beat // 16)
+        reply = now + took
+        if stall_at <= now < stall_end or now < stall_at < reply:  # other runs' beats too
+            reply = stall_end + took
+        if reply > until - margin:
+            return int(until - margin)
+        if wanted:
+            until = max(until, now + ttl)
+        now = reply + rule.tick_ms
+        if now > stall_end + ttl:
+            return None
+    raise AssertionError("the simulation did not reach its end")
+
+
+@given(
+    ttl=st.integers(3_000, 120_000),
+    ahead=st.integers(0, 10_000),
+    phase=st.floats(0, 1),
+    slow=st.lists(st.floats(0, 1), min_size=1, max_size=50),
+    stall_at=st.integers(0, 200_000),
+    stall=st.floats(0, 1, exclude_max=True),
+)
+def test_a_stall_shorter_than_a_lease_less_a_beat_never_reaches_the_fence(
+    ttl: int,
+    ahead: int,
+    phase: float,
+    slow: list[float],
+    stall_at: int,
+    stall: float,
+) -> None:
+    """The database stops answering for less than one run-lease less one beat (the
+    default beat: ttl/3), at any moment: before the run's second, at it, while it runs,
+    just before the beat that would renew its lease. A beat sent into the stall hangs
+    until it ends; beats are slow by up to a sixteenth of a beat. The lease never ended
+    in the database (it was renewed at most a beat before), so the worker must not fence
+    the run: a stall that short is no reason to give a healthy run back and run it again.
+    (The rule of one look per beat and a 2.5-beat horizon let a running lease fall to
+    ttl - beat and fenced it the fence margin before: a stall of ttl - beat - margin did.)"""
+    beat = ttl // 3
+    stall_ms = int(stall * (ttl - beat))
+    at = first_fence(ttl, beat, ahead, phase, slow, stall_at % (ahead + 2 * ttl), stall_ms)
+    assert at is None, f"fenced at {at} ms by a stall of {stall_ms} ms"

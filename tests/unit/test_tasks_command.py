@@ -180,3 +180,38 @@ def test_a_dead_keeper_is_replaced_and_told_every_live_group() -> None:
             if sleeper.poll() is None:
                 sleeper.kill()
                 sleeper.wait()
+
+
+def test_the_keeper_stops_a_group_at_its_deadline_while_the_worker_lives() -> None:
+    """A stopped worker (SIGSTOP, a paused host) neither beats nor fences: the keeper, a
+    process of its own, stops its task at the run's deadline, never before it; a deadline
+    moved later (the lease confirmed again) is the one kept."""
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    keeper = command._Keeper()
+    try:
+        first = time.monotonic() + 0.3
+        keeper.register(sleeper.pid, 0.5, first)
+        moved = time.monotonic() + 1.0
+        keeper.extend(sleeper.pid, moved)
+        assert sleeper.wait(timeout=10) == -signal.SIGTERM  # its pipe still open
+        assert time.monotonic() >= moved
+        assert keeper._proc is not None and keeper._proc.poll() is None  # it keeps watch
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+        if keeper._proc is not None and keeper._proc.stdin is not None:
+            keeper._proc.stdin.close()
+            keeper._proc.wait(timeout=10)
+
+
+def test_a_command_task_is_stopped_at_its_runs_deadline_by_the_keeper() -> None:
+    """The deadline a worker gives a run (kit.tasks.context.Cancel.hold_until) reaches the
+    keeper with the task's group; nobody sets the cancel flag, as in a stopped worker."""
+    from kit.tasks.context import Cancel
+
+    cancel = Cancel()
+    cancel.hold_until(time.monotonic() + 0.5)
+    result = run_command({"argv": [PY, "-c", "import time; time.sleep(30)"]}, ctx(cancel=cancel))
+    assert not result.ok and result.error is not None
+    assert result.error.startswith("killed by SIGTERM"), result.error

@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from sqlalchemy import create_engine
 
 from kit.store.claims import ClaimedRun
@@ -93,7 +94,7 @@ def test_a_beat_due_during_the_starts_waits_for_them() -> None:
     import threading
 
     w = worker()
-    w.heartbeat_s = 0.05
+    w.beat_tick_s = 0.05
     beats: list[float] = []
     w.heartbeat = lambda: beats.append(time.monotonic()) or set()  # type: ignore[method-assign]
     w._starting.set()
@@ -106,3 +107,19 @@ def test_a_beat_due_during_the_starts_waits_for_them() -> None:
     w._beating.set()
     loop.join(5)
     assert beats and beats[0] >= cleared
+
+
+def test_a_worker_that_did_not_run_for_a_while_says_so_and_what_it_fences(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Stopped past its leases (SIGSTOP, a host pause), the worker wakes to runs another
+    worker may hold now: it says so, with how many it fences, and fences them."""
+    w = worker()
+    lost = held(w, started=True, deadline=time.monotonic() + 60)
+    now = lost.confirmed_until + 1  # woke after its lease ran out
+    with caplog.at_level("WARNING", logger="kit.worker.worker"):
+        w._woke(6.0, now)
+        w._fence_pass(now)
+    assert "woke after 6.0 s" in caplog.text and "1 of 1 runs" in caplog.text
+    assert lost.fenced and lost.cancel.is_set()
+    assert w.metrics.value("cronfleet_worker_woke_total") == 1

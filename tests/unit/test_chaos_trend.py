@@ -1,0 +1,41 @@
+"""chaos.trend: a resource's slope with its interval, and the verdict 'flat'."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from chaos.trend import t_quantile_975, trend
+
+
+def test_the_t_quantile_matches_the_table() -> None:
+    for df, table in ((5, 2.5706), (10, 2.2281), (30, 2.0423), (1000, 1.9623)):
+        assert abs(t_quantile_975(df) - table) < 3e-3
+
+
+def test_a_level_with_noise_is_flat_and_a_leak_is_not() -> None:
+    rng = np.random.default_rng(7)
+    t = np.arange(0, 7200, 10.0)  # two hours, a sample every 10 s
+    level = 200 + rng.normal(0, 5, len(t))
+    flat = trend(t, level)
+    assert flat is not None and flat.flat and flat.ci_low_per_h <= 0 <= flat.ci_high_per_h
+    leak = trend(t, level + t / 3600 * 20)  # 20 MB an hour: 20 % over the soak
+    assert leak is not None and not leak.flat
+    assert leak.ci_low_per_h < 20 < leak.ci_high_per_h
+    assert 15 < (leak.growth_pct or 0) < 25
+
+
+def test_autocorrelated_samples_widen_the_interval() -> None:
+    """A heap that climbs for minutes and drops is not a leak, and its samples are not
+    independent: the interval accounts for it (effective sample size below n)."""
+    rng = np.random.default_rng(3)
+    t = np.arange(0, 7200, 10.0)
+    walk = np.zeros(len(t))
+    for i in range(1, len(t)):
+        walk[i] = 0.95 * walk[i - 1] + rng.normal(0, 2)
+    found = trend(t, 100 + walk)
+    assert found is not None and found.n_effective < found.n / 5
+    assert found.flat
+
+
+def test_too_few_samples_say_nothing() -> None:
+    assert trend([0, 1, 2], [1, 2, 3]) is None
