@@ -888,6 +888,40 @@ def plot(results: list[SizeResult], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def plot_runs(paths: list[Path], path: Path) -> None:
+    """Every steady scan of the runs' JSON (`--json`), one line a run and series: a
+    series of runs (before and after alternated) drawn as one plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for run in paths:
+        scans = json.loads(run.read_text())["scans"]
+        for s in sorted({x["series"] for x in scans if x["series"]}):
+            xs = [x for x in scans if x["series"] == s and x["kind"] == "steady"]
+            if xs:
+                before = "before" in run.stem
+                ax.plot(
+                    [x["second"] for x in xs],
+                    [x["ms"] for x in xs],
+                    "x--" if before else ".-",
+                    lw=0.8,
+                    color="k" if before else None,
+                    label=f"{run.stem}, series {s}",
+                )
+    ax.axhline(250, color="tab:gray", lw=1.0, ls=":", label="target p99 250 ms")
+    ax.set_yscale("log")
+    ax.set_xlabel("second of the run (one scan a second; series one after the other)")
+    ax.set_ylabel("steady scan wall time, ms")
+    ax.set_title("Steady scans of ~2,000 cron fires, one node holding all 1024 partitions")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def parse_sizes(text: str) -> list[int]:
     try:
         sizes = [int(float(s)) for s in text.split(",") if s.strip()]
@@ -941,7 +975,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=20291231)
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--out", type=Path, help="directory for the PNG plot")
+    ap.add_argument(
+        "--plot",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="only draw the steady scans of these runs' JSON into --out (no database)",
+    )
     args = ap.parse_args(argv)
+    if args.plot:
+        if args.out is None:
+            ap.error("--plot: say where with --out DIR")
+        args.out.mkdir(parents=True, exist_ok=True)
+        plot_runs(args.plot, args.out / "trigger_index.png")
+        log(f"wrote {args.out / 'trigger_index.png'}")
+        return 0
 
     command = shlex.join(["python", "benchmarks/trigger_index.py", *sys.argv[1:]])
     settings = load_settings()
