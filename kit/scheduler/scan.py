@@ -31,6 +31,7 @@ from kit.core.trigger import (
     decide_scan,
     overlap_limit_ms,
 )
+from kit.crash import crash_point
 from kit.store import scheduling as sql
 from kit.store.db import db_now
 from kit.transport.message import RunMessage
@@ -310,10 +311,13 @@ def _write(
         if d.next_fire_at_ms is not None and job is not None:
             nexts.append((trig.partition_id, d.next_fire_at_ms, trig.job_id, job.version))
     inserted = sql.runs_insert(conn, rows)
+    crash_point("scan.runs_written", inserted)
     rearmed = sql.runs_rearm(conn, rearms)
+    crash_point("scan.rearmed", rearmed)
     sql.runs_cancel_retries(conn, cancels)
     sql.triggers_delete(conn, deletes)
     sql.triggers_insert(conn, nexts)
+    crash_point("scan.triggers_advanced", deletes)
     held = result.held
     skipped = result.skipped
     guard.sent()
