@@ -28,7 +28,8 @@ TIERS = ("critical", "high", "normal", "low")
 @dataclass(frozen=True)
 class JobClass:
     """`count` jobs alike: a schedule (every_s, or cron), a task mode, how long the task
-    works before and after its effect, and the misfire policy."""
+    works before and after its effect, the misfire and overlap policies, and the attempts
+    a run may take (None: the healthy or poison budget below)."""
 
     name: str
     count: int
@@ -39,6 +40,8 @@ class JobClass:
     window_s: float = 0.0
     misfire: str = "run_all"
     timeout_s: int = 30
+    overlap: str = "allow"
+    max_attempts: int | None = None
 
     def body(self, ledger: Path, index: int, rng: random.Random) -> dict[str, Any]:
         schedule: dict[str, Any] = (
@@ -48,13 +51,16 @@ class JobClass:
         if self.misfire == "skip_late":
             misfire["deadline_s"] = 5
         poison = self.mode in POISON_MODES
+        retry = dict(POISON_RETRY if poison else HEALTHY_RETRY)
+        if self.max_attempts is not None:
+            retry["max_attempts"] = self.max_attempts
         return {
             "name": f"{self.mode}-{self.name}-{index}",
             "schedule": schedule,
             "task": task_spec(ledger, self.mode, self.pre_s, self.window_s),
-            "retry": POISON_RETRY if poison else HEALTHY_RETRY,
+            "retry": retry,
             "timeout_s": 2 if self.mode == "hang" else self.timeout_s,
-            "overlap": "allow",
+            "overlap": self.overlap,
             "misfire": misfire,
             "priority": rng.choice(TIERS),
         }
