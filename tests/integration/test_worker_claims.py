@@ -304,3 +304,24 @@ def test_a_failure_that_will_retry_does_not_release_a_queued_run(engine: Engine)
     [again] = runs_claim(engine, [Claim(first, 2)], "w1", TTL_MS)
     done = run_finish_ok(engine, first, again.lease_token)
     assert done.queued_next is not None and done.queued_next.run_id == queued
+
+
+def test_the_reaper_leaves_a_lease_a_millisecond_before_its_expiry(engine: Engine) -> None:
+    """A lease is the worker's until the instant it expires, and the reaper's from then:
+    at expiry - 1 ms nothing is taken, at the expiry it is (whatever the rest of the
+    lease: a reaper that took leases early passed every test that reaped leases just
+    claimed or long expired)."""
+    job = make_job(engine)
+    rid = make_run(engine, job)
+    [claimed] = runs_claim(engine, [Claim(rid, 1)], "w1", TTL_MS)
+    expires = run_row(engine, rid).lease_expires_at
+    published: list = []
+    for before_ms in (TTL_MS // 2, 5_000, 1):
+        early = runs_reap_expired(
+            engine, published.extend, now=expires - timedelta(milliseconds=before_ms)
+        )
+        assert (early.requeued, early.dead, published) == ([], [], [])
+        assert run_row(engine, rid).lease_token == claimed.lease_token
+    reaped = runs_reap_expired(engine, published.extend, now=expires)
+    assert [p.run_id for p in reaped.requeued] == [rid] == [p.run_id for p in published]
+    assert (run_row(engine, rid).status, run_row(engine, rid).attempt) == ("pending", 2)
