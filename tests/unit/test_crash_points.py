@@ -268,14 +268,18 @@ def test_points_of_a_service_in_table_order() -> None:
         "republish.orphans_released",
         "republish.published",
     )
-    with pytest.raises(ValueError, match="service"):
+    with pytest.raises(ValueError) as refused:
         points_of("nobody")
+    assert str(refused.value) == "service: one of scheduler, worker, reaper, maintenance, api"
 
 
 def test_the_docs_list_every_point() -> None:
     """docs/testing.md carries the table `python -m kit.core.crash_points` prints."""
     doc = (ROOT / "docs" / "testing.md").read_text()
-    assert render_table() in doc
+    table = render_table()
+    assert table.startswith("| point | service | a crash there leaves |\n| --- | --- | --- |\n")
+    assert table.count("\n") == len(CRASH_POINTS) + 2
+    assert table in doc
     assert {n for n in NAMES if f"`{n}`" not in doc} == set()
 
 
