@@ -63,6 +63,9 @@ class JobClass:
             "overlap": self.overlap,
             "misfire": misfire,
             "priority": rng.choice(TIERS),
+            # a poison job dies every run: the drill audits each dead letter, so it opts
+            # out of the auto-pause the operator's default would apply
+            **({"pause_after_dead": 0} if poison else {}),
         }
 
 
@@ -162,6 +165,7 @@ class Workload:
                 "retry": POISON_RETRY if poison else HEALTHY_RETRY,
                 "timeout_s": 2 if mode == "hang" else 30,
                 "priority": self.rng.choice(TIERS),
+                **({"pause_after_dead": 0} if poison else {}),
             }
             for name in names
         ]

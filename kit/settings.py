@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kit.core import defaults
 from kit.core.errors import FieldError
+from kit.core.outcome import DEFAULT_PAUSE_AFTER_DEAD
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,29 @@ class Settings(BaseSettings):
         ge=86_400,
         description="How long run history is kept after its scheduled day ends (a day's "
         "partition is dropped whole; live and dead-lettered runs are kept).",
+    )
+    run_output_retention_s: int = Field(
+        default=7 * 86_400,
+        ge=60,
+        description="How long an attempt's output excerpt (stdout/stderr, an HTTP "
+        "response) is kept after the attempt finished.",
+    )
+    notification_retention_s: int = Field(
+        default=7 * 86_400,
+        ge=60,
+        description="How long a failure notification is kept after it was sent or given up.",
+    )
+    notify_period_ms: int = Field(
+        default=2000,
+        ge=100,
+        description="How often `cronfleet maintenance` sends the failure notifications due.",
+    )
+    pause_after_dead: int = Field(
+        default=DEFAULT_PAUSE_AFTER_DEAD,
+        ge=0,
+        le=10_000,
+        description="A job that names no `pause_after_dead` is paused after this many dead "
+        "letters in a row (0: such jobs never pause). A job opts out with 0.",
     )
     run_days_ahead: int = Field(
         default=3,

@@ -14,8 +14,8 @@ def plant() -> None:
     original = reaper_module.runs_reap_expired
     ahead = timedelta(milliseconds=load_settings().run_lease_ttl_ms)
 
-    def reap_early(engine, publish, limit=1000, now=None):  # type: ignore[no-untyped-def]
-        return original(engine, publish, limit, now=datetime.now(UTC) + ahead)
+    def reap_early(engine, publish, limit=1000, now=None, **kw):  # type: ignore[no-untyped-def]
+        return original(engine, publish, limit, now=datetime.now(UTC) + ahead, **kw)
 
     reaper_module.runs_reap_expired = reap_early
 

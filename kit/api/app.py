@@ -17,17 +17,23 @@ from starlette.concurrency import run_in_threadpool
 from kit.api import errors
 from kit.api.auth import BearerAuth, TokenCache
 from kit.api.backfill import router as backfill_router
+from kit.api.compute import limiter as cpu_limiter
 from kit.api.console import install as install_console
 from kit.api.dead_letters import router as dead_letters_router
+from kit.api.docs_ui import install as install_docs
 from kit.api.fleet import router as fleet_router
 from kit.api.job_history import router as job_history_router
 from kit.api.jobs_list import router as jobs_list_router
 from kit.api.limits import BodyLimit
 from kit.api.metrics import RequestMetrics, metrics_endpoint
 from kit.api.models import ErrorOut
+from kit.api.openapi import declare_body_rules
+from kit.api.queue_admin import router as queue_admin_router
 from kit.api.queues import router as queues_router
 from kit.api.routes import router
 from kit.api.run_cancel import router as run_cancel_router
+from kit.api.run_detail import router as run_detail_router
+from kit.api.safe_log import UnhandledErrors
 from kit.api.schedule_preview import router as schedule_preview_router
 from kit.settings import Settings, load_settings
 from kit.store.db import async_engine_for, engine_for
@@ -71,7 +77,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         # What startup built (modules, the app, its models: hundreds of thousands of
         # objects) lives as long as the process: out of the cyclic collector's sight, a
         # full collection walks only what requests made, instead of stopping every
-        # request in flight for ~0.1 s (two or three times a minute under load; issue 16)
+        # request in flight for ~0.1 s
         gc.collect()
         gc.freeze()
         yield
@@ -92,19 +98,24 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
             "receive the run id as an idempotency key."
         ),
         lifespan=lifespan,
+        docs_url=None,  # served offline below (kit.api.docs_ui), not from a CDN
+        redoc_url=None,  # ReDoc's page would load its script from a CDN
     )
     app.state.settings = settings
     app.state.engine = engine
     app.state.async_engine = async_engine
     app.state.db_pool = db_pool
     app.state.task_policy = task_policy  # the operator's file, re-read when it changes
+    app.state.cpu_limiter = cpu_limiter()  # previews and explain, a few at a time
     errors.install(app)
     app.include_router(router, responses=_ERROR_RESPONSES)
     app.include_router(dead_letters_router, responses=_ERROR_RESPONSES)
     app.include_router(queues_router, responses=_ERROR_RESPONSES)
+    app.include_router(queue_admin_router, responses=_ERROR_RESPONSES)
     for operate_router in (
         jobs_list_router,
         run_cancel_router,
+        run_detail_router,
         backfill_router,
         job_history_router,
         schedule_preview_router,
@@ -112,13 +123,16 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     ):
         app.include_router(operate_router, responses=_ERROR_RESPONSES)
     install_console(app)  # /console: server-rendered pages behind the same tokens
+    install_docs(app)  # /docs: Swagger UI from the API's own files
     # Outermost first: authenticate, then bound the body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.state.token_cache = TokenCache(settings.api_token_cache_s)
     app.add_middleware(
         BearerAuth, engine=lambda: app.state.async_engine, cache=app.state.token_cache
     )
-    app.add_middleware(RequestMetrics)  # outermost: counts refused requests too
+    app.add_middleware(RequestMetrics)  # counts refused requests too
+    # outermost: an exception no handler took is a 500 and a log line without its text
+    app.add_middleware(UnhandledErrors)
     app.add_route("/metrics", metrics_endpoint, include_in_schema=False)
 
     @app.get("/healthz", tags=["health"], summary="Liveness and database reachability")
@@ -150,7 +164,7 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
                 if path.startswith("/v1"):
                     for operation in operations.values():
                         operation["security"] = [{"bearer": []}]
-            app.openapi_schema = schema
+            app.openapi_schema = declare_body_rules(schema)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

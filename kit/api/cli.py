@@ -39,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from kit.api.safe_log import uvicorn_log_config
     from kit.core.errors import UsageError
     from kit.settings import load_settings
 
@@ -65,6 +66,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=host,
         port=port,
         log_level=settings.log_level.lower(),
+        log_config=uvicorn_log_config(settings.log_level.upper()),
         access_log=args.access_log,
         proxy_headers=False,
         loop=_best("uvloop", "auto"),

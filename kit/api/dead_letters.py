@@ -18,10 +18,11 @@ from sqlalchemy import Engine
 
 from kit.api.auth import Caller, principal
 from kit.api.body import StrictJsonRoute
+from kit.api.declared import INSTANT, INSTANT_DOC, Cursor, Whole
 from kit.api.errors import ApiError
-from kit.api.models import RunStatusName
-from kit.core.errors import FieldError
-from kit.core.schedule import check_instant_range
+from kit.api.ids import BodyJobId, JobIdFilter, RunId
+from kit.api.models import RunStateName
+from kit.core.schedule import parse_instant
 from kit.store import dead_letters as store
 from kit.store.errors import RunNotFound
 
@@ -41,7 +42,7 @@ class DeadLetterOut(BaseModel):
     )
     dead_at: datetime
     replayed_at: datetime | None
-    run_status: RunStatusName
+    run_status: RunStateName
     attempt: int
     scheduled_at: datetime
 
@@ -67,12 +68,17 @@ class DeadLetterPageOut(BaseModel):
 class BulkReplayIn(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    job_id: str | None = None
-    dead_from: datetime | None = Field(
-        default=None, alias="from", description="dead at or after this instant"
+    job_id: BodyJobId | None = None
+    dead_from: str | None = Field(
+        default=None,
+        alias="from",
+        pattern=INSTANT,
+        description=f"dead at or after this instant ({INSTANT_DOC})",
     )
-    dead_to: datetime | None = Field(default=None, alias="to", description="dead before this")
-    limit: int = Field(default=store.MAX_BULK_REPLAY, ge=1, le=store.MAX_BULK_REPLAY)
+    dead_to: str | None = Field(
+        default=None, alias="to", pattern=INSTANT, description=f"dead before this ({INSTANT_DOC})"
+    )
+    limit: Whole = Field(default=store.MAX_BULK_REPLAY, ge=1, le=store.MAX_BULK_REPLAY)
 
 
 class BulkReplayOut(BaseModel):
@@ -88,12 +94,8 @@ def _not_found() -> ApiError:
     return ApiError(404, "no such dead letter")
 
 
-def _aware(value: datetime | None, field: str) -> datetime | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        raise FieldError(field, "must carry a time zone (e.g. Z)")
-    return check_instant_range(value, field)
+def _aware(value: str | None, field: str) -> datetime | None:
+    return None if value is None else parse_instant(value, field)
 
 
 @router.get(
@@ -104,8 +106,8 @@ def _aware(value: datetime | None, field: str) -> datetime | None:
 def list_dead_letters(
     request: Request,
     caller: Caller,
-    job_id: Annotated[str | None, Query(description="only this job's")] = None,
-    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
+    job_id: JobIdFilter = None,
+    cursor: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=store.MAX_PAGE)] = 50,
 ) -> DeadLetterPageOut:
     page = store.dead_letters_list(_engine(request), caller.tenant, job_id, cursor, limit)
@@ -116,11 +118,11 @@ def list_dead_letters(
 
 
 @router.get(
-    "/dead-letters/{run_id}",
+    "/dead-letters/{run_id:id}",
     response_model=DeadLetterOut,
     summary="A dead letter with its error history",
 )
-def get_dead_letter(run_id: str, request: Request, caller: Caller) -> DeadLetterOut:
+def get_dead_letter(run_id: RunId, request: Request, caller: Caller) -> DeadLetterOut:
     try:
         return DeadLetterOut.of(store.dead_letter_get(_engine(request), caller.tenant, run_id))
     except RunNotFound as exc:
@@ -128,12 +130,12 @@ def get_dead_letter(run_id: str, request: Request, caller: Caller) -> DeadLetter
 
 
 @router.post(
-    "/dead-letters/{run_id}:replay",
+    "/dead-letters/{run_id:id}:replay",
     response_model=DeadLetterOut,
     summary="Replay one dead run: same run id, next attempt, fresh attempt budget",
     responses={409: {"description": "the run is not dead: it was already replayed"}},
 )
-def replay_dead_letter(run_id: str, request: Request, caller: Caller) -> DeadLetterOut:
+def replay_dead_letter(run_id: RunId, request: Request, caller: Caller) -> DeadLetterOut:
     try:
         record = store.dead_letter_replay(_engine(request), caller.tenant, run_id)
     except RunNotFound as exc:

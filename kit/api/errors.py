@@ -14,10 +14,14 @@ import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Scope
 
 from kit.api.body import InvalidBody
+from kit.api.declared import PATTERN_REASONS
+from kit.api.ids import ID_FIELDS, UUID_REASON
 from kit.api.models import SERVER_SET_FIELDS
 from kit.core.errors import FieldError
 from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken, RunNotFound
@@ -39,6 +43,8 @@ _CODES = {
 }
 RETRY_AFTER_S = 1
 TASK_TYPES = registry.names()  # a task's `type`: the tag pydantic puts in an error's loc
+# pydantic's refusals of an id's declared form (kit.api.ids): one reason for all of them
+_ID_REFUSALS = frozenset({"string_pattern_mismatch", "string_too_short", "string_too_long"})
 
 
 class ApiError(Exception):
@@ -80,8 +86,9 @@ def database_unavailable() -> ApiError:
 
 
 def field_error(exc: FieldError, prefix: str = "") -> ApiError:
-    path = f"{prefix}.{exc.field}" if prefix else exc.field
-    return ApiError(422, f"{path}: {exc.reason}", [(path, exc.reason)])
+    """Every field the error names (FieldErrors: several at once), under `prefix`."""
+    problems = [(f"{prefix}.{f}" if prefix else f, r) for f, r in exc.problems]
+    return ApiError(422, f"{problems[0][0]}: {problems[0][1]}", problems)
 
 
 def _path(loc: Sequence[Any]) -> str:
@@ -103,14 +110,36 @@ def _path(loc: Sequence[Any]) -> str:
 
 
 def _problem(error: dict[str, Any]) -> tuple[str, str]:
+    return _problems(error)[0]
+
+
+def _problems(error: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each (field, reason) one of pydantic's errors stands for: a core parser's
+    FieldErrors names several fields of the object it was given."""
     loc = error.get("loc", ())
-    kind = error.get("type", "")
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, FieldError):
-        # A core parser named the field from the object it was given (`schedule.cron`):
-        # prefix it with where that object sits in the body (`jobs[3]`).
-        where = _path(loc[:-1])
-        return (f"{where}.{cause.field}" if where else cause.field), cause.reason
+        # A core parser named the fields from the object it was given (`schedule.cron`),
+        # or a model's validator from inside the model (`secret_headers[0]` of a task or
+        # a webhook): prefix them with where that object sits in the body (`jobs[3]`,
+        # `jobs[3].task`, `notify`).
+        return [(_under(loc, f), r) for f, r in cause.problems]
+    return [_one_problem(error)]
+
+
+def _under(loc: Sequence[Any], field: str) -> str:
+    """A validator's field name, placed where its object sits: a field validator's
+    error already names its field (`schedule.cron` at `schedule`), a model validator's
+    names a field inside the model at `loc`."""
+    last = str(loc[-1]) if loc else ""
+    names_own = field == last or field.startswith((f"{last}.", f"{last}["))
+    where = _path(loc[:-1] if names_own else loc)
+    return f"{where}.{field}" if where else field
+
+
+def _one_problem(error: dict[str, Any]) -> tuple[str, str]:
+    loc = error.get("loc", ())
+    kind = error.get("type", "")
     path = _path(loc) or "body"
     if kind == "extra_forbidden":
         name = loc[-1] if loc else ""
@@ -123,15 +152,40 @@ def _problem(error: dict[str, Any]) -> tuple[str, str]:
         return "body", "is not valid JSON"
     if kind == "union_tag_invalid":
         return path, f"must be one of {', '.join(TASK_TYPES)}"
+    if kind in _ID_REFUSALS and loc and loc[-1] in ID_FIELDS:
+        return path, UUID_REASON
+    if kind == "string_pattern_mismatch":
+        pattern = str((error.get("ctx") or {}).get("pattern", ""))
+        if pattern in PATTERN_REASONS:
+            return path, PATTERN_REASONS[pattern]
     message = str(error.get("msg", "is invalid"))
     return path, message.removeprefix("Value error, ")
 
 
+def validation_problems(errors: Sequence[Any]) -> list[tuple[str, str]]:
+    """pydantic's errors as the API reports them, (field, reason) each, once: the
+    console's forms say exactly what a 422 of the API would."""
+    return list(dict.fromkeys(p for e in errors for p in _problems(e)))
+
+
 def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-    problems = [_problem(e) for e in exc.errors()]
-    problems = list(dict.fromkeys(problems))  # unions repeat the same complaint
+    problems = validation_problems(exc.errors())  # unions repeat the same complaint
     first = problems[0] if problems else ("body", "is invalid")
     return error_response(ApiError(422, f"{first[0]}: {first[1]}", problems))
+
+
+def allowed_methods(app: FastAPI, scope: Scope) -> list[str]:
+    """Every method some route of this path answers. The router's own 405 names only
+    the first route whose path matched, and a path's methods are often on several
+    routes (`GET /v1/jobs` and `POST /v1/jobs`): HTTP wants them all in `Allow`
+    (tests/integration/test_api_bad_input.py::test_a_405_names_every_method_of_the_path)."""
+    path = scope.get("path", "")
+    methods: set[str] = set()
+    for route in iter_route_contexts(app.routes):
+        regex, route_methods = getattr(route, "path_regex", None), route.methods
+        if regex is not None and route_methods and regex.match(path):
+            methods |= route_methods
+    return sorted(methods)
 
 
 def install(app: FastAPI) -> None:
@@ -146,7 +200,12 @@ def install(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request refused"
-        return error_response(ApiError(exc.status_code, message, headers=exc.headers))
+        headers = exc.headers
+        if exc.status_code == 405:
+            allow = allowed_methods(request.app, request.scope)
+            headers = {**(headers or {}), "Allow": ", ".join(allow)}
+            message = f"method not allowed here; allowed: {', '.join(allow)}"
+        return error_response(ApiError(exc.status_code, message, headers=headers))
 
     async def on_invalid_body(request: Request, exc: InvalidBody) -> JSONResponse:
         return error_response(ApiError(422, str(exc.detail), exc.problems))

@@ -81,7 +81,8 @@ class TierInFlightOut(BaseModel):
     waiting: int = Field(description="due, not claimed by a worker yet: this tenant's lag")
     ahead: int = Field(description="written ahead of their second")
     held: int = Field(description="held back by the job's overlap policy (queue)")
-    running: int
+    claimed: int = Field(description="a worker holds it and waits for its second")
+    running: int = Field(description="its second has come and a worker holds it")
     retry_scheduled: int
     oldest_waiting_at: datetime | None = Field(description="the oldest waiting run's time")
 

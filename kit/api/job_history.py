@@ -12,9 +12,19 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
-from kit.api.models import RunStatusName, RunTrigger
+from kit.api.compute import cpu_bound
+from kit.api.declared import HISTORY_INSTANT, INSTANT_DOC, Cursor
+from kit.api.ids import JobId
+from kit.api.models import RunStateName, RunTrigger
 from kit.api.state import engine_of, settings_of
-from kit.core.owed import DUE_GRACE_MS, MAX_EXPLAIN_FIRES, Outcome, check_instant, dst_note
+from kit.core.owed import (
+    DUE_GRACE_MS,
+    EARLIEST,
+    MAX_EXPLAIN_FIRES,
+    Outcome,
+    check_instant,
+    dst_note,
+)
 from kit.core.schedule import CronSchedule, parse_instant, schedule_to_dict
 from kit.store import audit as audit_store
 from kit.store import explain as explain_store
@@ -39,15 +49,15 @@ class AuditPageOut(BaseModel):
 
 
 @router.get(
-    "/jobs/{job_id}/audit",
+    "/jobs/{job_id:id}/audit",
     response_model=AuditPageOut,
     summary="A job's audit log, newest first: who changed what, when",
 )
 async def job_audit(
-    job_id: str,
+    job_id: JobId,
     request: Request,
     caller: Caller,
-    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
+    cursor: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=audit_store.MAX_PAGE)] = 50,
 ) -> AuditPageOut:
     page = await run_in_threadpool(
@@ -83,7 +93,7 @@ class FireOut(BaseModel):
 class OtherRunOut(BaseModel):
     run_id: str
     scheduled_at: datetime
-    status: RunStatusName
+    status: RunStateName
     trigger: RunTrigger
 
 
@@ -115,7 +125,10 @@ class ExplainOut(BaseModel):
 def _range(start: str | None, end: str | None) -> tuple[datetime, datetime]:
     now = datetime.now(UTC)
     end_at = check_instant(parse_instant(end, "to") if end else now + timedelta(hours=1), "to")
-    start_at = parse_instant(start, "from") if start else end_at - timedelta(hours=25)
+    # the default `from` never falls before the range's earliest instant (a `to` in 1970)
+    start_at = (
+        parse_instant(start, "from") if start else max(EARLIEST, end_at - timedelta(hours=25))
+    )
     return check_instant(start_at, "from"), end_at
 
 
@@ -129,7 +142,7 @@ def explain_out(done: explain_store.Explanation) -> ExplainOut:
                 scheduled_at=e.fire.at,
                 local=e.fire.nominal.astimezone(zone).isoformat(),
                 outcome=e.outcome,
-                status=e.run.status if e.run else None,
+                status=done.shown(e.run) if e.run else None,
                 run_id=e.fire.run_id,
                 attempt=e.run.attempt if e.run else None,
                 reason=e.reason,
@@ -153,7 +166,7 @@ def explain_out(done: explain_store.Explanation) -> ExplainOut:
             OtherRunOut(
                 run_id=o.run.run_id,
                 scheduled_at=o.scheduled_at,
-                status=o.run.status,
+                status=done.shown(o.run),
                 trigger=o.run.trigger_kind,
             )
             for o in done.other_runs
@@ -163,20 +176,24 @@ def explain_out(done: explain_store.Explanation) -> ExplainOut:
 
 
 @router.get(
-    "/jobs/{job_id}/explain",
+    "/jobs/{job_id:id}/explain",
     response_model=ExplainOut,
     response_model_by_alias=True,
     summary="Why didn't my job run? Every fire the schedule owed in a range, and its fate",
 )
 async def explain_job(
-    job_id: str,
+    job_id: JobId,
     request: Request,
     caller: Caller,
     start: Annotated[
-        str | None, Query(alias="from", description="ISO 8601 with offset; default to - 25 h")
+        str | None,
+        Query(
+            alias="from", pattern=HISTORY_INSTANT, description=f"{INSTANT_DOC}; default to - 25 h"
+        ),
     ] = None,
     end: Annotated[
-        str | None, Query(alias="to", description="ISO 8601 with offset; default now + 1 h")
+        str | None,
+        Query(alias="to", pattern=HISTORY_INSTANT, description=f"{INSTANT_DOC}; default now + 1 h"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_EXPLAIN_FIRES)] = 500,
 ) -> ExplainOut:
@@ -184,9 +201,11 @@ async def explain_job(
     force at that time, from the job's audit log, with the DST rule of kit.core applied)
     and its outcome: `ran` (with the run's status), `skipped` (with the reason: paused,
     overlap, misfire), `not_yet_due` (in the future, or due less than 30 s ago), or
-    `missing`: due, and no run was recorded, which is a bug to report."""
+    `missing`: due, and no run was recorded, which is a bug to report. The range spans
+    at most 366 days (422 naming `from` beyond)."""
     start_at, end_at = _range(start, end)
-    done = await run_in_threadpool(
+    done = await cpu_bound(
+        request,
         lambda: explain_store.job_explain(
             engine_of(request),
             caller.tenant,
@@ -196,6 +215,6 @@ async def explain_job(
             limit=limit,
             due_grace_ms=DUE_GRACE_MS,
             written_ahead_ms=settings_of(request).scan_ahead_ms,
-        )
+        ),
     )
     return explain_out(done)

@@ -3,27 +3,31 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
-from kit.api.models import JobOut, RunStatusName
+from kit.api.declared import NO_CONTROL, Cursor
+from kit.api.models import JobOut, Priority, RunStateName
 from kit.api.state import engine_of
 from kit.store import jobs_list as store
 from kit.store.jobs import JobRecord
-from kit.store.jobs_list import LastRun
+from kit.store.jobs_list import NO_RUN, LastRun
+from kit.store.schema import RUN_STATUSES
 from kit.tasks import registry
 
 TASK_TYPES = registry.names()
+TaskTypeName = Literal[TASK_TYPES]  # type: ignore[valid-type]
+LastStatus = Literal[(*RUN_STATUSES, NO_RUN)]  # type: ignore[valid-type]
 router = APIRouter(prefix="/v1", dependencies=[Depends(principal)], tags=["jobs"])
 
 
 class LastRunOut(BaseModel):
     run_id: str
-    status: RunStatusName
+    status: RunStateName
     scheduled_at: datetime
 
 
@@ -57,14 +61,17 @@ class JobListOut(BaseModel):
 async def list_jobs(
     request: Request,
     caller: Caller,
-    name_prefix: Annotated[str | None, Query(description="names starting with this")] = None,
-    paused: Annotated[bool | None, Query(description="only paused (true) or active")] = None,
-    task_type: Annotated[str | None, Query(description=", ".join(TASK_TYPES))] = None,
-    priority: Annotated[str | None, Query(description="critical, high, normal, low")] = None,
-    last_status: Annotated[
-        str | None, Query(description="status of the last run, or `none` (never ran)")
+    name_prefix: Annotated[
+        str | None,
+        Query(pattern=NO_CONTROL, max_length=200, description="names starting with this"),
     ] = None,
-    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
+    paused: Annotated[bool | None, Query(description="only paused (true) or active")] = None,
+    task_type: Annotated[TaskTypeName | None, Query(description="the task's type")] = None,
+    priority: Annotated[Priority | None, Query(description="the job's priority")] = None,
+    last_status: Annotated[
+        LastStatus | None, Query(description="status of the last run, or `none` (never ran)")
+    ] = None,
+    cursor: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=store.MAX_PAGE)] = 50,
 ) -> JobListOut:
     """Jobs in name order (byte order: `B` before `a`); a page and the count of all

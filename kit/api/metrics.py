@@ -29,7 +29,8 @@ LATENCY = Histogram(
 def route_of(scope: Scope) -> str:
     """The matched route's template; the router records it in the scope as it matches."""
     route = scope.get("route")
-    return getattr(route, "path", None) or "unmatched"
+    # path_format: `{job_id}`, without the path convertor (`{job_id:id}`, kit.api.ids)
+    return getattr(route, "path_format", None) or getattr(route, "path", None) or "unmatched"
 
 
 class RequestMetrics:

@@ -17,26 +17,38 @@ from functools import reduce
 from typing import Annotated, Any, Literal
 
 from fastapi import Response
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema, field_validator
 
+from kit.api.declared import (
+    MISFIRE_SCHEMA,
+    RETRY_SCHEMA,
+    SCHEDULE_SCHEMA,
+    schedule_input,
+    whole_in,
+    wholes,
+)
 from kit.core.dispatch import PriorityTier
 from kit.core.errors import FieldError
 from kit.core.leases import RunStatus
-from kit.core.policies import MisfireKind, MisfirePolicy, OverlapPolicy
+from kit.core.policies import MisfirePolicy, OverlapPolicy
 from kit.core.queue_task import TaskStatus
-from kit.core.redaction import redact_task
-from kit.core.retry import Jitter, RetryPolicy
+from kit.core.redaction import redact_task, redact_webhook
+from kit.core.retry import RetryPolicy
+from kit.core.run_state import RunState
 from kit.core.schedule import OneOffSchedule, Schedule, parse_schedule, schedule_to_dict
 from kit.core.trigger import TriggerKind
 from kit.store.jobs import JobRecord, JobSpec
 from kit.store.runs import RunRecord
 from kit.tasks import registry
+from kit.tasks.http import Webhook
 
 # Fields the server sets; a client that sends one is told so by name.
 SERVER_SET_FIELDS = frozenset(
     {"job_id", "tenant", "version", "status", "created_at", "updated_at", "next_fire_at"}
 )
 MAX_BATCH_JOBS = 5000
+# Fields a PATCH may set to null: back to the operator's default, no webhook.
+NULLABLE_FIELDS = frozenset({"pause_after_dead", "notify"})
 
 
 def _one_of(names: type[StrEnum]) -> Any:
@@ -49,6 +61,7 @@ def _one_of(names: type[StrEnum]) -> Any:
 Priority = _one_of(PriorityTier)
 Overlap = _one_of(OverlapPolicy)
 RunStatusName = _one_of(RunStatus)
+RunStateName = _one_of(RunState)  # a run's status as shown (kit.core.run_state)
 RunTrigger = _one_of(TriggerKind)
 QueueTaskStatus = _one_of(TaskStatus)
 PRIORITIES: tuple[str, ...] = tuple(t.value for t in PriorityTier)
@@ -66,50 +79,52 @@ Task = Annotated[
     reduce(operator.or_, (t.spec for t in registry.task_types())), Field(discriminator="type")
 ]
 
-_SCHEDULE_DOC = (
-    'One of {"cron": "0 * * * *", "timezone": "Europe/Paris"}, '
-    '{"every_s": 300, "anchor": "2030-01-01T00:00:00Z"} or {"at": "2030-01-01T09:00:00Z"}.'
+# The objects kit.core parses, declared in the document as their JSON schemas
+# (kit.api.declared); what a schema cannot say is in its description.
+ScheduleObject = Annotated[dict[str, Any], WithJsonSchema(SCHEDULE_SCHEMA)]
+RetryObject = Annotated[dict[str, Any], WithJsonSchema(RETRY_SCHEMA)]
+MisfireObject = Annotated[dict[str, Any], WithJsonSchema(MISFIRE_SCHEMA)]
+
+
+_PAUSE_DOC = (
+    "auto-pause after this many dead runs in a row; 0: never; null: the operator's default "
+    "(CRONFLEET_PAUSE_AFTER_DEAD, 5 unless changed)"
+)
+_NOTIFY_DOC = (
+    "a webhook POSTed a JSON summary of each dead letter (run id, idempotency key, error), "
+    "once per dead letter, retried; through the same egress guard as http tasks"
 )
 
 
 def _schedule(value: dict[str, Any]) -> dict[str, Any]:
     # `now` only anchors an interval without an anchor; the grace of one-off times
     # is checked by the route, which knows the settings.
-    return schedule_to_dict(parse_schedule(value, now=datetime.now(UTC)))
+    return schedule_to_dict(parse_schedule(schedule_input(value), now=datetime.now(UTC)))
 
 
 def _retry(value: dict[str, Any]) -> dict[str, Any]:
-    return RetryPolicy.parse(value).to_dict()
+    return RetryPolicy.parse(wholes(value, "max_attempts")).to_dict()
 
 
 def _misfire(value: dict[str, Any]) -> dict[str, Any]:
-    return MisfirePolicy.parse(value).to_dict()
+    return MisfirePolicy.parse(wholes(value, "deadline_s")).to_dict()
 
 
 class JobIn(_Strict):
     """A job as a client creates it."""
 
     name: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
-    schedule: dict[str, Any] = Field(description=_SCHEDULE_DOC)
+    schedule: ScheduleObject
     task: Task
-    retry: dict[str, Any] = Field(
-        default_factory=lambda: RetryPolicy().to_dict(),
-        description='{"max_attempts": 1..100, "base_s", "cap_s" (<= 86400), "jitter": '
-        + "|".join(Jitter)
-        + "}",
-    )
-    timeout_s: int = Field(default=3600, ge=1, le=86_400)
+    retry: RetryObject = Field(default_factory=lambda: RetryPolicy().to_dict())
+    timeout_s: whole_in(1, 86_400) = 3600
     overlap: Overlap = OverlapPolicy.allow.value
-    misfire: dict[str, Any] = Field(
-        default_factory=lambda: MisfirePolicy().to_dict(),
-        description='{"kind": ' + "|".join(MisfireKind) + ', "deadline_s"}',
-    )
+    misfire: MisfireObject = Field(default_factory=lambda: MisfirePolicy().to_dict())
     priority: Priority = PriorityTier.normal.value
-    jitter_s: int = Field(default=0, ge=0, le=3600)
+    jitter_s: whole_in(0, 3600) = 0
     paused: bool = False
-    pause_after_dead: int | None = Field(
-        default=None, ge=1, le=10_000, description="auto-pause after this many dead runs in a row"
-    )
+    pause_after_dead: whole_in(0, 10_000) | None = Field(default=None, description=_PAUSE_DOC)
+    notify: Webhook | None = Field(default=None, description=_NOTIFY_DOC)
 
     @field_validator("schedule")
     @classmethod
@@ -153,23 +168,46 @@ class JobIn(_Strict):
             jitter_s=self.jitter_s,
             paused=self.paused,
             pause_after_dead=self.pause_after_dead,
+            notify=None if self.notify is None else self.notify.model_dump(),
         )
+
+
+def _not_null(schema: dict[str, Any]) -> None:
+    """An edit's fields may be left out, never sent as null (`changes` refuses null with
+    the field named), and one at least is sent: the document says so, though the model's
+    fields default to None."""
+    schema["minProperties"] = 1
+    for prop in schema.get("properties", {}).values():
+        options = prop.get("anyOf")
+        if options is not None:
+            kept = [o for o in options if o.get("type") != "null"]
+            if len(kept) == 1:
+                prop.pop("anyOf")
+                prop.update(kept[0])
+            else:
+                prop["anyOf"] = kept
+        prop.pop("default", None)
 
 
 class JobPatch(_Strict):
     """An edit: any client field; the others keep their values. Bumps `version`."""
 
+    model_config = ConfigDict(json_schema_extra=_not_null)
+
     name: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
-    schedule: dict[str, Any] | None = Field(default=None, description=_SCHEDULE_DOC)
+    schedule: ScheduleObject | None = None
     task: Task | None = None
-    retry: dict[str, Any] | None = None
-    timeout_s: int | None = Field(default=None, ge=1, le=86_400)
+    retry: RetryObject | None = None
+    timeout_s: whole_in(1, 86_400) | None = None
     overlap: Overlap | None = None
-    misfire: dict[str, Any] | None = None
+    misfire: MisfireObject | None = None
     priority: Priority | None = None
-    jitter_s: int | None = Field(default=None, ge=0, le=3600)
+    jitter_s: whole_in(0, 3600) | None = None
     paused: bool | None = None
-    pause_after_dead: int | None = Field(default=None, ge=1, le=10_000)
+    pause_after_dead: whole_in(0, 10_000) | None = Field(
+        default=None, description=_PAUSE_DOC + "; send null to go back to it"
+    )
+    notify: Webhook | None = Field(default=None, description=_NOTIFY_DOC + "; null removes it")
 
     @field_validator("schedule")
     @classmethod
@@ -190,15 +228,19 @@ class JobPatch(_Strict):
         """JobSpec field -> new value, for the fields the client sent."""
         sent = self.model_fields_set
         for name in sorted(sent):
-            if getattr(self, name) is None:
+            if getattr(self, name) is None and name not in NULLABLE_FIELDS:
                 raise FieldError(name, "cannot be null; leave it out to keep the current value")
         if not sent:
             raise FieldError("body", "give at least one field to change")
         changes: dict[str, Any] = {name: getattr(self, name) for name in sent}
         if "schedule" in changes:
-            changes["schedule"] = parse_schedule(changes["schedule"], now=datetime.now(UTC))
+            changes["schedule"] = parse_schedule(
+                schedule_input(changes["schedule"]), now=datetime.now(UTC)
+            )
         if "task" in changes:
             changes["task"] = self.task.model_dump(exclude_none=True)  # type: ignore[union-attr]
+        if self.notify is not None:
+            changes["notify"] = self.notify.model_dump()
         return changes
 
 
@@ -241,7 +283,10 @@ class JobOut(BaseModel):
     priority: Priority
     jitter_s: int
     paused: bool
-    pause_after_dead: int | None
+    pause_after_dead: int | None = Field(description=_PAUSE_DOC)
+    notify: dict[str, Any] | None = Field(
+        default=None, description="the failure webhook, its secret header values masked"
+    )
     status: Literal["active", "paused", "finished"]
     version: int
     next_fire_at: datetime | None
@@ -271,6 +316,7 @@ def job_fields(job: JobRecord) -> dict[str, Any]:
         "jitter_s": spec.jitter_s,
         "paused": spec.paused,
         "pause_after_dead": spec.pause_after_dead,
+        "notify": None if spec.notify is None else redact_webhook(spec.notify),
         "status": job.status,
         "version": job.version,
         "next_fire_at": job.next_fire_at,
@@ -290,17 +336,26 @@ class RunOut(BaseModel):
     job_version: int
     scheduled_at: datetime
     attempt: int
-    status: RunStatusName
+    status: RunStateName = Field(
+        description="`claimed`: a worker holds it and waits for its second (it has not "
+        "started); `running`: its second has come and a worker holds it"
+    )
     trigger: RunTrigger
     priority: Priority
     worker_id: str | None
     dispatched_at: datetime | None
-    started_at: datetime | None
+    started_at: datetime | None = Field(description="the first attempt's start")
     finished_at: datetime | None
     error: str | None
     skip_reason: str | None
     created_at: datetime
     cancelled_by: str | None = Field(default=None, description="token id that cancelled it")
+    claimed_at: datetime | None = Field(
+        default=None, description="when a worker claimed the current attempt"
+    )
+    retry_at: datetime | None = Field(
+        default=None, description="when the current attempt may start, for a retry"
+    )
 
     @classmethod
     def of(cls, run: RunRecord) -> RunOut:
@@ -315,7 +370,7 @@ def run_fields(run: RunRecord) -> dict[str, Any]:
         "job_version": run.job_version,
         "scheduled_at": run.scheduled_at,
         "attempt": run.attempt,
-        "status": run.status,
+        "status": run.shown_status,
         "trigger": run.trigger_kind,
         "priority": run.priority,
         "worker_id": run.worker_id,
@@ -326,6 +381,8 @@ def run_fields(run: RunRecord) -> dict[str, Any]:
         "skip_reason": run.skip_reason,
         "created_at": run.created_at,
         "cancelled_by": run.cancelled_by,
+        "claimed_at": run.claimed_at,
+        "retry_at": run.retry_at,
     }
 
 
@@ -339,7 +396,7 @@ def trusted_json(
     `run_fields`): serialized by pydantic's serializer, as the route's response model
     would be, without validating again what the store wrote (the route still declares
     the model: the OpenAPI document is unchanged). On the hot routes that validation
-    and the model's construction were a share of the API's CPU (issue 16); the fields
+    and the model's construction are a share of the API's CPU; the fields
     and the serializer are the model's, so the bytes are the same
     (tests/unit/test_api_trusted_json.py)."""
     return Response(

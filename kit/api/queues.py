@@ -18,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kit.api.auth import Caller, IdempotencyKey, principal
 from kit.api.body import StrictJsonRoute
+from kit.api.declared import Whole
 from kit.api.errors import ApiError
+from kit.api.ids import BodyTaskId, TaskId
 from kit.api.models import QueueTaskStatus
 from kit.api.state import db_pool
 from kit.core.errors import FieldError
@@ -43,9 +45,9 @@ class _Strict(BaseModel):
 
 class TaskIn(_Strict):
     payload: Any = Field(description="Any JSON value, handed to the worker as is.")
-    delay_sec: int = Field(default=0, ge=0, le=86_400)
-    max_attempts: int = Field(default=3, ge=1, le=MAX_ATTEMPTS)
-    timeout_sec: int = Field(
+    delay_sec: Whole = Field(default=0, ge=0, le=86_400)
+    max_attempts: Whole = Field(default=3, ge=1, le=MAX_ATTEMPTS)
+    timeout_sec: Whole = Field(
         default=300,
         ge=1,
         le=86_400,
@@ -68,8 +70,8 @@ class TaskBatchOut(BaseModel):
 
 class LeaseIn(_Strict):
     worker_id: str = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
-    max_tasks: int = Field(default=1, ge=1, le=queue_store.MAX_LEASE_TASKS)
-    lease_sec: int = Field(default=60, ge=1, le=3600)
+    max_tasks: Whole = Field(default=1, ge=1, le=queue_store.MAX_LEASE_TASKS)
+    lease_sec: Whole = Field(default=60, ge=1, le=3600)
 
 
 class LeasedTaskOut(BaseModel):
@@ -95,7 +97,7 @@ class AckOut(BaseModel):
 
 
 class AckItemIn(_Strict):
-    task_id: str = Field(min_length=1, max_length=64)
+    task_id: BodyTaskId
     lease_token: LeaseToken
     result: Any = None
 
@@ -137,7 +139,7 @@ class NackOut(BaseModel):
 
 class HeartbeatIn(_Strict):
     lease_token: LeaseToken
-    extend_sec: int = Field(ge=1, le=3600)
+    extend_sec: Whole = Field(ge=1, le=3600)
 
 
 class HeartbeatOut(BaseModel):
@@ -283,8 +285,8 @@ async def lease_tasks(
     )
 
 
-@router.post("/tasks/{task_id}/ack", response_model=AckOut, summary="Finish a task")
-async def ack(task_id: str, body: AckIn, request: Request, caller: Caller) -> AckOut:
+@router.post("/tasks/{task_id:id}/ack", response_model=AckOut, summary="Finish a task")
+async def ack(task_id: TaskId, body: AckIn, request: Request, caller: Caller) -> AckOut:
     """Repeating an ack with the same token answers 200 again and changes nothing."""
     _check_json_size("result", body.result, request.app.state.settings.max_queue_payload_bytes)
     try:
@@ -323,8 +325,8 @@ async def ack_batch(body: AckBatchIn, request: Request, caller: Caller) -> AckBa
     )
 
 
-@router.post("/tasks/{task_id}/nack", response_model=NackOut, summary="Fail an attempt")
-async def nack(task_id: str, body: NackIn, request: Request, caller: Caller) -> NackOut:
+@router.post("/tasks/{task_id:id}/nack", response_model=NackOut, summary="Fail an attempt")
+async def nack(task_id: TaskId, body: NackIn, request: Request, caller: Caller) -> NackOut:
     """Retryable: leasable again after exponential backoff with full jitter (base 1 s,
     cap 300 s). Not retryable, or the last attempt: dead letter."""
     try:
@@ -350,10 +352,10 @@ async def nack(task_id: str, body: NackIn, request: Request, caller: Caller) -> 
 
 
 @router.post(
-    "/tasks/{task_id}/heartbeat", response_model=HeartbeatOut, summary="Extend a live lease"
+    "/tasks/{task_id:id}/heartbeat", response_model=HeartbeatOut, summary="Extend a live lease"
 )
 async def heartbeat(
-    task_id: str, body: HeartbeatIn, request: Request, caller: Caller
+    task_id: TaskId, body: HeartbeatIn, request: Request, caller: Caller
 ) -> HeartbeatOut:
     """The lease runs to now + extend_sec, but never past the attempt's timeout_sec."""
     try:

@@ -16,7 +16,9 @@ from sqlalchemy import Engine
 
 from kit.api.auth import Caller, IdempotencyKey, principal
 from kit.api.body import StrictJsonRoute
+from kit.api.declared import Cursor
 from kit.api.errors import ApiError
+from kit.api.ids import JobId
 from kit.api.models import (
     JobBatchIn,
     JobBatchOut,
@@ -25,6 +27,7 @@ from kit.api.models import (
     JobPatch,
     RunOut,
     RunPageOut,
+    RunStateName,
     check_limits,
     check_one_off_grace,
     check_task_size,
@@ -162,19 +165,19 @@ def create_jobs_batch(body: JobBatchIn, request: Request, caller: Caller) -> Job
     return JobBatchOut(count=len(job_ids), job_ids=job_ids)
 
 
-@router.get("/jobs/{job_id}", response_model=JobOut, tags=["jobs"], summary="Get a job")
-async def get_job(job_id: str, request: Request, caller: Caller) -> Response:
+@router.get("/jobs/{job_id:id}", response_model=JobOut, tags=["jobs"], summary="Get a job")
+async def get_job(job_id: JobId, request: Request, caller: Caller) -> Response:
     job = await job_store.job_get_async(db_pool(request), caller.tenant, job_id)
     return trusted_json(job_fields(job))
 
 
 @router.patch(
-    "/jobs/{job_id}",
+    "/jobs/{job_id:id}",
     response_model=JobOut,
     tags=["jobs"],
     summary="Edit a job (also pause and resume); bumps its version",
 )
-async def update_job(job_id: str, body: JobPatch, request: Request, caller: Caller) -> Response:
+async def update_job(job_id: JobId, body: JobPatch, request: Request, caller: Caller) -> Response:
     """Send only the fields to change. The job's trigger is replaced by one of the new
     version in the same transaction, so the old version never fires."""
     return trusted_json(job_fields(await job_edit(job_id, body, request, caller)))
@@ -203,29 +206,29 @@ async def job_edit(
 
 
 @router.delete(
-    "/jobs/{job_id}",
+    "/jobs/{job_id:id}",
     status_code=204,
     response_class=Response,
     tags=["jobs"],
     summary="Delete a job and its triggers (its run history stays)",
 )
-async def delete_job(job_id: str, request: Request, caller: Caller) -> Response:
+async def delete_job(job_id: JobId, request: Request, caller: Caller) -> Response:
     await job_store.job_delete_async(db_pool(request), caller.tenant, job_id, actor=caller.token_id)
     return Response(status_code=204)
 
 
 @router.get(
-    "/jobs/{job_id}/runs",
+    "/jobs/{job_id:id}/runs",
     response_model=RunPageOut,
     tags=["runs"],
     summary="A job's runs, newest first",
 )
 async def list_runs(
-    job_id: str,
+    job_id: JobId,
     request: Request,
     caller: Caller,
-    status: Annotated[str | None, Query(description="only runs in this status")] = None,
-    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
+    status: Annotated[RunStateName | None, Query(description="only runs in this status")] = None,
+    cursor: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=run_store.MAX_PAGE)] = 50,
 ) -> Response:
     page = await run_store.runs_list_async(
@@ -236,7 +239,7 @@ async def list_runs(
 
 
 @router.post(
-    "/jobs/{job_id}/runs",
+    "/jobs/{job_id:id}/runs",
     status_code=202,
     response_model=RunOut,
     tags=["runs"],
@@ -244,7 +247,7 @@ async def list_runs(
     responses={200: {"model": RunOut, "description": "idempotent replay of an earlier run-now"}},
 )
 async def run_job_now(
-    job_id: str,
+    job_id: JobId,
     request: Request,
     response: Response,
     caller: Caller,
@@ -264,8 +267,3 @@ async def run_job_now(
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"
     return RunOut.of(run)
-
-
-@router.get("/runs/{run_id}", response_model=RunOut, tags=["runs"], summary="Get a run")
-async def get_run(run_id: str, request: Request, caller: Caller) -> RunOut:
-    return RunOut.of(await in_store(request, run_store.run_get, caller.tenant, run_id))

@@ -8,6 +8,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kit.api.auth import Caller, principal
 from kit.api.errors import ApiError
+from kit.api.ids import RunId
 from kit.api.models import RunOut
 from kit.api.state import engine_of
 from kit.store import run_cancel as store
@@ -23,12 +24,12 @@ class CancelledOut(RunOut):
 
 
 @router.post(
-    "/runs/{run_id}:cancel",
+    "/runs/{run_id:id}:cancel",
     response_model=CancelledOut,
     summary="Cancel a run: not started -> cancelled at once; running -> its task is stopped",
     responses={409: {"description": "the run already finished"}},
 )
-async def cancel_run(run_id: str, request: Request, caller: Caller) -> CancelledOut:
+async def cancel_run(run_id: RunId, request: Request, caller: Caller) -> CancelledOut:
     """The run becomes `cancelled` with `cancelled_by` (the token). A running run's
     worker hears of it at commit (PostgreSQL NOTIFY) and stops the task: a command's
     process group gets SIGTERM then SIGKILL after 2 s, an HTTP request is abandoned, a

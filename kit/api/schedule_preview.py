@@ -3,20 +3,36 @@ command line (the same kit.core code the scheduler runs, DST rule included)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
 from kit.api.auth import principal
-from kit.core.errors import FieldError
+from kit.api.compute import cpu_bound
+from kit.api.declared import CRON, HISTORY_INSTANT, INSTANT, INSTANT_DOC, TIMEZONE
+from kit.core.errors import FieldError, FieldErrors
 from kit.core.owed import check_instant, dst_note
-from kit.core.schedule import CronSchedule, next_fires, parse_instant, parse_schedule
+from kit.core.schedule import (
+    MAX_CRON_CHARS,
+    MAX_INTERVAL_S,
+    MAX_TIMEZONE_CHARS,
+    MIN_INTERVAL_S,
+    CronSchedule,
+    next_fires,
+    parse_instant,
+    parse_schedule,
+)
 from kit.core.schedule import schedule_to_dict as _to_dict
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(principal)], tags=["schedules"])
 MAX_COUNT = 1000
+# How far past `after` a preview looks for fires: a schedule that fires rarer than
+# `count` in that span is answered with the fires it has there. With the count, this
+# bounds one preview's work (a leap-day cron once listed 1,000 fires over 4,000 years).
+MAX_SPAN_YEARS = 100
+_MAX_SPAN = timedelta(days=36_525)
 
 
 class PreviewFireOut(BaseModel):
@@ -28,6 +44,10 @@ class PreviewFireOut(BaseModel):
 class PreviewOut(BaseModel):
     schedule: dict[str, Any]
     after: datetime
+    until: datetime = Field(
+        description=f"fires are looked for up to this instant ({MAX_SPAN_YEARS} years after "
+        "`after`): fewer than `count` fires means none other before it"
+    )
     fires: list[PreviewFireOut]
 
 
@@ -36,15 +56,18 @@ def preview(data: dict[str, Any], after: datetime, count: int) -> PreviewOut:
     try:
         schedule = parse_schedule(data, now=after)
     except FieldError as exc:  # the fields are query parameters here, not schedule.*
-        raise FieldError(exc.field.removeprefix("schedule."), exc.reason) from None
+        problems = [(f.removeprefix("schedule."), r) for f, r in exc.problems]
+        raise (FieldErrors(problems) if len(problems) > 1 else FieldError(*problems[0])) from None
     zone = schedule.zone if isinstance(schedule, CronSchedule) else UTC
+    until = after + _MAX_SPAN
     try:
-        fires = next_fires(schedule, after, count)
+        fires = next_fires(schedule, after, count, until)
     except (OverflowError, ValueError) as exc:  # a schedule running past the year 9999
         raise FieldError("count", "the fires run past the last representable time") from exc
     return PreviewOut(
         schedule=_to_dict(schedule),
         after=after,
+        until=until,
         fires=[
             PreviewFireOut(
                 utc=fire, local=fire.astimezone(zone).isoformat(), dst=dst_note(schedule, fire)
@@ -59,17 +82,45 @@ def preview(data: dict[str, Any], after: datetime, count: int) -> PreviewOut:
     response_model=PreviewOut,
     summary="Preview the next fire times of a schedule (cron with a time zone, interval, at)",
 )
-def next_fires_preview(
-    cron: Annotated[str | None, Query(description="cron expression, e.g. `30 2 * * *`")] = None,
-    timezone: Annotated[str | None, Query(description="IANA zone for cron (default UTC)")] = None,
-    every_s: Annotated[int | None, Query(description="fixed interval in seconds")] = None,
-    anchor: Annotated[str | None, Query(description="interval anchor (ISO 8601)")] = None,
-    at: Annotated[str | None, Query(description="one-off time (ISO 8601)")] = None,
-    after: Annotated[str | None, Query(description="ISO 8601 with offset; default now")] = None,
+async def next_fires_preview(
+    request: Request,
+    cron: Annotated[
+        str | None,
+        Query(
+            pattern=CRON,
+            min_length=9,
+            max_length=MAX_CRON_CHARS,
+            description="cron expression, e.g. `30 2 * * *` (whether croniter takes it and "
+            "whether it ever fires is not declared)",
+        ),
+    ] = None,
+    timezone: Annotated[
+        str | None,
+        Query(
+            pattern=TIMEZONE,
+            max_length=MAX_TIMEZONE_CHARS,
+            description="IANA zone for cron (default UTC; whether the server knows it is not "
+            "declared)",
+        ),
+    ] = None,
+    every_s: Annotated[
+        int | None,
+        Query(ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, description="fixed interval in seconds"),
+    ] = None,
+    anchor: Annotated[
+        str | None, Query(pattern=INSTANT, description=f"interval anchor ({INSTANT_DOC})")
+    ] = None,
+    at: Annotated[
+        str | None, Query(pattern=INSTANT, description=f"one-off time ({INSTANT_DOC})")
+    ] = None,
+    after: Annotated[
+        str | None, Query(pattern=HISTORY_INSTANT, description=f"{INSTANT_DOC}; default now")
+    ] = None,
     count: Annotated[int, Query(ge=1, le=MAX_COUNT)] = 5,
 ) -> PreviewOut:
     """Exactly one of `cron`, `every_s` or `at`; the answer lists each fire in UTC and in
-    the schedule's zone, and says where a DST change moved or merged a fire."""
+    the schedule's zone, and says where a DST change moved or merged a fire. Fires are
+    looked for up to 100 years after `after` (`until` in the answer)."""
     start = check_instant(parse_instant(after, "after"), "after") if after else datetime.now(UTC)
     data: dict[str, Any] = {
         k: v
@@ -82,4 +133,4 @@ def next_fires_preview(
         }.items()
         if v is not None
     }
-    return preview(data, start, count)
+    return await cpu_bound(request, preview, data, start, count)

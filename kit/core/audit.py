@@ -34,7 +34,7 @@ class AuditAction(StrEnum):
 
 REDACTED = "<redacted>"
 # Flattened keys under these prefixes are secrets: only their presence is recorded.
-SECRET_PREFIXES = ("task.headers.", "task.env.")
+SECRET_PREFIXES = ("task.headers.", "task.env.", "notify.headers.")
 _ABSENT = object()
 
 
@@ -52,6 +52,7 @@ def flatten(job: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 URL_PATH = "task.url"  # its credentials are masked, the rest of it shown
+URL_PATHS = (URL_PATH, "notify.url")  # the failure webhook's URL too
 
 
 def is_secret(path: str) -> bool:
@@ -63,7 +64,7 @@ def _shown(path: str, value: Any) -> Any:
         return None
     if is_secret(path):
         return REDACTED
-    if path == URL_PATH and isinstance(value, str):
+    if path in URL_PATHS and isinstance(value, str):
         return redact_url(value)
     return value
 
@@ -72,11 +73,12 @@ def shown_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
     """A stored diff as it may be shown: the URL's credentials masked, even in an entry
     written before they were."""
     shown = dict(changes)
-    entry = shown.get(URL_PATH)
-    if isinstance(entry, Mapping):
-        shown[URL_PATH] = {k: _shown(URL_PATH, v) for k, v in entry.items()}
-    elif entry is not None:
-        shown[URL_PATH] = _shown(URL_PATH, entry)
+    for path in URL_PATHS:
+        entry = shown.get(path)
+        if isinstance(entry, Mapping):
+            shown[path] = {k: _shown(path, v) for k, v in entry.items()}
+        elif entry is not None:
+            shown[path] = _shown(path, entry)
     return shown
 
 

@@ -5,6 +5,8 @@ field and the reason (the API answers 422, the CLI prints one line and exits 2);
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class FieldError(ValueError):
     def __init__(self, field: str, reason: str) -> None:
@@ -12,9 +14,49 @@ class FieldError(ValueError):
         self.field = field
         self.reason = reason
 
+    @property
+    def problems(self) -> list[tuple[str, str]]:
+        """Every (field, reason) this error stands for: one, or each of FieldErrors'."""
+        return [(self.field, self.reason)]
+
     def nested(self, prefix: str) -> FieldError:
         """The same error seen from an enclosing object (`schedule` + `cron`)."""
         return FieldError(f"{prefix}.{self.field}", self.reason)
+
+
+class FieldErrors(FieldError):
+    """Several fields of one object are wrong at once (a cron and its zone): each is
+    reported, so a client fixes them in one go. `field` and `reason` are the first's, for
+    callers that show one line."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        if not problems:
+            raise ValueError("FieldErrors needs at least one problem")
+        super().__init__(*problems[0])
+        self._problems = list(problems)
+        self.args = ("; ".join(f"{f}: {r}" for f, r in problems),)
+
+    @property
+    def problems(self) -> list[tuple[str, str]]:
+        return list(self._problems)
+
+    def nested(self, prefix: str) -> FieldError:
+        return FieldErrors([(f"{prefix}.{f}", r) for f, r in self._problems])
+
+
+def all_of(*checks: Callable[[], object]) -> None:
+    """Run each check (a callable that may raise FieldError) and raise every problem
+    they found together: FieldError for one, FieldErrors for more."""
+    found: list[tuple[str, str]] = []
+    for check in checks:
+        try:
+            check()
+        except FieldError as exc:
+            found += exc.problems
+    if len(found) == 1:
+        raise FieldError(*found[0])
+    if found:
+        raise FieldErrors(found)
 
 
 class UsageError(Exception):

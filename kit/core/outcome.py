@@ -52,10 +52,19 @@ def expiry_exhausts(policy: RetryPolicy, attempt: int, attempt_base: int) -> boo
     return budget_attempt(attempt, attempt_base) >= policy.max_attempts
 
 
-def should_pause(dead_streak: int, pause_after_dead: int | None) -> bool:
-    """Auto-pause: a job whose last `pause_after_dead` runs all went dead stops firing."""
-    if pause_after_dead is None:
+# The operator's default when a job names none (CRONFLEET_PAUSE_AFTER_DEAD).
+DEFAULT_PAUSE_AFTER_DEAD = 5
+
+
+def should_pause(
+    dead_streak: int, pause_after_dead: int | None, default: int | None = None
+) -> bool:
+    """Auto-pause: a job whose last `pause_after_dead` runs all went dead stops firing.
+    A job that names none (None) takes the operator's `default`; 0 (the job's, or the
+    default) never pauses: a job opts out with `pause_after_dead: 0`."""
+    limit = default if pause_after_dead is None else pause_after_dead
+    if limit is None or limit == 0:
         return False
-    if pause_after_dead < 1:
-        raise ValueError("pause_after_dead must be at least 1")
-    return dead_streak >= pause_after_dead
+    if limit < 0:
+        raise ValueError("pause_after_dead must be 0 (never) or more")
+    return dead_streak >= limit

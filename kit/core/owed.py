@@ -19,6 +19,7 @@ Pure: every instant is an argument.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,7 +29,8 @@ from croniter import croniter
 
 from kit.core.errors import FieldError
 from kit.core.ids import run_id as make_run_id
-from kit.core.schedule import CronSchedule, Schedule, next_fire
+from kit.core.retention import run_history_cutoff_ms
+from kit.core.schedule import CronSchedule, Schedule, iter_fires, next_fire, steady
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.core.trigger import (
     QUEUED,
@@ -44,6 +46,10 @@ from kit.core.trigger import (
 # died (10 s by default) plus a scan. Later than this, a fire without a run is missing.
 DUE_GRACE_MS = 30_000
 MAX_EXPLAIN_FIRES = 2000
+# The widest range one explain looks over: a year and a day (a yearly job's last two
+# fires). The work is bounded by MAX_EXPLAIN_FIRES already; the range bounds the runs
+# read and keeps the answer about history that is kept (runs: 30 days by default).
+MAX_EXPLAIN_DAYS = 366
 # Ranges are asked of real history and the near future; far outside, date arithmetic
 # would overflow (year 9999) long before a schedule means anything.
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
@@ -62,6 +68,19 @@ def check_instant(value: datetime, field: str) -> datetime:
     if not EARLIEST <= value <= LATEST:
         raise FieldError(field, f"must be between {_iso(EARLIEST)} and {_iso(LATEST)}")
     return value
+
+
+def check_explain_range(start: datetime, end: datetime) -> None:
+    """[start, end) is a range explain may look over (FieldError otherwise)."""
+    if end <= start:
+        raise FieldError("to", "must be after from")
+    widest = timedelta(days=MAX_EXPLAIN_DAYS)
+    if end - start > widest:
+        raise FieldError(
+            "from",
+            f"the range spans {(end - start).days} days; explain looks over at most "
+            f"{MAX_EXPLAIN_DAYS} days at a time (from {_iso(end - widest)} for this `to`)",
+        )
 
 
 @dataclass(frozen=True)
@@ -150,29 +169,37 @@ def owed_fires(
         raise ValueError("limit must not be negative")
     out: list[OwedFire] = []
     bounds = _bounds(eras, timedelta(milliseconds=written_ahead_ms))
+    tick = timedelta(microseconds=1)
     # Each era's first `limit` fires, then the oldest `limit` of all: an era's 'edited'
     # fire can come after the next era's first fires, so no era may stop the walk early.
+    # Once `limit` fires are known, a later era's walk stops at the latest of them (a
+    # fire past it cannot be among the oldest `limit`), so the walks of all eras
+    # together take about `limit` fires, not `limit` per era.
+    cut: datetime | None = None
     for index, (era, bound) in enumerate(zip(eras, bounds, strict=True)):
         jitter = timedelta(milliseconds=era.jitter_offset_ms)
         # Nominal instants whose trigger time is at or after `start`.
-        cursor = start - jitter - timedelta(microseconds=1)
+        cursor = start - jitter - tick
         if bound.after is not None and bound.after > cursor:
             cursor = bound.after
-        taken = 0
-        while taken < limit:
-            nominal = next_fire(era.schedule, cursor)
-            if nominal is None:
-                break
+        # ...and before `end`, and at or before what the old schedule made before its
+        # edit (`until`), and at or before the cut
+        last = end - jitter - tick
+        if bound.until is not None:
+            last = min(last, bound.until - jitter)
+        if cut is not None:
+            last = min(last, cut - jitter)
+        for nominal in itertools.islice(iter_fires(era.schedule, cursor, last), limit):
             at = nominal + jitter
-            if at >= end or (bound.until is not None and at > bound.until):
-                break  # past the range, or past what the old schedule made before its edit
             out.append(OwedFire(at, nominal, make_run_id(job_id, at), index))
-            taken += 1
-            cursor = nominal
         if bound.edited is not None:
             at = bound.edited + jitter
             if start <= at < end:
                 out.append(OwedFire(at, bound.edited, make_run_id(job_id, at), index))
+        if len(out) >= limit:
+            out.sort(key=lambda f: f.at)
+            del out[limit:]
+            cut = out[-1].at if out else None
     out.sort(key=lambda f: f.at)
     return out[:limit]
 
@@ -247,6 +274,11 @@ def dst_note(schedule: Schedule, nominal: datetime) -> str | None:
     if not isinstance(schedule, CronSchedule):
         return None
     zone = schedule.zone
+    if steady(zone, nominal):
+        # no UTC-offset change within 3 h: the wall time exists and happens once (a
+        # shifted fire lands within the gap's length after its change, a repeated one
+        # within the hour before it); croniter.match costs ~0.5 ms a fire
+        return None
     local = nominal.astimezone(zone)
     wall = local.replace(tzinfo=None)
     if not croniter.match(schedule.expr, wall):
@@ -275,15 +307,29 @@ def plan_backfill(
     now: datetime,
     max_runs: int,
     written_ahead_ms: int = 0,
+    run_retention_s: int | None = None,
 ) -> BackfillPlan:
     """The fires a backfill of [start, end) asks for. The range must be in the past (a
-    future fire is the scheduler's to make) and owe at most `max_runs` fires. Before the
-    job existed, the schedule it was created with is taken as owed (that is what a
-    backfill of a new job is for)."""
+    future fire is the scheduler's to make), within the run history's retention (a run
+    scheduled before it would be written, run and then expired by the next maintenance
+    pass: refused rather than done and silently dropped), and owe at most `max_runs`
+    fires. Before the job existed, the schedule it was created with is taken as owed
+    (that is what a backfill of a new job is for)."""
     if end <= start:
         raise FieldError("to", "must be after from")
     if end > now:
         raise FieldError("to", f"is in the future; a backfill ends at most now ({_iso(now)})")
+    if run_retention_s is not None:
+        kept_from = from_epoch_ms(run_history_cutoff_ms(to_epoch_ms(now), run_retention_s))
+        if start < kept_from:
+            days = run_retention_s / 86_400
+            raise FieldError(
+                "from",
+                f"is before {_iso(kept_from)}: run history is kept "
+                f"{days:g} day{'' if days == 1 else 's'} (CRONFLEET_RUN_RETENTION_S), so runs "
+                "scheduled earlier would be expired by the next maintenance pass; "
+                f"backfill from {_iso(kept_from)} or later",
+            )
     if eras:
         first = eras[0]
         eras = [ScheduleEra(first.schedule, None, first.jitter_offset_ms, first.version), *eras[1:]]

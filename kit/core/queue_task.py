@@ -89,6 +89,7 @@ TASK_TRANSITIONS: tuple[TaskRule, ...] = (
     TaskRule(_S.done, "ack_replay", _S.done, "token of the ack that finished it (idempotent)"),
     TaskRule(_S.leased, "nack_retry", _S.queued, "token matches; retryable; attempts left"),
     TaskRule(_S.leased, "nack_dead", _S.dead, "token matches; not retryable or no attempts left"),
+    TaskRule(_S.dead, "replay", _S.queued, "a person replays it: visible now, a fresh budget"),
 )
 _RULES = {(r.source, r.event): r.target for r in TASK_TRANSITIONS}
 
@@ -222,3 +223,20 @@ def nack_task(
         reason = f"attempts exhausted ({task.attempt} of {task.max_attempts})"
         return _move(task, "nack_dead", dead_reason=reason, **released)
     return _move(task, "nack_retry", visible_at_ms=retry_at, worker_id=None, **released)
+
+
+def replay_task(task: QueueTask, now_ms: int) -> TaskTransition:
+    """A dead task put back in its queue by a person (the console, POST
+    /v1/queues/{queue}/dead:replay): visible at once with a fresh attempt budget (its
+    error history is kept); only a dead one."""
+    return _move(
+        task,
+        "replay",
+        attempt=0,
+        visible_at_ms=now_ms,
+        dead_reason=None,
+        worker_id=None,
+        lease_token=None,
+        lease_expires_at_ms=None,
+        deadline_ms=None,
+    )

@@ -163,3 +163,16 @@ def scrub_excerpt(text: str, secrets: Iterable[str], cut_head: bool, cut_tail: b
     if edge and cut_tail:
         text = text[: max(0, len(text) - edge)] + "…"
     return text
+
+
+def redact_webhook(webhook: Mapping[str, Any]) -> dict[str, Any]:
+    """A job's failure webhook (`notify`) as the API shows it: as an http task's request,
+    its secret header values and URL credentials masked."""
+    shown = redact_task({**webhook, "type": "http"})
+    shown.pop("type", None)
+    return shown
+
+
+def webhook_secret_values(webhook: Mapping[str, Any]) -> tuple[str, ...]:
+    """The secret values of a failure webhook, longest first."""
+    return secret_values({**webhook, "type": "http"})

@@ -14,6 +14,10 @@ drop what the kit still needs:
   `replayed_dead_letter_s` after the replay;
 - a job audit entry expires `audit_s` after it was written;
 - a console session expires at its `expires_at`;
+- an attempt's output excerpt expires `run_output_s` after the attempt finished (the run
+  stays, with its error; only what it printed goes);
+- a failure notification expires `notification_s` after it was made, once it was sent
+  or given up; one still to send never expires;
 - a run's history is kept `run_s` after its scheduled day ends, a day's partition at a
   time, except a run still live or with a dead letter (below).
 """
@@ -25,11 +29,13 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 from kit.core.leases import BUSY
+from kit.core.notify import FINISHED_NOTIFICATIONS
 from kit.core.queue_task import FINISHED
 
 # Run statuses for which a replayed dead letter is still read (its attempt base).
 LIVE_RUN_STATUSES = tuple(sorted(s.value for s in BUSY))
 FINISHED_TASK_STATUSES = tuple(sorted(s.value for s in FINISHED))
+FINISHED_NOTIFICATION_STATUSES = tuple(sorted(s.value for s in FINISHED_NOTIFICATIONS))
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,8 @@ class Retention:
     replayed_dead_letter_s: int = 86_400
     audit_s: int = 400 * 86_400
     run_s: int = 30 * 86_400
+    run_output_s: int = 7 * 86_400
+    notification_s: int = 7 * 86_400
 
     def __post_init__(self) -> None:
         for name, value in self.__dict__.items():
@@ -78,6 +86,14 @@ def dead_letter_expired(
 
 def audit_entry_expired(at: datetime, now: datetime, r: Retention) -> bool:
     return _older(at, now, r.audit_s)
+
+
+def run_output_expired(finished_at: datetime, now: datetime, r: Retention) -> bool:
+    return _older(finished_at, now, r.run_output_s)
+
+
+def notification_expired(status: str, created_at: datetime, now: datetime, r: Retention) -> bool:
+    return status in FINISHED_NOTIFICATION_STATUSES and _older(created_at, now, r.notification_s)
 
 
 # -- run history: one partition of `runs` per UTC day ------------------------------------

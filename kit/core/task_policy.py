@@ -182,7 +182,7 @@ def normal_path(path: str) -> bool:
 
 def env_name_refusal(name: str) -> str | None:
     """Why no job may set `name` whatever the operator allows, or None."""
-    if not _ENV_NAME.match(name):
+    if not _ENV_NAME.fullmatch(name):  # not "A\n" (test_tasks_command_schema.py)
         return "must be a name of letters, digits and '_' that does not start with a digit"
     if why := always_refused(name):
         return f"is never a name a job may set: {why}"

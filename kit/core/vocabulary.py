@@ -18,9 +18,11 @@ from enum import StrEnum
 from kit.core.audit import AuditAction
 from kit.core.dispatch import PriorityTier
 from kit.core.leases import BUSY, TERMINAL, RunStatus
+from kit.core.notify import FINISHED_NOTIFICATIONS, NotificationStatus
 from kit.core.policies import MisfireKind, OverlapPolicy
 from kit.core.queue_task import FINISHED, TaskStatus
 from kit.core.retry import Jitter
+from kit.core.run_state import RunState
 from kit.core.trigger import TRIGGER_ROW_KINDS, SkipReason, TriggerKind
 
 
@@ -38,6 +40,12 @@ class ClosedSet:
 
 CLOSED_SETS: tuple[ClosedSet, ...] = (
     ClosedSet("run status", RunStatus, "runs.status", "where a run is in its life"),
+    ClosedSet(
+        "run state",
+        RunState,
+        "RunOut.status (API)",
+        "what a run is doing: its status, `claimed` while held for its second",
+    ),
     ClosedSet("run trigger", TriggerKind, "runs.trigger_kind", "what made a run"),
     ClosedSet("skip reason", SkipReason, "runs.skip_reason", "why a run was skipped or held"),
     ClosedSet("overlap policy", OverlapPolicy, "jobs.overlap", "a due run while one runs"),
@@ -46,6 +54,12 @@ CLOSED_SETS: tuple[ClosedSet, ...] = (
     ClosedSet("retry jitter", Jitter, "jobs.retry_policy.jitter", "a retry's delay draw"),
     ClosedSet("queue task status", TaskStatus, "queue_tasks.status", "a pulled task's life"),
     ClosedSet("audit action", AuditAction, "job_audit.action", "what changed a job"),
+    ClosedSet(
+        "notification status",
+        NotificationStatus,
+        "notifications.status",
+        "a dead letter's webhook: to send, sent, given up",
+    ),
 )
 
 # Subsets named by the kit's rules, each drawn from one closed set above.
@@ -61,6 +75,11 @@ SUBSETS: tuple[tuple[str, str, frozenset[str]], ...] = (
         "finished queue task statuses",
         "never change again; retention may expire them",
         frozenset(FINISHED),
+    ),
+    (
+        "finished notification statuses",
+        "never sent again; retention may expire them",
+        frozenset(FINISHED_NOTIFICATIONS),
     ),
 )
 

@@ -30,6 +30,8 @@ def retention_of(settings: Settings) -> Retention:
         replayed_dead_letter_s=settings.replayed_dead_letter_retention_s,
         audit_s=settings.audit_retention_s,
         run_s=settings.run_retention_s,
+        run_output_s=settings.run_output_retention_s,
+        notification_s=settings.notification_retention_s,
     )
 
 

@@ -53,6 +53,7 @@ def _run(args: argparse.Namespace) -> int:
         metrics,
         progress=progress,
         partitions=settings.partitions,
+        pause_after_dead_default=settings.pause_after_dead,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

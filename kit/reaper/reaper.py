@@ -91,6 +91,7 @@ class Reaper:
         batch: int = DEFAULT_BATCH,
         progress: QueueProgress | None = None,
         partitions: int = PARTITION_COUNT,
+        pause_after_dead_default: int | None = None,  # CRONFLEET_PAUSE_AFTER_DEAD
     ) -> None:
         self.engine = engine
         self.publisher = publisher
@@ -100,6 +101,7 @@ class Reaper:
         self.progress = progress  # None: no lost-message check (no workers' group known)
         self._samples: dict[str, deque[QueueSample]] = {}
         self.partitions = partitions
+        self.pause_after_dead_default = pause_after_dead_default
 
     def _publish(self, pointers: Sequence[RunPointer]) -> None:
         publish_pointers(self.publisher, pointers)
@@ -108,7 +110,12 @@ class Reaper:
         """One pass; each query loops while it fills a whole batch."""
         requeued = dead = first = lost = 0
         while True:
-            expired = runs_reap_expired(self.engine, self._publish, self.batch)
+            expired = runs_reap_expired(
+                self.engine,
+                self._publish,
+                self.batch,
+                pause_after_dead_default=self.pause_after_dead_default,
+            )
             requeued += len(expired.requeued)
             dead += len(expired.dead)
             self.metrics.auto_paused.inc(len(expired.paused_jobs))

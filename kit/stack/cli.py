@@ -82,6 +82,7 @@ def up(args: argparse.Namespace) -> int:
         progress(f"stack: took group and other permissions off {changed} entries in {home}")
     for name in _selected(args):
         service(name).up()
+    tighten(home)  # what a tool copied keeping its own modes (Maven's jars: 0644)
     settings = connection_settings()
     write_stack_env(settings)
     print(f"  stack: settings written to {stack_env_file()}", file=sys.stderr)

@@ -45,6 +45,7 @@ def job_view(spec: Any) -> dict[str, Any]:
         "jitter_s": spec.jitter_s,
         "paused": spec.paused,
         "pause_after_dead": spec.pause_after_dead,
+        "notify": None if getattr(spec, "notify", None) is None else dict(spec.notify),
     }
 
 

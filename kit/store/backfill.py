@@ -27,7 +27,7 @@ from kit.core.owed import plan_backfill
 from kit.core.trigger import QUEUED
 from kit.store.audit import audit_in, schedule_eras
 from kit.store.db import db_now, is_uuid
-from kit.store.errors import JobNotFound
+from kit.store.errors import JobNotFound, JobPaused
 from kit.store.jobs import job_read_in
 from kit.store.scheduling import pg_array
 
@@ -71,18 +71,26 @@ def job_backfill(
     max_runs: int,
     actor: str,
     written_ahead_ms: int = 0,
+    run_retention_s: int | None = None,
     now: datetime | None = None,
 ) -> Backfilled:
-    """FieldError (422) for a range in the future, reversed, or owing more than max_runs."""
+    """FieldError (422) for a range in the future, reversed, older than the run
+    retention, or owing more than max_runs; JobPaused for a paused job (nothing is
+    written: its runs would run while it is paused, which is what pausing says not to
+    do; resume it, then backfill)."""
     if not is_uuid(job_id):
         raise JobNotFound(job_id)
     with engine.begin() as conn:
         job = job_read_in(conn, tenant, job_id, lock=True)  # an edit waits, and vice versa
         if job is None:
             raise JobNotFound(job_id)
+        if job.spec.paused:
+            raise JobPaused(job_id)
         at = db_now(conn, now)
         eras, complete = schedule_eras(conn, job_id, job.spec, job.created_at)
-        plan = plan_backfill(job_id, eras, start, end, at, max_runs, written_ahead_ms)
+        plan = plan_backfill(
+            job_id, eras, start, end, at, max_runs, written_ahead_ms, run_retention_s
+        )
         ids = [f.run_id for f in plan.fires]
         marker = None if job.spec.overlap == "allow" else QUEUED
         common = {

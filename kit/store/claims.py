@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from kit.core.outcome import DeadLetter, RetryAt, after_failure, should_pause
+from kit.core.output import OUTPUT_CAP_BYTES, Output, excerpt
 from kit.core.partitions import PARTITION_COUNT, partition_of
 from kit.core.policies import may_hold_queued_runs
 from kit.core.retry import RetryPolicy
@@ -127,7 +128,7 @@ WITH locked AS MATERIALIZED (
 )
 UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
     lease_expires_at = greatest({NOW}, l.due_at) + {_TTL}, worker_id = :worker_id,
-    finished_at = NULL, retry_at = NULL
+    finished_at = NULL, claimed_at = {NOW}, attempt_started_at = NULL
 FROM locked l
 WHERE r.run_id = l.run_id AND {IN_BATCH}
 RETURNING r.run_id, r.job_id, r.tenant, r.attempt, r.lease_token, r.priority,
@@ -193,6 +194,11 @@ def started_array(run_ids: Iterable[str], started_ms: Mapping[str, int] | None) 
 # estimate of the database's clock), written by the next heartbeat or the finish; the
 # first attempt's start is kept.
 _STARTED = "coalesce(r.started_at, timestamptz 'epoch' + {ms} * interval '1 millisecond')"
+# The current attempt's own start (reset by each claim): a run is `claimed`, not
+# `running`, while this is unknown and its second has not come (kit.core.run_state).
+_ATTEMPT_STARTED = (
+    "coalesce(r.attempt_started_at, timestamptz 'epoch' + {ms} * interval '1 millisecond')"
+)
 
 
 def runs_heartbeat(
@@ -227,7 +233,8 @@ def runs_heartbeat(
         ) AS k
     )
     UPDATE runs r SET lease_expires_at = greatest(r.lease_expires_at, {NOW} + {_TTL}),
-        started_at = {_STARTED.format(ms="l.started_ms")}
+        started_at = {_STARTED.format(ms="l.started_ms")},
+        attempt_started_at = {_ATTEMPT_STARTED.format(ms="l.started_ms")}
     FROM l
     WHERE r.run_id = l.run_id AND {IN_BATCH}
     RETURNING r.run_id
@@ -287,15 +294,18 @@ def run_finish_ok(
     token: str,
     now: datetime | None = None,
     started_ms: int | None = None,
+    output: Output | None = None,
 ) -> FinishResult:
-    """Success, only while this worker holds the lease; resets the job's dead streak.
-    The batch's statements for one run (`runs_finish_ok`, what the worker sends): one
-    way to finish a run, so a test of either is a test of both."""
+    """Success, only while this worker holds the lease; resets the job's dead streak
+    and keeps the attempt's output. The batch's statements for one run
+    (`runs_finish_ok`, what the worker sends): one way to finish a run, so a test of
+    either is a test of both."""
     accepted, queued = runs_finish_ok(
         engine,
         [(run_id, token)],
         now,
         None if started_ms is None else {run_id: started_ms},
+        None if output is None else {run_id: output},
     )
     if run_id not in accepted:
         return FinishResult(False)
@@ -318,10 +328,11 @@ WITH done AS (
 )
 UPDATE runs r SET status = 'succeeded', finished_at = {NOW}, error = NULL,
     lease_token = NULL, lease_expires_at = NULL,
-    started_at = {_STARTED.format(ms="l.started_ms")}
+    started_at = {_STARTED.format(ms="l.started_ms")},
+    attempt_started_at = {_ATTEMPT_STARTED.format(ms="l.started_ms")}
 FROM locked l
 WHERE r.run_id = l.run_id AND {IN_BATCH}
-RETURNING r.run_id::text, r.job_id::text,
+RETURNING r.run_id::text, r.job_id::text, r.attempt,
     (SELECT j.overlap FROM jobs j WHERE j.job_id = r.job_id) AS overlap
 """
 # release_queued_in for many jobs: up to n queued runs of each (one per run finished).
@@ -348,11 +359,13 @@ def runs_finish_ok(
     leases: Sequence[tuple[str, str]],
     now: datetime | None = None,
     started_ms: Mapping[str, int] | None = None,
+    outputs: Mapping[str, Output] | None = None,
 ) -> tuple[set[str], list[RunPointer]]:
     """`run_finish_ok` for a batch of (run_id, token) in one transaction: each run
     succeeds only while its token holds (rows locked in run id order, as claims do),
-    the jobs' dead streaks reset, and for each run accepted one queued run of its job
-    is released. Returns (run ids accepted, queued runs for the caller to publish)."""
+    the jobs' dead streaks reset, the accepted runs' outputs are kept, and for each run
+    accepted one queued run of its job is released. Returns (run ids accepted, queued
+    runs for the caller to publish)."""
     if not leases:
         return set(), []
     leases = sorted(leases)  # rows are locked in this order (see runs_heartbeat)
@@ -368,6 +381,9 @@ def runs_finish_ok(
         if not rows:
             return set(), []
         crash_point("finish.runs_written")
+        if outputs:
+            kept = [(r.run_id, r.attempt, outputs[r.run_id]) for r in rows if outputs.get(r.run_id)]
+            outputs_insert_in(conn, kept, now)
         jobs = sorted({row.job_id for row in rows})
         conn.execute(
             text(
@@ -414,7 +430,9 @@ def run_finish_cancelled(
 
 
 _APPEND_ERROR = f"""errors = errors || jsonb_build_array(jsonb_build_object(
-    'attempt', attempt, 'error', CAST(:error AS text), 'finished_at', {NOW}))"""
+    'attempt', attempt, 'error', CAST(:error AS text), 'finished_at', {NOW},
+    'claimed_at', claimed_at, 'started_at', attempt_started_at, 'worker_id', worker_id,
+    'due_at', greatest(scheduled_at, retry_at)))"""
 
 
 def run_finish_failed(
@@ -426,11 +444,14 @@ def run_finish_failed(
     partitions: int = PARTITION_COUNT,
     now: datetime | None = None,
     started_ms: int | None = None,
+    output: Output | None = None,
+    pause_after_dead_default: int | None = None,
 ) -> FinishResult:
     """A failed attempt, only while this worker holds the lease: in one transaction,
     either a retry (run retry_scheduled + a retry trigger at the backoff time, decided
     by the core from the database clock) or a dead letter (+ the job's dead streak, and
-    the auto-pause when it reaches pause_after_dead)."""
+    the auto-pause when it reaches its pause_after_dead, or the operator's default for a
+    job that names none: `pause_after_dead_default`); the attempt's output is kept."""
     error = storable_text(error)
     with engine.begin() as conn:
         run = conn.execute(
@@ -448,14 +469,18 @@ def run_finish_failed(
         ).first()
         if run is None:
             return FinishResult(False)
-        if started_ms is not None and run.started_at is None:
+        if started_ms is not None:
             conn.execute(
                 text(
-                    "UPDATE runs SET started_at = timestamptz 'epoch' + "
-                    "CAST(:ms AS bigint) * interval '1 millisecond' WHERE run_id = :run_id"
+                    f"""UPDATE runs r SET
+                        started_at = {_STARTED.format(ms="CAST(:ms AS bigint)")},
+                        attempt_started_at = {_ATTEMPT_STARTED.format(ms="CAST(:ms AS bigint)")}
+                    WHERE run_id = :run_id"""
                 ),
                 {"ms": started_ms, "run_id": run_id},
             )
+        if output:
+            outputs_insert_in(conn, [(run_id, run.attempt, output)], now)
         job_id = str(run.job_id)
         if run.retry_policy is None:  # the job was deleted: nothing to retry against
             decision: RetryAt | DeadLetter = DeadLetter(run.attempt - run.attempt_base)
@@ -482,7 +507,7 @@ def run_finish_failed(
         crash_point("finish_failed.dead_written")
         dead_letter_in(conn, run_id, now)
         crash_point("finish_failed.dead_lettered")
-        paused = job_dead_streak_in(conn, job_id, now)
+        paused = job_dead_streak_in(conn, job_id, now, pause_after_dead_default)
     return FinishResult(True, "dead", job_paused=paused, queued_next=queued)
 
 
@@ -550,9 +575,12 @@ def _retry_in(
     return fire_at
 
 
-def job_dead_streak_in(conn: Connection, job_id: str, now: datetime | None = None) -> bool:
+def job_dead_streak_in(
+    conn: Connection, job_id: str, now: datetime | None = None, default: int | None = None
+) -> bool:
     """One more dead letter for the job; pause it when the streak reaches its
-    pause_after_dead. Returns whether this call paused it."""
+    pause_after_dead (`default` for a job that names none: the operator's). Returns
+    whether this call paused it."""
     job = conn.execute(
         text(
             """
@@ -562,7 +590,9 @@ def job_dead_streak_in(conn: Connection, job_id: str, now: datetime | None = Non
         ),
         {"job_id": job_id},
     ).first()
-    if job is None or job.paused or not should_pause(job.dead_streak, job.pause_after_dead):
+    if job is None or job.paused:
+        return False
+    if not should_pause(job.dead_streak, job.pause_after_dead, default):
         return False
     conn.execute(
         text(f"UPDATE jobs SET paused = true, updated_at = {NOW} WHERE job_id = :job_id"),
@@ -616,7 +646,8 @@ def runs_return(
             text(
                 f"""
                 UPDATE runs r SET status = 'pending', lease_token = NULL,
-                    lease_expires_at = NULL, worker_id = NULL, dispatched_at = {NOW}
+                    lease_expires_at = NULL, worker_id = NULL, dispatched_at = {NOW},
+                    claimed_at = NULL
                 FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
                 WHERE r.run_id = h.run_id AND r.lease_token = h.token
                   AND r.started_at IS NULL AND {IN_BATCH}
@@ -658,3 +689,33 @@ def runs_release(
             },
         ).all()
     return len(rows)
+
+
+_OUTPUTS_INSERT = f"""
+INSERT INTO run_outputs (run_id, attempt, finished_at, output, stderr)
+SELECT o.run_id, o.attempt, {NOW}, o.output, o.stderr
+FROM unnest(CAST(:run_ids AS uuid[]), CAST(:attempts AS int[]), CAST(:texts AS text[]),
+            CAST(:stderrs AS text[])) AS o(run_id, attempt, output, stderr)
+ON CONFLICT (run_id, attempt) DO UPDATE
+    SET output = EXCLUDED.output, stderr = EXCLUDED.stderr, finished_at = EXCLUDED.finished_at
+"""
+
+
+def outputs_insert_in(
+    conn: Connection, outputs: Sequence[tuple[str, int, Output]], now: datetime | None = None
+) -> None:
+    """Keep attempts' outputs (run id, attempt, output), in the finish's transaction.
+    Bounded again here whatever the caller did (the table's CHECK is the same cap)."""
+    if not outputs:
+        return
+    ordered = sorted(outputs, key=lambda o: (o[0], o[1]))
+    conn.execute(
+        text(_OUTPUTS_INSERT),
+        {
+            "run_ids": [r for r, _, _ in ordered],
+            "attempts": [a for _, a, _ in ordered],
+            "texts": [excerpt(o.text, (), OUTPUT_CAP_BYTES) for _, _, o in ordered],
+            "stderrs": [excerpt(o.stderr, (), OUTPUT_CAP_BYTES) for _, _, o in ordered],
+            "now": now,
+        },
+    )

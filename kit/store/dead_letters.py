@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, text
 from kit.core.errors import FieldError
 from kit.store.db import NOW_SQL, is_uuid
 from kit.store.errors import RunNotFound, StoreError
-from kit.store.runs import cursor_decode, cursor_encode
+from kit.store.runs import cursor_decode, cursor_encode, run_state_sql
 
 MAX_PAGE = 500
 MAX_BULK_REPLAY = 1000
@@ -59,9 +59,9 @@ class DeadLetterPage:
     next_cursor: str | None
 
 
-_SELECT = """
+_SELECT = f"""
 SELECT d.run_id, d.job_id, d.tenant, d.errors, d.created_at, d.replayed_at,
-       r.status AS run_status, r.attempt, r.scheduled_at
+       {run_state_sql("r")} AS run_status, r.attempt, r.scheduled_at
 FROM dead_letters d JOIN runs r ON r.run_id = d.run_id
 """
 
@@ -81,9 +81,10 @@ def _record(row: Any) -> DeadLetterRecord:
 
 
 def dead_letter_in(conn: Connection, run_id: str, now: datetime | None = None) -> None:
-    """Inside the transaction that made the run dead: record it with its error history.
-    A run that dies again after a replay replaces its earlier dead letter. `created_at`
-    (when it died: the list's order, a bulk replay's range) is the transaction's clock."""
+    """Inside the transaction that made the run dead: record it with its error history
+    (and its failure notification, `notification_in`). A run that dies again after a
+    replay replaces its earlier dead letter. `created_at` (when it died: the list's
+    order, a bulk replay's range) is the transaction's clock."""
     conn.execute(
         text(
             f"""
@@ -95,6 +96,26 @@ def dead_letter_in(conn: Connection, run_id: str, now: datetime | None = None) -
         ),
         {"run_id": run_id, "now": now},
     )
+    notification_in(conn, run_id, now)
+
+
+# A job that names a failure webhook is told of each dead letter: the outbox row is
+# written here, in the dead letter's own transaction, and sent by the maintenance
+# service (kit.maintenance.notifier); once per dead letter, (run id, attempt).
+_NOTIFY = f"""
+INSERT INTO notifications (tenant, job_id, job_name, run_id, attempt, scheduled_at, error,
+    target, created_at, next_at)
+SELECT r.tenant, r.job_id, j.name, r.run_id, r.attempt, r.scheduled_at, r.error, j.notify,
+    {NOW_SQL}, {NOW_SQL}
+FROM runs r JOIN jobs j ON j.job_id = r.job_id
+WHERE r.run_id = :run_id AND j.notify IS NOT NULL
+ON CONFLICT (run_id, attempt) DO NOTHING
+"""
+
+
+def notification_in(conn: Connection, run_id: str, now: datetime | None = None) -> None:
+    """The failure notification of the run that just died, if its job names a webhook."""
+    conn.execute(text(_NOTIFY), {"run_id": run_id, "now": now})
 
 
 def dead_letters_list(
@@ -145,7 +166,8 @@ def dead_letter_get(engine: Engine, tenant: str, run_id: str) -> DeadLetterRecor
 _REPLAY_RUN = """
 UPDATE runs r SET status = 'pending', attempt = r.attempt + 1, dispatched_at = NULL,
     lease_token = NULL, lease_expires_at = NULL, worker_id = NULL, retry_at = NULL,
-    started_at = NULL, finished_at = NULL, error = NULL
+    started_at = NULL, finished_at = NULL, error = NULL, claimed_at = NULL,
+    attempt_started_at = NULL
 """
 
 

@@ -15,6 +15,10 @@ class RunNotFound(StoreError):
     pass
 
 
+class JobPaused(StoreError):
+    """The job is paused and the request would run it (a backfill)."""
+
+
 class NameTaken(StoreError):
     """A job name is unique per tenant; `names` are the ones already in use."""
 

@@ -9,7 +9,7 @@ written when the edit landed) are listed apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import Engine, text
@@ -21,6 +21,7 @@ from kit.core.owed import (
     Explained,
     RunView,
     ScheduleEra,
+    check_explain_range,
     explain_fires,
     owed_fires,
 )
@@ -28,11 +29,13 @@ from kit.store.audit import schedule_eras
 from kit.store.db import db_now, is_uuid
 from kit.store.errors import JobNotFound
 from kit.store.jobs import job_read_in
+from kit.store.runs import run_state_sql
 
 MAX_OTHER_RUNS = 500
 
-_RUNS = """
-SELECT run_id::text, status, skip_reason, trigger_kind, attempt, error, scheduled_at
+_RUNS = f"""
+SELECT run_id::text, status, skip_reason, trigger_kind, attempt, error, scheduled_at,
+    {run_state_sql()} AS state
 FROM runs
 WHERE job_id = :job_id AND tenant = :tenant AND scheduled_at >= :start AND scheduled_at < :end
 ORDER BY scheduled_at, run_id
@@ -57,6 +60,11 @@ class Explanation:
     other_runs: list[OtherRun]
     next_from: datetime | None  # more fires are owed after the last listed: ask again from here
     history_complete: bool
+    # run id -> the state it is shown in (kit.core.run_state: `claimed` while held)
+    states: dict[str, str] = field(default_factory=dict)
+
+    def shown(self, run: RunView) -> str:
+        return self.states.get(run.run_id, run.status)
 
 
 def job_explain(
@@ -73,8 +81,7 @@ def job_explain(
 ) -> Explanation:
     """`written_ahead_ms`: the scheduler's scan-ahead (how far past an edit the old
     schedule's runs were already written)."""
-    if end <= start:
-        raise FieldError("to", "must be after from")
+    check_explain_range(start, end)
     if not 1 <= limit <= MAX_EXPLAIN_FIRES:
         raise FieldError("limit", f"must be between 1 and {MAX_EXPLAIN_FIRES}")
     if not is_uuid(job_id):
@@ -124,4 +131,5 @@ def job_explain(
         other_runs=other,
         next_from=next_from,
         history_complete=complete,
+        states={row.run_id: row.state for row in rows},
     )

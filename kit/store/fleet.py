@@ -13,6 +13,7 @@ from sqlalchemy import Engine, text
 from kit.core.dispatch import PRIORITY_TIERS
 from kit.core.trigger import QUEUED
 from kit.store.db import NOW_SQL, db_now
+from kit.store.runs import run_state_sql
 from kit.store.schema import BUSY_SQL
 
 
@@ -112,6 +113,7 @@ class TierInFlight:
     waiting: int  # due, published, not claimed yet: the tenant's share of the lag
     ahead: int  # written ahead of their second (the scheduler's scan-ahead)
     held: int  # held back by the job's overlap policy (`queue`), not published yet
+    claimed: int  # a worker holds it and waits for its second (kit.core.run_state)
     running: int
     retry_scheduled: int
     oldest_waiting_at: datetime | None
@@ -128,7 +130,7 @@ class InFlightView:
 # whatever the rest of the fleet holds.
 _IN_FLIGHT = f"""
 WITH mine AS (
-    SELECT r.priority, r.status, r.scheduled_at,
+    SELECT r.priority, r.status, r.scheduled_at, {run_state_sql("r", NOW_SQL)} AS state,
            r.status = 'pending' AND r.skip_reason IS NOT DISTINCT FROM :held AS held
     FROM jobs j JOIN runs r ON r.job_id = j.job_id
     WHERE j.tenant = :tenant AND r.tenant = :tenant AND r.status IN {BUSY_SQL}
@@ -139,7 +141,8 @@ SELECT priority,
        count(*) FILTER (WHERE status = 'pending' AND NOT held
                         AND scheduled_at > {NOW_SQL}) AS ahead,
        count(*) FILTER (WHERE held) AS held,
-       count(*) FILTER (WHERE status = 'running') AS running,
+       count(*) FILTER (WHERE state = 'claimed') AS claimed,
+       count(*) FILTER (WHERE state = 'running') AS running,
        count(*) FILTER (WHERE status = 'retry_scheduled') AS retry_scheduled,
        min(scheduled_at) FILTER (WHERE status = 'pending' AND NOT held
                                  AND scheduled_at <= {NOW_SQL}) AS oldest_waiting_at
@@ -167,6 +170,7 @@ def in_flight_read(engine: Engine, tenant: str, *, now: datetime | None = None) 
                 int(r.waiting) if r else 0,
                 int(r.ahead) if r else 0,
                 int(r.held) if r else 0,
+                int(r.claimed) if r else 0,
                 int(r.running) if r else 0,
                 int(r.retry_scheduled) if r else 0,
                 r.oldest_waiting_at if r else None,

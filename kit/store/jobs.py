@@ -78,7 +78,9 @@ class JobSpec:
     priority: str = "normal"
     jitter_s: int = 0
     paused: bool = False
-    pause_after_dead: int | None = None  # auto-pause after this many dead runs in a row
+    # auto-pause after this many dead runs in a row (None: the operator's default; 0: never)
+    pause_after_dead: int | None = None
+    notify: Mapping[str, Any] | None = None  # the failure webhook (kit.core.notify)
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ def _row_values(tenant: str, job_id: str, spec: JobSpec) -> dict[str, Any]:
         "jitter_s": spec.jitter_s,
         "paused": spec.paused,
         "pause_after_dead": spec.pause_after_dead,
+        "notify": None if spec.notify is None else dict(spec.notify),
     }
 
 
@@ -208,6 +211,7 @@ _READ_COLUMNS = (
     "jitter_s",
     "paused",
     "pause_after_dead",
+    "notify",
     "version",
     "created_at",
     "updated_at",
@@ -239,11 +243,11 @@ WITH new_tenant AS (
     INSERT INTO tenants (tenant) VALUES (%(tenant)s) ON CONFLICT DO NOTHING
 ), j AS (
     INSERT INTO jobs (job_id, tenant, name, schedule, timezone, task_spec, retry_policy,
-        timeout_s, overlap, misfire, priority, jitter_s, paused, pause_after_dead,
+        timeout_s, overlap, misfire, priority, jitter_s, paused, pause_after_dead, notify,
         created_at, updated_at)
     VALUES (%(job_id)s::uuid, %(tenant)s, %(name)s, %(schedule)s, %(timezone)s,
         %(task_spec)s, %(retry_policy)s, %(timeout_s)s, %(overlap)s, %(misfire)s,
-        %(priority)s, %(jitter_s)s, %(paused)s, %(pause_after_dead)s,
+        %(priority)s, %(jitter_s)s, %(paused)s, %(pause_after_dead)s, %(notify)s,
         coalesce(%(created_at)s::timestamptz, now()),
         coalesce(%(created_at)s::timestamptz, now()))
     RETURNING {_RETURNING}
@@ -270,7 +274,7 @@ WITH j AS (
         task_spec = %(task_spec)s, retry_policy = %(retry_policy)s,
         timeout_s = %(timeout_s)s, overlap = %(overlap)s, misfire = %(misfire)s,
         priority = %(priority)s, jitter_s = %(jitter_s)s, paused = %(paused)s,
-        pause_after_dead = %(pause_after_dead)s, version = %(version)s,
+        pause_after_dead = %(pause_after_dead)s, notify = %(notify)s, version = %(version)s,
         updated_at = %(at)s,
         dead_streak = CASE WHEN %(reset_dead_streak)s THEN 0 ELSE dead_streak END
     WHERE job_id = %(job_id)s::uuid
@@ -342,8 +346,13 @@ def _job_values(tenant: str, job_id: str, spec: JobSpec) -> dict[str, Any]:
     """A job's columns as the statements' parameters (JSON columns as jsonb)."""
     values = _row_values(tenant, job_id, spec)
     for column in _JSON_COLUMNS:
-        values[column] = Jsonb(values[column])
+        values[column] = _jsonb(values[column])
     return values
+
+
+def _jsonb(value: Any) -> Any:
+    """A JSON column's parameter; None stays SQL NULL (Jsonb(None) is JSON null)."""
+    return None if value is None else Jsonb(value)
 
 
 # ---------------------------------------------------------------------------
@@ -622,11 +631,12 @@ _JOB_COLUMNS = (
     "jitter_s",
     "paused",
     "pause_after_dead",
+    "notify",
     "version",
     "created_at",
     "updated_at",
 )
-_JSON_COLUMNS = {"schedule", "task_spec", "retry_policy", "misfire"}
+_JSON_COLUMNS = {"schedule", "task_spec", "retry_policy", "misfire", "notify"}
 
 
 def _copy_jobs(
@@ -646,7 +656,7 @@ def _copy_jobs(
                 values = _row_values(tenant, job_id, spec)
                 values.update(version=1, created_at=now, updated_at=now)
                 copy.write_row(
-                    [Jsonb(values[c]) if c in _JSON_COLUMNS else values[c] for c in _JOB_COLUMNS]
+                    [_jsonb(values[c]) if c in _JSON_COLUMNS else values[c] for c in _JOB_COLUMNS]
                 )
         with cur.copy(
             "COPY triggers (partition_id, fire_at, job_id, job_version, kind, attempt) FROM STDIN"
@@ -709,6 +719,7 @@ def job_record(row: Any) -> JobRecord:
         jitter_s=row.jitter_s,
         paused=row.paused,
         pause_after_dead=row.pause_after_dead,
+        notify=row.notify,
     )
     return JobRecord(
         job_id=str(row.job_id),

@@ -28,7 +28,8 @@ from sqlalchemy import Engine, Select, func, literal, literal_column, not_, sele
 from kit.core.errors import FieldError
 from kit.store.db import at_or_now
 from kit.store.jobs import JobRecord, job_record
-from kit.store.schema import PRIORITY_TIERS, RUN_STATUSES, jobs, runs, triggers
+from kit.store.runs import RUN_STATES, run_state_sql
+from kit.store.schema import PRIORITY_TIERS, jobs, runs, triggers
 
 MAX_PAGE = 500
 _CONTROL = re.compile(r"[\x00-\x1f]")  # job names have none (kit.api.models.JobIn)
@@ -51,7 +52,7 @@ class JobFilter:
     def check(self) -> None:
         if self.priority is not None and self.priority not in PRIORITY_TIERS:
             raise FieldError("priority", f"must be one of {', '.join(PRIORITY_TIERS)}")
-        allowed = (*RUN_STATUSES, NO_RUN)
+        allowed = (*RUN_STATES, NO_RUN)
         if self.last_status is not None and self.last_status not in allowed:
             raise FieldError("last_status", f"must be one of {', '.join(allowed)}")
         if self.name_prefix is not None and not 1 <= len(self.name_prefix) <= 200:
@@ -107,7 +108,8 @@ def prefix_upper(prefix: str) -> str | None:
 
 def _last_run(now: datetime | None) -> Any:
     return (
-        select(runs.c.run_id, runs.c.status, runs.c.scheduled_at)
+        # the status shown: a run held for its second is `claimed` (kit.core.run_state)
+        select(runs.c.run_id, literal_column(run_state_sql()).label("status"), runs.c.scheduled_at)
         .where(runs.c.job_id == jobs.c.job_id, runs.c.scheduled_at <= at_or_now(now))
         .order_by(runs.c.scheduled_at.desc(), runs.c.run_id.desc())
         .limit(1)

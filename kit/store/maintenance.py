@@ -20,7 +20,12 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine, text
 
-from kit.core.retention import FINISHED_TASK_STATUSES, LIVE_RUN_STATUSES, Retention
+from kit.core.retention import (
+    FINISHED_NOTIFICATION_STATUSES,
+    FINISHED_TASK_STATUSES,
+    LIVE_RUN_STATUSES,
+    Retention,
+)
 from kit.store.db import NOW_SQL
 
 DEFAULT_BATCH = 5000
@@ -69,6 +74,18 @@ STATEMENTS: dict[str, str] = {
             SELECT audit_id FROM job_audit WHERE {_older("at", "audit_s")}
             LIMIT :batch FOR UPDATE SKIP LOCKED)
     """,
+    "run_outputs": f"""
+        DELETE FROM run_outputs WHERE (run_id, attempt) IN (
+            SELECT run_id, attempt FROM run_outputs WHERE {_older("finished_at", "run_output_s")}
+            LIMIT :batch FOR UPDATE SKIP LOCKED)
+    """,
+    "notifications": f"""
+        DELETE FROM notifications WHERE notification_id IN (
+            SELECT notification_id FROM notifications
+            WHERE status IN {_in(FINISHED_NOTIFICATION_STATUSES)}
+              AND {_older("created_at", "notification_s")}
+            LIMIT :batch FOR UPDATE SKIP LOCKED)
+    """,
     "console_sessions": f"""
         DELETE FROM console_sessions WHERE session_hash IN (
             SELECT session_hash FROM console_sessions WHERE expires_at <= {_NOW}
@@ -102,6 +119,8 @@ def _params(retention: Retention, batch: int, now: datetime | None) -> dict[str,
         "dead_letter_s": retention.dead_letter_s,
         "replayed_dead_letter_s": retention.replayed_dead_letter_s,
         "audit_s": retention.audit_s,
+        "run_output_s": retention.run_output_s,
+        "notification_s": retention.notification_s,
         "stale_worker_s": STALE_WORKER_S,
     }
 

@@ -41,6 +41,7 @@ from kit.core.queue_task import (
 )
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.crash import crash_point
+from kit.store.db import is_uuid
 from kit.store.errors import IdempotencyConflict, StoreError
 from kit.store.pg_async import AsyncPool, Execute, Query, Steps, run_steps, run_steps_async
 from kit.store.schema import LEASABLE_TASKS
@@ -463,10 +464,8 @@ def _ack_many(
 
 
 def _canonical(task_id: str) -> str | None:
-    try:
-        return str(uuid.UUID(task_id))
-    except (ValueError, TypeError, AttributeError):
-        return None
+    """The id as PostgreSQL writes it, or None if it is not one (kit.store.db.is_uuid)."""
+    return task_id.lower() if is_uuid(task_id) else None
 
 
 def _ack_one(outcome: AckOutcome) -> str:

@@ -43,14 +43,20 @@ class ExpiredReaped:
 
 _APPEND_EXPIRY = f"""errors = errors || jsonb_build_array(jsonb_build_object(
     'attempt', attempt, 'error', 'lease expired (worker ' || coalesce(worker_id, '?') || ')',
-    'finished_at', {NOW}))"""
+    'finished_at', {NOW}, 'claimed_at', claimed_at, 'started_at', attempt_started_at,
+    'worker_id', worker_id, 'due_at', greatest(scheduled_at, retry_at)))"""
 
 
 def runs_reap_expired(
-    engine: Engine, publish: Publish, limit: int = DEFAULT_BATCH, now: datetime | None = None
+    engine: Engine,
+    publish: Publish,
+    limit: int = DEFAULT_BATCH,
+    now: datetime | None = None,
+    pause_after_dead_default: int | None = None,
 ) -> ExpiredReaped:
     """Running runs whose lease expired: back to pending with the next attempt and
-    re-published, or dead (with a dead letter) when that was the budget's last attempt."""
+    re-published, or dead (with a dead letter) when that was the budget's last attempt
+    (a job that names no pause_after_dead pauses at `pause_after_dead_default`)."""
     with engine.begin() as conn:
         rows = conn.execute(
             text(
@@ -90,7 +96,7 @@ def runs_reap_expired(
             )
             for run_id, job_id in dead:
                 dead_letter_in(conn, run_id, now)
-                if job_dead_streak_in(conn, job_id, now):
+                if job_dead_streak_in(conn, job_id, now, pause_after_dead_default):
                     paused.append(job_id)
                 released = release_queued_in(conn, job_id)
                 if released is not None:
@@ -103,7 +109,8 @@ def runs_reap_expired(
                     UPDATE runs SET status = 'pending', attempt = attempt + 1,
                         error = 'lease expired (worker ' || coalesce(worker_id, '?') || ')',
                         {_APPEND_EXPIRY},
-                        lease_token = NULL, lease_expires_at = NULL, worker_id = NULL
+                        lease_token = NULL, lease_expires_at = NULL, worker_id = NULL,
+                        claimed_at = NULL, attempt_started_at = NULL
                     WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
                     RETURNING run_id, job_id, attempt, scheduled_at, priority
                     """

@@ -28,7 +28,7 @@ from kit.store.audit import audit_in
 from kit.store.claims import release_queued_in
 from kit.store.db import NOW_SQL, db_now, is_uuid
 from kit.store.errors import RunNotFound, StoreError
-from kit.store.runs import RunRecord, run_record
+from kit.store.runs import RunRecord, run_record, run_state_sql
 
 CANCEL_CHANNEL = "cronfleet_run_cancel"
 NOT_STARTED = ("pending", "retry_scheduled")
@@ -45,7 +45,7 @@ class RunFinished(StoreError):
 @dataclass(frozen=True)
 class Cancelled:
     run: RunRecord
-    was: str  # the status it had
+    was: str  # the state it had (kit.core.run_state: `claimed` for one held for its second)
     notified: bool  # a worker was running it and has been told to stop
 
 
@@ -57,8 +57,9 @@ def run_cancel(
     with engine.begin() as conn:
         row = conn.execute(
             text(
-                """
-                SELECT run_id, job_id, status, skip_reason, scheduled_at, job_version
+                f"""
+                SELECT run_id, job_id, status, skip_reason, scheduled_at, job_version,
+                    {run_state_sql()} AS state
                 FROM runs WHERE tenant = :tenant AND run_id = :run_id FOR UPDATE
                 """
             ),
@@ -108,8 +109,8 @@ def run_cancel(
             action="cancel_run",
             at=at,
             version=row.job_version,
-            changes={"run_id": run_id, "status": {"from": row.status, "to": "cancelled"}},
+            changes={"run_id": run_id, "status": {"from": row.state, "to": "cancelled"}},
         )
         after = text("SELECT * FROM runs WHERE run_id = :run_id")
         record = run_record(conn.execute(after, {"run_id": run_id}).one())
-    return Cancelled(record, row.status, notified)
+    return Cancelled(record, row.state, notified)

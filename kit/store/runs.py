@@ -13,20 +13,38 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, literal_column, select
 from sqlalchemy.dialects.postgresql import insert
 
 from kit.core.errors import FieldError
 from kit.core.ids import run_id as make_run_id
+from kit.core.run_state import RunState
 from kit.core.timeutil import EPOCH
 from kit.store.audit import KIT_ACTOR, audit_in
 from kit.store.db import db_now, is_uuid
 from kit.store.errors import IdempotencyConflict, JobNotFound, RunNotFound
 from kit.store.jobs import idempotency_key_claim, request_fingerprint
 from kit.store.pg_async import AsyncPool, Query, Steps, run_steps, run_steps_async
-from kit.store.schema import RUN_STATUSES, jobs, runs
+from kit.store.schema import jobs, runs
 
 MAX_PAGE = 500
+RUN_STATES = tuple(s.value for s in RunState)
+
+
+def run_state_sql(alias: str = "", now: str = "now()") -> str:
+    """kit.core.run_state.run_state in SQL, by the database's clock (or `now`, an SQL
+    instant): a running run with no start recorded for its attempt whose due time is
+    still ahead is `claimed` (tests/contract/test_run_lease.py holds the two equal)."""
+    a = f"{alias}." if alias else ""
+    return (
+        f"CASE WHEN {a}status = 'running' AND {a}attempt_started_at IS NULL"
+        f" AND greatest({a}scheduled_at, {a}retry_at) > {now}"
+        f" THEN '{RunState.claimed.value}' ELSE {a}status END"
+    )
+
+
+# A run read with the state it is shown in (select(runs, STATE)).
+STATE = literal_column(run_state_sql()).label("state")
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,15 @@ class RunRecord:
     skip_reason: str | None
     created_at: datetime
     cancelled_by: str | None = None  # the token that cancelled it (POST /v1/runs/{id}:cancel)
+    claimed_at: datetime | None = None  # the current attempt's claim
+    attempt_started_at: datetime | None = None  # the current attempt's start
+    retry_at: datetime | None = None  # a retry's due time
+    state: str | None = None  # kit.core.run_state, by the database's clock when read
+
+    @property
+    def shown_status(self) -> str:
+        """What the API and the console call its status (a RunState)."""
+        return self.state or self.status
 
 
 @dataclass(frozen=True)
@@ -77,6 +104,10 @@ def run_record(row: Any) -> RunRecord:
         skip_reason=row.skip_reason,
         created_at=row.created_at,
         cancelled_by=row.cancelled_by,
+        claimed_at=row.claimed_at,
+        attempt_started_at=row.attempt_started_at,
+        retry_at=row.retry_at,
+        state=getattr(row, "state", None),
     )
 
 
@@ -123,23 +154,26 @@ _RUN_COLUMNS = (
     "skip_reason",
     "created_at",
     "cancelled_by",
+    "claimed_at",
+    "attempt_started_at",
+    "retry_at",
 )
 
 
 def _runs_page_sql(by_status: bool, after: bool) -> str:
     conditions = ["tenant = %(tenant)s", "job_id = %(job_id)s::uuid"]
     if by_status:
-        conditions.append("status = %(status)s")
+        conditions.append(f"{run_state_sql()} = %(status)s")
     if after:
         conditions.append(
             "(scheduled_at, run_id) < (%(after_at)s::timestamptz, %(after_id)s::uuid)"
         )
     return f"""
-SELECT e.job_exists, {", ".join(f"r.{c}" for c in _RUN_COLUMNS)}
+SELECT e.job_exists, {", ".join(f"r.{c}" for c in _RUN_COLUMNS)}, r.state
 FROM (SELECT EXISTS (SELECT FROM jobs WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid)
         AS job_exists) AS e
 LEFT JOIN LATERAL (
-    SELECT {", ".join(_RUN_COLUMNS)} FROM runs
+    SELECT {", ".join(_RUN_COLUMNS)}, {run_state_sql()} AS state FROM runs
     WHERE {" AND ".join(conditions)}
     ORDER BY scheduled_at DESC, run_id DESC
     LIMIT %(limit)s
@@ -161,8 +195,8 @@ def _runs_page(
     cursor: str | None = None,
     limit: int = 50,
 ) -> Steps[RunPage]:
-    if status is not None and status not in RUN_STATUSES:
-        raise FieldError("status", f"must be one of {', '.join(RUN_STATUSES)}")
+    if status is not None and status not in RUN_STATES:
+        raise FieldError("status", f"must be one of {', '.join(RUN_STATES)}")
     if not 1 <= limit <= MAX_PAGE:
         raise FieldError("limit", f"must be between 1 and {MAX_PAGE}")
     after = cursor_decode(cursor) if cursor else None
@@ -223,7 +257,7 @@ def run_get(engine: Engine, tenant: str, run_id: str) -> RunRecord:
         raise RunNotFound(run_id)
     with engine.begin() as conn:
         row = conn.execute(
-            select(runs).where(runs.c.tenant == tenant, runs.c.run_id == run_id)
+            select(runs, STATE).where(runs.c.tenant == tenant, runs.c.run_id == run_id)
         ).first()
     if row is None:
         raise RunNotFound(run_id)
@@ -298,7 +332,7 @@ def run_now(
                 version=job.version,
                 changes={"run_id": rid},
             )
-        row = conn.execute(select(runs).where(runs.c.run_id == rid)).one()
+        row = conn.execute(select(runs, STATE).where(runs.c.run_id == rid)).one()
     return run_record(row), inserted is not None
 
 
@@ -311,7 +345,7 @@ def _claim_run_now_key(
     if earlier is None:
         return None
     row = conn.execute(
-        select(runs).where(
+        select(runs, STATE).where(
             runs.c.tenant == tenant, runs.c.run_id == make_run_id(job_id, earlier.created_at)
         )
     ).first()

@@ -34,6 +34,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from kit.core.audit import AuditAction
 from kit.core.dispatch import PriorityTier
 from kit.core.leases import BUSY, RunStatus
+from kit.core.notify import FINISHED_NOTIFICATIONS, NotificationStatus
+from kit.core.output import OUTPUT_CAP_BYTES
 from kit.core.policies import OverlapPolicy
 from kit.core.queue_task import FINISHED, LEASABLE, TaskStatus
 from kit.core.trigger import QUEUED, TRIGGER_ROW_KINDS, TriggerKind
@@ -114,6 +116,9 @@ jobs = Table(
     # Auto-pause: after this many consecutive dead-lettered runs (NULL: never).
     Column("pause_after_dead", Integer),
     Column("dead_streak", Integer, nullable=False, server_default=text("0")),
+    # A webhook told of each dead letter (kit.core.notify): {"url", "headers",
+    # "secret_headers"}; NULL: nobody is told.
+    Column("notify", JSONB),
     _tstz("created_at", nullable=False, now_default=True),
     _tstz("updated_at", nullable=False, now_default=True),
     UniqueConstraint("tenant", "name"),
@@ -172,16 +177,25 @@ runs = Table(
     _tstz("lease_expires_at"),
     Column("worker_id", Text),
     _tstz("dispatched_at"),
+    # The first attempt's start (start lag is measured on it).
     _tstz("started_at"),
     _tstz("finished_at"),
     Column("error", Text),
-    # One entry per failed attempt: {"attempt", "error", "finished_at"}.
+    # One entry per failed attempt: {"attempt", "error", "finished_at", and since
+    # migration 0012 "claimed_at", "started_at", "worker_id", "due_at" of that attempt}.
     Column("errors", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    # When the current attempt may start, for a retry (kept through its claim: a run
+    # held for its retry's second is `claimed`, kit.core.run_state).
     _tstz("retry_at"),
     Column("skip_reason", Text),
     _tstz("created_at", nullable=False, now_default=True),
     # POST /v1/runs/{id}:cancel: the token that cancelled the run.
     Column("cancelled_by", Text),
+    # The current attempt's claim (database clock) and start (the worker's, written
+    # with its next heartbeat or its finish): kit.core.run_state tells `claimed` from
+    # `running` with them.
+    _tstz("claimed_at"),
+    _tstz("attempt_started_at"),
     CheckConstraint(_in("status", RUN_STATUSES), name="status"),
     CheckConstraint(_in("trigger_kind", RUN_TRIGGER_KINDS), name="trigger_kind"),
     CheckConstraint("attempt >= 1", name="attempt"),
@@ -214,6 +228,23 @@ runs = Table(
         postgresql_where=text(f"skip_reason = '{QUEUED}'"),
     ),
     postgresql_partition_by="RANGE (run_id)",
+)
+
+# What each attempt printed or was answered (kit.core.output: excerpts, capped and
+# scrubbed), kept under its own retention (CRONFLEET_RUN_OUTPUT_RETENTION_S): written
+# in the finish's transaction, only when there is something to keep.
+run_outputs = Table(
+    "run_outputs",
+    metadata,
+    Column("run_id", UUID(as_uuid=False), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    _tstz("finished_at", nullable=False, now_default=True),
+    Column("output", Text, nullable=False, server_default=text("''")),
+    Column("stderr", Text, nullable=False, server_default=text("''")),
+    PrimaryKeyConstraint("run_id", "attempt"),
+    CheckConstraint(f"octet_length(output) <= {OUTPUT_CAP_BYTES}", name="output_cap"),
+    CheckConstraint(f"octet_length(stderr) <= {OUTPUT_CAP_BYTES}", name="stderr_cap"),
+    Index(None, "finished_at"),  # maintenance: outputs past their retention
 )
 
 partition_leases = Table(
@@ -251,6 +282,45 @@ dead_letters = Table(
         "ix_dead_letters_replayed_expiry",
         "replayed_at",
         postgresql_where=text("replayed_at IS NOT NULL"),
+    ),
+)
+
+# The outbox of failure notifications (kit.core.notify): one row per dead letter of a
+# job that names a webhook, written in the dead letter's transaction and sent by the
+# maintenance service (kit.maintenance.notifier). The webhook is copied from the job
+# when the run dies, so an edit later does not redirect what was already owed.
+NOTIFICATION_STATUSES = tuple(s.value for s in NotificationStatus)
+FINISHED_NOTIFICATIONS_SQL = _in(
+    "status", tuple(s.value for s in NotificationStatus if s in FINISHED_NOTIFICATIONS)
+)
+
+notifications = Table(
+    "notifications",
+    metadata,
+    Column("notification_id", BigInteger, primary_key=True, autoincrement=True),
+    Column("tenant", Text, nullable=False),
+    Column("job_id", UUID(as_uuid=False), nullable=False),
+    Column("job_name", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=False), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    _tstz("scheduled_at", nullable=False),
+    Column("error", Text),
+    Column("target", JSONB, nullable=False),  # the job's `notify` when the run died
+    Column("status", Text, nullable=False, server_default=text("'pending'")),
+    Column("tries", Integer, nullable=False, server_default=text("0")),
+    _tstz("next_at", nullable=False, now_default=True),
+    _tstz("sent_at"),
+    Column("last_error", Text),
+    _tstz("created_at", nullable=False, now_default=True),
+    UniqueConstraint("run_id", "attempt"),  # once per dead letter
+    CheckConstraint(_in("status", NOTIFICATION_STATUSES), name="status"),
+    # The sender: pending ones, due first.
+    Index("ix_notifications_due", "next_at", postgresql_where=text("status = 'pending'")),
+    # Maintenance: finished ones past their retention.
+    Index(
+        "ix_notifications_finished",
+        "created_at",
+        postgresql_where=text(FINISHED_NOTIFICATIONS_SQL),
     ),
 )
 

@@ -45,12 +45,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from kit.core import defaults
 from kit.core.errors import FieldError
+from kit.core.output import OUTPUT_CAP_BYTES, Output, excerpt
 from kit.core.redaction import MASK, scrub, scrub_excerpt
 from kit.core.task_policy import NOT_NORMAL_PATH, env_name_refusal, normal_path
 from kit.tasks.context import Deadline, RunContext, TaskResult, stopped
@@ -58,11 +59,20 @@ from kit.tasks.spec import TaskSpec, TaskType, names_present, no_mask
 
 log = logging.getLogger(__name__)
 KILL_GRACE_S = defaults.KILL_GRACE_MS / 1000
-EXCERPT_BYTES = 2048
+EXCERPT_BYTES = 2048  # of stderr, in a failed run's error
+# What a stream's tail keeps: the output excerpt and room for a secret cut at its edge.
+_TAIL_BYTES = max(EXCERPT_BYTES, OUTPUT_CAP_BYTES) + 1024
 _BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # coreutils' env (8.28+ for --chdir), found where the system keeps it, never on PATH
 _ENV_PROGRAM_DIRS = "/usr/bin:/bin"
+
+
+# The rules of `env` names and of `cwd` as the API's document declares them: the same
+# as `env_name_refusal`'s form check and `normal_path` (tests/unit/test_tasks_command_schema.py
+# holds each pattern equal to its check).
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+NORMAL_PATH_PATTERN = r"^/$|^(?:/(?!\.\.?(?:/|$))[^/\u0000]+)+$"
 
 
 class CommandTask(TaskSpec):
@@ -76,12 +86,15 @@ class CommandTask(TaskSpec):
         default_factory=dict,
         description="Only names the operator's task policy lets the tenant set; names "
         "that make a shell, an interpreter or the loader run code are always refused",
+        json_schema_extra={"propertyNames": {"pattern": ENV_NAME_PATTERN}},
     )
     secret_env: list[str] = Field(
         default_factory=list,
         description=f"Names in `env` whose values are secret (shown as {MASK!r}, scrubbed)",
     )
-    cwd: str | None = Field(
+    cwd: (
+        Annotated[str, WithJsonSchema({"type": "string", "pattern": NORMAL_PATH_PATTERN})] | None
+    ) = Field(
         default=None,
         description="An absolute directory the operator's task policy allows for the "
         "tenant, entered as the run-as user; unset: the run's own fresh directory",
@@ -241,14 +254,15 @@ def _run(
     code = proc.wait()
     _keeper.unregister(proc.pid)
     out, err = stdout.text(ctx.secrets), stderr.text(ctx.secrets)
+    output = Output(stdout.excerpt(ctx.secrets), stderr.excerpt(ctx.secrets))
     detail = f"exit code {code}" + (f"; stdout: {out}" if out else "")
     if failure is not None:
         error = f"{failure.error}; process group killed"
-        return TaskResult(False, error + (f"; stderr: {err}" if err else ""), detail)
+        return TaskResult(False, error + (f"; stderr: {err}" if err else ""), detail, output)
     if code == 0:
-        return TaskResult(True, None, detail)
+        return TaskResult(True, None, detail, output)
     what = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-    return TaskResult(False, what + (f"; stderr: {err}" if err else ""), detail)
+    return TaskResult(False, what + (f"; stderr: {err}" if err else ""), detail, output)
 
 
 # The keeper: stdin is a pipe only the worker writes to, a line per change: "+PGID GRACE"
@@ -302,9 +316,8 @@ class _Keeper:
     unsafe in a threaded worker. Being the worker's user (root where run_as applies),
     the keeper may signal a group that changed identity. A worker killed between a
     task's spawn and its registration leaves that task unkept: a window of one line and
-    one uncontended write. (The keeper used to start on the first registration, under
-    the lock, so a second task's registration waited behind a Python start: a CI run
-    left a hung task group behind, most likely in that wait.)
+    one uncontended write; the keeper is started before the spawn (`start`), never
+    under the registration lock, so no registration waits behind a Python start.
     """
 
     def __init__(self) -> None:
@@ -422,7 +435,7 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 class _Tail:
-    """Drains a pipe on a thread, keeping the last bytes (between one and two excerpts)."""
+    """Drains a pipe on a thread, keeping the last bytes (between one and two tails)."""
 
     def __init__(self, pipe: IO[bytes] | None) -> None:
         self._data = bytearray()
@@ -437,8 +450,8 @@ class _Tail:
             while chunk := pipe.read1(65536):  # type: ignore[attr-defined]
                 self._data += chunk
                 self._seen += len(chunk)
-                if len(self._data) > 2 * EXCERPT_BYTES:
-                    del self._data[:-EXCERPT_BYTES]
+                if len(self._data) > 2 * _TAIL_BYTES:
+                    del self._data[:-_TAIL_BYTES]
 
     def text(self, secrets: tuple[str, ...] = ()) -> str:
         """The last EXCERPT_BYTES of the output, scrubbed: whole secrets are replaced in
@@ -449,6 +462,14 @@ class _Tail:
         excerpt = window[-EXCERPT_BYTES:]
         cut = self._seen > len(raw) or len(excerpt) < len(window)
         return scrub_excerpt(excerpt, secrets, cut_head=cut, cut_tail=False).strip()
+
+    def excerpt(self, secrets: tuple[str, ...] = ()) -> str:
+        """The output kept for the run page: its end, at most OUTPUT_CAP_BYTES, scrubbed
+        (kit.core.output)."""
+        self._thread.join(1.0)
+        raw = bytes(self._data)
+        text = raw.decode("utf-8", errors="replace")
+        return excerpt(text, secrets, OUTPUT_CAP_BYTES, keep="tail", cut=self._seen > len(raw))
 
 
 TASK = TaskType("command", CommandTask, run_command)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kit.core.output import Output
 from kit.core.task_policy import CommandPermit
 
 
@@ -87,6 +88,17 @@ class Cancel:
                 self._callbacks.remove(callback)
 
 
+class Slot(Protocol):
+    """One of the worker's places for a run on its task loop (at most `concurrency` held
+    at once). A task takes it before its first network work (resolving, connecting,
+    sending) and may give it back while it waits for something that costs no work (its
+    turn for a target's connection); the worker frees it when the run ends."""
+
+    async def take(self) -> None: ...
+
+    def give_back(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class RunContext:
     run_id: str
@@ -104,6 +116,8 @@ class RunContext:
     # worker marks the run's start there, or refuses it (False: do nothing, return).
     # None: begin at once (callers that are not a worker's task loop).
     begin: Callable[[], Awaitable[bool]] | None = None
+    # The run's place on the worker's task loop (None: no bound, outside a worker).
+    slot: Slot | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,8 @@ class TaskResult:
     ok: bool
     error: str | None = None
     detail: str | None = None
+    # what the attempt printed or was answered, bounded and scrubbed (kit.core.output)
+    output: Output | None = None
 
 
 class Deadline:

@@ -38,6 +38,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field, field_validator, model_validator
 from yarl import URL
 
+from kit.core.output import OUTPUT_CAP_BYTES, Output, excerpt
 from kit.core.redaction import (
     ALWAYS_SECRET_HEADERS,
     MASK,
@@ -91,6 +92,22 @@ NOT_STARTED = TaskResult(
 )  # a plain threading.Event (not a Cancel) is looked at this often
 
 
+def checked_url(value: str) -> str:
+    """An http task's or a webhook's URL: absolute http(s), credentials not the mask."""
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
+        raise ValueError("must be an absolute http:// or https:// URL")
+    if is_masked_url(value):  # write-only, as a secret header's value (spec.no_mask)
+        raise ValueError(
+            f"has {MASK!r} as its credentials, how the API shows them; send the "
+            "credentials themselves"
+        )
+    return value
+
+
+URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^/\u0000][^\u0000]*$"
+
+
 class HttpTask(TaskSpec):
     type: Literal["http"]
     url: str = Field(
@@ -100,6 +117,8 @@ class HttpTask(TaskSpec):
             "Credentials in it (`https://user:pass@host/`) are sent as `Authorization: "
             f"Basic` and are secret like that header: shown as `https://{MASK}@host/`."
         ),
+        # what `_url` checks, declared (the API's document; `_url` words the refusal)
+        json_schema_extra={"pattern": URL_PATTERN},
     )
     method: Method
     headers: dict[str, str] = Field(default_factory=dict)
@@ -116,21 +135,57 @@ class HttpTask(TaskSpec):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        scheme, sep, rest = value.partition("://")
-        if not sep or scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
-            raise ValueError("must be an absolute http:// or https:// URL")
-        if is_masked_url(value):  # write-only, as a secret header's value (spec.no_mask)
-            raise ValueError(
-                f"has {MASK!r} as its credentials, how the API shows them; send the "
-                "credentials themselves"
-            )
-        return value
+        return checked_url(value)
 
     @model_validator(mode="after")
     def _secrets(self) -> HttpTask:
         names_present(self.secret_headers, self.headers, "headers", fold=True)
         no_mask(self.headers, "headers")
         return self
+
+
+class Webhook(TaskSpec):
+    """Where a job's failure notifications go (kit.core.notify): a POST of JSON to `url`
+    with `headers`, through the same egress guard and allow-list as an http task's
+    request; its secret headers (and URL credentials) are write-only as an http task's."""
+
+    url: str = Field(
+        min_length=1,
+        max_length=4096,
+        description=HttpTask.model_fields["url"].description,
+        json_schema_extra={"pattern": URL_PATTERN},
+    )
+    headers: dict[str, str] = Field(default_factory=dict)
+    secret_headers: list[str] = Field(
+        default_factory=list,
+        description=HttpTask.model_fields["secret_headers"].description,
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return checked_url(value)
+
+    @model_validator(mode="after")
+    def _secrets(self) -> Webhook:
+        names_present(self.secret_headers, self.headers, "headers", fold=True)
+        no_mask(self.headers, "headers")
+        return self
+
+
+def webhook_task(webhook: Mapping[str, Any], body: str) -> dict[str, Any]:
+    """A webhook as the http task that delivers it (its secrets are then the task's:
+    kit.core.redaction)."""
+    headers = dict(webhook.get("headers") or {})
+    headers.setdefault("Content-Type", "application/json")
+    return {
+        "type": "http",
+        "url": webhook["url"],
+        "method": "POST",
+        "headers": headers,
+        "secret_headers": list(webhook.get("secret_headers") or ()),
+        "body": body,
+    }
 
 
 @cache
@@ -292,14 +347,17 @@ async def run_http_async(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult
         result.ok,
         None if result.error is None else scrub(result.error, ctx.secrets),
         None if result.detail is None else scrub(result.detail, ctx.secrets),
+        result.output,  # scrubbed where it was cut (_result)
     )
 
 
 async def _run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
-    """The lookup, the guard and a connection first (the kit's own wait: its turn for a
-    connection is not the run's to pay for; the lookup and opening a connection are each
-    bounded by the run's timeout), then the run begins (`ctx.begin`: the worker marks its
-    start, or refuses it), then the request, bounded by the run's timeout. A run never
+    """The run's place first (`ctx.slot`: the worker's bound on runs doing network work
+    at once), then the lookup, the guard and a connection (the kit's own wait: its turn
+    for a connection is not the run's to pay for, and the place is given back while it
+    waits for it; the lookup and opening a connection are each bounded by the run's
+    timeout), then the run begins (`ctx.begin`: the worker marks its start, or refuses
+    it), then the request, bounded by the run's timeout. A run never
     spends its timeout queueing for a connection and then times out with its request at
     the target (that ran 127 of 20,000 runs twice against a slow target), nor fails for
     having waited its turn (bounding the turn by the timeout failed 12,448 of them)."""
@@ -327,6 +385,8 @@ async def _run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
     pool: TargetPool | None = None
     unsent: Connection | None = None
     try:
+        if ctx.slot is not None:  # no lookup, no connection before the run holds a place
+            await ctx.slot.take()
         try:
             async with asyncio.timeout(ctx.timeout_s):
                 address = await checked_address_async(
@@ -340,7 +400,7 @@ async def _run_http(spec: Mapping[str, Any], ctx: RunContext) -> TaskResult:
         try:
             # its turn for a connection is not bounded here (the requests before it are,
             # each by its own timeout); opening one is, by the run's timeout
-            unsent = await pool.acquire(connect_timeout_s=ctx.timeout_s)
+            unsent = await pool.acquire(connect_timeout_s=ctx.timeout_s, slot=ctx.slot)
         except TimeoutError:
             where = f"{request.host}:{request.port}"
             return await failed(f"could not connect to {where} within {ctx.timeout_s:g} s")
@@ -403,21 +463,25 @@ def _kind(exc: BaseException) -> str:
 
 
 def _result(response: Response, secrets: tuple[str, ...]) -> TaskResult:
-    excerpt, status, location = response.excerpt, response.status, response.location or "?"
-    cut = len(excerpt) > EXCERPT_BYTES
-    text = bytes(excerpt[:EXCERPT_BYTES]).decode("utf-8", errors="replace")
-    text = scrub_excerpt(text, secrets, cut_head=False, cut_tail=cut)
+    body, status, location = response.excerpt, response.status, response.location or "?"
+    cut = len(body) > EXCERPT_BYTES
+    raw = bytes(body[:EXCERPT_BYTES]).decode("utf-8", errors="replace")
+    text = scrub_excerpt(raw, secrets, cut_head=False, cut_tail=cut)
     detail = f"HTTP {status}; body: {text}" if text else f"HTTP {status}"
+    # the run page's output: the status line and the start of the body (kit.core.output)
+    kept = excerpt(f"HTTP {status}\n{raw}", secrets, OUTPUT_CAP_BYTES, keep="head", cut=cut)
+    output = Output(kept)
     if 200 <= status < 300:
-        return TaskResult(True, None, detail)
+        return TaskResult(True, None, detail, output)
     if 300 <= status < 400:
-        return TaskResult(False, f"HTTP {status} redirect to {location} (not followed)", detail)
+        error = f"HTTP {status} redirect to {location} (not followed)"
+        return TaskResult(False, error, detail, output)
     if not text.strip():
-        return TaskResult(False, f"HTTP {status}", detail)
+        return TaskResult(False, f"HTTP {status}", detail, output)
     short = text.strip()
     if len(short) > ERROR_EXCERPT_CHARS:
         short = scrub_excerpt(short[:ERROR_EXCERPT_CHARS], secrets, cut_head=False, cut_tail=True)
-    return TaskResult(False, f"HTTP {status}; body: {short}", detail)
+    return TaskResult(False, f"HTTP {status}; body: {short}", detail, output)
 
 
 TASK = TaskType("http", HttpTask, run_http, run_async=run_http_async)

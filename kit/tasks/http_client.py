@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import httptools
 
+from kit.tasks.context import Slot
+
 IDLE_S = 4.0  # an idle connection is closed after this: below common servers' keep-alive
 MAX_HEAD = 64 * 1024  # status line and headers of a response, at most
 
@@ -225,9 +227,15 @@ class TargetPool:
         finally:
             self.release(conn)
 
-    async def acquire(self, connect_timeout_s: float | None = None) -> Connection:
+    async def acquire(
+        self, connect_timeout_s: float | None = None, slot: Slot | None = None
+    ) -> Connection:
         """A live connection: an idle one, a new one, or the next one freed (however long
-        that takes); opening one gives up after `connect_timeout_s` (TimeoutError)."""
+        that takes); opening one gives up after `connect_timeout_s` (TimeoutError).
+
+        `slot`, held by the caller, is given back while it waits for its turn (no work
+        is done then: another run may use the place) and taken again once a connection
+        or the room to open one is handed over, before connecting."""
         if not self._waiters:
             conn = self._idle_one()
             if conn is not None:
@@ -237,8 +245,12 @@ class TargetPool:
                 return await self._open_one(connect_timeout_s)
         waiter: asyncio.Future[Connection | None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        if slot is not None:
+            slot.give_back()
         try:
             handed = await waiter
+            if slot is not None:
+                await slot.take()
         except BaseException:
             if waiter.done() and not waiter.cancelled():  # handed something, then cancelled
                 got = waiter.result()

@@ -26,6 +26,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -168,10 +169,13 @@ def under_policy(
         commands=tenant.commands,
         secrets=(*secret_values(spec), *worker_secrets),
         begin=ctx.begin,
+        slot=ctx.slot,
     )
 
 
 def _scrubbed(result: TaskResult, secrets: tuple[str, ...]) -> TaskResult:
+    """The error scrubbed here (the types' own excerpts are scrubbed where they are cut,
+    kit.core.output); the output as its type made it."""
     if result.error is None:
         return result
-    return TaskResult(result.ok, scrub(result.error, secrets), result.detail)
+    return replace(result, error=scrub(result.error, secrets))

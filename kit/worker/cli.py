@@ -102,6 +102,7 @@ def _run(args: argparse.Namespace) -> int:
         metrics=metrics,
         prefetch=prefetch,
         journal=journal,
+        pause_after_dead_default=settings.pause_after_dead,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -4,12 +4,15 @@ type that declares an async runner (http) executes.
 A thread per run, as before, made 5,000 webhooks due at one second into 5,000 threads
 fighting for one interpreter lock: on this machine the fleet reached ~400 requests a
 second. On a loop a waiting request costs a few objects, so the limit is the CPU of the
-requests themselves. Every run submitted gets its coroutine at once; how many begin at
-a time is the worker's to decide (the task asks, `RunContext.begin`, right before its
-effect), so a run waiting for a slow target's connection holds nobody else's place.
+requests themselves. Every run submitted gets its coroutine at once; how many do
+network work at a time is the worker's to decide (the task takes a `RunContext.slot`
+before its first lookup or connection, gives it back while it waits its turn for a
+target's connection, and asks `RunContext.begin` right before its effect), so a run
+waiting for a slow target's connection holds nobody else's place.
 
 The loop never blocks on the database: what must be written when a run ends (a failure,
-a run given back) is handed to the worker's thread pool by the callbacks.
+a run given back) is handed by the callbacks to the worker's writer threads, which no
+thread-based task occupies (kit.worker.worker.LOOP_WRITERS).
 """
 
 from __future__ import annotations

@@ -57,6 +57,7 @@ from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.defaults import KILL_GRACE_MS
 from kit.core.dispatch import TimerWheel, catch_up_order
 from kit.core.leases import beat_horizon_ms, beat_wanted, fence_margin_ms
+from kit.core.output import Output
 from kit.core.partitions import PARTITION_COUNT
 from kit.core.timeutil import to_epoch_ms
 from kit.crash import crash_point
@@ -76,7 +77,7 @@ from kit.store.claims import (
     runs_return,
 )
 from kit.store.worker_link import WorkerLink
-from kit.tasks.context import Cancel, CancelFlag
+from kit.tasks.context import Cancel, CancelFlag, Slot
 from kit.tasks.registry import release_loop
 from kit.transport import RunMessage, RunPublisher, TieredConsumer
 from kit.transport.consumer import Rejected
@@ -92,12 +93,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-# (task spec, run id, attempt, timeout_s, cancel, tenant) -> (ok, error)
-Execute = Callable[[dict[str, Any], str, int, int, CancelFlag, str], tuple[bool, str | None]]
-# the same, on the task loop, with the run's begin (kit.tasks.context.RunContext.begin)
+# What an attempt gives back: whether it succeeded, its error, its output (kit.core.output).
+Outcome = tuple[bool, str | None, Output | None]
+# (task spec, run id, attempt, timeout_s, cancel, tenant) -> outcome
+Execute = Callable[[dict[str, Any], str, int, int, CancelFlag, str], Outcome]
+# the same, on the task loop, with the run's begin and slot (kit.tasks.context.RunContext)
 AsyncExecute = Callable[
-    [dict[str, Any], str, int, int, CancelFlag, str, Callable[[], Awaitable[bool]]],
-    Awaitable[tuple[bool, str | None]],
+    [dict[str, Any], str, int, int, CancelFlag, str, Callable[[], Awaitable[bool]], Slot],
+    Awaitable[Outcome],
 ]
 
 _RETRY_DB_S = 1.0
@@ -105,6 +108,7 @@ _CLOCK_SAMPLE_S = 1.0
 _LAG_EVERY_S = 5.0
 _TIMEOUT_GRACE_S = 5.0  # the task kills itself at its timeout; this is the backstop
 FINISH_BATCH = 1000  # successes written per transaction, at most
+LOOP_WRITERS = 2  # threads writing the task loop's failures and give-backs
 CLAIM_BATCH = 2000  # runs claimed per statement, at most
 DEFAULT_PREFETCH = 10_000
 # While the hold thread starts a second's runs, finishes and beats wait (at most this
@@ -135,14 +139,14 @@ def task_executor(
         timeout_s: int,
         cancel: CancelFlag,
         tenant: str,
-    ) -> tuple[bool, str | None]:
+    ) -> Outcome:
         ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant)
         result = run_task(spec, ctx, source.current(), worker_secrets)
-        return bool(result.ok), result.error
+        return bool(result.ok), result.error, result.output
 
-    def run_inline(spec: dict[str, Any]) -> tuple[bool, str | None]:
+    def run_inline(spec: dict[str, Any]) -> Outcome:
         result = INLINE[spec["type"]](spec)
-        return bool(result.ok), result.error
+        return bool(result.ok), result.error, result.output
 
     async def run_async(
         spec: dict[str, Any],
@@ -152,10 +156,11 @@ def task_executor(
         cancel: CancelFlag,
         tenant: str,
         begin: Callable[[], Awaitable[bool]],
-    ) -> tuple[bool, str | None]:
-        ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant, begin=begin)
+        slot: Slot,
+    ) -> Outcome:
+        ctx = RunContext(run_id, attempt, timeout_s, cancel, tenant=tenant, begin=begin, slot=slot)
         result = await run_task_async(spec, ctx, source.current(), worker_secrets)
-        return bool(result.ok), result.error
+        return bool(result.ok), result.error, result.output
 
     run.inline_tasks = frozenset(INLINE)  # type: ignore[attr-defined]
     run.run_inline = run_inline  # type: ignore[attr-defined]
@@ -206,7 +211,11 @@ class WorkerMetrics:
             ["tier"],
             registry=r,
         )
-        self.in_flight = Gauge("cronfleet_worker_in_flight", "Runs executing now", registry=r)
+        self.in_flight = Gauge(
+            "cronfleet_worker_in_flight",
+            "Runs executing now (started, not finished; claimed runs waiting are `held`)",
+            registry=r,
+        )
         self.held = Gauge(
             "cronfleet_worker_held",
             "Claimed runs not started yet (waiting for their second or a free slot)",
@@ -227,9 +236,9 @@ class _InFlight:
     run: ClaimedRun
     confirmed_until: float  # monotonic: the lease is known to hold until then
     cancel: Cancel = field(default_factory=Cancel)  # also stops a task on the task loop
-    # monotonic; the backstop for the task's own timeout, set before `started` (the fence
-    # thread reads the two without a lock: a started run with no deadline yet was once
-    # cancelled as "overran its timeout" at its first instruction, and ran twice)
+    # monotonic; the backstop for the task's own timeout. Set before `started`: the fence
+    # thread reads the two without a lock, and a started run must never be seen with no
+    # deadline yet (it would be cancelled as overrun at its first instruction)
     deadline: float = math.inf
     started: bool = False
     started_ms: int | None = None  # when the task began, on the database's clock (estimate)
@@ -240,6 +249,28 @@ class _InFlight:
     slotted: bool = True  # needs a slot (pool or loop) to start: not an inline task
     due_waiting: bool = False  # its second has come and it waits to begin
     holds_slot: bool = False  # a task on the loop holds one of the concurrency slots
+    output: Output | None = None  # what the attempt printed or was answered
+
+
+class _EntrySlot:
+    """A run's hold on one of the task loop's slots (kit.tasks.context.Slot): taken
+    before its task's first network work, given back while it waits for its turn at a
+    target's connections, freed when the run ends (`Worker._ended`). Loop thread only."""
+
+    __slots__ = ("entry", "worker")
+
+    def __init__(self, worker: Worker, entry: _InFlight) -> None:
+        self.worker, self.entry = worker, entry
+
+    async def take(self) -> None:
+        if not self.entry.holds_slot:
+            await self.worker._loop_slots().acquire()
+            self.entry.holds_slot = True
+
+    def give_back(self) -> None:
+        if self.entry.holds_slot:
+            self.entry.holds_slot = False
+            self.worker._loop_slots().release()
 
 
 class Worker:
@@ -259,6 +290,7 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         journal: ExecutionJournal | None = None,
+        pause_after_dead_default: int | None = None,  # CRONFLEET_PAUSE_AFTER_DEAD
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -271,6 +303,7 @@ class Worker:
         self.concurrency = concurrency
         self.prefetch = prefetch
         self.journal = journal
+        self.pause_after_dead_default = pause_after_dead_default
         self.lease_ttl_ms = lease_ttl_ms
         self.lease_ttl_s = lease_ttl_ms / 1000
         self.heartbeat_s = (heartbeat_ms or max(200, lease_ttl_ms // 3)) / 1000
@@ -283,7 +316,7 @@ class Worker:
         # task types the executor runs without effect or wait: started in batches on the
         # hold thread, no pool hop, no run context
         self.inline_tasks: frozenset[str] = getattr(self.execute, "inline_tasks", frozenset())
-        self._run_inline: Callable[[dict[str, Any]], tuple[bool, str | None]] | None = getattr(
+        self._run_inline: Callable[[dict[str, Any]], Outcome] | None = getattr(
             self.execute, "run_inline", None
         )
         # task types whose attempt is a coroutine (http): run on one loop thread, up to
@@ -303,6 +336,12 @@ class Worker:
         self._in_flight: dict[str, _InFlight] = {}
         self._slot = threading.Condition(self._lock)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="run")
+        # What the task loop's runs write when they end other than by success (a failure,
+        # a run given back): on threads of their own, never queued behind thread-based
+        # tasks, which may hold every thread of `_pool` for their whole timeout
+        # (tests/integration/test_worker_http.py::test_a_failed_http_run_is_written_while_
+        # commands_fill_the_pool).
+        self._loop_writes = ThreadPoolExecutor(LOOP_WRITERS, thread_name_prefix="loop-write")
         self._wheel: TimerWheel[_InFlight] = TimerWheel()  # due: database-clock ms
         self._waiting = 0  # claimed, not started (in the wheel or queued for a pool slot)
         # of those, the ones that need a slot to start; of those, the ones whose second has
@@ -371,6 +410,7 @@ class Worker:
             self._drain(drain_s)
             if self._task_loop is not None:
                 self._task_loop.stop()
+            self._loop_writes.shutdown(wait=True)
             self._finisher_stop.set()
             finisher.join(timeout=self.lease_ttl_s)
             self._beating.set()
@@ -495,8 +535,7 @@ class Worker:
                 entry.slotted = spec is None or spec.get("type") not in self.inline_tasks
                 self._slotted_waiting += entry.slotted
             self._waiting += len(entries)
-            self.metrics.in_flight.set(len(self._in_flight))
-            self.metrics.held.set(self._waiting)
+            self._gauges()
             self._held_changed.notify_all()
 
     def _hold_loop(self) -> None:
@@ -557,7 +596,7 @@ class Worker:
         stands between the second and the last start."""
         with self._lock:
             self._waiting -= len(entries)
-            self.metrics.held.set(self._waiting)
+            self._gauges()
             for entry in entries:
                 entry.counted_out = True
         run_inline = self._run_inline
@@ -580,7 +619,7 @@ class Worker:
                 journal.started(run.run_id, run.attempt, started_ms)
             if run.attempt == 1:
                 lags.append(started_ms / 1000 - run.scheduled_at.timestamp())
-            ok, error = run_inline(run.task_spec)  # type: ignore[arg-type]
+            ok, error, entry.output = run_inline(run.task_spec)  # type: ignore[arg-type]
             entry.done = True
             if ok:
                 succeeded.append(entry)
@@ -601,7 +640,7 @@ class Worker:
         if time.monotonic() > entry.confirmed_until - self.fence_margin_s:
             self._fence(entry, "lease not confirmed far enough ahead to start")
             if on_loop:
-                self._pool.submit(self._give_back, entry)
+                self._loop_writes.submit(self._give_back, entry)
             else:
                 self._give_back(entry)
             return False
@@ -640,7 +679,7 @@ class Worker:
                 )
             else:
                 try:
-                    ok, error = self.execute(
+                    ok, error, entry.output = self.execute(
                         dict(run.task_spec),
                         run.run_id,
                         run.attempt,
@@ -650,7 +689,7 @@ class Worker:
                     )
                 except Exception as exc:  # a task bug is a failed attempt, not a dead worker
                     log.exception("task of run %s raised", run.run_id)
-                    ok, error = False, f"{type(exc).__name__}: {exc}"
+                    ok, error, entry.output = False, f"{type(exc).__name__}: {exc}", None
                 crash_point("start.effect_done", ok)
                 if entry.fenced:
                     self._give_back(entry)
@@ -677,24 +716,25 @@ class Worker:
                 self._waiting -= 1
                 self._slotted_waiting -= entry.slotted
                 self._due_waiting -= entry.due_waiting
-                self.metrics.held.set(self._waiting)
+                self._gauges()
 
-    async def _begin_on_loop(self, entry: _InFlight) -> bool:
-        """A task on the loop is about to have its effect: wait for one of `concurrency`
-        slots (first come first served), then begin as any run does (`_began`)."""
+    def _loop_slots(self) -> asyncio.Semaphore:
+        """The `concurrency` places of the task loop's runs (made on the loop)."""
         if self._begin_slots is None:
             self._begin_slots = asyncio.Semaphore(self.concurrency)
-        await self._begin_slots.acquire()
-        if not self._began(entry, on_loop=True):
-            self._begin_slots.release()
-            return False
-        entry.holds_slot = True
-        return True
+        return self._begin_slots
+
+    async def _begin_on_loop(self, entry: _InFlight) -> bool:
+        """A task on the loop is about to have its effect: it holds a slot (it took one
+        for its network work, or takes one now), then begins as any run does (`_began`).
+        A refused run keeps its slot until it ends (`_ended` frees it)."""
+        await _EntrySlot(self, entry).take()
+        return self._began(entry, on_loop=True)
 
     async def _execute_async(self, entry: _InFlight) -> tuple[bool, str | None]:
         run = entry.run
         assert self._run_async is not None and run.task_spec is not None
-        return await self._run_async(
+        ok, error, entry.output = await self._run_async(
             dict(run.task_spec),
             run.run_id,
             run.attempt,
@@ -702,7 +742,9 @@ class Worker:
             entry.cancel,
             run.tenant,
             lambda: self._begin_on_loop(entry),
+            _EntrySlot(self, entry),
         )
+        return ok, error
 
     def _ended(self, entry: _InFlight, ok: bool, error: str | None) -> None:
         """A run's task on the loop returned: as `_execute` after its task, without
@@ -718,7 +760,7 @@ class Worker:
                 self._free([entry])
             return
         if entry.fenced:
-            self._pool.submit(self._give_back, entry)
+            self._loop_writes.submit(self._give_back, entry)
             return
         if entry.releasing:
             self._free([entry])  # the shutdown gives it back
@@ -728,7 +770,7 @@ class Worker:
             self._succeeded.append(entry)
             self._success_ready.set()
         else:
-            self._pool.submit(self._finish_failed, entry, error or "failed")
+            self._loop_writes.submit(self._finish_failed, entry, error or "failed")
 
     def _finish_failed(self, entry: _InFlight, error: str) -> None:
         """A failed inline task: its failure written like any other (on a pool thread)."""
@@ -752,11 +794,16 @@ class Worker:
         if result.queued_next is not None:
             self._publish_queued([result.queued_next])
 
+    def _gauges(self) -> None:
+        """Under the lock: runs held for their second (or a slot), and runs executing."""
+        self.metrics.held.set(self._waiting)
+        self.metrics.in_flight.set(len(self._in_flight) - self._waiting)
+
     def _free(self, entries: list[_InFlight]) -> None:
         with self._slot:
             for entry in entries:
                 self._in_flight.pop(entry.run.run_id, None)
-            self.metrics.in_flight.set(len(self._in_flight))
+            self._gauges()
             self._slot.notify_all()
 
     def _finish_loop(self) -> None:
@@ -798,7 +845,10 @@ class Worker:
     def _finish_ok(self, batch: list[_InFlight]) -> None:
         leases = sorted((e.run.run_id, e.run.lease_token) for e in batch)
         started = {e.run.run_id: e.started_ms for e in batch if e.started_ms is not None}
-        outcome = self._finish(lambda: runs_finish_ok(self.engine, leases, started_ms=started))
+        outputs = {e.run.run_id: e.output for e in batch if e.output}
+        outcome = self._finish(
+            lambda: runs_finish_ok(self.engine, leases, started_ms=started, outputs=outputs)
+        )
         if outcome is None:
             return
         accepted, queued = outcome
@@ -823,6 +873,8 @@ class Worker:
             rng,
             self.partitions,
             started_ms=entry.started_ms,
+            output=entry.output,
+            pause_after_dead_default=self.pause_after_dead_default,
         )
 
     def _finish(self, write: Callable[[], _T]) -> _T | None:
@@ -1007,7 +1059,7 @@ class Worker:
             self._waiting = self._slotted_waiting = self._due_waiting = 0
             for entry in self._in_flight.values():
                 entry.counted_out = True
-            self.metrics.held.set(0)
+            self._gauges()
         self._pool.shutdown(wait=True, cancel_futures=False)  # cancelled tasks end first
         if left:
             try:

@@ -19,18 +19,19 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter, defaultdict
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from kit.core import leases as core
 from kit.core.defaults import SCAN_AHEAD_MS
 from kit.core.leases import RunLease, RunStatus
 from kit.core.outcome import expiry_exhausts
 from kit.core.retry import RetryPolicy
+from kit.core.run_state import RunState, due_ms, run_state
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.store.claims import (
     Claim,
@@ -44,6 +45,7 @@ from kit.store.claims import (
     runs_return,
 )
 from kit.store.reaping import runs_reap_expired
+from kit.store.runs import run_state_sql
 from kit.store.scheduling import runs_rearm
 from tests.contract.replay import replay
 from tests.integration.worker_rows import make_job, make_run, run_row
@@ -72,6 +74,9 @@ MUST_REACH = {
     "reap: accepted",
     "reap: lease live until N",
     "retry due: accepted",
+    # the state shown (kit.core.run_state): a run held for its second is never `running`
+    "state: claimed",
+    "state: running",
 }
 
 
@@ -114,13 +119,14 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
     job = make_job(engine, retry=RETRY, name=f"contract-{next(_base)}")  # every example's
 
     class RunLeaseContract(RuleBasedStateMachine):
-        @initialize(claimed=st.booleans())
-        def a_pending_run(self, claimed: bool) -> None:
-            # each example: its own run, its own stretch of (explicit) time
+        @initialize(claimed=st.booleans(), ahead_ms=st.sampled_from([-1000, 0, 5000]))
+        def a_pending_run(self, claimed: bool, ahead_ms: int) -> None:
+            # each example: its own run, its own stretch of (explicit) time; the run due
+            # a second ago, now, or 5 s ahead (claimed ahead of its second)
             n = next(_base)
             self.now_ms = to_epoch_ms(datetime(2031, 1, 1, tzinfo=UTC)) + n * 86_400_000
             self.job = job
-            at = from_epoch_ms(self.now_ms) - timedelta(seconds=1)
+            at = from_epoch_ms(self.now_ms + ahead_ms)
             self.run_id = make_run(engine, self.job, scheduled_at=at)
             self.core = RunLease(self.run_id, 1, RunStatus.pending)
             self.tokens: list[str] = ["not-a-token"]
@@ -327,6 +333,29 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
                 assert row.worker_id == c.worker
             if c.status is RunStatus.retry_scheduled:
                 assert to_epoch_ms(row.retry_at) == c.retry_at_ms
+
+        @invariant()
+        def the_state_shown_equals_the_cores(self) -> None:
+            if not hasattr(self, "core"):
+                return
+            with engine.connect() as conn:
+                shown = conn.execute(
+                    text(
+                        f"SELECT {run_state_sql(now='CAST(:now AS timestamptz)')} AS state, "
+                        "attempt_started_at, scheduled_at, retry_at FROM runs "
+                        "WHERE run_id = :run_id"
+                    ),
+                    {"now": self.now, "run_id": self.run_id},
+                ).one()
+            due = due_ms(
+                to_epoch_ms(shown.scheduled_at),
+                to_epoch_ms(shown.retry_at) if shown.retry_at else None,
+            )
+            started = shown.attempt_started_at is not None
+            expected = run_state(self.core.status, started, due, self.now_ms)
+            assert shown.state == expected.value
+            if expected in (RunState.claimed, RunState.running):
+                REACHED[f"state: {expected.value}"] += 1
 
     return RunLeaseContract
 

@@ -9,15 +9,18 @@ sessions do not collide; ones left behind by a dead session are dropped at start
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import re
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.engine import make_url
@@ -29,6 +32,8 @@ from kit.store.db import engine_for
 from kit.store.schema import metadata
 from kit.store.tokens import token_create
 from kit.tasks.policy import local_policy_toml
+from tests.integration.console_client import login
+from tests.integration.leaks import LeakWatch
 
 if TYPE_CHECKING:
     from kit.transport import RunPublisher
@@ -209,6 +214,27 @@ def _topics(bootstrap: str) -> set[str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _no_planted_secret_in_any_log() -> Iterator[LeakWatch]:
+    """Every record logged in the session, INFO and up, is searched for the secrets the
+    tests planted (tests/integration/leaks.py); one found fails the session at its end,
+    as an error of this fixture's teardown, with the record."""
+    watch = LeakWatch()
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(watch)
+    root.setLevel(min(level, logging.INFO))
+    yield watch
+    root.removeHandler(watch)
+    root.setLevel(level)
+    if watch.hits:
+        pytest.fail(
+            f"{len(watch.hits)} log records carried a planted secret:\n"
+            + "\n".join(watch.hits[:20]),
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _drop_test_topics() -> Iterator[None]:
     """Delete the session's Kafka test topics at the end: every test makes its own, and a
     broker left with thousands of them restarts slowly (log recovery per partition).
@@ -247,3 +273,42 @@ def _drop_test_topics() -> Iterator[None]:
                 future.result()
     except Exception as exc:  # cleanup only: never fail the run for it
         print(f"\nleft Kafka test topics behind: {exc}")
+
+
+@pytest.fixture
+def browser(settings: Settings, engine: Engine) -> Iterator[Callable[..., TestClient]]:
+    """browser(tenant, scopes) -> a signed-in client with its own cookie jar."""
+    opened: list[TestClient] = []
+
+    def make(
+        tenant: str = "acme",
+        scopes: tuple[str, ...] = ("read", "write"),
+        base: str = "http://testserver",
+    ) -> TestClient:
+        client = TestClient(create_app(settings, engine), base_url=base)
+        client.__enter__()
+        opened.append(client)
+        login(client, token_create(engine, tenant, scopes).token)
+        return client
+
+    yield make
+    for client in opened:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def served(settings: Settings, engine: Engine) -> Iterator[str]:
+    """The API on a free port of this machine, in this process (uvicorn): its base URL."""
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings, engine), host="127.0.0.1", port=0, log_level="error")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(200):  # bounded: the server starts in well under the limit
+        if server.started:
+            break
+        threading.Event().wait(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)

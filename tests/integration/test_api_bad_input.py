@@ -284,3 +284,77 @@ def test_body_that_is_not_json_is_422_in_the_common_shape(
     response = client.post("/v1/jobs", content=b"{not json", headers=headers)
     assert response.status_code == 422
     assert problems(response) == {"body": "is not valid JSON"}
+
+
+@pytest.mark.parametrize(
+    ("path", "allow"),
+    [
+        ("/v1/jobs", "GET, POST"),
+        ("/v1/jobs/0f8e4c2a-9d1b-4f6e-8a3c-5b7d9e1f2a4c", "DELETE, GET, PATCH"),
+        ("/v1/jobs/0f8e4c2a-9d1b-4f6e-8a3c-5b7d9e1f2a4c/runs", "GET, POST"),
+        ("/v1/jobs/0f8e4c2a-9d1b-4f6e-8a3c-5b7d9e1f2a4c:backfill", "POST"),
+        ("/v1/runs/0f8e4c2a-9d1b-4f6e-8a3c-5b7d9e1f2a4c:cancel", "POST"),
+        ("/v1/dead-letters/0f8e4c2a-9d1b-4f6e-8a3c-5b7d9e1f2a4c:replay", "POST"),
+    ],
+)
+def test_a_405_names_every_method_of_the_path(
+    client: TestClient, auth: Headers, path: str, allow: str
+) -> None:
+    """HTTP wants a 405 to carry `Allow` with the methods the resource supports: all of
+    them, though they are routes of their own, and not those of a route whose id would
+    swallow the `:action` suffix (`/v1/runs/{run_id}` for `/v1/runs/<id>:cancel`)."""
+    headers = auth("acme", ("read", "write"))
+    for method in ("OPTIONS", "PUT"):
+        response = client.request(method, path, headers=headers)
+        assert response.status_code == 405, (method, path, response.text)
+        assert response.headers.get("allow") == allow, (method, path, response.headers)
+        assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("GET", "/v1/next-fires?every_s=60&after=2030-01-01T09:00Z", None, "after"),
+        ("GET", "/v1/next-fires?cron=0+3+*+*&timezone=UTC", None, "cron"),
+        ("GET", "/v1/jobs/0f8e4c2a-9d1b-4f6e-8a3c-5b7d9e1f2a4c/explain?to=2030-W01-1", None, "to"),
+        ("POST", "/v1/dead-letters:replay", '{"from": 0}', "from"),
+        ("POST", "/v1/dead-letters:replay", '{"from": "2030-01-01 09:00:00Z"}', "from"),
+        ("POST", "/v1/jobs", job(schedule='{"at": "2030-01-01T09:00Z"}'), "schedule.at"),
+        (
+            "POST",
+            "/v1/jobs",
+            job(schedule='{"cron": "0 3 * * *", "timezone": 0}'),
+            "schedule.timezone",
+        ),
+        ("GET", "/v1/jobs?cursor=%2B%2F", None, "cursor"),
+    ],
+)
+def test_what_the_document_declares_is_refused_in_words(
+    client: TestClient, auth: Headers, method: str, path: str, body: str | None, field: str
+) -> None:
+    """An instant in another ISO 8601 form than the RFC 3339 one the document declares,
+    a cron of four fields, a timezone that is not a string, a cursor of another alphabet:
+    422 naming the field, with a reason in words (not the pattern)."""
+    headers = {**auth(), "Content-Type": "application/json"}
+    response = client.request(method, path, content=body, headers=headers)
+    assert response.status_code == 422, response.text
+    reason = problems(response)[field]
+    assert "^" not in reason and "pattern" not in reason, reason
+
+
+def test_a_bad_cron_and_an_unknown_zone_are_reported_together(
+    client: TestClient, auth: Callable[..., dict[str, str]]
+) -> None:
+    headers = auth()
+    body = {
+        "name": "both-wrong",
+        "schedule": {"cron": "61 * * * *", "timezone": "Mars/Olympus"},
+        "task": {"type": "noop"},
+    }
+    for sent in (body, {"jobs": [body]}):
+        path = "/v1/jobs" if "name" in sent else "/v1/jobs:batch"
+        got = client.post(path, json=sent, headers=headers)
+        assert got.status_code == 422
+        fields = [f["field"] for f in got.json()["error"]["fields"]]
+        where = "" if "name" in sent else "jobs[0]."
+        assert fields == [f"{where}schedule.cron", f"{where}schedule.timezone"], got.json()

@@ -308,14 +308,24 @@ def test_delete_removes_job_and_triggers(
     assert client.delete(f"/v1/jobs/{created['job_id']}", headers=headers).status_code == 404
     # History stays; the manual run was owed but never started, and now says why.
     after = client.get(f"/v1/runs/{run['run_id']}", headers=headers).json()
-    assert after == {**run, "status": "cancelled", "error": "job deleted"}
+    assert {k: after[k] for k in run} == {**run, "status": "cancelled", "error": "job deleted"}
+    assert after["attempts"] == []  # no worker ever held it
 
 
-def test_ids_that_are_not_uuids_are_404(client: TestClient, auth: Headers) -> None:
+def test_ids_that_are_not_uuids_are_422_naming_the_field(client: TestClient, auth: Headers) -> None:
+    """Not an id at all is bad input (every spelling: tests/integration/test_api_ids.py);
+    an id of no object of the tenant is a 404."""
     headers = auth()
-    for path in ("/v1/jobs/nope", "/v1/jobs/nope/runs", "/v1/runs/nope"):
+    for path, field in (
+        ("/v1/jobs/nope", "job_id"),
+        ("/v1/jobs/nope/runs", "job_id"),
+        ("/v1/runs/nope", "run_id"),
+    ):
         response = client.get(path, headers=headers)
-        assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["fields"][0]["field"] == field
+    missing = client.get("/v1/jobs/0f8e4c2a-9d1b-4f6e-8a3c-5b7d9e1f2a4c", headers=headers)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
 
 
 def test_batch_creates_thousands(client: TestClient, auth: Headers, row_counts: Counts) -> None:

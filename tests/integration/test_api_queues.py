@@ -504,8 +504,9 @@ def test_tenants_do_not_see_each_others_tasks(
             "fields": [],
         }
     assert row(engine, task_id).status == "leased"
-    missing = client.post("/v1/tasks/not-a-uuid/ack", json={"lease_token": "t"}, headers=acme)
-    assert missing.status_code == 404
+    malformed = client.post("/v1/tasks/not-a-uuid/ack", json={"lease_token": "t"}, headers=acme)
+    assert malformed.status_code == 422  # not an id at all: bad input, naming the field
+    assert malformed.json()["error"]["fields"][0]["field"] == "task_id"
 
 
 @pytest.mark.parametrize(
@@ -628,17 +629,24 @@ def test_batch_ack_decides_each_ack_on_its_own(
         {"task_id": first["task_id"], "lease_token": first["lease_token"], "result": {"ok": 1}},
         {"task_id": second["task_id"], "lease_token": "not-the-token"},
         {"task_id": foreign, "lease_token": foreign_lease["lease_token"]},
-        {"task_id": "not-a-uuid", "lease_token": "t"},
         {"task_id": first["task_id"], "lease_token": first["lease_token"], "result": {"ok": 1}},
         {"task_id": third["task_id"].upper(), "lease_token": third["lease_token"]},
     ]
+    # an item whose task_id is not an id at all is bad input: the whole batch is a 422
+    # naming it, and nothing is acked
+    malformed = [*acks, {"task_id": "not-a-uuid", "lease_token": "t"}]
+    refused = client.post("/v1/tasks:ack", json={"acks": malformed}, headers=headers)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["fields"][0]["field"] == "acks[5].task_id"
+    assert row(engine, first["task_id"]).status == "leased"
     response = client.post("/v1/tasks:ack", json={"acks": acks}, headers=headers)
     assert response.status_code == 200, response.text
     results = response.json()["results"]
-    assert [r["task_id"] for r in results] == [a["task_id"] for a in acks]
-    assert [r["status"] for r in results] == ["done", None, None, None, "done", "done"]
+    # answered in the id's canonical (lower case) form, whatever case it was sent in
+    assert [r["task_id"] for r in results] == [a["task_id"].lower() for a in acks]
+    assert [r["status"] for r in results] == ["done", None, None, "done", "done"]
     codes = [r["error"] and r["error"]["code"] for r in results]
-    assert codes == [None, "lease_refused", "not_found", "not_found", None, None]
+    assert codes == [None, "lease_refused", "not_found", None, None]
     assert row(engine, first["task_id"]).result == {"ok": 1}
     assert row(engine, second["task_id"]).status == "leased"  # the refused ack changed nothing
     assert row(engine, third["task_id"]).status == "done"

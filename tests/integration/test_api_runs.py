@@ -125,7 +125,15 @@ def test_run_now_creates_a_pending_manual_run(client: TestClient, auth: Headers)
     scheduled = datetime.fromisoformat(run["scheduled_at"])
     assert run["run_id"] == run_id(job_id, scheduled)  # deterministic: job and time
     assert run["dispatched_at"] is None
-    assert client.get(f"/v1/runs/{run['run_id']}", headers=headers).json() == run
+    detail = client.get(f"/v1/runs/{run['run_id']}", headers=headers).json()
+    assert {k: detail[k] for k in run} == run  # the run, with its attempts and key besides
+    assert detail["idempotency_key"] == run["run_id"] and detail["fire"] is None
+    [attempt] = detail["attempts"]
+    assert (attempt["outcome"], attempt["claimed_at"], attempt["started_at"]) == (
+        "pending",
+        None,
+        None,
+    )
     listed = client.get(f"/v1/jobs/{job_id}/runs", headers=headers).json()["runs"]
     assert [r["run_id"] for r in listed] == [run["run_id"]]
 

@@ -136,7 +136,7 @@ def test_refusals_name_the_field(
         ({"from": iso(now - timedelta(hours=1)), "to": iso(now - timedelta(hours=2))}, "to"),
         ({"from": "2030-01-01T00:00:00", "to": iso(now)}, "from"),
         ({"from": "yesterday", "to": iso(now)}, "from"),
-        ({"from": iso(now - timedelta(days=60)), "to": iso(now)}, "to"),  # 1,440 > 1,000
+        ({"from": iso(now - timedelta(days=60)), "to": iso(now)}, "from"),  # past retention
         ({"to": iso(now)}, "from"),
         ({"from": iso(now - timedelta(hours=2)), "to": iso(now), "extra": 1}, "extra"),
     ]
@@ -171,3 +171,63 @@ def test_backfilled_runs_are_published_by_the_reaper(
     assert {(r.status, r.dispatched_at is not None) for r in runs(engine, hourly)} == {
         ("pending", True)
     }
+
+
+def test_a_deep_body_is_422_as_on_every_other_route(
+    client: TestClient, auth: Headers, hourly: str, row_counts: Callable[[], dict[str, int]]
+) -> None:
+    """The backfill route parses its body as strict JSON like the others (kit.api.body):
+    100,000 nested arrays are a 422 naming the depth, not a 400."""
+    headers = {**auth(), "Content-Type": "application/json"}
+    before = row_counts()
+    got = client.post(
+        f"/v1/jobs/{hourly}:backfill", content=b"[" * 100_000 + b"]" * 100_000, headers=headers
+    )
+    assert got.status_code == 422, got.text
+    assert got.json()["error"]["fields"] == [
+        {"field": "body", "reason": "nests deeper than 64 levels"}
+    ]
+    assert row_counts() == before
+
+
+def test_a_range_older_than_the_run_retention_is_refused(
+    auth: Headers, hourly: str, settings: Settings, engine: Engine
+) -> None:
+    """Runs scheduled before the retention would be written, run, then expired by the
+    next maintenance pass: refused with the retention named, nothing written."""
+    h = auth()
+    now = datetime.now(UTC)
+    kept = Settings(**{**settings.model_dump(), "run_retention_s": 2 * 86_400})
+    with TestClient(create_app(kept, engine)) as client:
+        old = {"from": iso(hour_floor(now) - timedelta(days=4)), "to": iso(hour_floor(now))}
+        got = client.post(f"/v1/jobs/{hourly}:backfill", json=old, headers=h)
+        assert got.status_code == 422, got.text
+        [problem] = got.json()["error"]["fields"]
+        assert problem["field"] == "from" and "kept 2 days" in problem["reason"], problem
+        assert "CRONFLEET_RUN_RETENTION_S" in problem["reason"]
+        assert runs(engine, hourly) == []
+        audit = client.get(f"/v1/jobs/{hourly}/audit", headers=h).json()["entries"]
+        assert "backfill" not in [e["action"] for e in audit]
+        recent = {"from": iso(hour_floor(now) - timedelta(hours=3)), "to": iso(hour_floor(now))}
+        assert client.post(f"/v1/jobs/{hourly}:backfill", json=recent, headers=h).status_code == 202
+
+
+def test_a_paused_job_is_refused_with_409_and_backfills_once_resumed(
+    client: TestClient, auth: Headers, hourly: str, engine: Engine
+) -> None:
+    """A paused job runs nothing of its schedule, and a backfill is its schedule's runs:
+    409 `job_paused`, nothing written. Resumed, the same backfill is made."""
+    h = auth()
+    end = hour_floor(datetime.now(UTC)) - timedelta(hours=1)
+    body = {"from": iso(end - timedelta(hours=3)), "to": iso(end)}
+    assert client.patch(f"/v1/jobs/{hourly}", json={"paused": True}, headers=h).status_code == 200
+    got = client.post(f"/v1/jobs/{hourly}:backfill", json=body, headers=h)
+    assert got.status_code == 409, got.text
+    assert got.json()["error"]["code"] == "job_paused"
+    assert "paused" in got.json()["error"]["message"]
+    assert runs(engine, hourly) == []
+    audit = client.get(f"/v1/jobs/{hourly}/audit", headers=h).json()["entries"]
+    assert "backfill" not in [e["action"] for e in audit]
+    assert client.patch(f"/v1/jobs/{hourly}", json={"paused": False}, headers=h).status_code == 200
+    again = client.post(f"/v1/jobs/{hourly}:backfill", json=body, headers=h)
+    assert again.status_code == 202 and again.json()["created"] == 3, again.text

@@ -5,7 +5,7 @@ tokens, the edit form sending only what changed, and the security headers."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from fastapi.testclient import TestClient
@@ -15,48 +15,10 @@ from kit.api.app import create_app
 from kit.settings import Settings
 from kit.store.jobs_list import job_names
 from kit.store.tokens import token_create, token_revoke
+from tests.integration.console_client import csrf_of
 from tests.integration.worker_rows import make_job, make_run
 
 pytestmark = pytest.mark.integration
-
-
-def csrf_of(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert found, html[:500]
-    return found.group(1)
-
-
-def login(client: TestClient, token: str, next_page: str = "/console/jobs") -> TestClient:
-    form = client.get("/console/login")
-    assert form.status_code == 200
-    got = client.post(
-        "/console/login",
-        data={"csrf": csrf_of(form.text), "token": token, "next": next_page},
-        follow_redirects=False,
-    )
-    assert got.status_code == 303, got.text
-    return client
-
-
-@pytest.fixture
-def browser(settings: Settings, engine: Engine) -> Iterator[Callable[..., TestClient]]:
-    """browser(tenant, scopes) -> a signed-in client with its own cookie jar."""
-    opened: list[TestClient] = []
-
-    def make(
-        tenant: str = "acme",
-        scopes: tuple[str, ...] = ("read", "write"),
-        base: str = "http://testserver",
-    ) -> TestClient:
-        client = TestClient(create_app(settings, engine), base_url=base)
-        client.__enter__()
-        opened.append(client)
-        login(client, token_create(engine, tenant, scopes).token)
-        return client
-
-    yield make
-    for client in opened:
-        client.__exit__(None, None, None)
 
 
 def form_post(client: TestClient, path: str, page: str, **fields: str):
@@ -274,3 +236,57 @@ def test_the_pages_render_for_an_admin(browser: Callable[..., TestClient], engin
     assert bad.status_code == 422 and "priority: must be one of" in bad.text
     preview = admin.get("/console/preview?cron=61+*+*+*+*").text
     assert "cron" in preview and "not a valid" in preview
+
+
+def test_an_interval_jobs_next_fires_preview_from_its_anchor(
+    browser: Callable[..., TestClient], engine: Engine
+) -> None:
+    client = browser()
+    job = make_job(engine)  # every hour, anchored when it was made
+    anchor = "2030-01-01T00:00:07+00:00"  # an odd second: a preview from now is off phase
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE jobs SET schedule = :s WHERE job_id = :j"),
+            {"s": f'{{"every_s": 10, "anchor": "{anchor}"}}', "j": job},
+        )
+    page = client.get(f"/console/jobs/{job}").text
+    assert f'name="schedule_anchor" value="{anchor}"' in page  # the form carries it
+    preview = client.get("/console/preview", params={"every_s": "10", "anchor": anchor}).text
+    fires = re.findall(r"<code>([^<]+)</code>", preview)
+    assert len(fires) == 5 and all(f[17:19] in ("07", "17", "27", "37", "47", "57") for f in fires)
+
+
+def test_a_run_held_for_its_second_is_shown_claimed_on_its_pages(
+    browser: Callable[..., TestClient], engine: Engine
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from kit.core.output import Output
+    from kit.store.claims import Claim, run_finish_ok, runs_claim
+
+    client = browser()
+    job = make_job(engine)
+    due = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
+    rid = make_run(engine, job, scheduled_at=due)
+    [held] = runs_claim(engine, [Claim(rid, 1)], "w1", 30_000)
+    for page in (f"/console/jobs/{job}", f"/console/runs/{rid}"):
+        html = client.get(page).text
+        assert 'class="status s-claimed">claimed<' in html, page
+        assert "s-running" not in html and ">running<" not in html, page
+        assert "waits for its second" in html
+    run_page = client.get(f"/console/runs/{rid}").text
+    assert f'action="/console/runs/{rid}/cancel"' in run_page  # it can still be cancelled
+    assert f'<code id="key">{rid}</code>' in run_page
+
+    run_finish_ok(engine, rid, held.lease_token, output=Output("all done\n", "a warning\n"))
+    shown = client.get(f"/console/runs/{rid}").text
+    assert 'class="status s-succeeded">succeeded<' in shown
+    assert "all done" in shown and "a warning" in shown and "/cancel" not in shown
+
+
+def test_the_preview_names_a_bad_cron_and_a_bad_zone_together(
+    browser: Callable[..., TestClient],
+) -> None:
+    preview = browser().get("/console/preview?cron=61+*+*+*+*&timezone=Mars/Olympus")
+    assert preview.status_code == 422
+    assert "cron: " in preview.text and "timezone: unknown time zone" in preview.text

@@ -9,6 +9,7 @@ A screenshot of every page is kept in out/console/ (docs/console.md shows them).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -268,3 +269,116 @@ def test_sign_in_find_pause_replay_and_see_it_run_in_chromium(
     assert "1024" in page.inner_text("#nodes") and page.locator("#lag tbody tr").count() == 4
     assert page.locator("#workers tbody tr").count() >= 1
     shot(page, "fleet")
+
+
+def test_act_from_the_console_in_chromium(
+    stack: RunAll, db_url: str, chromium: Any, target: Target
+) -> None:
+    """Create a job (its field errors shown first), watch it fail on its run page, see it
+    stop by itself, replay its failures in bulk from "Now", backfill and delete a job,
+    replay a queue's dead task, read the charts."""
+    writer = token(db_url, "read", "write")
+    headers = {"Authorization": f"Bearer {writer}"}
+    base = f"http://127.0.0.1:{stack.api_port}"
+    for name, tier in (("tick", "high"), ("tock", "low")):  # steady work for the charts
+        body = {"name": name, "schedule": {"every_s": 1}, "task": {"type": "noop"},
+                "priority": tier}  # fmt: skip
+        assert stack.http.post("/v1/jobs", json=body, headers=headers).status_code == 201
+    page = chromium.new_page()
+    page.set_default_timeout(30_000)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.goto(f"{base}/console/login")
+    page.fill("#token", writer)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/console/jobs")
+
+    # a new job: a bad cron and an unknown zone are both named, as the API names them
+    page.click("#new-job-link")
+    page.fill("input[name=name]", "export")
+    page.fill("input[name=schedule_cron]", "61 * * * *")
+    page.fill("input[name=schedule_timezone]", "Mars/Olympus")
+    export = {"type": "http", "url": target.url, "method": "POST"}
+    page.fill("textarea[name=task]", json.dumps(export))
+    page.fill("textarea[name=retry]", json.dumps({"max_attempts": 1}))
+    page.click("#new-job button[type=submit]")
+    page.wait_for_selector("#problems")
+    fields = page.locator("#problems li").evaluate_all("els => els.map(e => e.dataset.field)")
+    assert fields == ["schedule.cron", "schedule.timezone"]
+    shot(page, "new-job")
+    page.fill("input[name=schedule_cron]", "")
+    page.fill("input[name=schedule_timezone]", "")
+    page.fill("input[name=schedule_every_s]", "2")
+    page.fill("input[name=pause_after_dead]", "3")  # stop after three dead letters
+    page.click("#new-job button[type=submit]")
+    page.wait_for_selector(".flash >> text=created export")
+    job_id = page.url.rsplit("/", 1)[1]
+
+    # it fails: its run page shows the attempt, its worker and what the target answered
+    page.locator("#runs .status.s-dead").first.wait_for()
+    page.locator("#runs tr:has(.s-dead) a").first.click()
+    page.wait_for_selector("#attempts tr[data-attempt='1']")
+    assert "export backend down" in page.inner_text("pre.out")
+    assert "HTTP 500" in page.inner_text("#attempts")
+    shot(page, "run")
+
+    # three dead letters in a row: the job paused itself
+    def auto_paused() -> bool:
+        return stack.http.get(f"/v1/jobs/{job_id}", headers=headers).json()["paused"]
+
+    wait_until("the job to pause itself", auto_paused)
+
+    # Now: its failures, replayed together once the target is back
+    target.ok.set()
+    page.goto(f"{base}/console/now")
+    page.wait_for_selector("#failed tbody tr[data-run]")
+    failed = page.locator("#failed tbody tr[data-run]").count()
+    assert failed >= 3
+    shot(page, "now")
+    page.check("#failed thead input.all")
+    page.click("#failed ~ button:has-text('Replay ticked')")
+    page.wait_for_selector(".flash >> text=runs replayed")
+
+    def replayed_ran() -> bool:
+        runs = stack.http.get(f"/v1/jobs/{job_id}/runs", headers=headers).json()["runs"]
+        return sum(r["status"] == "succeeded" for r in runs) >= 3
+
+    wait_until("the replayed runs to succeed", replayed_ran)
+
+    # backfill the last minutes of a cron job, then delete it
+    cron = {"name": "tens", "schedule": {"cron": "*/10 * * * *"}, "task": {"type": "noop"}}
+    tens = stack.http.post("/v1/jobs", json=cron, headers=headers).json()["job_id"]
+    page.goto(f"{base}/console/jobs/{tens}")
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    page.fill("form.backfill input[name=from]", (now - timedelta(hours=1)).isoformat())
+    page.fill("form.backfill input[name=to]", now.isoformat())
+    page.click("form.backfill button")
+    page.wait_for_selector(".flash >> text=backfill:")
+    page.click(".toolbar button:has-text('Delete')")
+    page.wait_for_selector(".flash >> text=job deleted")
+    assert stack.http.get(f"/v1/jobs/{tens}", headers=headers).status_code == 404
+
+    # a queue: depth, a dead task, put back
+    for n in range(3):
+        stack.http.post("/v1/queues/mail/tasks", json={"payload": n}, headers=headers)
+    leased = stack.http.post(
+        "/v1/queues/mail/lease", json={"worker_id": "w", "max_tasks": 1}, headers=headers
+    ).json()["tasks"][0]
+    stack.http.post(
+        f"/v1/tasks/{leased['task_id']}/nack",
+        json={"lease_token": leased["lease_token"], "retryable": False, "error": "bad address"},
+        headers=headers,
+    )
+    page.goto(f"{base}/console/queues")
+    page.wait_for_selector("#queues tr[data-queue=mail]")
+    shot(page, "queues")
+    page.click("#queues a:has-text('mail')")
+    page.wait_for_selector(f"#dead-tasks tr[data-task='{leased['task_id']}']")
+    page.check(f"#dead-tasks tr[data-task='{leased['task_id']}'] input")
+    page.click("button:has-text('Replay ticked')")
+    page.wait_for_selector(".flash >> text=1 dead tasks put back in mail")
+
+    # charts of what just happened
+    page.goto(f"{base}/console/charts?range=15m")
+    page.wait_for_selector("#chart-runs path.l-started")
+    assert page.locator("#chart-lag path.l-high").count() == 1
+    shot(page, "charts")

@@ -25,7 +25,7 @@ from sqlalchemy import Engine, text
 from kit.api.app import create_app
 from kit.settings import Settings
 from kit.store.tokens import token_create
-from tests.integration.test_console import csrf_of, login
+from tests.integration.console_client import csrf_of, login
 from tests.integration.worker_rows import make_job, make_run
 
 pytestmark = pytest.mark.integration
@@ -207,7 +207,12 @@ GET_PAGES = {
     "/console/jobs/{job}/explain": ("from", "to"),
     "/console/dead-letters": ("cursor",),
     "/console/fleet": (),
-    "/console/preview": ("cron", "timezone", "every_s", "at"),
+    "/console/preview": ("cron", "timezone", "every_s", "anchor", "at"),
+    "/console/runs/{run}": (),
+    "/console/jobs/new": (),
+    "/console/now": (),
+    "/console/queues": (),
+    "/console/charts": ("range",),
 }
 POST_ACTIONS = {
     "/console/jobs/{job}/pause": ("next",),
@@ -228,11 +233,30 @@ POST_ACTIONS = {
         "schedule_cron",
         "schedule_timezone",
         "schedule_every_s",
+        "schedule_anchor",
         "schedule_at",
+        "notify",
     ),
     "/console/login": ("token", "next"),
+    "/console/jobs/new": (
+        "name",
+        "priority",
+        "timeout_s",
+        "pause_after_dead",
+        "paused",
+        "task",
+        "notify",
+        "schedule_cron",
+        "schedule_timezone",
+        "schedule_every_s",
+        "schedule_anchor",
+        "schedule_at",
+    ),
+    "/console/jobs/{job}/backfill": ("from", "to"),
+    "/console/now/cancel": ("run_id", "next"),
+    "/console/now/replay": ("run_id", "next"),
 }
-JSON_FIELDS = {"retry", "misfire", "task"}
+JSON_FIELDS = {"retry", "misfire", "task", "notify"}
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 

@@ -18,7 +18,7 @@ from kit.api.app import create_app
 from kit.settings import Settings
 from kit.store.console_sessions import session_open
 from kit.store.tokens import token_create
-from tests.integration.test_console import csrf_of, login
+from tests.integration.console_client import csrf_of, login
 from tests.integration.worker_rows import make_job, make_run
 
 pytestmark = pytest.mark.integration
@@ -108,6 +108,12 @@ def test_each_page_and_action_needs_the_scope_its_api_twin_needs(
         "/console/dead-letters",
         "/console/fleet",
         "/console/preview?every_s=60",
+        f"/console/runs/{pending}",
+        "/console/jobs/new",
+        "/console/now",
+        "/console/queues",
+        "/console/queues/mail",
+        "/console/charts",
     )
     for page in pages:
         got = app_client.get(page, follow_redirects=False)
@@ -126,6 +132,13 @@ def test_each_page_and_action_needs_the_scope_its_api_twin_needs(
     assert post(f"/console/jobs/{job}/run-now") == allowed
     assert post(f"/console/runs/{pending}/cancel") == allowed
     assert post(f"/console/dead-letters/{dead}/replay") == allowed
+    an_hour = {"from": "2020-01-01T00:00:00Z", "to": "2020-01-01T01:00:00Z"}
+    assert post(f"/console/jobs/{job}/backfill", **an_hour) == allowed
+    assert post("/console/now/cancel", run_id=pending) == allowed
+    assert post("/console/now/replay", run_id=dead) == allowed
+    assert post("/console/queues/mail/replay") == allowed
+    new = {"name": "made-here", "schedule_every_s": "60", "task": '{"type": "noop"}'}
+    assert post("/console/jobs/new", **new) == allowed
     renamed = {"orig_name": SECRET_NAME, "name": "renamed"}
     assert post(f"/console/jobs/{job}/edit", **renamed) == allowed
     # a command task: `write` and `command`, as PATCH /v1/jobs/{id}
@@ -138,6 +151,10 @@ def test_each_page_and_action_needs_the_scope_its_api_twin_needs(
         ).one()
     assert (task["type"] == "command") == (to_command == 303)
     assert (name == "renamed") == writes(scopes)
+    assert post(f"/console/jobs/{job}/delete") == allowed
+    with engine.connect() as conn:
+        left = conn.execute(text("SELECT count(*) FROM jobs WHERE job_id = :j"), {"j": job})
+        assert left.scalar() == (0 if writes(scopes) else 1)
 
 
 def test_the_api_and_the_console_agree_on_reading(

@@ -108,7 +108,13 @@ def test_pause_after_dead_is_a_job_field(client: TestClient, auth: Headers) -> N
     job_id = created.json()["job_id"]
     patched = client.patch(f"/v1/jobs/{job_id}", json={"pause_after_dead": 5}, headers=headers)
     assert patched.json()["pause_after_dead"] == 5
-    bad = client.post("/v1/jobs", json={**job, "name": "y", "pause_after_dead": 0}, headers=headers)
+    never = client.post(
+        "/v1/jobs", json={**job, "name": "y", "pause_after_dead": 0}, headers=headers
+    )
+    assert never.status_code == 201 and never.json()["pause_after_dead"] == 0  # opts out
+    bad = client.post(
+        "/v1/jobs", json={**job, "name": "z", "pause_after_dead": -1}, headers=headers
+    )
     assert (
         bad.status_code == 422 and bad.json()["error"]["fields"][0]["field"] == "pause_after_dead"
     )

@@ -21,7 +21,9 @@ from kit.core.retention import (
     audit_entry_expired,
     dead_letter_expired,
     idempotency_key_expired,
+    notification_expired,
     queue_task_expired,
+    run_output_expired,
 )
 from kit.maintenance.service import Maintenance, retention_of
 from kit.settings import Settings
@@ -36,6 +38,8 @@ R = Retention(
     dead_letter_s=86_400,
     replayed_dead_letter_s=600,
     audit_s=86_400,
+    run_output_s=3600,
+    notification_s=7200,
 )
 AGES_S = (0, 599, 600, 3599, 3600, 7199, 7200, 86_399, 86_400, 10**7)
 RUN_STATUSES = ("pending", "running", "retry_scheduled", "succeeded", "dead",
@@ -129,12 +133,42 @@ def test_every_table_expires_exactly_what_the_core_rules_say(engine: Engine) -> 
         if not audit_entry_expired(ago(age), NOW, R):
             keep_audit.add(ago(age))
 
+    # attempts' outputs
+    keep_outputs, keep_notes = set(), set()
+    for age in AGES_S:
+        execute(
+            engine,
+            "INSERT INTO run_outputs (run_id, attempt, finished_at, output)"
+            " VALUES (:r, 1, :at, 'x')",
+            r=str(uuid.uuid4()),
+            at=ago(age),
+        )
+        if not run_output_expired(ago(age), NOW, R):
+            keep_outputs.add(ago(age))
+    # failure notifications: to send (however old), sent, given up
+    for status, age in itertools.product(("pending", "sent", "failed"), AGES_S):
+        rid = str(uuid.uuid4())
+        execute(
+            engine,
+            "INSERT INTO notifications (tenant, job_id, job_name, run_id, attempt, scheduled_at,"
+            " target, status, created_at) VALUES ('acme', :j, 'n', :r, 1, :at, '{}', :s, :at)",
+            j=job,
+            r=rid,
+            s=status,
+            at=ago(age),
+        )
+        if not notification_expired(status, ago(age), NOW, R):
+            keep_notes.add(rid)
+
     expired = expire(engine, R, now=NOW, batch=7)  # small batches: the loop goes on
 
     assert scalar_set(engine, "SELECT key FROM idempotency_keys") == keep_keys
     assert scalar_set(engine, "SELECT task_id::text FROM queue_tasks") == keep_tasks
     assert scalar_set(engine, "SELECT run_id::text FROM dead_letters") == keep_letters
     assert scalar_set(engine, "SELECT at FROM job_audit") == keep_audit
+    assert scalar_set(engine, "SELECT finished_at FROM run_outputs") == keep_outputs
+    assert scalar_set(engine, "SELECT run_id::text FROM notifications") == keep_notes
+    assert len(keep_notes) > len(AGES_S)  # every pending one, and the young finished ones
     # what must never go, whatever its age
     pending = scalar_set(
         engine, "SELECT task_id FROM queue_tasks WHERE status IN ('queued', 'leased')"

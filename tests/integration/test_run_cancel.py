@@ -78,7 +78,7 @@ def test_another_tenants_run_is_not_found_and_a_read_token_may_not_cancel(
     rid = make_run(engine, make_job(engine))
     _, other = token(engine, "globex")
     assert client.post(f"/v1/runs/{rid}:cancel", headers=other).status_code == 404
-    assert client.post("/v1/runs/not-a-uuid:cancel", headers=other).status_code == 404
+    assert client.post("/v1/runs/not-a-uuid:cancel", headers=other).status_code == 422
     _, reader = token(engine, "acme", ("read",))
     assert client.post(f"/v1/runs/{rid}:cancel", headers=reader).status_code == 403
     assert run_row(engine, rid).status == "pending"

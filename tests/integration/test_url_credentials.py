@@ -23,7 +23,7 @@ from kit.store.schema import job_audit, jobs
 from kit.store.tokens import token_create
 from kit.tasks import RunContext
 from kit.tasks.policy import run_task
-from tests.integration.test_console import csrf_of, login
+from tests.integration.console_client import csrf_of, login
 
 pytestmark = pytest.mark.integration
 

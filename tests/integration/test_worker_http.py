@@ -25,6 +25,7 @@ from kit.settings import Settings
 from kit.tasks.policy import PolicySource
 from kit.transport import RunPublisher, TieredConsumer
 from kit.worker.worker import Worker, task_executor
+from tests.integration.leaks import plant
 from tests.integration.test_worker_e2e import Running, publish, wait_for
 from tests.integration.waiting import wait_until
 from tests.integration.worker_rows import make_job, make_run, run_row
@@ -152,7 +153,9 @@ def test_a_failed_response_goes_through_the_retry_path(
     engine: Engine, publisher: RunPublisher, http_worker: Callable[..., Running], target: Target
 ) -> None:
     retry = {"max_attempts": 3, "base_s": 60.0, "cap_s": 60.0, "jitter": "none"}
-    rid = make_run(engine, make_job(engine, task=http_task(target.url("/fail")), retry=retry))
+    task = http_task(target.url("/fail"))
+    task["headers"] = {"Authorization": f"Bearer {plant('a failing http task header')}"}
+    rid = make_run(engine, make_job(engine, task=task, retry=retry))
     http_worker()
     publish(publisher, engine, rid)
     row = wait_for(engine, rid, "retry_scheduled")
@@ -319,10 +322,10 @@ def test_a_task_that_will_not_stop_loses_its_lease_after_its_timeout(
     release = threading.Event()
     entered = threading.Event()
 
-    def stubborn(*_args: object) -> tuple[bool, str | None]:
+    def stubborn(*_args: object) -> tuple[bool, str | None, None]:
         entered.set()
         release.wait(60)  # ignores the run's cancel
-        return True, None
+        return True, None, None
 
     rid = make_run(engine, make_job(engine, task={"type": "sleep", "seconds": 0}, timeout_s=1))
     consumer = TieredConsumer(
@@ -347,3 +350,106 @@ def test_a_task_that_will_not_stop_loses_its_lease_after_its_timeout(
         running.stop.set()
         running.thread.join(timeout=20)
         consumer.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[dict[str, int]]:
+    """A TCP port that counts the connections made to it and answers none."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.settimeout(0.1)
+    seen = {"port": sock.getsockname()[1], "accepted": 0}
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            seen["accepted"] += 1
+            held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield seen
+    stop.set()
+    thread.join(5)
+    for conn in held:
+        conn.close()
+    sock.close()
+
+
+def _slot_waiters(worker: Worker) -> int:
+    """Runs on the task loop waiting for a slot (asyncio.Semaphore keeps them in
+    `_waiters`; no public count)."""
+    slots = worker._begin_slots
+    return len(getattr(slots, "_waiters", None) or ()) if slots is not None else 0
+
+
+def test_an_http_run_does_no_network_work_before_it_holds_a_slot(
+    engine: Engine,
+    publisher: RunPublisher,
+    http_worker: Callable[..., Running],
+    target: Target,
+    listener: dict[str, int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One slot, held by a request the target keeps: a second run, to another target,
+    waits for the slot without resolving its host or connecting. Once the first ends,
+    the second runs. (They used to look up and connect first, however many were due:
+    a burst opened as many connections as runs, whatever the worker's concurrency.)"""
+    from kit.tasks import http
+
+    looked_up: list[str] = []
+    real_lookup = http.checked_address_async
+
+    async def lookup(host: str, *args: object) -> object:
+        looked_up.append(host)
+        return await real_lookup(host, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(http, "checked_address_async", lookup)
+    first = make_run(engine, make_job(engine, task=http_task(target.url("/hang")), name="a"))
+    second_url = f"http://127.0.0.1:{listener['port']}/x"
+    second = make_run(engine, make_job(engine, task=http_task(second_url), name="b", timeout_s=2))
+    running = http_worker(concurrency=1)
+    publish(publisher, engine, first)
+    wait_until("the first request to arrive", lambda: target.keys == [first])
+    publish(publisher, engine, second)
+    wait_until("the second run to wait for the slot", lambda: _slot_waiters(running.worker) == 1)
+    assert listener["accepted"] == 0, "the second run connected before it held a slot"
+    assert looked_up == ["127.0.0.1"], "the second run resolved its host before a slot"
+    target.release.set()
+    wait_for(engine, first, "succeeded")
+    wait_until("the second run to connect", lambda: listener["accepted"] == 1)
+    assert looked_up == ["127.0.0.1", "127.0.0.1"]
+
+
+def test_a_failed_http_run_is_written_while_commands_fill_the_pool(
+    engine: Engine, publisher: RunPublisher, http_worker: Callable[..., Running], target: Target
+) -> None:
+    """A thread-based task holds the worker's only pool thread for seconds; an http run
+    that fails meanwhile has its failure written at once, not after that task ends (its
+    write used to wait on the same pool, and its lease with it)."""
+    busy = make_run(engine, make_job(engine, task={"type": "sleep", "seconds": 8}, name="busy"))
+    retry = {"max_attempts": 3, "base_s": 60.0, "cap_s": 60.0, "jitter": "none"}
+    failing = make_run(
+        engine, make_job(engine, task=http_task(target.url("/fail")), retry=retry, name="f")
+    )
+    http_worker(concurrency=1)
+    publish(publisher, engine, busy)
+    wait_for(engine, busy, "running")
+    publish(publisher, engine, failing)
+    wait_until(
+        "the http failure to be written or the sleep to end",
+        lambda: (
+            run_row(engine, failing).status == "retry_scheduled"
+            or run_row(engine, busy).status != "running"
+        ),
+    )
+    assert run_row(engine, failing).status == "retry_scheduled"
+    assert run_row(engine, busy).status == "running", "the failure waited for the pool"

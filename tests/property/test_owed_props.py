@@ -119,3 +119,40 @@ def test_owed_fires_are_the_scheduler_s_fires(
     assert [to_epoch_ms(f.at) for f in got] == expected
     assert all(f.at.tzinfo is not None for f in got)
     assert [f.at for f in got] == sorted(from_epoch_ms(ms) for ms in expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(BASES),
+    st.lists(schedules, min_size=1, max_size=4),
+    st.lists(st.sampled_from([0, 700, 59_999, 20 * 60_000]), min_size=4, max_size=4),
+    st.lists(st.integers(60, 6 * 3600), min_size=3, max_size=3),  # gaps between edits
+    st.integers(0, 20 * 3600),
+    st.integers(1, 30 * 3600),
+    st.integers(1, 60),
+    st.sampled_from([0, 5000]),
+)
+def test_a_limit_takes_the_oldest_fires_of_all_eras(
+    base: datetime,
+    eras_schedules: list[Schedule],
+    jitters: list[int],
+    gaps: list[int],
+    start_s: int,
+    length_s: int,
+    limit: int,
+    written_ahead_ms: int,
+) -> None:
+    """The walk that stops each era at the oldest `limit` fires known so far answers what
+    walking every era whole and keeping the oldest `limit` answers."""
+    since = [base]
+    for gap in gaps[: len(eras_schedules) - 1]:
+        since.append(since[-1] + timedelta(seconds=gap))
+    eras = [
+        ScheduleEra(s, at, jitters[i])
+        for i, (s, at) in enumerate(zip(eras_schedules, since, strict=True))
+    ]
+    start = base + timedelta(seconds=start_s)
+    end = start + timedelta(seconds=length_s)
+    everything = owed_fires(JOB, eras, start, end, 100_000, written_ahead_ms=written_ahead_ms)
+    limited = owed_fires(JOB, eras, start, end, limit, written_ahead_ms=written_ahead_ms)
+    assert limited == everything[:limit]

@@ -1,12 +1,22 @@
 """`fires_in` (a window of fire times in one pass) gives exactly the instants that
-iterating `next_fire` gives, DST transition days included."""
+iterating `next_fire` gives, DST transition days included; so does `iter_fires` (windows
+one after the other), however many of its fires are taken."""
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kit.core.schedule import CronSchedule, IntervalSchedule, Schedule, fires_in, next_fire
+from kit.core.schedule import (
+    CronSchedule,
+    IntervalSchedule,
+    Schedule,
+    fires_in,
+    iter_fires,
+    next_fire,
+    next_fires,
+)
 
 ZONES = [
     "UTC",
@@ -86,3 +96,25 @@ def test_a_day_that_never_comes_fires_nothing():
     after = datetime(2026, 1, 1, tzinfo=UTC)
     until = after + timedelta(days=400)
     assert fires_in(s, after, until) == _by_next_fire(s, after, until) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    crons, starts, st.sampled_from([timedelta(hours=3), timedelta(hours=26)]), st.integers(0, 300)
+)
+def test_iter_fires_equals_iterated_next_fire(schedule, after, span, taken):
+    until = after + span
+    expected = _by_next_fire(schedule, after, until)
+    assert list(iter_fires(schedule, after, until)) == expected
+    assert list(itertools.islice(iter_fires(schedule, after, until), taken)) == expected[:taken]
+    assert next_fires(schedule, after, taken, until) == expected[:taken]
+
+
+def test_iter_fires_crosses_rare_schedules_and_stops_at_until():
+    after = datetime(2025, 1, 1, tzinfo=UTC)
+    until = datetime(2125, 1, 1, tzinfo=UTC)
+    for expr in ("0 0 29 2 *", "0 0 29 2 1", "0 0 * 2 1#5", "59 23 31 12 5#5", "0 0 L 2 *"):
+        s = CronSchedule(expr, "Europe/Paris")
+        assert list(iter_fires(s, after, until)) == _by_next_fire(s, after, until), expr
+    interval = IntervalSchedule(86_400 * 366, after)
+    assert list(iter_fires(interval, after, until)) == _by_next_fire(interval, after, until)

@@ -134,8 +134,9 @@ def test_budget_and_pause_edges():
         budget_attempt(2, 2)
     assert should_pause(1, 1) and not should_pause(0, 1)
     assert not should_pause(5, None)
-    with pytest.raises(ValueError, match=r"^pause_after_dead must be at least 1$"):
-        should_pause(1, 0)
+    assert not should_pause(1, 0)  # 0: the job opted out
+    with pytest.raises(ValueError, match=r"^pause_after_dead must be 0 \(never\) or more$"):
+        should_pause(1, -1)
 
 
 def test_retention_takes_zero_and_refuses_booleans_and_negatives():

@@ -518,6 +518,14 @@ CASES = [
         " backfill a shorter range",
     ),
     (
+        "backfill past the run retention",
+        lambda: plan_backfill(JOB, [ERA], NOW - timedelta(days=3), NOW, NOW, 10_000, 0, 86_400),
+        "from",
+        "is before 2029-12-31T00:00:00Z: run history is kept 1 day (CRONFLEET_RUN_RETENTION_S),"
+        " so runs scheduled earlier would be expired by the next maintenance pass; backfill"
+        " from 2029-12-31T00:00:00Z or later",
+    ),
+    (
         "instant out of range",
         lambda: check_instant(datetime(1900, 1, 1, tzinfo=UTC), "from"),
         "from",

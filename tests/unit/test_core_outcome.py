@@ -54,4 +54,15 @@ def test_auto_pause_threshold():
     assert should_pause(2, 2)
     assert should_pause(3, 2)
     with pytest.raises(ValueError):
-        should_pause(1, 0)
+        should_pause(1, -1)
+
+
+def test_a_job_that_names_no_threshold_takes_the_operators_default():
+    assert should_pause(5, None, default=5) and not should_pause(4, None, default=5)
+    assert not should_pause(10**6, None, default=None)  # no default: never
+    assert not should_pause(10**6, None, default=0)  # the operator turned it off
+
+
+def test_a_job_opts_out_with_zero_whatever_the_default():
+    assert not should_pause(10**6, 0, default=5)
+    assert should_pause(2, 2, default=5)  # its own threshold wins over the default

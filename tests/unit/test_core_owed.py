@@ -392,3 +392,39 @@ def test_a_limit_keeps_the_oldest_fires_across_an_edit() -> None:
     ]
     for limit in range(6):
         assert owed_fires(JOB, eras, start, end, limit) == every_fire[:limit]
+
+
+def test_the_walk_over_many_eras_takes_about_limit_fires_not_limit_per_era(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thirty edits of a minutely job, each two hours apart, and a limit of 50: the
+    oldest 50 fires are all of the first era, and the later eras' walks stop at once
+    instead of taking 50 fires each (1,500)."""
+    import kit.core.owed as owed
+
+    taken = 0
+    real = owed.iter_fires
+
+    def counted(*args: object) -> object:
+        nonlocal taken
+        for fire in real(*args):  # type: ignore[arg-type]
+            taken += 1
+            yield fire
+
+    monkeypatch.setattr(owed, "iter_fires", counted)
+    eras = [
+        ScheduleEra(CronSchedule("* * * * *"), since=utc(2030, 1, 1) + timedelta(hours=2 * i))
+        for i in range(30)
+    ]
+    fires = owed_fires(JOB, eras, utc(2030, 1, 1), utc(2030, 1, 4), 50)
+    assert len(fires) == 50 and {f.era for f in fires} == {0}
+    assert taken <= 2 * 50, taken
+
+
+def test_a_dst_note_far_from_a_change_costs_no_cron_match() -> None:
+    """Away from an offset change the note is None without asking croniter; at a
+    change it still says what happened."""
+    paris = CronSchedule("30 2 * * *", "Europe/Paris")
+    assert dst_note(paris, utc(2030, 6, 1, 0, 30)) is None
+    note = dst_note(paris, utc(2030, 3, 31, 1, 30))  # 02:30 did not exist: 03:30 CEST
+    assert note is not None and "did not exist" in note

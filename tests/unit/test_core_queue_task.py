@@ -18,6 +18,7 @@ from kit.core.queue_task import (
     lease_order,
     lease_task,
     nack_task,
+    replay_task,
 )
 
 T0 = 1_700_000_000_000
@@ -162,6 +163,10 @@ def test_every_accepted_event_is_in_the_table() -> None:
         (task, ack_task(task, "tok", T0 + 1)),
         (task, nack_task(task, "tok", True, T0 + 1, random.Random(0))),
         (task, nack_task(task, "tok", False, T0 + 1, random.Random(0))),
+        (
+            dead := nack_task(task, "tok", False, T0 + 1, random.Random(0)).task,
+            replay_task(dead, T0),
+        ),
     ]
     for before, result in moves:
         assert result.accepted
@@ -179,3 +184,17 @@ def test_lease_order_takes_longest_visible_first_ties_by_task_id() -> None:
     ]
     assert [t.task_id for t in sorted(tasks, key=lease_order)] == ["z", "m", "a", "b"]
     assert lease_order(queued(task_id="q", visible_at_ms=T0 + 5)) == (T0 + 5, "q")
+
+
+def test_a_dead_task_replayed_is_visible_now_with_a_fresh_budget() -> None:
+    dead = nack_task(leased(max_attempts=1), "tok", True, T0 + 1, random.Random(1)).task
+    assert dead.status == "dead"
+    again = replay_task(dead, T0 + 5)
+    assert again.accepted and again.event == "replay"
+    assert (again.task.status, again.task.attempt, again.task.visible_at_ms) == (
+        "queued",
+        0,
+        T0 + 5,
+    )
+    assert again.task.dead_reason is None
+    assert not replay_task(again.task, T0 + 6).accepted  # only a dead one

@@ -40,12 +40,14 @@ API_ONLY = frozenset(
         "kit/store/cli.py",
         "kit/store/cli_tokens.py",
         "kit/store/console_sessions.py",
+        "kit/store/console_views.py",  # the console's reads, and its replay of dead tasks
         "kit/store/dead_letters.py",  # replay; dead_letter_in runs in a finish's transaction
         "kit/store/explain.py",
         "kit/store/fleet.py",
         "kit/store/jobs.py",
         "kit/store/jobs_list.py",
         "kit/store/run_cancel.py",
+        "kit/store/run_detail.py",  # the run page's read (one snapshot)
         "kit/store/runs.py",
         "kit/store/tenants.py",
         "kit/store/tokens.py",

@@ -143,6 +143,9 @@ LAYERS: dict[str, frozenset[str]] = {
     "core": frozenset({"core"}),
     **{d: _BELOW_DRIVERS | {d} for d in DRIVERS},
     **{s: _BELOW_DRIVERS | set(DRIVERS) | {s} for s in SERVICES},
+    # the API's Python client: standard library only, installed with the kit, usable
+    # by a program that has nothing else of it
+    "client": frozenset({"client"}),
 }
 
 

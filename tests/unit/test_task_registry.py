@@ -189,10 +189,16 @@ def test_a_throwaway_type_is_taken_up_by_every_consumer() -> None:
     assert seen["unknown"] == [["task", "must be one of http, command, noop, sleep, echo"]]
     assert seen["patched"] == {"task": {"type": "echo", "text": "x"}}
     assert seen["openapi"] == sorted((*NAMES, "echo"))
-    assert seen["schema"] == {"minLength": 1, "title": "Text", "type": "string"}
+    # the strict body parser's rule, declared on every string (kit.api.openapi)
+    assert seen["schema"] == {
+        "minLength": 1,
+        "title": "Text",
+        "type": "string",
+        "pattern": "^[^\\u0000]*$",
+    }
     assert seen["filter"] == [*NAMES, "echo"]
     assert "<option >echo</option>" in seen["console"]
-    assert seen["console_edit"] == [["task.text", "Field required"]]  # pydantic's words
+    assert seen["console_edit"] == [["task.text", "is required"]]  # the API's words
     assert seen["inline"] == ["noop"]  # echo runs on the pool, under the task policy
-    assert seen["ran"] == [True, None]
-    assert seen["failed"] == [False, "echo failed"]
+    assert seen["ran"] == [True, None, None]  # ok, no error, no output
+    assert seen["failed"] == [False, "echo failed", None]

@@ -17,14 +17,17 @@ from kit.api.app import create_app
 from kit.core.audit import AuditAction
 from kit.core.dispatch import PriorityTier
 from kit.core.leases import BUSY, RunStatus
+from kit.core.notify import NotificationStatus
 from kit.core.owed import Outcome
 from kit.core.policies import MisfireKind, OverlapPolicy
 from kit.core.queue_task import FINISHED, LEASABLE, TaskStatus
 from kit.core.retry import Jitter
+from kit.core.run_state import RunState
 from kit.core.trigger import SkipReason, TriggerKind
 from kit.core.vocabulary import CLOSED_SETS, render_vocabulary
 from kit.settings import Settings
 from kit.store import schema
+from kit.tasks import registry
 from tests.unit.vocabulary_checks import CHECKED_COLUMNS, quoted
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +52,8 @@ def test_the_index_holds_every_closed_set_once():
         TaskStatus,
         AuditAction,
         SkipReason,
+        RunState,
+        NotificationStatus,
     }
 
 
@@ -117,13 +122,13 @@ def _property_enum(spec: dict[str, Any], model: str, field: str) -> list[str]:
         ("JobPatch", "priority", PriorityTier),
         ("JobOut", "overlap", OverlapPolicy),
         ("JobOut", "priority", PriorityTier),
-        ("RunOut", "status", RunStatus),
+        ("RunOut", "status", RunState),
         ("RunOut", "trigger", TriggerKind),
         ("RunOut", "priority", PriorityTier),
-        ("LastRunOut", "status", RunStatus),
-        ("OtherRunOut", "status", RunStatus),
+        ("LastRunOut", "status", RunState),
+        ("OtherRunOut", "status", RunState),
         ("OtherRunOut", "trigger", TriggerKind),
-        ("DeadLetterOut", "run_status", RunStatus),
+        ("DeadLetterOut", "run_status", RunState),
         ("TaskCreatedOut", "status", TaskStatus),
     ],
 )
@@ -137,6 +142,8 @@ NOT_CORE_SETS = {
     ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"),  # HttpTask.method: HTTP's
     ("active", "paused", "finished"),  # JobOut.status: derived per job, never stored
     tuple(Outcome),  # kit.core.owed.Outcome, the explain answer: the core enum itself
+    registry.names(),  # GET /v1/jobs?task_type=: the task registry's types (kit.tasks)
+    (*(s.value for s in RunStatus), "none"),  # GET /v1/jobs?last_status=: or never ran
 }
 
 
@@ -149,7 +156,7 @@ def test_every_api_enum_is_a_core_set_or_a_named_exception(openapi):
         assert tuple(values) in sets or any(set(values) < set(s) for s in sets), path
 
 
-def test_api_descriptions_name_the_core_kinds(openapi):
+def test_api_schemas_declare_the_core_kinds(openapi):
     props = openapi["components"]["schemas"]["JobIn"]["properties"]
-    assert "|".join(MisfireKind) in props["misfire"]["description"]
-    assert "|".join(Jitter) in props["retry"]["description"]
+    assert props["misfire"]["properties"]["kind"]["enum"] == [k.value for k in MisfireKind]
+    assert props["retry"]["properties"]["jitter"]["enum"] == [j.value for j in Jitter]

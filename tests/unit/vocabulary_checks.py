@@ -8,6 +8,7 @@ import re
 from kit.core.audit import AuditAction
 from kit.core.dispatch import PriorityTier
 from kit.core.leases import RunStatus
+from kit.core.notify import NotificationStatus
 from kit.core.policies import OverlapPolicy
 from kit.core.queue_task import TaskStatus
 from kit.core.trigger import TRIGGER_ROW_KINDS, TriggerKind
@@ -21,6 +22,7 @@ CHECKED_COLUMNS: dict[tuple[str, str], tuple[str, ...]] = {
     ("jobs", "ck_jobs_priority"): tuple(PriorityTier),
     ("queue_tasks", "ck_queue_tasks_status"): tuple(TaskStatus),
     ("job_audit", "ck_job_audit_action"): tuple(AuditAction),
+    ("notifications", "ck_notifications_status"): tuple(NotificationStatus),
 }
 
 

@@ -13,11 +13,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
+from kit.api.console.act import router as act_router
 from kit.api.console.pages import router
 from kit.api.console.web import HERE, PREFIX, ConsoleError, LoginRequired, redirect, render
 
 
 def install(app: FastAPI) -> None:
+    app.include_router(act_router)  # first: /jobs/new before /jobs/{job_id}
     app.include_router(router)
     app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="console-static")
 

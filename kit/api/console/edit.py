@@ -15,17 +15,24 @@ import json
 import re
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from kit.api.body import MAX_NUMBER_DIGITS, InvalidBody, loads_strict, problems_in
-from kit.api.models import JobOut, JobPatch
+from kit.api.errors import validation_problems
+from kit.api.models import NULLABLE_FIELDS, JobOut, JobPatch
 from kit.core.errors import FieldError
 from kit.tasks import registry
 
 TEXT_FIELDS = ("name", "priority", "overlap")
 INT_FIELDS = ("timeout_s", "jitter_s", "pause_after_dead")
-JSON_FIELDS = ("retry", "misfire", "task")
-SCHEDULE_FIELDS = ("schedule_cron", "schedule_timezone", "schedule_every_s", "schedule_at")
+JSON_FIELDS = ("retry", "misfire", "task", "notify")
+SCHEDULE_FIELDS = (
+    "schedule_cron",
+    "schedule_timezone",
+    "schedule_every_s",
+    "schedule_anchor",
+    "schedule_at",
+)
 ALL_FIELDS = TEXT_FIELDS + INT_FIELDS + JSON_FIELDS + SCHEDULE_FIELDS
 TASK_TYPES = registry.names()
 
@@ -43,9 +50,11 @@ def form_values(job: JobOut) -> dict[str, str]:
         "retry": json.dumps(job.retry, indent=1, sort_keys=True),
         "misfire": json.dumps(job.misfire, indent=1, sort_keys=True),
         "task": json.dumps(job.task, indent=1, sort_keys=True),
+        "notify": "" if job.notify is None else json.dumps(job.notify, indent=1, sort_keys=True),
         "schedule_cron": str(schedule.get("cron", "")),
         "schedule_timezone": str(schedule.get("timezone", "")),
         "schedule_every_s": str(schedule.get("every_s", "")),
+        "schedule_anchor": str(schedule.get("anchor", "")),
         "schedule_at": str(schedule.get("at", "")),
     }
 
@@ -98,6 +107,9 @@ def patch_from_form(form: dict[str, str]) -> tuple[dict[str, Any], list[tuple[st
     for f in INT_FIELDS:
         if f in changed:
             raw = form.get(f, "").strip()
+            if raw == "" and f in NULLABLE_FIELDS:
+                patch[f] = None  # pause_after_dead: back to the operator's default
+                continue
             if raw == "":
                 problems.append((f, "cannot be cleared; give a whole number"))
                 continue
@@ -107,6 +119,9 @@ def patch_from_form(form: dict[str, str]) -> tuple[dict[str, Any], list[tuple[st
                 problems.append((exc.field, exc.reason))
     for f in JSON_FIELDS:
         if f in changed:
+            if f in NULLABLE_FIELDS and not form.get(f, "").strip():
+                patch[f] = None  # notify: no webhook
+                continue
             value, found = json_field(form.get(f, ""), f)
             if found:
                 problems += found
@@ -125,6 +140,9 @@ def patch_from_form(form: dict[str, str]) -> tuple[dict[str, Any], list[tuple[st
                 schedule["every_s"] = whole_number(every, "schedule.every_s")
             except FieldError as exc:
                 problems.append((exc.field, exc.reason))
+            anchor = form.get("schedule_anchor", "").strip()
+            if anchor:  # kept: the interval keeps its phase (blank: anchored now)
+                schedule["anchor"] = anchor
         if at:
             schedule["at"] = at
         patch["schedule"] = schedule
@@ -134,21 +152,24 @@ def patch_from_form(form: dict[str, str]) -> tuple[dict[str, Any], list[tuple[st
     return patch, problems
 
 
-def validated(patch: dict[str, Any]) -> tuple[JobPatch | None, list[tuple[str, str]]]:
-    """The patch through the API's model: (model, []) or (None, problems)."""
+def validated(
+    data: dict[str, Any], model: type[BaseModel] = JobPatch
+) -> tuple[Any | None, list[tuple[str, str]]]:
+    """The form's body through the API's own model: (model, []) or (None, problems),
+    each named and worded as the API's 422 names it (kit.api.errors)."""
     try:
-        return JobPatch.model_validate(patch), []
+        return model.model_validate(data), []
     except ValidationError as exc:
-        problems: list[tuple[str, str]] = []
-        for error in exc.errors():
-            cause = (error.get("ctx") or {}).get("error")
-            if isinstance(cause, FieldError):
-                problems.append((cause.field, cause.reason))
-                continue
-            loc = [str(p) for p in error.get("loc", ()) if p not in ("body",)]
-            loc = [p for p in loc if p not in TASK_TYPES]  # the task union's tag
-            reason = str(error.get("msg", "is invalid")).removeprefix("Value error, ")
-            if error.get("type") == "extra_forbidden":
-                reason = "unknown field"
-            problems.append((".".join(loc) or "body", reason))
-        return None, list(dict.fromkeys(problems))
+        return None, validation_problems(exc.errors())
+
+
+def body_from_form(form: dict[str, str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """(a POST /v1/jobs body, problems) from the new-job form: each field as a JSON body
+    would carry it, a blank optional field left out (the API's default: for
+    pause_after_dead the operator's, for notify no webhook)."""
+    # every field compared with a blank original: what was typed is sent, the rest left out
+    sent = {k: v for k, v in form.items() if not k.startswith("orig_")}
+    body, problems = patch_from_form(sent)
+    if form.get("paused") == "on":
+        body["paused"] = True
+    return body, problems

@@ -47,11 +47,13 @@ from kit.api.errors import ApiError
 from kit.api.fleet import fleet_now, in_flight_now, is_operator
 from kit.api.job_history import explain_out
 from kit.api.models import JobOut, JobPatch, RunOut
+from kit.api.run_detail import run_detail_of
 from kit.api.schedule_preview import preview
 from kit.api.state import engine_of, settings_of
 from kit.core.errors import FieldError
 from kit.core.leases import BUSY
 from kit.core.owed import check_instant
+from kit.core.run_state import RunState
 from kit.core.schedule import parse_instant
 from kit.store import audit as audit_store
 from kit.store import dead_letters as dead_letter_store
@@ -62,6 +64,7 @@ from kit.store import run_cancel as cancel_store
 from kit.store import runs as run_store
 from kit.store.console_sessions import ConsoleSession, session_close, session_open
 from kit.store.errors import JobNotFound, NameTaken, RunNotFound
+from kit.store.notifications import notifications_of_run
 from kit.store.tokens import token_verify
 from kit.tasks import registry
 
@@ -69,7 +72,8 @@ router = APIRouter(prefix=PREFIX, include_in_schema=False, dependencies=[Depends
 Session = Annotated[ConsoleSession, Depends(require_session)]  # an action's: checks its scope
 Reader = Annotated[ConsoleSession, Depends(require_reader)]  # a page's: `read`
 NOT_FOUND = ConsoleError(404, "no such object for this tenant")
-UNFINISHED = tuple(sorted(s.value for s in BUSY))  # kit.core.leases: not finished yet
+# not finished yet (kit.core.leases.BUSY, and a run held for its second: kit.core.run_state)
+UNFINISHED = tuple(sorted({s.value for s in BUSY} | {RunState.claimed.value}))
 EXPLAIN_PAGE = 300
 TASK_TYPES = registry.names()  # the jobs filter's choices
 
@@ -211,7 +215,7 @@ async def jobs_page(
         page_info=page,
         query=query,
         error=error,
-        statuses=(*run_store.RUN_STATUSES, list_store.NO_RUN),
+        statuses=(*run_store.RUN_STATES, list_store.NO_RUN),
         task_types=TASK_TYPES,
         here=_here(request),
     )
@@ -376,6 +380,33 @@ async def explain_page(
     )
 
 
+@router.get("/runs/{run_id}")
+async def run_page(run_id: str, request: Request, session: Reader) -> HTMLResponse:
+    """One run: every attempt with its times, worker, lag, outcome and output, its key,
+    its fire's explain entry and its failure notifications; cancel or replay it."""
+    tenant = session.token.tenant
+    engine = engine_of(request)
+    run = await _call(run_detail_of, request, tenant, run_id)
+    names = await _call(list_store.job_names, engine, tenant, [run.job_id])
+    notes = await _call(notifications_of_run, engine, run_id)
+    return render(
+        request,
+        "run.html",
+        session=session,
+        run=run,
+        job_name=names.get(run.job_id),
+        notifications=notes,
+        unfinished=UNFINISHED,
+        window=timedelta(minutes=5),
+        output_days=_days(settings_of(request).run_output_retention_s),
+    )
+
+
+def _days(seconds: int) -> str:
+    days = seconds / 86_400
+    return f"{days:g} days" if days >= 1 else f"{seconds / 3600:g} hours"
+
+
 @router.post("/runs/{run_id}/cancel")
 async def cancel_run(run_id: str, request: Request, session: Session) -> Response:
     form = await checked_form(request, session)
@@ -464,20 +495,24 @@ async def preview_fragment(
     cron: str = "",
     timezone: str = "",
     every_s: str = "",
+    anchor: str = "",
     at: str = "",
 ) -> HTMLResponse:
-    """The next fires of what the edit form holds (fetched by console.js as you type)."""
+    """The next fires of what the edit form holds (fetched by console.js as you type); an
+    interval's from its anchor, as the scheduler fires it, not from now."""
     data: dict[str, Any] = {}
     try:
         if cron.strip():
             data = {"cron": cron.strip(), "timezone": timezone.strip() or "UTC"}
         elif every_s.strip():
             data = {"every_s": whole_number(every_s, "every_s")}
+            if anchor.strip():
+                data["anchor"] = anchor.strip()
         elif at.strip():
             data = {"at": at.strip()}
         result, error = preview(data, datetime.now(UTC), 5), None
-    except FieldError as exc:
-        result, error = None, f"{exc.field}: {exc.reason}"
+    except FieldError as exc:  # every field at once (a bad cron and a bad zone)
+        result, error = None, "; ".join(f"{f}: {r}" for f, r in exc.problems)
     return render(
         request,
         "preview.html",

@@ -59,11 +59,13 @@ def timeline(runs: Sequence[RunRecord], now: datetime) -> Timeline | None:
             end = x_of(r.finished_at or now)
         else:
             start = end = tick
-        title = f"{r.scheduled_at:%Y-%m-%d %H:%M:%S} UTC · {r.status}"
+        title = f"{r.scheduled_at:%Y-%m-%d %H:%M:%S} UTC · {r.shown_status}"
         if r.started_at and r.finished_at:
             title += f" · ran {(r.finished_at - r.started_at).total_seconds():.1f} s"
         bars.append(
-            Bar(r.run_id, r.status, TOP + i * ROW_H, tick, start, max(2.0, end - start), title)
+            Bar(
+                r.run_id, r.shown_status, TOP + i * ROW_H, tick, start, max(2.0, end - start), title
+            )
         )
     labels = [
         (x_of(lo + (hi - lo) * k / 4), f"{(lo + (hi - lo) * k / 4):%m-%d %H:%M:%S}")

@@ -272,6 +272,26 @@ async def checked_form(request: Request, session: ConsoleSession) -> dict[str, s
     return form
 
 
+async def checked_form_lists(request: Request, session: ConsoleSession) -> dict[str, list[str]]:
+    """`checked_form` for a form whose fields repeat (ticked runs of a bulk action):
+    every value of each field, in order."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise ConsoleError(415, "forms are sent as application/x-www-form-urlencoded")
+    body = (await request.body()).decode("utf-8", "replace")
+    try:
+        parsed = parse_qs(body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError as exc:
+        raise ConsoleError(400, "too many form fields") from exc
+    sent = (parsed.get("csrf") or [""])[-1].encode()
+    if not _same_origin(request) or not hmac.compare_digest(sent, session.csrf_token.encode()):
+        raise ConsoleError(403, "the form is stale or did not come from this console: reload it")
+    problems = [p for k, vs in parsed.items() for v in vs for p in problems_in({k: v})]
+    if problems:
+        raise ConsoleError(422, "; ".join(f"{f}: {r}" for f, r in problems[:3]))
+    return parsed
+
+
 def require_write(session: ConsoleSession) -> None:
     if not session.token.allows("write"):
         raise ConsoleError(403, "this token lacks the 'write' scope")

@@ -9,6 +9,15 @@
     if (question && !window.confirm(question)) event.preventDefault();
   });
 
+  // A bulk form's "all" box ticks every run of its table.
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (!box.classList || !box.classList.contains("all")) return;
+    var table = box.closest("table");
+    if (!table) return;
+    table.querySelectorAll("tbody input[type=checkbox]").forEach(function (b) { b.checked = box.checked; });
+  });
+
   // Times: show the reader's local time on hover.
   function localTimes(root) {
     root.querySelectorAll("time[datetime]").forEach(function (el) {
@@ -42,7 +51,7 @@
     var timer = null;
     function update() {
       var params = new URLSearchParams();
-      ["cron", "timezone", "every_s", "at"].forEach(function (name) {
+      ["cron", "timezone", "every_s", "anchor", "at"].forEach(function (name) {
         var input = fieldset.querySelector("[name=schedule_" + name + "]");
         if (input && input.value.trim()) params.set(name, input.value.trim());
       });
