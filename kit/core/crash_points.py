@@ -96,7 +96,7 @@ CRASH_POINTS: tuple[CrashPoint, ...] = (
     CrashPoint(
         "finish.runs_written",
         "worker",
-        "successes written, the jobs' dead streaks not yet reset (rolled back)",
+        "successes written, their outputs and the jobs' dead streaks not yet (rolled back)",
     ),
     CrashPoint(
         "finish.queued_released",
