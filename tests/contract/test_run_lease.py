@@ -387,7 +387,7 @@ def sweep_edges(engine: Engine) -> None:
         for left in (TTL_MS, TTL_MS // 2, 1, 0, -1, -TTL_MS):
             for pick in (1, 0):  # the token the claim issued; "not-a-token"
                 m = machine()
-                m.a_pending_run(claimed=True)
+                m.a_pending_run(claimed=True, ahead_ms=-1000)
                 assert m._to_left(left)
                 do(m, pick)
                 m.store_equals_core()
