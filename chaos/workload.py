@@ -28,8 +28,9 @@ TIERS = ("critical", "high", "normal", "low")
 @dataclass(frozen=True)
 class JobClass:
     """`count` jobs alike: a schedule (every_s, or cron), a task mode, how long the task
-    works before and after its effect, the misfire and overlap policies, and the attempts
-    a run may take (None: the healthy or poison budget below)."""
+    works before and after its effect, the misfire and overlap policies, the attempts
+    a run may take (None: the healthy or poison budget below), and whether its dead
+    letters may pause it (a poison job's never do)."""
 
     name: str
     count: int
@@ -42,6 +43,7 @@ class JobClass:
     timeout_s: int = 30
     overlap: str = "allow"
     max_attempts: int | None = None
+    auto_pause: bool = True  # False: pause_after_dead 0, its dead letters never pause it
 
     def body(self, ledger: Path, index: int, rng: random.Random) -> dict[str, Any]:
         schedule: dict[str, Any] = (
@@ -65,7 +67,7 @@ class JobClass:
             "priority": rng.choice(TIERS),
             # a poison job dies every run: the drill audits each dead letter, so it opts
             # out of the auto-pause the operator's default would apply
-            **({"pause_after_dead": 0} if poison else {}),
+            **({"pause_after_dead": 0} if poison or not self.auto_pause else {}),
         }
 
 

@@ -47,7 +47,8 @@ TIMINGS = Timings(partitions=32, topic_partitions=2)
 
 # What the fleet runs through every step: mostly key-honouring jobs, some that work a
 # while before their effect, some that ignore the key, a cron minute, one-attempt jobs
-# (a lease that expires is their last attempt: the reaper's dead path), jobs that queue
+# (a lease that expires is their last attempt: the reaper's dead path; the suite kills
+# their workers often, so they opt out of the auto-pause after dead letters), jobs that queue
 # behind their own running run (overlap 'queue': a finish releases the next), and
 # poison jobs that fail every attempt (retries, re-arms, dead letters).
 SHAPE = Shape(
@@ -56,7 +57,7 @@ SHAPE = Shape(
         JobClass("slow", 2, every_s=3, pre_s=0.8),
         JobClass("naive", 2, mode="naive", every_s=2),
         JobClass("minute", 2, every_s=None, cron="* * * * *"),
-        JobClass("single", 3, every_s=3, pre_s=1.0, max_attempts=1),
+        JobClass("single", 3, every_s=3, pre_s=1.0, max_attempts=1, auto_pause=False),
         JobClass("queued", 2, every_s=3, pre_s=3.3, overlap="queue"),
         JobClass("fail", 3, mode="fail", every_s=2),
     )
