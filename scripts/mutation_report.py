@@ -103,9 +103,26 @@ def section(found: list[Mutant]) -> str:
         "",
         *(f"- `{m.name}`: `{mutated_line(m.name)}`" for m in survivors),
         "",
+        *_untested(found),
         END,
     ]
     return "\n".join(lines)
+
+
+def _untested(found: list[Mutant]) -> list[str]:
+    """The functions whose mutants no unit or property test reached ("no tests")."""
+    by_function = collections.Counter(
+        m.name.rsplit("__mutmut_", 1)[0] for m in found if m.status == "no tests"
+    )
+    if not by_function:
+        return []
+    return [
+        'Functions no unit or property test reaches (their mutants are "no tests", counted '
+        "not killed; what tests them, if anything, is an integration test mutmut does not run):",
+        "",
+        *(f"- `{name}` ({n} mutants)" for name, n in sorted(by_function.items())),
+        "",
+    ]
 
 
 def listed_survivors(doc: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ from kit.store.claims import (
     run_finish_ok,
     runs_claim,
     runs_heartbeat,
+    runs_return,
 )
 from kit.store.reaping import runs_publish_unclaimed, runs_reap_expired
 from kit.store.runs import run_now
@@ -325,3 +326,30 @@ def test_the_reaper_leaves_a_lease_a_millisecond_before_its_expiry(engine: Engin
     reaped = runs_reap_expired(engine, published.extend, now=expires)
     assert [p.run_id for p in reaped.requeued] == [rid] == [p.run_id for p in published]
     assert (run_row(engine, rid).status, run_row(engine, rid).attempt) == ("pending", 2)
+
+
+def test_a_started_run_is_not_given_back(engine: Engine) -> None:
+    """A worker gives back only runs whose task never started: a started run given back
+    would run its task twice. Its start recorded (a heartbeat with started_ms), the
+    give-back takes nothing; the unstarted run beside it goes back to pending."""
+    job = make_job(engine)
+    started = make_run(engine, job)
+    unstarted = make_run(
+        engine, job, scheduled_at=run_row(engine, started).scheduled_at + timedelta(minutes=1)
+    )
+    claimed = {
+        c.run_id: c
+        for c in runs_claim(engine, [Claim(started, 1), Claim(unstarted, 1)], "w1", TTL_MS)
+    }
+    assert set(claimed) == {started, unstarted}
+    with engine.connect() as conn:
+        now_ms = int(conn.execute(text("SELECT extract(epoch FROM now()) * 1000")).scalar_one())
+    kept, _ = runs_heartbeat(
+        engine, [(started, claimed[started].lease_token)], TTL_MS, started_ms={started: now_ms}
+    )
+    assert kept == {started} and run_row(engine, started).started_at is not None
+    given = runs_return(engine, [(r, c.lease_token) for r, c in claimed.items()])
+    assert [str(p.run_id) for p in given] == [unstarted]
+    row = run_row(engine, started)
+    assert row.status == "running" and row.lease_token == claimed[started].lease_token
+    assert run_row(engine, unstarted).status == "pending"
