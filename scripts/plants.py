@@ -7,6 +7,7 @@ tests that must catch it there; a plant whose tests all pass survived.
     python -m scripts.plants --guards [--files kit/store/claims.py,...] [--budget-s N]
     python -m scripts.plants --guards --write      # the guards' score into docs/testing.md
     python -m scripts.plants --write               # the plants' verdicts into docs/testing.md
+    python -m scripts.plants --guards --write NAME # re-judge one; the others' rows stay
 
 The tests need the local stack (PostgreSQL, Kafka), as in CI. Each plant runs in a
 copy of its own (the checkout is never edited) with that copy first on the import path;
@@ -96,20 +97,38 @@ def _since(started: float) -> float:
     return round(time.monotonic() - started, 1)
 
 
-def render(verdicts: list[Verdict], with_diffs: bool) -> str:
+def _row(v: Verdict) -> str:
+    result = "caught" if v.caught else f"**not caught** ({v.by})"
+    by = f"`{v.by}`" if v.caught else "-"
+    return f"| `{v.plant.name}` | {v.plant.promise} | `{v.plant.path}` | {by} | {result} |"
+
+
+def render(
+    verdicts: list[Verdict], with_diffs: bool, order: list[Plant], kept: dict[str, str]
+) -> str:
+    """The table in `order`: a plant judged now gets its new row, one not judged this
+    time keeps its row from the page (`kept`, by name), so one plant is re-judged alone."""
+    new = {v.plant.name: _row(v) for v in verdicts}
+    rows = [new.get(p.name) or kept.get(p.name) for p in order]
+    rows = [r for r in rows if r]
+    caught = sum(r.endswith("| caught |") for r in rows)
     lines = ["| plant | breaks | file | caught by | result |", "| --- | --- | --- | --- | --- |"]
-    for v in verdicts:
-        result = "caught" if v.caught else f"**not caught** ({v.by})"
-        by = f"`{v.by}`" if v.caught else "-"
-        lines.append(
-            f"| `{v.plant.name}` | {v.plant.promise} | `{v.plant.path}` | {by} | {result} |"
-        )
-    caught = sum(v.caught for v in verdicts)
-    lines += ["", f"**{caught} of {len(verdicts)} caught.**", ""]
+    lines += [*rows, "", f"**{caught} of {len(rows)} caught.**", ""]
     if with_diffs:
-        for v in verdicts:
-            lines += [f"`{v.plant.name}`:", "", "```diff", diff(v.plant).rstrip("\n"), "```", ""]
+        for p in order:
+            lines += [f"`{p.name}`:", "", "```diff", diff(p).rstrip("\n"), "```", ""]
     return "\n".join(lines)
+
+
+def rows_on_page(doc: Path, what: str, flags: str) -> dict[str, str]:
+    """The table rows of a generated block of the page, by plant name."""
+    begin, end = BEGIN.format(what=what, flags=flags), END.format(what=what)
+    text = doc.read_text()
+    if begin not in text:
+        return {}
+    block = text.split(begin, 1)[1].split(end, 1)[0]
+    found = (re.match(r"^\| `(\w+)` \|", ln) for ln in block.splitlines())
+    return {m.group(1): m.string for m in found if m}
 
 
 def write(doc: Path, what: str, flags: str, body: str) -> None:
@@ -160,15 +179,11 @@ def main(argv: list[str] | None = None) -> int:
             said = f"not judged: {verdict.by} (time budget)"
         print(f"{plant.name}: {said} ({verdict.seconds} s)", flush=True)
     if args.write:
-        if args.guards:
-            write(
-                ROOT / "docs" / "testing.md",
-                "sql-guards",
-                "--guards --write",
-                render(verdicts, False),
-            )
-        else:
-            write(ROOT / "docs" / "testing.md", "plants", "--write", render(verdicts, True))
+        doc = ROOT / "docs" / "testing.md"
+        what, flags = ("sql-guards", "--guards --write") if args.guards else ("plants", "--write")
+        order = list(GUARDS if args.guards else PLANTS)
+        kept = rows_on_page(doc, what, flags)
+        write(doc, what, flags, render(verdicts, not args.guards, order, kept))
     return 0 if all(v.caught or not v.ran for v in verdicts) else 1
 
 

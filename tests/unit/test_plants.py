@@ -55,3 +55,17 @@ def test_a_scratch_copy_is_a_checkout_of_its_own(tmp_path: Path) -> None:
         ROOT / "kit" / "core" / "leases.py"
     ).read_text()
     assert not list(copy.rglob("__pycache__"))
+
+
+def test_a_plant_judged_alone_replaces_only_its_row() -> None:
+    from scripts.plants import Verdict, render
+
+    a, b = GUARDS[0], GUARDS[1]
+    kept = {
+        a.name: f"| `{a.name}` | old | `x` | `t` | caught |",
+        b.name: f"| `{b.name}` | old | `x` | - | **not caught** (every test passed) |",
+    }
+    table = render([Verdict(b, True, "tests/t.py::test_x", 1.0)], False, [a, b], kept)
+    assert kept[a.name] in table
+    assert f"| `{b.name}` | a store guard | `{b.path}` | `tests/t.py::test_x` | caught |" in table
+    assert "not caught" not in table and "**2 of 2 caught.**" in table
