@@ -214,7 +214,11 @@ GUARDS: tuple[Plant, ...] = (
         "WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled' AND {in_batch(\"runs\")}\n"
         "    RETURNING",
         'WHERE runs.run_id = k.run_id AND {in_batch("runs")}\n    RETURNING',
-        ("tests/contract/test_run_lease.py::test_run_lease_store_equals_core",),
+        (
+            "tests/contract/test_run_lease.py::test_run_lease_store_equals_core",
+            "tests/integration/test_worker_claims.py::"
+            "test_a_retry_trigger_rearms_only_a_run_still_waiting_for_its_retry",
+        ),
     ),
     _guard(
         "acquire_takes_live_lease",

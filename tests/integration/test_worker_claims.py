@@ -353,3 +353,22 @@ def test_a_started_run_is_not_given_back(engine: Engine) -> None:
     row = run_row(engine, started)
     assert row.status == "running" and row.lease_token == claimed[started].lease_token
     assert run_row(engine, unstarted).status == "pending"
+
+
+def test_a_retry_trigger_rearms_only_a_run_still_waiting_for_its_retry(engine: Engine) -> None:
+    """A retry trigger can outlive its run's wait (the run cancelled, finished, or re-armed
+    already): the re-arm moves only a retry_scheduled run, never revives another."""
+    job = make_job(engine)
+    waiting = make_run(engine, job, status="retry_scheduled")
+    base = run_row(engine, waiting).scheduled_at
+    others = {
+        status: make_run(engine, job, scheduled_at=base + timedelta(minutes=i + 1), status=status)
+        for i, status in enumerate(("cancelled", "succeeded", "dead", "pending"))
+    }
+    with engine.begin() as conn:
+        rearmed = runs_rearm(conn, {waiting: 2} | {rid: 2 for rid in others.values()})
+    assert rearmed == {waiting}
+    assert (run_row(engine, waiting).status, run_row(engine, waiting).attempt) == ("pending", 2)
+    for status, rid in others.items():
+        row = run_row(engine, rid)
+        assert (row.status, row.attempt) == (status, 1), status
