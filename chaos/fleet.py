@@ -35,6 +35,8 @@ class ServiceSpec:
     module: str = "kit.cli"  # or a test's wrapper that plants a bug
     netns: Namespace | None = None
     skew: ClockSkew | None = None
+    env: dict[str, str] = field(default_factory=dict)  # this service's own (a crash point)
+    cwd: Path | None = None  # where it runs (`python -m` imports the kit found there first)
 
     @property
     def app_name(self) -> str:
@@ -77,6 +79,7 @@ class DrillFleet:
         env["PYTHONUNBUFFERED"] = "1"
         if spec.skew is not None:
             env |= spec.skew.env()
+        env |= spec.env
         log = (self.log_dir / f"{spec.name}.log").open("ab")
         log.write(f"--- start {time.strftime('%H:%M:%S')}\n".encode())
         log.flush()
@@ -87,6 +90,7 @@ class DrillFleet:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            cwd=spec.cwd,
         )
         log.close()
         self.specs[spec.name] = spec

@@ -28,7 +28,9 @@ TIERS = ("critical", "high", "normal", "low")
 @dataclass(frozen=True)
 class JobClass:
     """`count` jobs alike: a schedule (every_s, or cron), a task mode, how long the task
-    works before and after its effect, and the misfire policy."""
+    works before and after its effect, the misfire and overlap policies, the attempts
+    a run may take (None: the healthy or poison budget below), and whether its dead
+    letters may pause it (a poison job's never do)."""
 
     name: str
     count: int
@@ -40,6 +42,9 @@ class JobClass:
     misfire: str = "run_all"
     timeout_s: int = 30
     http_url: str | None = None  # an http task to this target (chaos.httpledger), not sh
+    overlap: str = "allow"
+    max_attempts: int | None = None
+    auto_pause: bool = True  # False: pause_after_dead 0, its dead letters never pause it
 
     def body(self, ledger: Path, index: int, rng: random.Random) -> dict[str, Any]:
         schedule: dict[str, Any] = (
@@ -49,6 +54,9 @@ class JobClass:
         if self.misfire == "skip_late":
             misfire["deadline_s"] = 5
         poison = self.mode in POISON_MODES
+        retry = dict(POISON_RETRY if poison else HEALTHY_RETRY)
+        if self.max_attempts is not None:
+            retry["max_attempts"] = self.max_attempts
         return {
             "name": f"{self.mode}-{self.name}-{index}",
             "schedule": schedule,
@@ -57,14 +65,14 @@ class JobClass:
                 if self.http_url
                 else task_spec(ledger, self.mode, self.pre_s, self.window_s)
             ),
-            "retry": POISON_RETRY if poison else HEALTHY_RETRY,
+            "retry": retry,
             "timeout_s": 2 if self.mode == "hang" else self.timeout_s,
-            "overlap": "allow",
+            "overlap": self.overlap,
             "misfire": misfire,
             "priority": rng.choice(TIERS),
             # a poison job dies every run: the drill audits each dead letter, so it opts
             # out of the auto-pause the operator's default would apply
-            **({"pause_after_dead": 0} if poison else {}),
+            **({"pause_after_dead": 0} if poison or not self.auto_pause else {}),
         }
 
 

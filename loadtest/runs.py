@@ -400,6 +400,7 @@ class RunLedger:
 def lag_stats(lags_ms: Sequence[float]) -> dict[str, float]:
     return {
         "count": len(lags_ms),
+        "min_s": (min(lags_ms) / 1000) if lags_ms else math.nan,  # signed: < 0 is early
         "p50_s": common.percentile(lags_ms, 50) / 1000,
         "p90_s": common.percentile(lags_ms, 90) / 1000,
         "p99_s": common.percentile(lags_ms, 99) / 1000,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 
 from kit.core.partitions import assign_partitions
+from kit.crash import crash_point
 from kit.store import scheduling as sql
 
 
@@ -46,10 +47,12 @@ class PartitionLeases:
             if self.node_id not in live:
                 live.append(self.node_id)
             owners = sql.lease_owners(conn)
+        crash_point("partition_lease.member")
         target_map = assign_partitions(self.partitions, live, owners)
         target = {p for p, n in target_map.items() if n == self.node_id}
         with self.engine.begin() as conn:
             granted = sql.leases_acquire(conn, self.node_id, target | set(self.epochs), self.ttl_ms)
+        crash_point("partition_lease.acquired")
         result = LeasePass(live, target)
         for p, old in list(self.epochs.items()):
             if granted.get(p) != old:
@@ -71,6 +74,7 @@ class PartitionLeases:
             done = sql.leases_release(
                 conn, self.node_id, {p: self.epochs[p] for p in partitions if p in self.epochs}
             )
+        crash_point("partition_lease.released", done)
         for p in done:
             self.epochs.pop(p, None)
             self.draining.discard(p)

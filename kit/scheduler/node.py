@@ -29,6 +29,7 @@ from sqlalchemy import Engine
 
 from kit.core.defaults import SCAN_AHEAD_MS, SCAN_PERIOD_MS, misfire_grace_ms
 from kit.core.dispatch import catch_up_order, next_scan_at_ms
+from kit.crash import crash_point
 from kit.scheduler import metrics as m
 from kit.scheduler.leases import LeasePass, PartitionLeases
 from kit.scheduler.scan import DEFAULT_BATCH, HeldRun, JobViews, ScanResult, scan_partitions
@@ -157,6 +158,7 @@ class SchedulerNode:
             misfire_grace_ms=self.config.misfire_grace_ms,
             idle_budget_ms=scan_idle_budget_ms(self.config),
         )
+        crash_point("scan.committed", result.held)
         m.SCAN_SECONDS.labels(self.node_id).observe(time.perf_counter() - started)
         if result.refused:
             m.FENCED_REFUSED.labels(self.node_id).inc(len(result.refused))

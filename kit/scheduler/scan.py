@@ -35,6 +35,7 @@ from kit.core.schedule import Schedule, parse_schedule
 from kit.core.timeutil import EPOCH, to_epoch_ms
 from kit.core.trigger import PROGRESS_EVERY, TriggerDecision, overlap_limit_ms
 from kit.core.trigger_batch import BatchPlan, DueBatch, JobShape, decide_batch
+from kit.crash import crash_point
 from kit.store import scheduling as sql
 from kit.store.db import db_now
 from kit.transport.publisher import EncodedRun, message_value
@@ -342,6 +343,7 @@ def _write_on_time(
         if n is not None
     ]
     sql.triggers_advance(conn, [ctids[i] for i in plan.on_time], moved)  # type: ignore[arg-type]
+    crash_point("scan.on_time_triggers_advanced", plan.on_time)
     held = result.held
 
     def hold() -> None:  # each run's queue message, made while the database inserts the runs
@@ -352,6 +354,7 @@ def _write_on_time(
             held.append(HeldRun(rid, job, 1, at, at, tier, p, epochs[p]))
 
     sql.runs_insert_fired(conn, fired, meanwhile=hold)
+    crash_point("scan.on_time_runs_written", fired.run_ids)
     guard.sent()
     result.taken += len(plan.on_time)
 
@@ -414,11 +417,14 @@ def _write_general(
             limits = shape is not None and shape.overlap is not OverlapPolicy.allow
             nexts.append((trig.partition_id, d.next_fire_at_ms, trig.job_id, version, limits))
     inserted = sql.runs_insert(conn, rows)
+    crash_point("scan.runs_written", inserted)
     rearmed = sql.runs_rearm(conn, rearms)
+    crash_point("scan.rearmed", rearmed)
     sql.runs_cancel_retries(conn, cancels)
     sql.triggers_delete(conn, deletes)
     sql.triggers_park(conn, list(parks.values()))
     sql.triggers_insert(conn, nexts)
+    crash_point("scan.triggers_advanced", deletes)
     result.parked += len(parks)
     held = result.held
     skipped = result.skipped

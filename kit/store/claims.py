@@ -26,6 +26,7 @@ from kit.core.policies import may_hold_queued_runs
 from kit.core.retry import RetryPolicy
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.core.trigger import QUEUED
+from kit.crash import crash_point
 from kit.store.db import NOW_SQL
 from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
 from kit.store.run_history import batch_bounds, in_batch
@@ -312,31 +313,19 @@ def run_finish_ok(
     output: Output | None = None,
 ) -> FinishResult:
     """Success, only while this worker holds the lease; resets the job's dead streak
-    and keeps the attempt's output."""
-    with engine.begin() as conn:
-        row = conn.execute(
-            text(
-                f"""
-                UPDATE runs r SET status = 'succeeded', finished_at = {NOW}, error = NULL,
-                    lease_token = NULL, lease_expires_at = NULL,
-                    started_at = {_STARTED.format(ms="CAST(:started_ms AS bigint)")},
-                    attempt_started_at = {_ATTEMPT_STARTED.format(ms="CAST(:started_ms AS bigint)")}
-                WHERE run_id = :run_id AND lease_token = :token
-                RETURNING job_id, attempt
-                """
-            ),
-            {"run_id": run_id, "token": token, "now": now, "started_ms": started_ms},
-        ).first()
-        if row is None:
-            return FinishResult(False)
-        if output:
-            outputs_insert_in(conn, [(run_id, row.attempt, output)], now)
-        conn.execute(
-            text("UPDATE jobs SET dead_streak = 0 WHERE job_id = :job_id AND dead_streak <> 0"),
-            {"job_id": row.job_id},
-        )
-        queued = release_queued_in(conn, str(row.job_id))
-    return FinishResult(True, "succeeded", queued_next=queued)
+    and keeps the attempt's output. The batch's statements for one run
+    (`runs_finish_ok`, what the worker sends): one way to finish a run, so a test of
+    either is a test of both."""
+    accepted, queued = runs_finish_ok(
+        engine,
+        [(run_id, token)],
+        now,
+        None if started_ms is None else {run_id: started_ms},
+        None if output is None else {run_id: output},
+    )
+    if run_id not in accepted:
+        return FinishResult(False)
+    return FinishResult(True, "succeeded", queued_next=queued[0] if queued else None)
 
 
 _FINISH_OK_BATCH = f"""
@@ -407,6 +396,7 @@ def runs_finish_ok(
         rows = conn.execute(text(_FINISH_OK_BATCH), params).all()
         if not rows:
             return set(), []
+        crash_point("finish.runs_written")
         if outputs:
             kept = [(r.run_id, r.attempt, outputs[r.run_id]) for r in rows if outputs.get(r.run_id)]
             outputs_insert_in(conn, kept, now)
@@ -429,6 +419,7 @@ def runs_finish_ok(
                 text(_RELEASE_QUEUED_BATCH),
                 {"jobs": pg_array(queuing), "counts": pg_array(per_job[j] for j in queuing)},
             ).all()
+            crash_point("finish.queued_released", queued)
     return {row.run_id for row in rows}, [pointer_of(q) for q in queued]
 
 
@@ -529,7 +520,9 @@ def run_finish_failed(
             ),
             {"run_id": run_id, "error": error, "now": now},
         )
+        crash_point("finish_failed.dead_written")
         dead_letter_in(conn, run_id, now)
+        crash_point("finish_failed.dead_lettered")
         paused = job_dead_streak_in(conn, job_id, now, pause_after_dead_default)
     return FinishResult(True, "dead", job_paused=paused, queued_next=queued)
 
@@ -564,6 +557,7 @@ def _retry_in(
             "now": now,
         },
     )
+    crash_point("finish_failed.retry_written")
     for _ in range(1000):
         inserted = conn.execute(
             text(

@@ -40,6 +40,7 @@ from kit.core.queue_task import (
     nack_task,
 )
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+from kit.crash import crash_point
 from kit.store.db import is_uuid
 from kit.store.errors import IdempotencyConflict, StoreError
 from kit.store.pg_async import AsyncPool, Execute, Query, Steps, run_steps, run_steps_async
@@ -386,6 +387,7 @@ def _lease(params: TaskLease) -> Steps[list[LeasedTask]]:
                     lease_expires_at=from_epoch_ms(task.lease_expires_at_ms),
                 )
             )
+        crash_point("queue.lease_decided", changes)
         if changes:
             yield _apply(changes)
         if len(rows) < want or not dead:
@@ -455,6 +457,7 @@ def _ack_many(
             changes[task_id] = _change(decision.task, finished_at=at, result=Jsonb(item.result))
         current[task_id] = decision.task
         outcomes.append(AckOutcome(item.task_id, decision.task.status.value))
+    crash_point("queue.ack_decided", changes)
     if changes:
         yield _apply(list(changes.values()))
     return outcomes
@@ -488,6 +491,7 @@ def _nack(
     task = _decided(nack_task(_task(row), lease_token, retryable, to_epoch_ms(at), rng))
     dead = task.status is TaskStatus.dead
     entry = Jsonb(_error_entry(row.attempt, error, at))
+    crash_point("queue.nack_decided")
     yield _apply([_change(task, finished_at=at if dead else None, error=entry)])
     return TaskNacked(
         task_id=task.task_id,
@@ -504,6 +508,7 @@ def _heartbeat(
     row = yield from _locked_one(tenant, task_id, now)
     at_ms = to_epoch_ms(row.db_now)
     task = _decided(heartbeat_task(_task(row), lease_token, at_ms, extend_s * 1000))
+    crash_point("queue.heartbeat_decided")
     yield _apply([_change(task)])
     assert task.lease_expires_at_ms is not None
     return from_epoch_ms(task.lease_expires_at_ms)

@@ -18,6 +18,7 @@ from sqlalchemy import Engine, text
 from kit.core.outcome import expiry_exhausts
 from kit.core.retry import RetryPolicy
 from kit.core.trigger import QUEUED
+from kit.crash import crash_point
 from kit.store.claims import (
     NOW,
     RunPointer,
@@ -100,6 +101,7 @@ def runs_reap_expired(
                 released = release_queued_in(conn, job_id)
                 if released is not None:
                     pointers.append(released)
+            crash_point("reap.dead_written")
         if requeue:
             updated = conn.execute(
                 text(
@@ -116,8 +118,10 @@ def runs_reap_expired(
                 {"run_ids": requeue, "now": now},
             ).all()
             pointers += [pointer_of(row) for row in updated]
+            crash_point("reap.requeued", updated)
         if pointers:
             publish(pointers)
+            crash_point("reap.published")
             runs_mark_published_in(conn, [p.run_id for p in pointers], now)
     return ExpiredReaped(pointers, [r for r, _ in dead], paused)
 
@@ -226,6 +230,7 @@ def runs_publish_unclaimed(
     }
     with engine.begin() as conn:
         conn.execute(_RELEASE_ORPHANED_QUEUED, {"grace_ms": grace_ms, "now": now})
+        crash_point("republish.orphans_released")
         # The oldest pending runs of every day's partition, merged in order: with
         # statistics that say no run is pending, the planner would rather read them all
         # and sort (12,500 rows for a batch of 64, test_plans_stale_stats), which no
@@ -240,5 +245,6 @@ def runs_publish_unclaimed(
         )
         if rows:
             publish(found.all)
+            crash_point("republish.published")
             runs_mark_published_in(conn, [p.run_id for p in found.all], now)
     return found

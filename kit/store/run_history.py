@@ -40,6 +40,7 @@ from kit.core.retention import (
     run_history_cutoff_ms,
 )
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
+from kit.crash import crash_point
 
 DEFAULT_PARTITION = "runs_default"
 LOCK_TIMEOUT = "2s"
@@ -141,6 +142,7 @@ def create_day_in(conn: Connection, day: date) -> int | None:
     conn.execute(
         text(f"CREATE TABLE {name} PARTITION OF runs FOR VALUES FROM ('{lo}') TO ('{hi}')")
     )
+    crash_point("run_history.day_created")
     if moved:
         conn.execute(text("INSERT INTO runs SELECT * FROM _moving"))
     conn.execute(text("DROP TABLE _moving"))
@@ -171,6 +173,7 @@ def drop_day_in(conn: Connection, day: date) -> DroppedDay | None:
         {"name": name},
     ).one()
     conn.execute(text(f"ALTER TABLE runs DETACH PARTITION {name}"))
+    crash_point("run_history.day_detached")
     kept = conn.execute(
         text(f"INSERT INTO runs SELECT * FROM {name} WHERE status IN {_LIVE}")
     ).rowcount

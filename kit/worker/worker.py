@@ -61,6 +61,7 @@ from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.output import Output
 from kit.core.partitions import PARTITION_COUNT
 from kit.core.timeutil import to_epoch_ms
+from kit.crash import crash_point
 from kit.store.claims import (
     Claim,
     ClaimedRun,
@@ -443,7 +444,9 @@ class Worker:
                 claimed = self._claim(messages, stop)
                 if claimed is None:
                     break  # stopping before the claim committed: the batch is redelivered
+                crash_point("claim.committed", claimed)
                 self.consumer.commit()
+                crash_point("claim.offsets_committed", claimed)
                 self.metrics.duplicates.inc(len(messages) - len(claimed))
                 self._hold(claimed)
         finally:
@@ -701,6 +704,7 @@ class Worker:
             self._starts += 1
         if self.journal is not None:
             self.journal.started(run.run_id, run.attempt, entry.started_ms)
+        crash_point("start.begun")
         if run.attempt == 1:
             lag = entry.started_ms / 1000 - run.scheduled_at.timestamp()
             if on_loop:  # thousands a second: observed by the finisher, off the loop
@@ -737,6 +741,7 @@ class Worker:
                 except Exception as exc:  # a task bug is a failed attempt, not a dead worker
                     log.exception("task of run %s raised", run.run_id)
                     ok, error, entry.output = False, f"{type(exc).__name__}: {exc}", None
+                crash_point("start.effect_done", ok)
                 if not ok and not entry.fenced and self._past_fence(entry):
                     # stopped at its deadline by the keeper (this worker was not running):
                     # the lease is no longer confirmed, so it is not a failed attempt
@@ -964,6 +969,7 @@ class Worker:
     def _publish_queued(self, queued: list[RunPointer]) -> None:
         try:
             publish_pointers(self.publisher, queued)
+            crash_point("finish.queued_published")
             runs_mark_published(self.engine, [q.run_id for q in queued])
         except Exception:  # the reaper publishes a run nobody claimed
             log.exception("publishing queued runs %s failed", [q.run_id for q in queued])
@@ -1180,6 +1186,7 @@ class Worker:
         unstarted = [(e.run.run_id, e.run.lease_token) for e in entries if not e.started]
         started = [(e.run.run_id, e.run.lease_token) for e in entries if e.started]
         returned = runs_return(self.engine, unstarted) if unstarted else []
+        crash_point("give_back.returned", returned)
         if returned:
             try:
                 publish_pointers(self.publisher, returned)

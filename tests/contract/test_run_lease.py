@@ -4,13 +4,21 @@ with the same explicit time, and the two must agree after every step.
 
 A disagreement is a bug in one of them: the store once renewed a lease that had already
 expired (and that a reaper may be handing to another worker), which the core refuses.
+
+The suite must reach the lease's edges, not only its outcomes: the time left on a
+running lease at each reap, heartbeat and finish is recorded (LEFT), and the test asserts
+it was drawn across the whole lease: just claimed, mid-way, a millisecond before, at and
+after its expiry. (A reaper that took leases 5 s early passed an earlier version of this
+suite, whose reaps all fell on leases with at least 9.5 s of 10 left.) Every finish path
+the worker uses gets stale tokens: the batched success (alone, and beside the current
+token in one batch), the failure, the cancellation.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from datetime import UTC, datetime
 
 import pytest
@@ -27,9 +35,11 @@ from kit.core.run_state import RunState, due_ms, run_state
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.store.claims import (
     Claim,
+    run_finish_cancelled,
     run_finish_failed,
     run_finish_ok,
     runs_claim,
+    runs_finish_ok,
     runs_heartbeat,
     runs_release,
     runs_return,
@@ -70,19 +80,52 @@ MUST_REACH = {
 }
 
 
+MUST_REACH |= {
+    "batch finish: accepted",
+    "batch finish: stale token",
+    "cancelled finish: accepted",
+    "cancelled finish: stale token",
+}
+
+# The lease time left (ms) on a running lease at each step that judges it, by step.
+LEFT: defaultdict[str, list[int]] = defaultdict(list)
+# What each example did, rule by rule, in terms that do not depend on when it ran: two
+# runs of the suite in one session explore the same cases or this differs.
+TRACE: list[tuple[object, ...]] = []
+# Lease time left drawn by the edge rules: just claimed, mid-way, 1 ms before, at and
+# after the expiry (two draws in three), or anywhere across the lease and as far past it.
+_EDGE_VALUES = st.sampled_from([TTL_MS, TTL_MS // 2, 1, 0, -1])
+EDGES = st.one_of(_EDGE_VALUES, _EDGE_VALUES, st.integers(-TTL_MS, TTL_MS))
+
+
 def reached(step: str, accepted: bool, reason: str | None) -> None:
     REACHED[f"{step}: " + ("accepted" if accepted else re.sub(r"\d+", "N", reason or ""))] += 1
+    TRACE.append((step, accepted, re.sub(r"\d+", "N", reason or "")))
+
+
+def edges_reached(left: list[int]) -> dict[str, bool]:
+    """Which parts of the lease a step saw, by the time left it saw."""
+    return {
+        "just claimed": any(v >= TTL_MS - 100 for v in left),
+        "mid-way": any(TTL_MS // 4 <= v <= 3 * TTL_MS // 4 for v in left),
+        "1 ms before expiry": 1 in left,
+        "at expiry": 0 in left,
+        "1 ms after expiry": -1 in left,
+        "long after expiry": any(v < -TTL_MS // 2 for v in left),
+    }
 
 
 def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
+    job = make_job(engine, retry=RETRY, name=f"contract-{next(_base)}")  # every example's
+
     class RunLeaseContract(RuleBasedStateMachine):
         @initialize(claimed=st.booleans(), ahead_ms=st.sampled_from([-1000, 0, 5000]))
         def a_pending_run(self, claimed: bool, ahead_ms: int) -> None:
-            # each example: its own job and run, its own stretch of (explicit) time; the
-            # run due a second ago, now, or 5 s ahead (claimed ahead of its second)
+            # each example: its own run, its own stretch of (explicit) time; the run due
+            # a second ago, now, or 5 s ahead (claimed ahead of its second)
             n = next(_base)
             self.now_ms = to_epoch_ms(datetime(2031, 1, 1, tzinfo=UTC)) + n * 86_400_000
-            self.job = make_job(engine, retry=RETRY, name=f"contract-{n}")
+            self.job = job
             at = from_epoch_ms(self.now_ms + ahead_ms)
             self.run_id = make_run(engine, self.job, scheduled_at=at)
             self.core = RunLease(self.run_id, 1, RunStatus.pending)
@@ -97,6 +140,46 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 
         def _token(self, pick: int) -> str:
             return self.tokens[pick % len(self.tokens)]
+
+        def _left(self, step: str) -> None:
+            """The running lease's time left, for LEFT (and the trace)."""
+            c = self.core
+            if c.status is RunStatus.running and c.expires_at_ms is not None:
+                LEFT[step].append(c.expires_at_ms - self.now_ms)
+                TRACE.append((step, "left", c.expires_at_ms - self.now_ms))
+
+        def _to_left(self, left: int) -> bool:
+            """Time runs on until the running lease has `left` ms (never back); a pending
+            run is claimed first, so every example's edge steps meet a lease."""
+            if self.core.status is RunStatus.pending:
+                self.claim(WORKERS[0], 0)
+            c = self.core
+            if c.status is not RunStatus.running or c.expires_at_ms is None:
+                return False
+            target = c.expires_at_ms - left
+            if target < self.now_ms:
+                return False
+            self.now_ms = target
+            return True
+
+        @rule(left=EDGES)
+        def lease_left_then_reap(self, left: int) -> None:
+            if self._to_left(left):
+                self.reap()
+
+        @rule(left=EDGES, pick=st.integers(0, 50))
+        def lease_left_then_heartbeat(self, left: int, pick: int) -> None:
+            if self._to_left(left):
+                self.heartbeat(pick)
+
+        @rule(left=EDGES, pick=st.integers(0, 50), how=st.sampled_from(["ok", "failed", "batch"]))
+        def lease_left_then_finish(self, left: int, pick: int, how: str) -> None:
+            if not self._to_left(left):
+                return
+            if how == "batch":
+                self.finish_batch(pick, current_too=False)
+            else:
+                self.finish(pick, how == "ok")
 
         @rule(ms=st.integers(0, 2 * TTL_MS) | st.sampled_from([TTL_MS - 1, TTL_MS, TTL_MS + 1]))
         def time_passes(self, ms: int) -> None:
@@ -123,6 +206,7 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
         @rule(pick=st.integers(0, 50))
         def heartbeat(self, pick: int) -> None:
             token = self._token(pick)
+            self._left("heartbeat")
             kept, _lost = runs_heartbeat(engine, [(self.run_id, token)], TTL_MS, self.now)
             t = core.heartbeat_run(self.core, token, self.now_ms, TTL_MS)
             assert (self.run_id in kept) == t.accepted, t.reason
@@ -132,6 +216,7 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
         @rule(pick=st.integers(0, 50), ok=st.booleans())
         def finish(self, pick: int, ok: bool) -> None:
             token = self._token(pick)
+            self._left("finish")
             if ok:
                 result = run_finish_ok(engine, self.run_id, token, self.now)
                 t = core.finish_run(self.core, token, True, self.now_ms, None)
@@ -143,6 +228,36 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             assert result.accepted == t.accepted, t.reason
             reached("finish", t.accepted, t.reason)
             self.core = t.run
+
+        @rule(pick=st.integers(0, 50), current_too=st.booleans())
+        def finish_batch(self, pick: int, current_too: bool) -> None:
+            """The worker's batched success: the picked token, and with `current_too` the
+            current one beside it in the same batch (one stale entry must neither block
+            the batch nor finish the run twice)."""
+            token = self._token(pick)
+            self._left("batch finish")
+            leases = [(self.run_id, token)]
+            if current_too and self.core.token is not None and self.core.token != token:
+                leases.append((self.run_id, self.core.token))
+                token = self.core.token
+            accepted, _queued = runs_finish_ok(engine, leases, self.now)
+            t = core.finish_run(self.core, token, True, self.now_ms, None)
+            assert (self.run_id in accepted) == t.accepted, t.reason
+            reached("batch finish", t.accepted, t.reason)
+            self.core = t.run
+
+        @rule(pick=st.integers(0, 50))
+        def finish_cancelled(self, pick: int) -> None:
+            """The worker's finish of a run whose job was deleted: the finish's guards,
+            then the run is cancelled."""
+            token = self._token(pick)
+            self._left("cancelled finish")
+            result = run_finish_cancelled(engine, self.run_id, token, "job deleted", now=self.now)
+            t = core.finish_run(self.core, token, True, self.now_ms, None)
+            assert result.accepted == t.accepted, t.reason
+            reached("cancelled finish", t.accepted, t.reason)
+            if t.accepted:
+                self.core = core.cancel_run(self.core).run
 
         @rule(pick=st.integers(0, 50))
         def release(self, pick: int) -> None:
@@ -164,6 +279,7 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
 
         @rule()
         def reap(self) -> None:
+            self._left("reap")
             published: list = []
             reaped = runs_reap_expired(engine, published.extend, now=self.now)
             mine = [p for p in reaped.requeued if p.run_id == self.run_id]
@@ -178,6 +294,14 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
             assert (bool(mine) or dead) == t.accepted, t.reason
             reached("reap", t.accepted, t.reason)
             self.core = t.run
+
+        @rule()
+        def time_until_the_retry_fires(self) -> None:
+            """Time runs on until a waiting retry's trigger enters the scan window."""
+            c = self.core
+            if c.status is RunStatus.retry_scheduled and c.retry_at_ms is not None:
+                self.now_ms = max(self.now_ms, c.retry_at_ms - SCAN_AHEAD_MS)
+                self.retry_trigger_fires()
 
         @rule()
         def retry_trigger_fires(self) -> None:
@@ -236,8 +360,67 @@ def run_lease_machine(engine: Engine) -> type[RuleBasedStateMachine]:
     return RunLeaseContract
 
 
-def test_run_lease_store_equals_core(engine: Engine) -> None:
+def explore(engine: Engine, examples: int, steps: int) -> list[tuple[object, ...]]:
+    """Run the suite; what it did (TRACE) and reached (REACHED, LEFT) from scratch."""
     REACHED.clear()
-    replay(run_lease_machine(engine), examples=150, steps=30)
+    LEFT.clear()
+    TRACE.clear()
+    replay(run_lease_machine(engine), examples=examples, steps=steps)
+    return list(TRACE)
+
+
+def sweep_edges(engine: Engine) -> None:
+    """Every step that judges a lease, at every edge of it, with the current token and a
+    stale one: each on a fresh claimed run, checked against the core as the walk is. The
+    walk draws the edges too, but a derandomised draw can miss one for good (it never
+    beat a lease at 0 ms left); this visits each for certain."""
+    machine = run_lease_machine(engine)
+    steps = {
+        "reap": lambda m, pick: m.reap(),
+        "heartbeat": lambda m, pick: m.heartbeat(pick),
+        "finish": lambda m, pick: m.finish(pick, True),
+        "failure": lambda m, pick: m.finish(pick, False),
+        "batch finish": lambda m, pick: m.finish_batch(pick, current_too=True),
+        "cancelled finish": lambda m, pick: m.finish_cancelled(pick),
+    }
+    for do in steps.values():
+        for left in (TTL_MS, TTL_MS // 2, 1, 0, -1, -TTL_MS):
+            for pick in (1, 0):  # the token the claim issued; "not-a-token"
+                m = machine()
+                m.a_pending_run(claimed=True, ahead_ms=-1000)
+                assert m._to_left(left)
+                do(m, pick)
+                m.store_equals_core()
+
+
+def test_run_lease_store_equals_core(engine: Engine) -> None:
+    explore(engine, examples=150, steps=30)
+    sweep_edges(engine)
     missed = MUST_REACH - set(REACHED)
     assert not missed, f"the suite never reached {sorted(missed)}; it reached {dict(REACHED)}"
+    # the lease's edges, by the time left each step saw (not only by its outcome)
+    for step in ("reap", "heartbeat", "finish", "batch finish"):
+        seen = edges_reached(LEFT[step])
+        assert all(seen.values()), (step, seen, sorted(set(LEFT[step]))[:40])
+
+
+def test_the_suite_explores_the_same_whatever_ran_before_it(engine: Engine) -> None:
+    """The reach checks above are claims about one exploration: the suite explores the
+    same cases alone as after another stateful suite and another hypothesis test in the
+    same session (derandomised, no example database: tests/contract/replay.py)."""
+    from hypothesis import given, settings
+
+    from tests.contract.test_partition_lease import partition_lease_machine
+
+    alone = explore(engine, examples=12, steps=15)
+
+    @settings(max_examples=30, derandomize=False, database=None)
+    @given(st.integers())
+    def another_test(n: int) -> None:
+        assert isinstance(n, int)
+
+    another_test()
+    replay(partition_lease_machine(engine), examples=5, steps=10)
+    after_others = explore(engine, examples=12, steps=15)
+    assert len(alone) > 100
+    assert after_others == alone

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from fastapi.testclient import TestClient
@@ -86,7 +87,29 @@ def test_every_schedule_and_task_kind_is_accepted(
     headers = auth(scopes=["read", "write", "command"])  # the policy allows acme /bin/echo
     response = client.post("/v1/jobs", json=job(schedule=schedule, task=task), headers=headers)
     assert response.status_code == 201, response.text
-    assert response.json()["next_fire_at"] is not None
+    created = response.json()
+    assert datetime.fromisoformat(created["next_fire_at"]) == first_fire(created)
+
+
+def first_fire(created: dict[str, Any]) -> datetime:
+    """A created job's first fire, worked out by hand from its schedule and creation."""
+    schedule = created["schedule"]
+    made = datetime.fromisoformat(created["created_at"]).astimezone(UTC)
+    if "at" in schedule:
+        return datetime.fromisoformat(schedule["at"])
+    if "every_s" in schedule:  # anchored at the creation's whole second
+        anchor = datetime.fromisoformat(schedule["anchor"])
+        assert anchor == made.replace(microsecond=0)
+        return anchor + timedelta(seconds=schedule["every_s"])
+    if schedule["cron"] == "*/5 * * * *":  # the next whole five minutes
+        floor = made.replace(minute=made.minute - made.minute % 5, second=0, microsecond=0)
+        return floor + timedelta(minutes=5)
+    assert schedule == {"cron": "0 3 * * *", "timezone": "Europe/Paris"}, schedule
+    local = made.astimezone(ZoneInfo("Europe/Paris"))
+    three = local.replace(hour=3, minute=0, second=0, microsecond=0)
+    return (
+        three if three > local else three.replace(day=local.day) + timedelta(days=1)
+    ).astimezone(UTC)
 
 
 def test_idempotent_create_returns_the_same_job(
@@ -267,7 +290,8 @@ def test_pause_and_resume(client: TestClient, auth: Headers, engine: Engine) -> 
 
 def test_create_paused(client: TestClient, auth: Headers) -> None:
     created = client.post("/v1/jobs", json=job(paused=True), headers=auth()).json()
-    assert created["status"] == "paused" and created["next_fire_at"] is not None
+    assert created["status"] == "paused"  # paused, it still says when it would fire
+    assert datetime.fromisoformat(created["next_fire_at"]) == first_fire(created)
 
 
 def test_delete_removes_job_and_triggers(

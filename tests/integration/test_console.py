@@ -13,6 +13,7 @@ from sqlalchemy import Engine, text
 
 from kit.api.app import create_app
 from kit.settings import Settings
+from kit.store.jobs_list import job_names
 from kit.store.tokens import token_create, token_revoke
 from tests.integration.console_client import csrf_of
 from tests.integration.worker_rows import make_job, make_run
@@ -139,6 +140,28 @@ def test_another_tenants_ids_are_404_pages_everywhere(
     assert not paused(engine, job)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT status FROM runs")).scalar() == "dead"
+
+
+def test_job_names_are_the_tenants_own_whatever_ids_are_asked(
+    browser: Callable[..., TestClient], engine: Engine
+) -> None:
+    """Defence in depth: the dead-letters page names jobs by id, and the name lookup
+    keeps to the signed-in tenant even when a row hands it another tenant's job (here a
+    dead letter filed under acme for globex's job: no path of the kit writes one, which
+    is why a lookup without its tenant filter passed every other test)."""
+    own = make_job(engine, tenant="acme", name="acme-nightly")
+    theirs = make_job(engine, tenant="globex", name="globex-secret-payroll")
+    assert job_names(engine, "acme", [own, theirs]) == {own: "acme-nightly"}
+    assert job_names(engine, "globex", [own, theirs]) == {theirs: "globex-secret-payroll"}
+    run = make_run(engine, theirs, tenant="globex", status="dead")
+    with engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO dead_letters (run_id, job_id, tenant) VALUES (:r, :j, 'acme')"),
+            {"r": run, "j": theirs},
+        )
+    page = browser("acme").get("/console/dead-letters")
+    assert page.status_code == 200 and run[:8] in page.text
+    assert "globex-secret-payroll" not in page.text
 
 
 def test_a_read_only_token_sees_but_cannot_change(

@@ -18,6 +18,7 @@ import pytest
 
 from kit.tasks import RunContext, TaskResult, execute
 from kit.tasks.http import EXCERPT_BYTES
+from tests.resolver import Resolver
 
 pytestmark = pytest.mark.integration
 
@@ -129,6 +130,69 @@ def test_host_name_keeps_its_host_header_while_the_checked_ip_is_dialled(
     result = execute(spec, ctx(allow="localhost"))
     assert result.ok, result
     assert server.seen[-1].headers["Host"] == f"localhost:{server.port}"
+
+
+class _Seen(BaseHTTPRequestHandler):
+    """A target that answers 200 and remembers each request's Host header."""
+
+    seen: list[str]
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.seen.append(self.headers.get("Host", ""))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+@pytest.fixture
+def two_targets() -> Iterator[tuple[int, dict[str, list[str]]]]:
+    """Servers on 127.0.0.2 and 127.0.0.3 at the same port: where a request lands says
+    which address was dialled. Yields (port, address -> Host headers seen)."""
+    seen: dict[str, list[str]] = {"127.0.0.2": [], "127.0.0.3": []}
+    servers: list[ThreadingHTTPServer] = []
+    for _ in range(20):  # bounded: a port free on the first address may be taken on the other
+        first = ThreadingHTTPServer(
+            ("127.0.0.2", 0), type("H2", (_Seen,), {"seen": seen["127.0.0.2"]})
+        )
+        port = first.server_address[1]
+        try:
+            second = ThreadingHTTPServer(
+                ("127.0.0.3", port), type("H3", (_Seen,), {"seen": seen["127.0.0.3"]})
+            )
+        except OSError:
+            first.server_close()
+            continue
+        servers = [first, second]
+        break
+    assert servers, "no port free on both 127.0.0.2 and 127.0.0.3"
+    for httpd in servers:
+        httpd.daemon_threads = True
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield port, seen
+    for httpd in servers:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_the_checked_address_is_dialled_not_a_second_lookup(
+    two_targets: tuple[int, dict[str, list[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DNS rebinding: a name that resolves to one address when the guard looks it up and
+    to another the next time must be reached at the first, checked one. The name is
+    looked up once; the request lands on 127.0.0.2 with the name as its Host."""
+    port, seen = two_targets
+    dns = Resolver(socket.getaddrinfo)
+    dns.answer("rebind.test", ["127.0.0.2"], ["127.0.0.3"])
+    monkeypatch.setattr(socket, "getaddrinfo", dns)
+    spec = {"type": "http", "method": "GET", "url": f"http://rebind.test:{port}/ok"}
+    result = execute(spec, ctx(allow="127.0.0.0/8"))
+    assert result.ok, result
+    assert seen == {"127.0.0.2": [f"rebind.test:{port}"], "127.0.0.3": []}
+    assert dns.lookups["rebind.test"] == 1
 
 
 def test_redirects_are_not_followed(server: Server) -> None:

@@ -17,6 +17,7 @@ from kit.store.claims import (
     run_finish_ok,
     runs_claim,
     runs_heartbeat,
+    runs_return,
 )
 from kit.store.reaping import runs_publish_unclaimed, runs_reap_expired
 from kit.store.runs import run_now
@@ -304,3 +305,70 @@ def test_a_failure_that_will_retry_does_not_release_a_queued_run(engine: Engine)
     [again] = runs_claim(engine, [Claim(first, 2)], "w1", TTL_MS)
     done = run_finish_ok(engine, first, again.lease_token)
     assert done.queued_next is not None and done.queued_next.run_id == queued
+
+
+def test_the_reaper_leaves_a_lease_a_millisecond_before_its_expiry(engine: Engine) -> None:
+    """A lease is the worker's until the instant it expires, and the reaper's from then:
+    at expiry - 1 ms nothing is taken, at the expiry it is (whatever the rest of the
+    lease: a reaper that took leases early passed every test that reaped leases just
+    claimed or long expired)."""
+    job = make_job(engine)
+    rid = make_run(engine, job)
+    [claimed] = runs_claim(engine, [Claim(rid, 1)], "w1", TTL_MS)
+    expires = run_row(engine, rid).lease_expires_at
+    published: list = []
+    for before_ms in (TTL_MS // 2, 5_000, 1):
+        early = runs_reap_expired(
+            engine, published.extend, now=expires - timedelta(milliseconds=before_ms)
+        )
+        assert (early.requeued, early.dead, published) == ([], [], [])
+        assert run_row(engine, rid).lease_token == claimed.lease_token
+    reaped = runs_reap_expired(engine, published.extend, now=expires)
+    assert [p.run_id for p in reaped.requeued] == [rid] == [p.run_id for p in published]
+    assert (run_row(engine, rid).status, run_row(engine, rid).attempt) == ("pending", 2)
+
+
+def test_a_started_run_is_not_given_back(engine: Engine) -> None:
+    """A worker gives back only runs whose task never started: a started run given back
+    would run its task twice. Its start recorded (a heartbeat with started_ms), the
+    give-back takes nothing; the unstarted run beside it goes back to pending."""
+    job = make_job(engine)
+    started = make_run(engine, job)
+    unstarted = make_run(
+        engine, job, scheduled_at=run_row(engine, started).scheduled_at + timedelta(minutes=1)
+    )
+    claimed = {
+        c.run_id: c
+        for c in runs_claim(engine, [Claim(started, 1), Claim(unstarted, 1)], "w1", TTL_MS)
+    }
+    assert set(claimed) == {started, unstarted}
+    with engine.connect() as conn:
+        now_ms = int(conn.execute(text("SELECT extract(epoch FROM now()) * 1000")).scalar_one())
+    kept, _ = runs_heartbeat(
+        engine, [(started, claimed[started].lease_token)], TTL_MS, started_ms={started: now_ms}
+    )
+    assert kept == {started} and run_row(engine, started).started_at is not None
+    given = runs_return(engine, [(r, c.lease_token) for r, c in claimed.items()])
+    assert [str(p.run_id) for p in given] == [unstarted]
+    row = run_row(engine, started)
+    assert row.status == "running" and row.lease_token == claimed[started].lease_token
+    assert run_row(engine, unstarted).status == "pending"
+
+
+def test_a_retry_trigger_rearms_only_a_run_still_waiting_for_its_retry(engine: Engine) -> None:
+    """A retry trigger can outlive its run's wait (the run cancelled, finished, or re-armed
+    already): the re-arm moves only a retry_scheduled run, never revives another."""
+    job = make_job(engine)
+    waiting = make_run(engine, job, status="retry_scheduled")
+    base = run_row(engine, waiting).scheduled_at
+    others = {
+        status: make_run(engine, job, scheduled_at=base + timedelta(minutes=i + 1), status=status)
+        for i, status in enumerate(("cancelled", "succeeded", "dead", "pending"))
+    }
+    with engine.begin() as conn:
+        rearmed = runs_rearm(conn, {waiting: 2} | {rid: 2 for rid in others.values()})
+    assert rearmed == {waiting}
+    assert (run_row(engine, waiting).status, run_row(engine, waiting).attempt) == ("pending", 2)
+    for status, rid in others.items():
+        row = run_row(engine, rid)
+        assert (row.status, row.attempt) == (status, 1), status

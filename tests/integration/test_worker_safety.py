@@ -318,3 +318,41 @@ def test_a_database_stall_shorter_than_a_lease_less_a_beat_runs_nothing_twice(
     finally:
         link.close()
         via.dispose()
+
+
+def test_a_worker_holds_no_more_unstarted_runs_than_it_starts_in_half_its_lease(
+    engine: Engine, publisher: RunPublisher, run_worker
+) -> None:
+    """The start budget (kit.core.backlog.start_budget), as the worker applies it: 2 slots
+    and a 4 s lease start 4 runs in half a lease, so of 12 runs published 5 s ahead of
+    their second it claims 4 and leaves the rest to the queue (another worker's, or its
+    own once those start). Held past the budget, runs would wait for a slot while their
+    leases ran out. Then every run is started and succeeds: the budget loses none."""
+    job = make_job(engine, task={"type": "sleep", "seconds": 0.2})
+    with engine.connect() as conn:
+        now = conn.execute(text("SELECT now()")).scalar_one()
+    due = now.replace(microsecond=0) + timedelta(seconds=5)
+    runs = [make_run(engine, job, scheduled_at=due + timedelta(milliseconds=i)) for i in range(12)]
+    run_worker(ttl_ms=4000, concurrency=2)
+    for rid in runs:
+        publish(publisher, engine, rid)
+
+    def claimed() -> int:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    text("SELECT count(*) FROM runs WHERE status <> 'pending' AND job_id = :j"),
+                    {"j": job},
+                ).scalar_one()
+            )
+
+    wait_until("the worker's first claims", lambda: claimed() >= 4)
+    with engine.connect() as conn:
+        waited = conn.execute(text("SELECT now() < :due"), {"due": due}).scalar_one()
+    assert waited, "the machine was too slow to see the runs held before their second"
+    assert claimed() == 4  # the budget, not the prefetch (10,000)
+    wait_until(
+        "every run to succeed",
+        lambda: all(run_row(engine, r).status == "succeeded" for r in runs),
+        timeout_s=60,
+    )

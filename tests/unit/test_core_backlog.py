@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kit.core.backlog import ASSUMED_SLOT_S, RATE_WINDOW_MS, StartRate, claim_room, start_budget
+from kit.core.backlog import (
+    ASSUMED_SLOT_S,
+    RATE_WEIGHT,
+    RATE_WINDOW_MS,
+    StartRate,
+    claim_room,
+    start_budget,
+)
 
 
 def test_an_unmeasured_worker_assumes_a_second_per_slot() -> None:
@@ -44,7 +52,8 @@ def test_the_rate_is_measured_only_over_windows_at_capacity() -> None:
     rate.observe(2 * RATE_WINDOW_MS + 10, 70, waiting=True)
     assert rate.per_s == 50  # that window said how much work came, not how much it can do
     rate.observe(3 * RATE_WINDOW_MS + 10, 170, waiting=True)  # 100/s at capacity
-    assert rate.per_s is not None and 50 < rate.per_s < 100
+    # a moving average: the newest window weighs RATE_WEIGHT (0.3), the past the rest
+    assert rate.per_s == pytest.approx(RATE_WEIGHT * 100 + (1 - RATE_WEIGHT) * 50)
 
 
 def test_an_idle_worker_has_no_rate() -> None:

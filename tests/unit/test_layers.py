@@ -4,9 +4,9 @@
   reads neither the wall clock nor the global random state.
 - sim/: imports from kit only kit.core (checked when sim/ has modules).
 - the kit's layers (LAYERS): the drivers (store, transport, tasks) import only the core,
-  the settings and themselves; a service (api, scheduler, worker, reaper, maintenance)
-  imports those and itself, never another service; nothing imports the top-level CLI
-  (`kit.cli`) except to run it from a `__main__` block.
+  the settings, the crash points (kit.crash) and themselves; a service (api, scheduler,
+  worker, reaper, maintenance) imports those and itself, never another service;
+  nothing imports the top-level CLI (`kit.cli`) except to run it from a `__main__` block.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def sim_violations(source: str) -> list[str]:
 # third parties). `kit.X` for a module directly under kit/ (settings, cli).
 DRIVERS = ("store", "transport", "tasks")
 SERVICES = ("api", "scheduler", "worker", "reaper", "maintenance")
-_BELOW_DRIVERS = frozenset({"core", "settings"})
+_BELOW_DRIVERS = frozenset({"core", "settings", "crash"})
 LAYERS: dict[str, frozenset[str]] = {
     "core": frozenset({"core"}),
     **{d: _BELOW_DRIVERS | {d} for d in DRIVERS},
@@ -328,10 +328,11 @@ def test_architecture_doc_names_every_core_module_and_layer():
     assert {p for p in LAYERS if f"`kit/{p}`" not in layers_section} == set()
 
 
-def test_settings_import_only_the_core():
-    """kit.settings is read by every driver; it may not pull a driver (or its library)
-    into a process that only wanted its settings."""
-    imported = {name for _, name in kit_imports((ROOT / "kit" / "settings.py").read_text())}
+@pytest.mark.parametrize("module", ["settings.py", "crash.py"])
+def test_settings_and_crash_points_import_only_the_core(module: str):
+    """kit.settings and kit.crash are imported by every driver; they may not pull a
+    driver (or its library) into a process that only wanted its settings or a point."""
+    imported = {name for _, name in kit_imports((ROOT / "kit" / module).read_text())}
     assert imported <= {"core"}
 
 

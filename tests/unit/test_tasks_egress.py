@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 
@@ -9,7 +10,14 @@ import pytest
 
 from kit.core.errors import FieldError
 from kit.tasks import RunContext, execute
-from kit.tasks.egress import AllowList, EgressRefused, checked_address, refusal
+from kit.tasks.egress import (
+    AllowList,
+    EgressRefused,
+    checked_address,
+    checked_address_async,
+    refusal,
+)
+from tests.resolver import Resolver
 
 
 @pytest.mark.parametrize(
@@ -150,3 +158,68 @@ def test_an_internal_name_and_a_missing_one_are_refused_alike() -> None:
             checked_address(host, 80, AllowList())
         messages.append(str(refused.value).replace(host, "HOST"))
     assert messages[0] == messages[1]
+
+
+# --- a name of several addresses: every one is checked --------------------------------
+
+
+@pytest.fixture
+def dns(monkeypatch: pytest.MonkeyPatch) -> Resolver:
+    """The resolver stub (tests/resolver.py) in place of the system's, for the guard's
+    lookup and asyncio's alike."""
+    stub = Resolver(socket.getaddrinfo)
+    monkeypatch.setattr(socket, "getaddrinfo", stub)
+    return stub
+
+
+PUBLIC4, PUBLIC6 = "93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946"
+
+
+@pytest.mark.parametrize(
+    "addresses",
+    [
+        [PUBLIC4, "10.0.0.5"],  # the private one second: a guard of the first alone passes
+        ["10.0.0.5", PUBLIC4],
+        [PUBLIC4, PUBLIC6, "169.254.169.254"],
+        [PUBLIC6, "fd00::1"],  # IPv6 public, then IPv6 private
+        [PUBLIC4, "::1"],  # IPv4 public, IPv6 loopback
+        [PUBLIC6, "::ffff:127.0.0.1"],  # an IPv4-mapped loopback among IPv6
+        [PUBLIC4, "100.64.0.1"],  # shared address space (CGNAT)
+    ],
+)
+def test_a_name_is_refused_if_any_of_its_addresses_is(dns: Resolver, addresses: list[str]) -> None:
+    dns.answer("mixed.example", addresses)
+    with pytest.raises(EgressRefused, match="does not resolve to a public address"):
+        checked_address("mixed.example", 443, AllowList())
+    with pytest.raises(EgressRefused, match="does not resolve to a public address"):
+        asyncio.run(checked_address_async("mixed.example", 443, AllowList()))
+    result = execute(
+        {"type": "http", "url": "https://mixed.example/", "method": "GET"}, RunContext("r1", 1, 5.0)
+    )
+    assert not result.ok and "egress allow-list" in (result.error or "")
+    assert dns.lookups["mixed.example"] == 3  # the guard's lookups: nothing was dialled
+
+
+@pytest.mark.parametrize(
+    ("addresses", "allow"),
+    [
+        ([PUBLIC4, PUBLIC6], ""),
+        ([PUBLIC6, PUBLIC4], ""),
+        ([PUBLIC4, "10.1.2.3"], "10.0.0.0/8"),  # the operator opened the private one
+        (["10.1.2.3", "fd00::7"], "mixed.example"),  # the name itself is allowed
+    ],
+)
+def test_a_name_whose_every_address_passes_is_reached_at_its_first(
+    dns: Resolver, addresses: list[str], allow: str
+) -> None:
+    dns.answer("mixed.example", addresses)
+    first = ipaddress.ip_address(addresses[0])
+    assert checked_address("mixed.example", 443, AllowList.parse(allow)) == first
+    got = asyncio.run(checked_address_async("mixed.example", 443, AllowList.parse(allow)))
+    assert got == first
+
+
+def test_a_name_with_no_address_is_refused(dns: Resolver) -> None:
+    dns.answer("empty.example", [])
+    with pytest.raises(EgressRefused, match="does not resolve to a public address"):
+        checked_address("empty.example", 80, AllowList())
