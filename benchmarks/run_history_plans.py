@@ -50,6 +50,7 @@ def main(argv: list[str]) -> int:
         at = "2027-01-01T00:00:00Z"
         claim = {"run_ids": arr, "attempts": "{" + ",".join("1" * 64) + "}"}
         claim |= {"worker_id": "w", "ttl_ms": 30000, "now": at, **batch_bounds(ids)}
+        claim |= {"min_ms": 30000, "max_ms": 30000}  # the sized lease's bounds (runs_claim)
         finish = {"run_ids": arr, "tokens": "{" + ",".join("x" * 64) + "}"}
         finish |= {"started": "{" + ",".join(["NULL"] * 64) + "}", "now": at, **batch_bounds(ids)}
         for label, sql, params in (
