@@ -94,6 +94,7 @@ class Namespace:
                 f"missing {', '.join(missing)} (apt-get install iproute2 nftables)"
             )
         self.destroy()  # a leftover of an earlier run with this tag
+        self.subnet = _free_subnet(self.subnet)
         ports = ", ".join(str(p) for p in self.ports)
         try:
             _run(["ip", "netns", "add", self.name])
@@ -162,6 +163,18 @@ table ip {self.table} {{
 
     def heal(self) -> None:
         _run(["nft", f"flush chain ip {self.table} cut_in; flush chain ip {self.table} cut_out"])
+
+
+def _free_subnet(wanted: int) -> int:
+    """`wanted`, or the next 10.231.N.0/30 no interface of the host has: two namespaces on
+    one subnet (another drill's, running or left behind) would take each other's replies,
+    and the namespace's connections would time out."""
+    taken = set(re.findall(r"\b10\.231\.(\d+)\.1/30\b", _run(["ip", "-o", "-4", "addr"])))
+    for step in range(250):
+        n = 1 + (wanted - 1 + step) % 250
+        if str(n) not in taken:
+            return n
+    raise NamespaceError("every 10.231.N.0/30 subnet is taken by a namespace left behind")
 
 
 def _exists(argv: Sequence[str]) -> bool:
