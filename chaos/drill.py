@@ -150,16 +150,7 @@ class DrillContext:
         return Tail(self.ledger_dir / file)
 
     def partitions_held(self, node: str | None = None) -> int:
-        with self.engine.connect() as conn:
-            return int(
-                conn.execute(
-                    text(
-                        "SELECT count(*) FROM partition_leases WHERE expires_at > now() "
-                        "AND owner IS NOT NULL AND (CAST(:n AS text) IS NULL OR owner = :n)"
-                    ),
-                    {"n": node},
-                ).scalar_one()
-            )
+        return partitions_held(self.engine, node)
 
     def wait_partitions_covered(self, timeout_s: float = 60.0) -> None:
         wait_for(
@@ -229,3 +220,17 @@ class Drill:
         `peak_s` of the simulated window; `measured`: the drill's mean fault duration
         (seconds) by fault kind, so the model is asked about the fault that happened."""
         return []
+
+
+def partitions_held(engine: Engine, node: str | None = None) -> int:
+    """Partitions with a live lease (of `node`, or of anyone)."""
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM partition_leases WHERE expires_at > now() "
+                    "AND owner IS NOT NULL AND (CAST(:n AS text) IS NULL OR owner = :n)"
+                ),
+                {"n": node},
+            ).scalar_one()
+        )

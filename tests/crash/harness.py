@@ -27,7 +27,7 @@ from sqlalchemy import Engine, text
 
 from chaos import instrument, ledger
 from chaos.audit import Audit, Finding, audit
-from chaos.drill import Timings
+from chaos.drill import Timings, partitions_held
 from chaos.fleet import DrillFleet, ServiceSpec, wait_for
 from chaos.history import history_read
 from chaos.records import FaultWindow, History, Params
@@ -188,16 +188,7 @@ class CrashFleet:
                 raise RuntimeError(f"{name} exited on its own:\n{self.fleet.log_tail(name)}")
 
     def partitions_held(self, node: str | None = None) -> int:
-        with self.engine.connect() as conn:
-            return int(
-                conn.execute(
-                    text(
-                        "SELECT count(*) FROM partition_leases WHERE expires_at > now() "
-                        "AND owner IS NOT NULL AND (CAST(:n AS text) IS NULL OR owner = :n)"
-                    ),
-                    {"n": node},
-                ).scalar_one()
-            )
+        return partitions_held(self.engine, node)
 
     def wait_partitions_covered(self, timeout_s: float = 60.0) -> None:
         wait_for(
