@@ -364,9 +364,10 @@ def finish_day(engine: Engine, fleet: Fleet, d: int, res: Reserved) -> float:
             ids(res.claim),
         )
         conn.execute(  # published at their second, never claimed: the message is lost
-            text(
+            text(  # created_at too: inserted now (wall clock), they would look just sent
                 "UPDATE runs SET status = 'pending', started_at = NULL, finished_at = NULL,"
-                " worker_id = NULL WHERE run_id = ANY(CAST(:ids AS uuid[]))"
+                " worker_id = NULL, created_at = scheduled_at, dispatched_at = scheduled_at"
+                " WHERE run_id = ANY(CAST(:ids AS uuid[]))"
             ),
             ids(res.lost),
         )
