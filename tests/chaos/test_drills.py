@@ -20,11 +20,13 @@ from tests.chaos.conftest import drill_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CI_CYCLES = 2
+CI_CYCLES = 1  # CI's time goes to the drills; the plants below run the cycles they need
 SEED = 1012
+# worker-kill runs as README.md writes it (2 cycles, default options): test_readme_drill.py
+SHORT_SET = [name for name in DRILLS if name != "worker-kill"]
 
 
-@pytest.mark.parametrize("name", list(DRILLS))
+@pytest.mark.parametrize("name", SHORT_SET)
 def test_drill_passes_and_its_fault_happened(
     name: str, chaos_stack: ChaosStack, tmp_path: Path
 ) -> None:
