@@ -368,6 +368,10 @@ _COPY_TRIGGERS = (
 # edit waiting on its lock follows it). A job that has a trigger parked already keeps that
 # one; this one is deleted (_DELETE_TRIGGERS finds only the rows not moved: a row this
 # transaction updated is not visible to its later statements).
+# The check for a parked trigger is one primary-key probe per row, kept a subplan by its
+# OFFSET 0: as a join, statistics from before the first parking (no 'infinity' rows)
+# made the planner materialise the parked rows and compare every pair, 20,000 x 20,000 in
+# a scan's second batch (60 s; tests/integration/test_park_plan.py holds the plan).
 _PARK_TRIGGERS = text(
     """
     UPDATE triggers AS t SET parked_fire_at = t.fire_at, fire_at = 'infinity'
@@ -375,7 +379,8 @@ _PARK_TRIGGERS = text(
       AND NOT EXISTS (
           SELECT FROM triggers AS p
           WHERE p.partition_id = t.partition_id AND p.fire_at = 'infinity'
-            AND p.job_id = t.job_id AND p.kind = t.kind)
+            AND p.job_id = t.job_id AND p.kind = t.kind
+          OFFSET 0)
     """
 )
 
