@@ -589,6 +589,50 @@ class SleepTask(TypedDict):
     seconds: float
 
 
+class SwitchAuditOut(TypedDict):
+    at: str
+    actor: str
+    action: str
+    kind: str
+    value: str
+    reason: str
+    held: int | None
+    skipped: int | None
+
+
+class SwitchIn(TypedDict):
+    kind: Literal["tenant", "task_type", "tier"]
+    value: str
+    reason: NotRequired[str]
+
+
+class SwitchOffOut(TypedDict):
+    switch: SwitchOut
+    changed: bool
+
+
+class SwitchOnOut(TypedDict):
+    kind: str
+    value: str
+    since: str
+    kept: int
+    skipped: int
+
+
+class SwitchOut(TypedDict):
+    kind: str
+    value: str
+    reason: str
+    actor: str
+    since: str
+    held: int
+
+
+class SwitchesOut(TypedDict):
+    switches: list[SwitchOut]
+    recent: list[SwitchAuditOut]
+
+
 class TaskBatchIn(TypedDict):
     tasks: list[TaskIn]
 

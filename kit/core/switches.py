@@ -33,6 +33,13 @@ class SwitchKind(StrEnum):
 SWITCH_KINDS: tuple[str, ...] = tuple(k.value for k in SwitchKind)
 
 
+class SwitchAction(StrEnum):
+    """What a switch audit entry records: a switch turned off, or lifted."""
+
+    off = "off"
+    on = "on"
+
+
 @dataclass(frozen=True)
 class Switch:
     kind: SwitchKind

@@ -38,7 +38,7 @@ from kit.core.notify import FINISHED_NOTIFICATIONS, NotificationStatus
 from kit.core.output import OUTPUT_CAP_BYTES
 from kit.core.policies import OverlapPolicy
 from kit.core.queue_task import FINISHED, LEASABLE, TaskStatus
-from kit.core.switches import SwitchKind
+from kit.core.switches import SwitchAction, SwitchKind
 from kit.core.trigger import QUEUED, TRIGGER_ROW_KINDS, TriggerKind
 
 # Deterministic constraint names, so migrations and autogenerate agree.
@@ -491,6 +491,6 @@ switch_audit = Table(
     Column("reason", Text, nullable=False, server_default=text("''")),
     Column("held", Integer),
     Column("skipped", Integer),
-    CheckConstraint("action IN ('off', 'on')", name="action"),
+    CheckConstraint(_in("action", tuple(a.value for a in SwitchAction)), name="action"),
     Index(None, "at"),
 )
