@@ -221,6 +221,7 @@ ExplainOut = TypedDict(
         "fires": list["FireOut"],
         "other_runs": list["OtherRunOut"],
         "next_from": str | None,
+        "held": NotRequired[str | None],
     },
 )
 
@@ -547,6 +548,7 @@ class RunDetailOut(TypedDict):
     idempotency_key: str
     attempts: list[AttemptOut]
     fire: FireOut | None
+    held: NotRequired[str | None]
 
 
 class RunOut(TypedDict):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from kit.core.dispatch import PRIORITY_TIERS
@@ -55,6 +56,13 @@ class Switch:
 
     def __str__(self) -> str:
         return f"{self.kind.value.replace('_', ' ')} {self.value}"
+
+
+def held_note(kind: str, value: str, since: datetime, reason: str) -> str:
+    """What explain and the run page say of a run a switch holds."""
+    why = f" ({reason})" if reason else ""
+    name = kind.replace("_", " ")
+    return f"held: switch off for {name} {value} since {since.isoformat()}{why}"
 
 
 def parse_switch(kind: object, value: object, task_types: Iterable[str]) -> Switch:

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
 from kit.core.policies import MisfirePolicy
-from kit.core.switches import HeldRun, Switch, SwitchKind, plan_lift
+from kit.core.switches import HeldRun, Switch, SwitchKind, held_note, plan_lift
 from kit.core.timeutil import to_epoch_ms
 from kit.core.trigger import QUEUED, SKIP_MISFIRE
 from kit.store.db import NOW_SQL
@@ -274,10 +273,10 @@ def switch_audit_list(engine: Engine, limit: int = 100) -> list[SwitchAuditEntry
     return [SwitchAuditEntry(*row) for row in rows]
 
 
-def holding_switch(conn: Connection, tenant: str, tier: str, task_type: str | None) -> Any:
-    """The switch (kind, value, reason, since) that holds a run of `tenant` at `tier` of
-    `task_type`, the oldest if several; None if none does."""
-    return conn.execute(
+def held_by(conn: Connection, tenant: str, tier: str, task_type: str | None) -> str | None:
+    """What holds a run of `tenant` at `tier` of `task_type` (kit.core.switches.held_note
+    of the oldest switch that does), or None if no switch does."""
+    row = conn.execute(
         text(
             """
             SELECT kind, value, reason, since FROM switches
@@ -288,3 +287,4 @@ def holding_switch(conn: Connection, tenant: str, tier: str, task_type: str | No
         ),
         {"tenant": tenant, "tier": tier, "task_type": task_type},
     ).first()
+    return None if row is None else held_note(row.kind, row.value, row.since, row.reason)
