@@ -242,13 +242,14 @@ def test_an_enqueue_past_the_queue_limit_gets_429_and_writes_nothing(
 # -- the file ------------------------------------------------------------------------------
 
 
-def test_cronfleet_api_refuses_a_bad_file_at_start_with_one_line(
-    tmp_path: Path, settings: Settings
+@pytest.mark.parametrize("command", [("api", "--port", "1"), ("worker",)], ids=["api", "worker"])
+def test_a_service_refuses_a_bad_file_at_start_with_one_line(
+    tmp_path: Path, settings: Settings, command: tuple[str, ...]
 ) -> None:
     bad = tmp_path / "tenants.toml"
     bad.write_text("[tenants.acme]\nweight = -2\n")
     done = subprocess.run(
-        [sys.executable, "-m", "kit.cli", "api", "--port", "1"],
+        [sys.executable, "-m", "kit.cli", *command],
         capture_output=True,
         text=True,
         timeout=60,
