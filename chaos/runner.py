@@ -31,6 +31,7 @@ from chaos.records import History, Params
 from chaos.stack import ChaosStack
 from chaos.workload import TENANT, Workload
 from kit.tasks.policy import local_policy_toml, local_run_as
+from kit.tasks.tenant_policy import local_tenants_toml
 from kit.transport.progress import QueueProgress
 
 QUIET_TIMEOUT_S = 120.0
@@ -219,11 +220,14 @@ def _context(
     token = token_create(engine, TENANT, ("read", "write", "command")).token
     policy = out / "tasks.toml"
     policy.write_text(local_policy_toml(TENANT, ["/bin/sh"]))  # as nobody where root
+    tenants = out / "tenants.toml"
+    tenants.write_text(local_tenants_toml([TENANT]))  # the workload uses every tier
     api_port = free_port()
     env = stack.env() | opts.timings.env()
     env |= {
         "CRONFLEET_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
         "CRONFLEET_TASK_POLICY_FILE": str(policy),
+        "CRONFLEET_TENANT_POLICY_FILE": str(tenants),
         "CRONFLEET_EXECUTION_JOURNAL_DIR": str(out / "journal"),
         "CRONFLEET_API_PORT": str(api_port),
     }

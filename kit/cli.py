@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, str] = {
     "stack": "kit.stack.cli",
     "db": "kit.store.cli",
     "tokens": "kit.store.cli_tokens",
+    "switch": "kit.api.switch_cli",
     "api": "kit.api.cli",
     "scheduler": "kit.scheduler.cli",
     "worker": "kit.worker.cli",

@@ -228,6 +228,15 @@ class Settings(BaseSettings):
             "user, egress allow-list (kit/tasks/policy.py). Empty: no tenant runs commands."
         ),
     )
+    tenant_policy_file: str = Field(
+        default="",
+        description=(
+            "TOML file of what each tenant may take of the fleet: weight, class, priority "
+            "tiers, most jobs, runs, starts, queued tasks, API rate (kit/core/tenancy.py, "
+            "docs/tenants.md). Empty: every tenant gets the defaults (no `critical` tier, "
+            "no other limit)."
+        ),
+    )
 
     def secret_values(self) -> tuple[str, ...]:
         """The worker's own secrets, scrubbed from whatever a run records: the database

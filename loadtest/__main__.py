@@ -21,6 +21,7 @@ SUITES = {
     "steady": "steady.py",
     "api": "api_mix.py",
     "queue": "task_queue.py",
+    "noisy": "noisy_tenant.py",
 }
 
 
@@ -41,6 +42,13 @@ def _users(suite: str, rest: list[str]) -> list[str]:
         parser.add_argument("--api-users", type=int, default=20)
         known, _ = parser.parse_known_args(rest)
         return ["-u", str(known.api_users), "-r", str(known.api_users)]
+    if suite == "noisy":
+        parser = argparse.ArgumentParser(add_help=False)
+        parser.add_argument("--calm-users", type=int, default=10)
+        parser.add_argument("--noisy-users", type=int, default=4)
+        known, _ = parser.parse_known_args(rest)
+        users = known.calm_users + known.noisy_users
+        return ["-u", str(users), "-r", str(users)]
     return ["-u", "1", "-r", "1"]
 
 

@@ -130,6 +130,7 @@ _LEASE_TESTS = (
     "tests/integration/test_worker_claims.py",
     "tests/integration/test_worker_finish_batch.py",
 )
+_SWITCH_TESTS = ("tests/integration/test_kill_switch.py",)
 _PARTITION_TESTS = (
     "tests/contract/test_partition_lease.py::test_partition_lease_store_equals_core",
     "tests/integration/test_scheduler.py",
@@ -173,9 +174,23 @@ GUARDS: tuple[Plant, ...] = (
     _guard(
         "claim_ignores_status",
         "kit/store/claims.py",
-        "    WHERE c.status = 'pending'\n)",
-        "    WHERE c.status IN ('pending', 'running')\n)",
+        "    WHERE c.status = 'pending' AND NOT",
+        "    WHERE c.status IN ('pending', 'running') AND NOT",
         _LEASE_TESTS,
+    ),
+    _guard(
+        "claim_ignores_switch",
+        "kit/store/claims.py",
+        """    WHERE c.status = 'pending' AND NOT {held_sql("c", "j.task_spec->>'type'")}""",
+        "    WHERE c.status = 'pending'",
+        _SWITCH_TESTS,
+    ),
+    _guard(
+        "republish_ignores_switch",
+        "kit/store/reaping.py",
+        "      AND NOT {HELD}\n",
+        "",
+        _SWITCH_TESTS,
     ),
     _guard(
         "claim_ignores_attempt",

@@ -35,21 +35,34 @@ from kit.api.run_cancel import router as run_cancel_router
 from kit.api.run_detail import router as run_detail_router
 from kit.api.safe_log import UnhandledErrors
 from kit.api.schedule_preview import router as schedule_preview_router
+from kit.api.switches import router as switches_router
+from kit.api.tenancy import TenantBuckets, TenantRateLimit
 from kit.settings import Settings, load_settings
 from kit.store.db import async_engine_for, engine_for
 from kit.store.pg_async import AsyncPool, conninfo_of
 from kit.tasks.policy import policy_source
+from kit.tasks.tenant_policy import tenant_policy_source
 
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": description}
     for status, description in (
         (400, "the body is not parseable JSON"),
         (401, "no, malformed, unknown or revoked bearer token"),
-        (403, "the token lacks the scope, or the operator's task policy refuses the task"),
+        (
+            403,
+            "the token lacks the scope, or the operator's policy refuses it: the task "
+            "(task policy), the priority tier or the tenant's max_jobs (tenant policy)",
+        ),
         (404, "no such object for this tenant"),
         (409, "conflict (name taken, Idempotency-Key reused with another body)"),
         (413, "request body too large"),
         (422, "invalid input; `fields` names each problem"),
+        (
+            429,
+            "over the operator's limit of the tenant's API requests per second "
+            "(`rate_limited`) or of a queue's unfinished tasks (`max_queued_per_queue`): "
+            "retry after Retry-After",
+        ),
         (
             503,
             "the database is unavailable (crashed, restarting), or refuses for lack of a "
@@ -63,6 +76,7 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 def create_app(settings: Settings | None = None, engine: Engine | None = None) -> FastAPI:
     settings = settings or load_settings()
     task_policy = policy_source(settings.task_policy_file, settings.http_allow_hosts)
+    tenants = tenant_policy_source(settings.tenant_policy_file)  # a bad file stops here
     owned_engine = engine is None
     engine = engine or engine_for(settings.database_url, pool_size=settings.api_db_pool_size)
     # Run-now, a run's read and token checks run their store calls on the event loop
@@ -111,6 +125,8 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
     app.state.async_engine = async_engine
     app.state.db_pool = db_pool
     app.state.task_policy = task_policy  # the operator's file, re-read when it changes
+    app.state.tenants = tenants  # the operator's tenant policy, likewise
+    app.state.tenant_buckets = TenantBuckets()  # API requests per tenant, this process
     app.state.cpu_limiter = cpu_limiter()  # previews and explain, a few at a time
     errors.install(app)
     app.include_router(router, responses=_ERROR_RESPONSES)
@@ -125,12 +141,14 @@ def create_app(settings: Settings | None = None, engine: Engine | None = None) -
         job_history_router,
         schedule_preview_router,
         fleet_router,
+        switches_router,
     ):
         app.include_router(operate_router, responses=_ERROR_RESPONSES)
     install_console(app)  # /console: server-rendered pages behind the same tokens
     install_docs(app)  # /docs: Swagger UI from the API's own files
-    # Outermost first: authenticate, then bound the body.
+    # Outermost first: authenticate, then the tenant's request rate, then bound the body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(TenantRateLimit, state=lambda: app.state)
     app.state.token_cache = TokenCache(settings.api_token_cache_s)
     app.add_middleware(
         BearerAuth, engine=lambda: app.state.async_engine, cache=app.state.token_cache

@@ -15,10 +15,11 @@ from kit.api.errors import ApiError
 from kit.api.ids import JobId
 from kit.api.models import ErrorOut
 from kit.api.state import engine_of, settings_of
+from kit.api.tenancy import limits_of, tier_not_allowed
 from kit.core.owed import check_instant
 from kit.core.schedule import parse_instant
 from kit.store import backfill as store
-from kit.store.errors import JobPaused
+from kit.store.errors import JobPaused, TierNotAllowed
 
 router = APIRouter(
     prefix="/v1", dependencies=[Depends(principal)], route_class=StrictJsonRoute, tags=["jobs"]
@@ -80,6 +81,7 @@ async def backfill_job(
     start = check_instant(parse_instant(body.start, "from"), "from")
     end = check_instant(parse_instant(body.end, "to"), "to")
     settings = settings_of(request)
+    tiers = limits_of(request, caller.tenant).tiers
     try:
         done = await run_in_threadpool(
             lambda: store.job_backfill(
@@ -92,8 +94,11 @@ async def backfill_job(
                 actor=caller.token_id,
                 written_ahead_ms=settings.scan_ahead_ms,
                 run_retention_s=settings.run_retention_s,
+                tiers=tiers,
             )
         )
+    except TierNotAllowed as exc:
+        raise tier_not_allowed(request, caller.tenant, exc) from exc
     except JobPaused as exc:
         raise ApiError(
             409,

@@ -42,6 +42,8 @@ def _serve(args: argparse.Namespace) -> int:
     from kit.api.safe_log import uvicorn_log_config
     from kit.core.errors import UsageError
     from kit.settings import load_settings
+    from kit.tasks.policy import policy_source
+    from kit.tasks.tenant_policy import tenant_policy_source
 
     settings = load_settings()
     port = args.port if args.port is not None else settings.api_port
@@ -53,6 +55,10 @@ def _serve(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else settings.api_workers
     if not 1 <= workers <= 64:
         raise UsageError(f"workers: {workers} is not between 1 and 64")
+    # the operator's files, checked once here (one line naming the entry, exit 2) rather
+    # than by each server process
+    policy_source(settings.task_policy_file, settings.http_allow_hosts)
+    tenant_policy_source(settings.tenant_policy_file)
     if args.topic_prefix:
         os.environ[TOPIC_PREFIX_ENV] = args.topic_prefix
     if args.group_id:

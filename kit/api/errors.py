@@ -39,6 +39,7 @@ _CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid",
+    429: "too_many_requests",
     503: "unavailable",
 }
 RETRY_AFTER_S = 1

@@ -120,6 +120,11 @@ class ExplainOut(BaseModel):
     next_from: datetime | None = Field(
         description=f"more than `limit` fires: ask again from here (limit <= {MAX_EXPLAIN_FIRES})"
     )
+    held: str | None = Field(
+        default=None,
+        description="the job's runs are held by the operator's kill switch: which, since "
+        "when (`held: switch off for tenant acme since ...`); null otherwise",
+    )
 
 
 def _range(start: str | None, end: str | None) -> tuple[datetime, datetime]:
@@ -160,6 +165,7 @@ def explain_out(done: explain_store.Explanation) -> ExplainOut:
             for era in done.eras
         ],
         history_complete=done.history_complete,
+        held=done.held,
         summary={o.value: counts.get(o.value, 0) for o in Outcome},
         fires=fires,
         other_runs=[

@@ -23,9 +23,11 @@ from kit.api.errors import ApiError
 from kit.api.ids import BodyTaskId, TaskId
 from kit.api.models import QueueTaskStatus
 from kit.api.state import db_pool
+from kit.api.tenancy import limits_of, queue_full_refused
 from kit.core.errors import FieldError
 from kit.core.queue_task import MAX_ATTEMPTS
 from kit.store import queues as queue_store
+from kit.store.errors import QueueFull
 from kit.store.jobs import request_fingerprint
 
 router = APIRouter(
@@ -212,8 +214,12 @@ async def enqueue_task(
         timeout_s=body.timeout_sec,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
+        max_queued=limits_of(request, caller.tenant).max_queued_per_queue,
     )
-    created = await queue_store.task_enqueue_async(db_pool(request), params)
+    try:
+        created = await queue_store.task_enqueue_async(db_pool(request), params)
+    except QueueFull as exc:
+        raise queue_full_refused(caller.tenant, exc) from exc
     if not created.created:
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"
@@ -246,9 +252,13 @@ async def enqueue_tasks_batch(
         )
         for item in body.tasks
     ]
-    created = await queue_store.task_enqueue_many_async(
-        db_pool(request), caller.tenant, queue, params
-    )
+    max_queued = limits_of(request, caller.tenant).max_queued_per_queue
+    try:
+        created = await queue_store.task_enqueue_many_async(
+            db_pool(request), caller.tenant, queue, params, max_queued
+        )
+    except QueueFull as exc:
+        raise queue_full_refused(caller.tenant, exc) from exc
     return TaskBatchOut(tasks=[TaskCreatedOut(task_id=c.task_id, status=c.status) for c in created])
 
 

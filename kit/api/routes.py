@@ -3,11 +3,15 @@ another tenant's id is simply not found (404), never forbidden, so ids leak noth
 
 A job with a command task is written only when the token has the `command` scope and
 the operator's task policy allows that executable for the tenant (kit.core.task_policy);
-otherwise 403 with the reason, and nothing is written."""
+otherwise 403 with the reason, and nothing is written. Likewise a job's priority tier
+must be one the operator's tenant policy allows the tenant (403, field `priority`; a
+job that names none gets the tenant's default tier), and a create that would take the
+tenant past its `max_jobs` is refused (kit.api.tenancy)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -36,11 +40,20 @@ from kit.api.models import (
     trusted_json,
 )
 from kit.api.state import db_pool, in_store
+from kit.api.tenancy import (
+    REFUSED,
+    check_tier,
+    job_limit_refused,
+    limits_of,
+    tier_not_allowed,
+    tier_refused,
+)
 from kit.core.errors import FieldError
+from kit.core.tenancy import TenantLimits
 from kit.settings import Settings
 from kit.store import jobs as job_store
 from kit.store import runs as run_store
-from kit.store.errors import NameTaken
+from kit.store.errors import JobLimitReached, NameTaken, TierNotAllowed
 from kit.store.tokens import TokenInfo
 
 router = APIRouter(
@@ -72,6 +85,13 @@ def task_refusal(
     return f"{prefix}{refusal[0]}", refusal[1]
 
 
+def with_tier(body: JobIn, spec: job_store.JobSpec, limits: TenantLimits) -> job_store.JobSpec:
+    """The spec with the tenant's default tier when the client named none."""
+    if "priority" in body.model_fields_set:
+        return spec
+    return replace(spec, priority=limits.default_tier)
+
+
 def _forbidden(problems: list[tuple[str, str]]) -> ApiError:
     return ApiError(403, f"{problems[0][0]}: {problems[0][1]}", problems)
 
@@ -93,10 +113,13 @@ async def create_job(
     """A retried create with the same `Idempotency-Key` and body returns the same job
     (200); the same key with another body is a 409."""
     settings = _settings(request)
-    spec = body.to_spec()
+    limits = limits_of(request, caller.tenant)
+    spec = with_tier(body, body.to_spec(), limits)
     check_limits(spec, datetime.now(UTC), settings.one_off_grace_s, settings.max_task_spec_bytes)
     if refusal := task_refusal(request, caller, spec.task):
         raise _forbidden([refusal])
+    if reason := limits.tier_refusal(spec.priority):
+        raise tier_refused(caller.tenant, reason)
     request_hash = None
     if idempotency_key is not None:
         request_hash = job_store.request_fingerprint(await request.json())
@@ -107,8 +130,12 @@ async def create_job(
         idempotency_key=idempotency_key,
         request_hash=request_hash,
         actor=caller.token_id,
+        max_jobs=limits.max_jobs,
     )
-    result = await job_store.job_create_async(db_pool(request), params)
+    try:
+        result = await job_store.job_create_async(db_pool(request), params)
+    except JobLimitReached as exc:
+        raise job_limit_refused(caller.tenant, exc) from exc
     if not result.created:
         return trusted_json(job_fields(result.job), 200, {"Idempotent-Replayed": "true"})
     return trusted_json(job_fields(result.job), 201)
@@ -125,13 +152,14 @@ def create_jobs_batch(body: JobBatchIn, request: Request, caller: Caller) -> Job
     """Up to 5,000 jobs per call. Any invalid job refuses the whole batch with a 422 that
     names each problem (`jobs[17].schedule.cron`); nothing is written."""
     settings = _settings(request)
+    limits = limits_of(request, caller.tenant)
     now = datetime.now(UTC)
     specs: list[job_store.JobSpec] = []
     problems: list[tuple[str, str]] = []
     first_index: dict[str, int] = {}
     for index, job in enumerate(body.jobs):
         try:
-            spec = job.to_spec()
+            spec = with_tier(job, job.to_spec(), limits)
             check_limits(spec, now, settings.one_off_grace_s, settings.max_task_spec_bytes)
         except FieldError as exc:
             problems.append((f"jobs[{index}].{exc.field}", exc.reason))
@@ -149,12 +177,26 @@ def create_jobs_batch(body: JobBatchIn, request: Request, caller: Caller) -> Job
         for index, spec in enumerate(specs)
         if (refusal := task_refusal(request, caller, spec.task, f"jobs[{index}]."))
     ]
+    refusals += [
+        (f"jobs[{index}].priority", reason)
+        for index, spec in enumerate(specs)
+        if (reason := limits.tier_refusal(spec.priority))
+    ]
     if refusals:
+        if any(field.endswith(".priority") for field, _ in refusals):
+            REFUSED.labels(caller.tenant, "tiers").inc()
         raise _forbidden(refusals)
     try:
         job_ids = job_store.jobs_create_batch(
-            _engine(request), caller.tenant, specs, settings.partitions, actor=caller.token_id
+            _engine(request),
+            caller.tenant,
+            specs,
+            settings.partitions,
+            actor=caller.token_id,
+            max_jobs=limits.max_jobs,
         )
+    except JobLimitReached as exc:
+        raise job_limit_refused(caller.tenant, exc) from exc
     except NameTaken as exc:
         fields = [
             (f"jobs[{first_index[name]}].name", f"{name!r} is already used by another job")
@@ -195,6 +237,8 @@ async def job_edit(
         check_task_size(changes["task"], settings.max_task_spec_bytes)
         if refusal := task_refusal(request, caller, changes["task"]):
             raise _forbidden([refusal])
+    if "priority" in changes:
+        check_tier(request, caller.tenant, changes["priority"])
     params = job_store.JobUpdate(
         tenant=caller.tenant,
         job_id=job_id,
@@ -255,14 +299,18 @@ async def run_job_now(
 ) -> RunOut:
     """A retried run-now with the same `Idempotency-Key` returns the run the first call
     made (200); the same key for another job, or one used by a job create, is a 409."""
-    run, created = await in_store(
-        request,
-        run_store.run_now,
-        caller.tenant,
-        job_id,
-        actor=caller.token_id,
-        idempotency_key=idempotency_key,
-    )
+    try:
+        run, created = await in_store(
+            request,
+            run_store.run_now,
+            caller.tenant,
+            job_id,
+            actor=caller.token_id,
+            idempotency_key=idempotency_key,
+            tiers=limits_of(request, caller.tenant).tiers,
+        )
+    except TierNotAllowed as exc:
+        raise tier_not_allowed(request, caller.tenant, exc) from exc
     if idempotency_key is not None and not created:
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"

@@ -51,6 +51,11 @@ class RunDetailOut(RunOut):
         description="the schedule's fire this run answers, as explain tells it (null for a "
         "run now, a backfill, or a deleted job)"
     )
+    held: str | None = Field(
+        default=None,
+        description="pending and held by the operator's kill switch: which, since when "
+        "(`held: switch off for tenant acme since ...`); null otherwise",
+    )
 
 
 def _fire(request: Request, tenant: str, detail: RunDetail) -> FireOut | None:
@@ -83,6 +88,7 @@ def detail_out(detail: RunDetail, fire: FireOut | None) -> RunDetailOut:
             for a in detail.attempts
         ],
         fire=fire,
+        held=detail.held,
     )
 
 

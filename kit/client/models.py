@@ -221,6 +221,7 @@ ExplainOut = TypedDict(
         "fires": list["FireOut"],
         "other_runs": list["OtherRunOut"],
         "next_from": str | None,
+        "held": NotRequired[str | None],
     },
 )
 
@@ -547,6 +548,7 @@ class RunDetailOut(TypedDict):
     idempotency_key: str
     attempts: list[AttemptOut]
     fire: FireOut | None
+    held: NotRequired[str | None]
 
 
 class RunOut(TypedDict):
@@ -587,6 +589,50 @@ class RunPageOut(TypedDict):
 class SleepTask(TypedDict):
     type: Literal["sleep"]
     seconds: float
+
+
+class SwitchAuditOut(TypedDict):
+    at: str
+    actor: str
+    action: str
+    kind: str
+    value: str
+    reason: str
+    held: int | None
+    skipped: int | None
+
+
+class SwitchIn(TypedDict):
+    kind: Literal["tenant", "task_type", "tier"]
+    value: str
+    reason: NotRequired[str]
+
+
+class SwitchOffOut(TypedDict):
+    switch: SwitchOut
+    changed: bool
+
+
+class SwitchOnOut(TypedDict):
+    kind: str
+    value: str
+    since: str
+    kept: int
+    skipped: int
+
+
+class SwitchOut(TypedDict):
+    kind: str
+    value: str
+    reason: str
+    actor: str
+    since: str
+    held: int
+
+
+class SwitchesOut(TypedDict):
+    switches: list[SwitchOut]
+    recent: list[SwitchAuditOut]
 
 
 class TaskBatchIn(TypedDict):

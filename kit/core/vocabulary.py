@@ -23,6 +23,7 @@ from kit.core.policies import MisfireKind, OverlapPolicy
 from kit.core.queue_task import FINISHED, TaskStatus
 from kit.core.retry import Jitter
 from kit.core.run_state import RunState
+from kit.core.switches import SwitchAction, SwitchKind
 from kit.core.trigger import TRIGGER_ROW_KINDS, SkipReason, TriggerKind
 
 
@@ -60,6 +61,8 @@ CLOSED_SETS: tuple[ClosedSet, ...] = (
         "notifications.status",
         "a dead letter's webhook: to send, sent, given up",
     ),
+    ClosedSet("switch kind", SwitchKind, "switches.kind", "what a kill switch holds"),
+    ClosedSet("switch action", SwitchAction, "switch_audit.action", "a switch turned off or on"),
 )
 
 # Subsets named by the kit's rules, each drawn from one closed set above.

@@ -18,6 +18,7 @@ a time, oldest first, released as each run of the job ends.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -27,7 +28,7 @@ from kit.core.owed import plan_backfill
 from kit.core.trigger import QUEUED
 from kit.store.audit import audit_in, schedule_eras
 from kit.store.db import db_now, is_uuid
-from kit.store.errors import JobNotFound, JobPaused
+from kit.store.errors import JobNotFound, JobPaused, TierNotAllowed
 from kit.store.jobs import job_read_in
 from kit.store.scheduling import pg_array
 
@@ -73,11 +74,13 @@ def job_backfill(
     written_ahead_ms: int = 0,
     run_retention_s: int | None = None,
     now: datetime | None = None,
+    tiers: Collection[str] | None = None,
 ) -> Backfilled:
     """FieldError (422) for a range in the future, reversed, older than the run
     retention, or owing more than max_runs; JobPaused for a paused job (nothing is
     written: its runs would run while it is paused, which is what pausing says not to
-    do; resume it, then backfill)."""
+    do; resume it, then backfill); TierNotAllowed when the job's priority is not in
+    `tiers` (the operator's tiers for the tenant)."""
     if not is_uuid(job_id):
         raise JobNotFound(job_id)
     with engine.begin() as conn:
@@ -86,6 +89,8 @@ def job_backfill(
             raise JobNotFound(job_id)
         if job.spec.paused:
             raise JobPaused(job_id)
+        if tiers is not None and job.spec.priority not in tiers:
+            raise TierNotAllowed(job.spec.priority)  # the operator took the tier back
         at = db_now(conn, now)
         eras, complete = schedule_eras(conn, job_id, job.spec, job.created_at)
         plan = plan_backfill(

@@ -31,6 +31,7 @@ from kit.store.db import NOW_SQL
 from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
 from kit.store.run_history import batch_bounds, in_batch
 from kit.store.scheduling import pg_array, pg_text_array
+from kit.store.switches import held_sql
 
 MAX_ERROR_CHARS = 4000
 # The database's clock decides, unless a caller (a test, the contract suite) passes `now`.
@@ -120,7 +121,8 @@ WITH locked AS MATERIALIZED (
         coalesce(least(:max_ms, greatest(:min_ms, j.lease_ttl_ms)), :ttl_ms) AS ttl_ms
     FROM unnest(CAST(:run_ids AS uuid[]), CAST(:attempts AS int[])) AS w(run_id, attempt)
     CROSS JOIN LATERAL (
-        SELECT r.run_id, r.job_id, r.status, greatest(r.scheduled_at, r.retry_at) AS due_at
+        SELECT r.run_id, r.job_id, r.tenant, r.priority, r.status,
+            greatest(r.scheduled_at, r.retry_at) AS due_at
         FROM runs r
         WHERE r.run_id = w.run_id AND r.attempt = w.attempt AND {IN_BATCH}
         FOR UPDATE OF r
@@ -129,7 +131,7 @@ WITH locked AS MATERIALIZED (
     LEFT JOIN LATERAL (
         SELECT task_spec, timeout_s, lease_ttl_ms FROM jobs WHERE job_id = c.job_id OFFSET 0
     ) AS j ON true
-    WHERE c.status = 'pending'
+    WHERE c.status = 'pending' AND NOT {held_sql("c", "j.task_spec->>'type'")}
 )
 UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
     lease_expires_at = greatest({NOW}, l.due_at) + {_RUN_TTL}, worker_id = :worker_id,
@@ -153,7 +155,9 @@ def runs_claim(
     attempt are taken, each with a fresh token and an expiry by the database clock, its
     lease after the later of now and the run's due time (kit.core.leases.claim_run). The
     lease is the run's job's sized lease (kit.core.durations) within `bounds`, or `ttl_ms`
-    while the job has none. A message that claims nothing is a duplicate delivery."""
+    while the job has none. A message that claims nothing is a duplicate delivery, or
+    names a run an operator's kill switch holds (kit.store.switches): that run stays
+    pending, and the reaper publishes it again once the switch is lifted."""
     if not claims:
         return []
     wanted = sorted({(c.run_id, c.attempt) for c in claims})  # a duplicate claims once

@@ -33,3 +33,34 @@ class IdempotencyConflict(StoreError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class JobLimitReached(StoreError):
+    """The tenant has `count` jobs and may have `limit` (the operator's `max_jobs`):
+    `adding` more would pass it, so none was written."""
+
+    def __init__(self, count: int, limit: int, adding: int) -> None:
+        super().__init__(f"max_jobs: the tenant has {count} jobs of {limit}; {adding} more refused")
+        self.count = count
+        self.limit = limit
+        self.adding = adding
+
+
+class QueueFull(StoreError):
+    """The queue has `count` unfinished tasks of the tenant's `limit`
+    (`max_queued_per_queue`): `adding` more would pass it, so none was written."""
+
+    def __init__(self, count: int, limit: int, adding: int) -> None:
+        super().__init__(f"max_queued_per_queue: {count} tasks queued of {limit}")
+        self.count = count
+        self.limit = limit
+        self.adding = adding
+
+
+class TierNotAllowed(StoreError):
+    """The job's priority tier is not one the operator allows its tenant (a run-now or a
+    backfill of a job whose tier was taken back): nothing was written."""
+
+    def __init__(self, tier: str) -> None:
+        super().__init__(tier)
+        self.tier = tier

@@ -32,6 +32,7 @@ from kit.store.db import db_now, is_uuid
 from kit.store.errors import JobNotFound
 from kit.store.jobs import job_read_in
 from kit.store.runs import run_state_sql
+from kit.store.switches import held_by
 
 MAX_OTHER_RUNS = 500
 
@@ -64,6 +65,8 @@ class Explanation:
     history_complete: bool
     # run id -> the state it is shown in (kit.core.run_state: `claimed` while held)
     states: dict[str, str] = field(default_factory=dict)
+    # what a kill switch says of the job's runs, while one holds them (kit.store.switches)
+    held: str | None = None
 
     def shown(self, run: RunView) -> str:
         return self.states.get(run.run_id, run.status)
@@ -93,6 +96,7 @@ def job_explain(
         if job is None:
             raise JobNotFound(job_id)
         at = db_now(conn, now)
+        held = held_by(conn, tenant, job.spec.priority, job.spec.task.get("type"))
         eras, complete = schedule_eras(conn, job_id, job.spec, job.created_at)
         paused = paused_stretches(conn, job_id, job.spec.paused, job.created_at, job.next_fire_at)
         owed = owed_fires(job_id, eras, start, end, limit + 1, written_ahead_ms)
@@ -135,4 +139,5 @@ def job_explain(
         next_from=next_from,
         history_complete=complete,
         states={row.run_id: row.state for row in rows},
+        held=held,
     )

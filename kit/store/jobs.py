@@ -56,7 +56,7 @@ from kit.core.trigger import (
 )
 from kit.store.audit import KIT_ACTOR, RESUMED_TRIGGER, job_view
 from kit.store.db import db_now, is_uuid
-from kit.store.errors import IdempotencyConflict, JobNotFound, NameTaken
+from kit.store.errors import IdempotencyConflict, JobLimitReached, JobNotFound, NameTaken
 from kit.store.pg_async import (
     AsyncPool,
     Execute,
@@ -143,6 +143,7 @@ class JobCreate:
     now: datetime | None = None  # None: the database's clock
     job_id: str | None = None  # None: a new uuid4
     actor: str = KIT_ACTOR  # who, for the audit log (the API: the caller's token id)
+    max_jobs: int | None = None  # the operator's limit of the tenant's jobs (None: none)
 
 
 @dataclass(frozen=True)
@@ -476,6 +477,8 @@ def _create(params: JobCreate, job_id: str) -> Steps[JobCreated]:
                     "the job created with this Idempotency-Key has been deleted"
                 )
             return JobCreated(record, created=False)
+    if params.max_jobs is not None:
+        yield from _within_max_jobs(params.tenant, params.max_jobs, 1)
     if now is None:
         if db_clock is None:
             (row,) = (yield Query(DB_NOW_SQL, {})) or ()
@@ -501,6 +504,24 @@ def _create(params: JobCreate, job_id: str) -> Steps[JobCreated]:
         )
     ) or ()
     return JobCreated(job_record(row), created=True)
+
+
+# The operator's max_jobs: creates of one tenant take this lock in turn for the rest of
+# their transaction, so the count each reads includes every create committed before it
+# (two creates cannot both pass the last free place).
+MAX_JOBS_LOCK_SQL = (
+    "SELECT pg_advisory_xact_lock(hashtextextended('cronfleet.max_jobs:' || %(tenant)s, 0))"
+)
+JOB_COUNT_SQL = "SELECT count(*) AS n FROM jobs WHERE tenant = %(tenant)s"
+
+
+def _within_max_jobs(tenant: str, limit: int, adding: int) -> Steps[None]:
+    """JobLimitReached if `adding` jobs would take the tenant past `limit`; inside the
+    create's transaction (the lock holds until it ends)."""
+    yield Execute(MAX_JOBS_LOCK_SQL, {"tenant": tenant})
+    (row,) = (yield Query(JOB_COUNT_SQL, {"tenant": tenant})) or ()
+    if row.n + adding > limit:
+        raise JobLimitReached(row.n, limit, adding)
 
 
 def _update(params: JobUpdate) -> Steps[JobRecord]:
@@ -634,8 +655,8 @@ async def job_create_async(pool: AsyncPool, params: JobCreate) -> JobCreated:
 def _create_atomic(params: JobCreate) -> bool:
     """Without an Idempotency-Key a create is a read of the clock and one statement that
     writes everything: no transaction of its own is needed. With one, the key's claim
-    and the job are one transaction."""
-    return params.idempotency_key is not None
+    and the job are one transaction, as are the operator's max_jobs check and the job."""
+    return params.idempotency_key is not None or params.max_jobs is not None
 
 
 def idempotency_key_claim(
@@ -661,10 +682,13 @@ def jobs_create_batch(
     partitions: int = PARTITION_COUNT,
     now: datetime | None = None,
     actor: str | None = None,
+    max_jobs: int | None = None,
 ) -> list[str]:
     """Create many jobs and their triggers with COPY, all or nothing; returns job ids in
     the order of `specs`. Names must be unique within the batch and the tenant. With an
-    `actor` (the API's caller) each creation is audited; bulk loads pass none."""
+    `actor` (the API's caller) each creation is audited; bulk loads pass none. With
+    `max_jobs`, a batch that would take the tenant past it raises JobLimitReached and
+    writes nothing."""
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
         seen: set[str] = set()
@@ -674,6 +698,8 @@ def jobs_create_batch(
     try:
         with engine.begin() as conn:
             tenant_upsert_in(conn, tenant)
+            if max_jobs is not None:
+                run_steps_in(conn, _within_max_jobs(tenant, max_jobs, len(specs)))
             taken = conn.execute(
                 select(jobs.c.name).where(jobs.c.tenant == tenant, jobs.c.name.in_(names))
             ).scalars()

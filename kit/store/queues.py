@@ -42,7 +42,7 @@ from kit.core.queue_task import (
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.crash import crash_point
 from kit.store.db import is_uuid
-from kit.store.errors import IdempotencyConflict, StoreError
+from kit.store.errors import IdempotencyConflict, QueueFull, StoreError
 from kit.store.pg_async import AsyncPool, Execute, Query, Steps, run_steps, run_steps_async
 from kit.store.schema import LEASABLE_TASKS
 
@@ -75,6 +75,7 @@ class TaskEnqueue:
     idempotency_key: str | None = None
     request_hash: str | None = None  # fingerprint of (queue, body), with the key
     now: datetime | None = None
+    max_queued: int | None = None  # the operator's max_queued_per_queue (None: no limit)
 
 
 @dataclass(frozen=True)
@@ -291,8 +292,30 @@ def _apply(changes: Sequence[Mapping[str, Any]]) -> Execute:
 # The operations, as steps (kit.store.pg_async): each runs in one transaction.
 
 
+# The operator's max_queued_per_queue: enqueues to one tenant's queue take this lock in
+# turn for the rest of their transaction, so each counts every task committed before it.
+QUEUE_LOCK_SQL = (
+    "SELECT pg_advisory_xact_lock(hashtextextended("
+    "'cronfleet.max_queued:' || %(tenant)s || '/' || %(queue)s, 0))"
+)
+QUEUED_COUNT_SQL = f"""
+SELECT count(*) AS n FROM queue_tasks
+WHERE tenant = %(tenant)s AND queue = %(queue)s AND {LEASABLE_TASKS}"""
+
+
+def _within_max_queued(tenant: str, queue: str, limit: int, adding: int) -> Steps[None]:
+    """QueueFull if `adding` tasks would take the queue's unfinished tasks (queued or
+    leased) past `limit`; inside the enqueue's transaction."""
+    yield Execute(QUEUE_LOCK_SQL, {"tenant": tenant, "queue": queue})
+    (row,) = (yield Query(QUEUED_COUNT_SQL, {"tenant": tenant, "queue": queue})) or ()
+    if row.n + adding > limit:
+        raise QueueFull(row.n, limit, adding)
+
+
 def _enqueue(params: TaskEnqueue) -> Steps[TaskEnqueued]:
     task_id = str(uuid.uuid4())
+    if params.max_queued is not None:
+        yield from _within_max_queued(params.tenant, params.queue, params.max_queued, 1)
     inserted = yield Query(
         ENQUEUE_SQL,
         {
@@ -327,10 +350,12 @@ MAX_BATCH_TASKS = 1000
 
 
 def _enqueue_many(
-    tenant: str, queue: str, tasks: Sequence[TaskEnqueue]
+    tenant: str, queue: str, tasks: Sequence[TaskEnqueue], max_queued: int | None = None
 ) -> Steps[list[TaskEnqueued]]:
     if not 1 <= len(tasks) <= MAX_BATCH_TASKS:
         raise ValueError(f"a batch has 1 to {MAX_BATCH_TASKS} tasks")
+    if max_queued is not None:
+        yield from _within_max_queued(tenant, queue, max_queued, len(tasks))
     ids = [str(uuid.uuid4()) for _ in tasks]
     yield Execute(
         ENQUEUE_MANY_SQL,
@@ -532,26 +557,36 @@ def task_enqueue(engine: Engine, params: TaskEnqueue) -> TaskEnqueued:
 
     A concurrent request with the same key blocks on the unique index until the first
     commits, then finds its row, so two retries cannot both create."""
-    return run_steps(engine, _enqueue(params), atomic=False)
+    return run_steps(engine, _enqueue(params), atomic=params.max_queued is not None)
 
 
 async def task_enqueue_async(pool: AsyncPool, params: TaskEnqueue) -> TaskEnqueued:
-    return await run_steps_async(pool, _enqueue(params), atomic=False)
+    return await run_steps_async(pool, _enqueue(params), atomic=params.max_queued is not None)
 
 
 def task_enqueue_many(
-    engine: Engine, tenant: str, queue: str, tasks: Sequence[TaskEnqueue]
+    engine: Engine,
+    tenant: str,
+    queue: str,
+    tasks: Sequence[TaskEnqueue],
+    max_queued: int | None = None,
 ) -> list[TaskEnqueued]:
     """Insert many tasks of one queue in one statement (all or none), in order; they
     carry no Idempotency-Key (a retried batch enqueues again). `tenant` and `queue` of
     the items are ignored: the batch's own apply."""
-    return run_steps(engine, _enqueue_many(tenant, queue, tasks), atomic=False)
+    atomic = max_queued is not None
+    return run_steps(engine, _enqueue_many(tenant, queue, tasks, max_queued), atomic=atomic)
 
 
 async def task_enqueue_many_async(
-    pool: AsyncPool, tenant: str, queue: str, tasks: Sequence[TaskEnqueue]
+    pool: AsyncPool,
+    tenant: str,
+    queue: str,
+    tasks: Sequence[TaskEnqueue],
+    max_queued: int | None = None,
 ) -> list[TaskEnqueued]:
-    return await run_steps_async(pool, _enqueue_many(tenant, queue, tasks), atomic=False)
+    steps = _enqueue_many(tenant, queue, tasks, max_queued)
+    return await run_steps_async(pool, steps, atomic=max_queued is not None)
 
 
 def task_lease(engine: Engine, params: TaskLease) -> list[LeasedTask]:

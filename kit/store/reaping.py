@@ -29,6 +29,7 @@ from kit.store.claims import (
 )
 from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
 from kit.store.scheduling import BUSY_SQL
+from kit.store.switches import held_sql
 
 Publish = Callable[[Sequence[RunPointer]], None]
 DEFAULT_BATCH = 1000
@@ -157,6 +158,9 @@ _RELEASE_ORPHANED_QUEUED = text(
 # own last publish of it.
 _PUBLISHED_BY = "greatest(r.created_at, r.retry_at, r.dispatched_at)"
 
+# A run a kill switch holds is left pending: no worker would claim it (kit.store.switches);
+# once the switch is lifted it counts as lost by the rule below and goes out again.
+HELD = held_sql("r")
 _UNCLAIMED = f"""
     SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority,
         r.dispatched_at IS NULL AND (r.trigger_kind IN ('manual', 'backfill')
@@ -166,6 +170,7 @@ _UNCLAIMED = f"""
     LEFT JOIN unnest(CAST(:tiers AS text[]), CAST(:cutoffs AS timestamptz[]))
         AS c(tier, lost_before) ON r.priority = c.tier
     WHERE r.status = 'pending' AND r.skip_reason IS DISTINCT FROM '{QUEUED}'
+      AND NOT {HELD}
       AND (
         -- nobody else publishes these: at once (a retry of one at its retry_at)
         (r.dispatched_at IS NULL AND (r.retry_at IS NULL OR r.retry_at <= {{now}})

@@ -20,6 +20,7 @@ from kit.store.db import is_uuid
 from kit.store.errors import RunNotFound
 from kit.store.runs import STATE, RunRecord, run_record
 from kit.store.schema import runs
+from kit.store.switches import held_by
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Attempt:
 class RunDetail:
     run: RunRecord
     attempts: list[Attempt]  # oldest first
+    held: str | None = None  # pending and held by a kill switch: which, since when
 
 
 def _instant(value: Any) -> datetime | None:
@@ -104,6 +106,13 @@ def run_detail(engine: Engine, tenant: str, run_id: str) -> RunDetail:
         ).first()
         if row is None:
             raise RunNotFound(run_id)
+        held = None
+        if row.status == RunStatus.pending:
+            task_type = conn.execute(
+                text("SELECT task_spec->>'type' FROM jobs WHERE job_id = :job_id"),
+                {"job_id": row.job_id},
+            ).scalar()
+            held = held_by(conn, tenant, row.priority, task_type)
         outputs = {
             o.attempt: o
             for o in conn.execute(
@@ -118,4 +127,4 @@ def run_detail(engine: Engine, tenant: str, run_id: str) -> RunDetail:
         if kept is not None:
             a = Attempt(**{**a.__dict__, "output": kept.output, "stderr": kept.stderr})
         attempts.append(a)
-    return RunDetail(record, attempts)
+    return RunDetail(record, attempts, held)

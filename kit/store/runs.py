@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,7 +22,7 @@ from kit.core.run_state import RunState
 from kit.core.timeutil import EPOCH
 from kit.store.audit import KIT_ACTOR, audit_in
 from kit.store.db import db_now, is_uuid
-from kit.store.errors import IdempotencyConflict, JobNotFound, RunNotFound
+from kit.store.errors import IdempotencyConflict, JobNotFound, RunNotFound, TierNotAllowed
 from kit.store.jobs import idempotency_key_claim, request_fingerprint
 from kit.store.pg_async import AsyncPool, Query, Steps, run_steps, run_steps_async
 from kit.store.schema import jobs, runs
@@ -277,6 +277,7 @@ def run_now(
     now: datetime | None = None,
     actor: str = KIT_ACTOR,
     idempotency_key: str | None = None,
+    tiers: Collection[str] | None = None,
 ) -> tuple[RunRecord, bool]:
     """Insert a manual run scheduled now (pending, not yet published: the reaper's next pass or
     the reaper publishes it). Returns (run, created); a second call within the same
@@ -287,6 +288,9 @@ def run_now(
     a job create) raises IdempotencyConflict. The key shares the tenant's
     `idempotency_keys` with job creates; its row's `created_at` is the run's
     `scheduled_at`, which with the job id names the run (`kit.core.ids.run_id`).
+
+    With `tiers` (the operator's tiers for the tenant), a job whose priority is not one
+    of them raises TierNotAllowed and nothing is written.
     """
     if not is_uuid(job_id):
         raise JobNotFound(job_id)
@@ -298,6 +302,8 @@ def run_now(
         ).first()
         if job is None:
             raise JobNotFound(job_id)
+        if tiers is not None and job.priority not in tiers:
+            raise TierNotAllowed(job.priority)  # the operator took the job's tier back
         at = db_now(conn, now).astimezone(UTC)
         at = at.replace(microsecond=at.microsecond // 1000 * 1000)  # run ids are per ms
         if idempotency_key is not None:

@@ -38,6 +38,7 @@ from kit.core.notify import FINISHED_NOTIFICATIONS, NotificationStatus
 from kit.core.output import OUTPUT_CAP_BYTES
 from kit.core.policies import OverlapPolicy
 from kit.core.queue_task import FINISHED, LEASABLE, TaskStatus
+from kit.core.switches import SwitchAction, SwitchKind
 from kit.core.trigger import QUEUED, TRIGGER_ROW_KINDS, TriggerKind
 
 # Deterministic constraint names, so migrations and autogenerate agree.
@@ -458,4 +459,38 @@ workers = Table(
     _tstz("started_at", nullable=False, now_default=True),
     Column("concurrency", Integer, nullable=False),
     Column("in_flight", Integer, nullable=False, server_default=text("0")),
+)
+
+# The operator's kill switches (kit.core.switches): a run of a tenant, a task type or a
+# priority tier a row here names is not claimed (kit.store.claims) nor published again
+# (kit.store.reaping) until the row is deleted. Few rows, read by every claim.
+SWITCH_KINDS = tuple(k.value for k in SwitchKind)
+switches = Table(
+    "switches",
+    metadata,
+    Column("kind", Text, nullable=False),
+    Column("value", Text, nullable=False),
+    Column("reason", Text, nullable=False, server_default=text("''")),
+    Column("actor", Text, nullable=False),
+    _tstz("since", nullable=False, now_default=True),
+    PrimaryKeyConstraint("kind", "value"),
+    CheckConstraint(_in("kind", SWITCH_KINDS), name="kind"),
+)
+
+# Every switch change: who turned which switch off or on, when, why, and at a lift what
+# it did to the runs it held (kept to run, skipped by their job's misfire policy).
+switch_audit = Table(
+    "switch_audit",
+    metadata,
+    Column("audit_id", BigInteger, primary_key=True, autoincrement=True),
+    _tstz("at", nullable=False, now_default=True),
+    Column("actor", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("value", Text, nullable=False),
+    Column("reason", Text, nullable=False, server_default=text("''")),
+    Column("held", Integer),
+    Column("skipped", Integer),
+    CheckConstraint(_in("action", tuple(a.value for a in SwitchAction)), name="action"),
+    Index(None, "at"),
 )

@@ -44,6 +44,7 @@ def _run(args: argparse.Namespace) -> int:
     from kit.settings import load_settings
     from kit.store.db import engine_for
     from kit.tasks.policy import policy_source
+    from kit.tasks.tenant_policy import tenant_policy_source
     from kit.transport import RunPublisher, TieredConsumer, ensure_topics
     from kit.transport.consumer import ConsumerFenced
     from kit.transport.message import DEFAULT_TOPIC_PREFIX
@@ -61,6 +62,9 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"metrics-port: {args.metrics_port} is not between 0 and 65535")
     if args.drain_s < 0:
         raise UsageError("drain-s: must not be negative")
+    # the operator's tenant policy (kit.core.tenancy): a bad file stops the worker here;
+    # `tenants.current` is what the worker's shares and limits read
+    tenants = tenant_policy_source(settings.tenant_policy_file)
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
     prefix = args.topic_prefix or DEFAULT_TOPIC_PREFIX
@@ -112,7 +116,12 @@ def _run(args: argparse.Namespace) -> int:
     # `kill -USR2 PID` logs what the consumer holds, has read and is assigned (a stuck
     # worker's other half beside SIGUSR1's stacks: kit.cli).
     signal.signal(signal.SIGUSR2, lambda *_: worker.describe_wanted.set())
-    logging.getLogger(__name__).info("worker %s started (concurrency %d)", worker_id, concurrency)
+    logging.getLogger(__name__).info(
+        "worker %s started (concurrency %d, %d tenants named by the tenant policy)",
+        worker_id,
+        concurrency,
+        len(tenants.current().tenants),
+    )
     try:
         worker.run(stop, drain_s=args.drain_s)
     except ConsumerFenced as exc:  # another worker took this id: say so, exit non-zero

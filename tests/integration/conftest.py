@@ -32,6 +32,7 @@ from kit.store.db import engine_for
 from kit.store.schema import metadata
 from kit.store.tokens import token_create
 from kit.tasks.policy import local_policy_toml
+from kit.tasks.tenant_policy import local_tenants_toml
 from tests.integration.console_client import login
 from tests.integration.leaks import LeakWatch
 
@@ -126,9 +127,25 @@ def task_policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+# The operator's tenant policy of the tests' API and workers: tenant acme may use every
+# priority tier (`critical` is the operator's to grant); other tenants get the defaults.
+TEST_TENANT_POLICY = local_tenants_toml(["acme"])
+
+
+@pytest.fixture(scope="session")
+def tenant_policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("policy") / "tenants.toml"
+    path.write_text(TEST_TENANT_POLICY)
+    return path
+
+
 @pytest.fixture
-def settings(db_url: str, task_policy_file: Path) -> Settings:
-    return load_settings(database_url=db_url, task_policy_file=str(task_policy_file))
+def settings(db_url: str, task_policy_file: Path, tenant_policy_file: Path) -> Settings:
+    return load_settings(
+        database_url=db_url,
+        task_policy_file=str(task_policy_file),
+        tenant_policy_file=str(tenant_policy_file),
+    )
 
 
 @pytest.fixture

@@ -136,6 +136,7 @@ def test_a_worker_whose_id_another_worker_takes_exits_saying_why(
         "CRONFLEET_DATABASE_URL": db_url,
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
+        "CRONFLEET_TENANT_POLICY_FILE": settings.tenant_policy_file,
     }
     group = f"g-{uuid.uuid4().hex[:8]}"
     argv = [sys.executable, "-m", "kit.cli", "worker", "--worker-id", "same"]

@@ -61,6 +61,7 @@ def test_a_worker_configured_for_tls_runs_a_run_published_over_tls(
         "CRONFLEET_KAFKA_SECURITY_PROTOCOL": "SSL",
         "CRONFLEET_KAFKA_SSL_CA_LOCATION": str(broker.ca_file),
         "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
+        "CRONFLEET_TENANT_POLICY_FILE": settings.tenant_policy_file,
     }
     argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", "tls", "--topic-prefix"]
     argv += [prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}", "--metrics-port", "0"]

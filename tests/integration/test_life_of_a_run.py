@@ -111,6 +111,7 @@ def env(settings: Settings, db_url: str) -> dict[str, str]:
     return {
         **os.environ,
         "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
+        "CRONFLEET_TENANT_POLICY_FILE": settings.tenant_policy_file,
         "CRONFLEET_DATABASE_URL": db_url,
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_RUN_TOPIC_PARTITIONS": "1",

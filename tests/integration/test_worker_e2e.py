@@ -250,6 +250,7 @@ def worker_process(
         "CRONFLEET_DATABASE_URL": db_url,
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
+        "CRONFLEET_TENANT_POLICY_FILE": settings.tenant_policy_file,
     }
     argv = [sys.executable, "-m", "kit.worker.cli", "--worker-id", worker_id]
     argv += ["--topic-prefix", prefix, "--group-id", f"g-{uuid.uuid4().hex[:8]}"]

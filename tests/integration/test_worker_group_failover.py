@@ -71,6 +71,7 @@ def test_a_killed_worker_does_not_hold_the_group_for_its_default_session(
         "CRONFLEET_DATABASE_URL": db_url,
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
+        "CRONFLEET_TENANT_POLICY_FILE": settings.tenant_policy_file,
         "CRONFLEET_LOG_LEVEL": "WARNING",
     }
     group = f"g-{uuid.uuid4().hex[:8]}"

@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 
 from kit.settings import load_settings
 from kit.store import migrate
+from kit.tasks.tenant_policy import local_tenants_toml
 
 REPO = Path(__file__).resolve().parents[2]
 _counter = itertools.count()
@@ -149,13 +150,23 @@ class Kit:
                 proc.wait(timeout=10)
 
 
+# The suites' tenant (every tier: `--priority critical` is the operator's to grant) and
+# the noisy suite's tenant A, held to 20 API requests per second.
+TENANT_POLICY = (
+    local_tenants_toml(["loadtest"]) + "[tenants.lt-noisy]\napi_rate_per_s = 20\napi_burst = 20\n"
+)
+
+
 @pytest.fixture
 def kit(database_url: str, tmp_path: Path) -> Iterator[Kit]:
     prefix = f"cf.lt.{uuid.uuid4().hex[:10]}"
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(TENANT_POLICY)
     env = dict(os.environ)
     env.update(
         {
             "CRONFLEET_DATABASE_URL": database_url,
+            "CRONFLEET_TENANT_POLICY_FILE": str(tenants),
             "CRONFLEET_EXECUTION_JOURNAL_DIR": str(tmp_path / "journal"),
             "CRONFLEET_HTTP_ALLOW_HOSTS": "127.0.0.1",
             "CRONFLEET_RUN_TOPIC_PARTITIONS": "2",

@@ -190,6 +190,19 @@ def test_api_mix_reports_each_route(kit: Kit) -> None:
     assert summary["cpu"]["cpu_s"]["api"] > 0  # the kit's API found by its port
 
 
+def test_noisy_reports_a_tenant_over_its_rate_refused_and_the_other_served(kit: Kit) -> None:
+    kit.run_all(workers=1)
+    result = kit.suite(
+        "noisy",
+        *("--calm-users", "2", "--calm-rate", "20", "--noisy-users", "2"),
+        *("--noisy-rate", "100", "--run-time", "6s"),
+    )
+    _ok(result, kit)
+    summary = _summary(kit, "noisy")
+    assert summary["calm_errors"] == 0 and summary["calm_timed"] > 20
+    assert summary["noisy_statuses"]["429"] > 0 and set(summary["noisy_statuses"]) <= {"200", "429"}
+
+
 @pytest.mark.parametrize("batch", [1, 50])
 def test_queue_acks_every_task_exactly_once(kit: Kit, batch: int) -> None:
     kit.run_all(workers=1)

@@ -23,6 +23,7 @@ from kit.core.policies import MisfireKind, OverlapPolicy
 from kit.core.queue_task import FINISHED, LEASABLE, TaskStatus
 from kit.core.retry import Jitter
 from kit.core.run_state import RunState
+from kit.core.switches import SwitchAction, SwitchKind
 from kit.core.trigger import SkipReason, TriggerKind
 from kit.core.vocabulary import CLOSED_SETS, render_vocabulary
 from kit.settings import Settings
@@ -54,6 +55,8 @@ def test_the_index_holds_every_closed_set_once():
         SkipReason,
         RunState,
         NotificationStatus,
+        SwitchKind,
+        SwitchAction,
     }
 
 

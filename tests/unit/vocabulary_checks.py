@@ -11,6 +11,7 @@ from kit.core.leases import RunStatus
 from kit.core.notify import NotificationStatus
 from kit.core.policies import OverlapPolicy
 from kit.core.queue_task import TaskStatus
+from kit.core.switches import SwitchAction, SwitchKind
 from kit.core.trigger import TRIGGER_ROW_KINDS, TriggerKind
 
 # (table, CHECK constraint name) -> the values the core allows in that column, in order.
@@ -23,6 +24,8 @@ CHECKED_COLUMNS: dict[tuple[str, str], tuple[str, ...]] = {
     ("queue_tasks", "ck_queue_tasks_status"): tuple(TaskStatus),
     ("job_audit", "ck_job_audit_action"): tuple(AuditAction),
     ("notifications", "ck_notifications_status"): tuple(NotificationStatus),
+    ("switches", "ck_switches_kind"): tuple(SwitchKind),
+    ("switch_audit", "ck_switch_audit_action"): tuple(SwitchAction),
 }
 
 

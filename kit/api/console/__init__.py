@@ -32,7 +32,9 @@ def install(app: FastAPI) -> None:
     async def on_console_error(request: Request, exc: ConsoleError) -> Response:
         if request.url.path == f"{PREFIX}/preview":  # a fragment of the edit form
             return render(request, "preview.html", status_code=exc.status, error=exc.message)
-        return render(request, "error.html", status_code=exc.status, message=exc.message)
+        response = render(request, "error.html", status_code=exc.status, message=exc.message)
+        response.headers.update(exc.headers)  # a 429's Retry-After
+        return response
 
     app.add_exception_handler(LoginRequired, on_login_required)
     app.add_exception_handler(ConsoleError, on_console_error)

@@ -50,11 +50,13 @@ from kit.api.models import JobOut, JobPatch, RunOut
 from kit.api.run_detail import run_detail_of
 from kit.api.schedule_preview import preview
 from kit.api.state import engine_of, settings_of
+from kit.api.switches import OPERATOR_ONLY, lift_grace_ms
 from kit.core.errors import FieldError
 from kit.core.leases import BUSY
 from kit.core.owed import check_instant
 from kit.core.run_state import RunState
 from kit.core.schedule import parse_instant
+from kit.core.switches import SWITCH_KINDS, check_reason, parse_switch
 from kit.store import audit as audit_store
 from kit.store import dead_letters as dead_letter_store
 from kit.store import explain as explain_store
@@ -62,6 +64,7 @@ from kit.store import jobs as job_store
 from kit.store import jobs_list as list_store
 from kit.store import run_cancel as cancel_store
 from kit.store import runs as run_store
+from kit.store import switches as switch_store
 from kit.store.console_sessions import ConsoleSession, session_close, session_open
 from kit.store.errors import JobNotFound, NameTaken, RunNotFound
 from kit.store.notifications import notifications_of_run
@@ -475,6 +478,7 @@ async def fleet_page(request: Request, session: Reader) -> HTMLResponse:
         mine = await in_flight_now(request, session.token.tenant)
         return render(request, "in_flight.html", session=session, view=mine)
     view, tiers, error, sampled_at = await fleet_now(request)
+    switches = await run_in_threadpool(switch_store.switches_list, engine_of(request))
     return render(
         request,
         "fleet.html",
@@ -485,7 +489,46 @@ async def fleet_page(request: Request, session: Reader) -> HTMLResponse:
         lag_sampled_at=sampled_at,
         live_nodes=sum(1 for n in view.nodes if n.live),
         live_workers=sum(1 for w in view.workers if w.live),
+        switches=switches,
+        switch_kinds=SWITCH_KINDS,
     )
+
+
+@router.post("/fleet/switch")
+async def fleet_switch(request: Request, session: Session) -> Response:
+    """The operator's kill switch from the fleet page: `action` off or on, `kind`,
+    `value`, `reason`; the same checks and store calls as /v1/switches."""
+    form = await checked_form(request, session)
+    require_write(session)
+    if not is_operator(request, session):
+        raise ConsoleError(403, OPERATOR_ONLY)
+    back = f"{PREFIX}/fleet"
+    try:
+        switch = parse_switch(form.get("kind"), form.get("value"), registry.names())
+        reason = check_reason(form.get("reason", ""))
+    except FieldError as exc:
+        return answered(request, session, back, f"switch refused: {exc.field}: {exc.reason}")
+    engine, actor = engine_of(request), session.token.token_id
+    if form.get("action") == "on":
+        try:
+            lifted = await run_in_threadpool(
+                switch_store.switch_on,
+                engine,
+                switch,
+                actor,
+                lift_grace_ms(settings_of(request)),
+                reason,
+            )
+        except switch_store.SwitchNotOff as exc:
+            return answered(request, session, back, str(exc))
+        message = (
+            f"{switch} on: {len(lifted.kept)} held runs run now, {len(lifted.skipped)} "
+            "skipped by their misfire policy"
+        )
+    else:
+        state, _ = await run_in_threadpool(switch_store.switch_off, engine, switch, reason, actor)
+        message = f"{switch} off: {state.held} runs held (runs already running go on)"
+    return answered(request, session, back, message)
 
 
 @router.get("/preview")

@@ -38,6 +38,7 @@ from starlette.concurrency import run_in_threadpool
 from kit.api.body import problems_in
 from kit.api.fleet import is_operator
 from kit.api.state import engine_of, settings_of
+from kit.api.tenancy import rate_refusal
 from kit.store.console_sessions import ConsoleSession, session_resolve
 
 HERE = Path(__file__).parent
@@ -93,12 +94,17 @@ class ConsoleError(Exception):
     """Rendered as an error page with this status (404 for another tenant's ids)."""
 
     def __init__(
-        self, status: int, message: str, problems: list[tuple[str, str]] | None = None
+        self,
+        status: int,
+        message: str,
+        problems: list[tuple[str, str]] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.problems = problems or []  # (field, reason), for a form to show beside it
+        self.headers = headers or {}
 
 
 NO_READ = "this token lacks the 'read' scope: the console shows nothing without it"
@@ -205,10 +211,17 @@ def safe_next(value: str | None, default: str = f"{PREFIX}/jobs") -> str:
 
 
 async def current_session(request: Request) -> ConsoleSession | None:
+    """The page's session; its tenant's requests count against the operator's API rate
+    for the tenant, as /v1's do (kit.api.tenancy): over it, a 429 page."""
     secret = request.cookies.get(SESSION_COOKIE)
     if not secret:
         return None
-    return await run_in_threadpool(session_resolve, engine_of(request), secret)
+    session = await run_in_threadpool(session_resolve, engine_of(request), secret)
+    if session is not None:
+        refusal = rate_refusal(request.app.state, session.token)
+        if refusal is not None:
+            raise ConsoleError(429, refusal.message, headers=refusal.headers)
+    return session
 
 
 async def require_session(request: Request) -> ConsoleSession:

@@ -1,0 +1,45 @@
+"""A kill switch as the operator names it, and which runs it holds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from kit.core.errors import FieldError
+from kit.core.switches import Switch, SwitchKind, held_note, parse_switch
+
+TYPES = ("noop", "http", "command", "sleep")
+
+
+def test_each_kind_holds_its_own_runs() -> None:
+    assert Switch(SwitchKind.tenant, "acme").holds("acme", "low", "noop")
+    assert not Switch(SwitchKind.tenant, "acme").holds("beta", "low", "noop")
+    assert Switch(SwitchKind.tier, "low").holds("beta", "low", "http")
+    assert not Switch(SwitchKind.tier, "low").holds("beta", "high", "http")
+    assert Switch(SwitchKind.task_type, "http").holds("beta", "high", "http")
+    assert not Switch(SwitchKind.task_type, "http").holds("beta", "high", None)
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "field"),
+    [
+        ("job", "x", "kind"),
+        ("tenant", "", "value"),
+        ("tier", "urgent", "value"),
+        ("task_type", "ftp", "value"),
+        ("tenant", "x" * 201, "value"),
+    ],
+)
+def test_a_bad_switch_is_refused_naming_the_field(kind: str, value: str, field: str) -> None:
+    with pytest.raises(FieldError) as exc:
+        parse_switch(kind, value, TYPES)
+    assert exc.value.field == field
+
+
+def test_the_note_says_which_switch_and_since_when() -> None:
+    since = datetime(2026, 12, 6, 1, 0, tzinfo=UTC)
+    assert held_note("tenant", "acme", since, "noisy") == (
+        "held: switch off for tenant acme since 2026-12-06T01:00:00+00:00 (noisy)"
+    )
+    assert parse_switch("task_type", "noop", TYPES) == Switch(SwitchKind.task_type, "noop")
