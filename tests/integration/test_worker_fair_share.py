@@ -1,0 +1,176 @@
+"""Fair shares between tenants on one worker, on the real PostgreSQL and Kafka.
+
+Runs are inserted and published by the test (no scheduler), the noisy tenant's first and
+due a second earlier, so a worker handing slots first come, first served starts every one
+of them before the other tenant's. The task is the test's own executor: it records the
+order in which runs start and how many of each tenant run at once (the worker's pool
+path; the task loop's places are the same queue, kit.worker.shares.FairSlots). Nothing
+asserts a duration: only orders and counts."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from kit.core.tenancy import TenantLimits, TenantsPolicy
+from kit.core.timeutil import to_epoch_ms
+from kit.settings import Settings
+from kit.tasks.context import CancelFlag
+from kit.transport import RunMessage, RunPublisher, TieredConsumer
+from kit.worker.worker import Outcome, Worker
+from tests.integration.waiting import wait_until
+from tests.integration.worker_rows import make_job, make_run
+
+pytestmark = pytest.mark.integration
+WAIT_S = 60.0
+LONG_LEASE_MS = 600_000  # a start budget (half a lease of starts) far above these runs
+
+
+@dataclass
+class Recorder:
+    """The tasks: each sleeps `seconds` of its spec, recording its start and how many of
+    its tenant ran at once."""
+
+    starts: list[str] = field(default_factory=list)  # tenant of each start, in order
+    running: dict[str, int] = field(default_factory=dict)
+    most: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(
+        self,
+        spec: dict[str, Any],
+        run_id: str,
+        attempt: int,
+        timeout_s: int,
+        cancel: CancelFlag,
+        tenant: str,
+    ) -> Outcome:
+        with self.lock:
+            self.starts.append(tenant)
+            self.running[tenant] = self.running.get(tenant, 0) + 1
+            self.most[tenant] = max(self.most.get(tenant, 0), self.running[tenant])
+        cancel.wait(float(spec["seconds"]))
+        with self.lock:
+            self.running[tenant] -= 1
+        return True, None, None
+
+
+@pytest.fixture
+def start_worker(
+    settings: Settings, engine: Engine, prefix: str, publisher: RunPublisher
+) -> Iterator[Callable[..., tuple[Worker, Recorder]]]:
+    started: list[tuple[Worker, TieredConsumer, threading.Event, threading.Thread]] = []
+
+    def start(concurrency: int, policy: TenantsPolicy) -> tuple[Worker, Recorder]:
+        consumer = TieredConsumer(
+            settings.kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", topic_prefix=prefix
+        )
+        recorder = Recorder()
+        worker = Worker(
+            engine,
+            consumer,
+            publisher,
+            f"w-{uuid.uuid4().hex[:6]}",
+            concurrency=concurrency,
+            lease_ttl_ms=LONG_LEASE_MS,
+            execute=recorder,
+            tenants=lambda: policy,
+        )
+        stop = threading.Event()
+        thread = threading.Thread(target=worker.run, args=(stop, 5.0), daemon=True)
+        thread.start()
+        started.append((worker, consumer, stop, thread))
+        return worker, recorder
+
+    yield start
+    for _, _, stop, _ in started:
+        stop.set()
+    for _, consumer, _, thread in started:
+        thread.join(timeout=30)
+        consumer.close()
+
+
+def plant(engine: Engine, tenant: str, n: int, seconds: float, at: datetime) -> list[RunMessage]:
+    """`n` runs of one job of `tenant` due at `at` (one run per millisecond after it: a
+    job's run ids are made of its second), and their messages."""
+    job = make_job(engine, {"type": "sleep", "seconds": seconds}, tenant=tenant, name=tenant)
+    out = []
+    for i in range(n):
+        when = at + timedelta(milliseconds=i)
+        rid = make_run(engine, job, when, tenant=tenant)
+        out.append(RunMessage(rid, job, 1, to_epoch_ms(when), "normal"))
+    return out
+
+
+def all_succeeded(engine: Engine, n: int) -> Callable[[], bool]:
+    def done() -> bool:
+        with engine.connect() as conn:
+            ok = conn.execute(text("SELECT count(*) FROM runs WHERE status = 'succeeded'"))
+            return int(ok.scalar_one()) == n
+
+    return done
+
+
+def test_a_burst_of_one_tenant_does_not_hold_back_another(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., tuple[Worker, Recorder]]
+) -> None:
+    """20 slow runs of `noisy`, published first and due a second earlier, then 2 of
+    `quiet`, on a worker of 2 slots: first come, first served starts the 20 first; fair
+    shares start `quiet`'s two among the first few."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    noisy = plant(engine, "noisy", 20, 0.5, now - timedelta(seconds=3))
+    quiet = plant(engine, "quiet", 2, 0.1, now - timedelta(seconds=2))
+    publisher.publish(noisy + quiet)
+    worker, rec = start_worker(2, TenantsPolicy())
+    wait_until("every run succeeded", all_succeeded(engine, 22), WAIT_S, lambda: str(rec.starts))
+    last_quiet = max(i for i, t in enumerate(rec.starts) if t == "quiet")
+    assert last_quiet < 6, rec.starts  # first come, first served: 21
+    assert rec.starts[-1] == "noisy"
+    assert worker.metrics.value("cronfleet_worker_tenant_started_total", tenant="quiet") == 2
+
+
+def test_a_tenant_at_its_running_limit_runs_no_more_and_nothing_is_dropped(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., tuple[Worker, Recorder]]
+) -> None:
+    """`capped` may run 1 at once (the fleet is this one worker): of its 6 runs never two
+    at once, while `free` uses the other slots; every run succeeds (waited, not dropped),
+    and the wait is counted with its reason."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    capped = plant(engine, "capped", 6, 0.3, now - timedelta(seconds=3))
+    other = plant(engine, "other", 6, 0.3, now - timedelta(seconds=2))
+    publisher.publish(capped + other)
+    policy = TenantsPolicy(tenants={"capped": TenantLimits(max_running=1)})
+    worker, rec = start_worker(3, policy)
+    wait_until("every run succeeded", all_succeeded(engine, 12), WAIT_S, lambda: str(rec.starts))
+    assert rec.most["capped"] == 1, rec.most  # first come, first served: 3
+    assert rec.most["other"] >= 2, rec.most
+    limited = worker.metrics.value(
+        "cronfleet_worker_tenant_limited_total", tenant="capped", reason="max_running"
+    )
+    assert limited > 0
+
+
+def test_weights_of_3_and_1_share_the_starts_about_3_to_1(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., tuple[Worker, Recorder]]
+) -> None:
+    """`heavy` (weight 3) and `light` (weight 1), 40 runs each, one slot: while both have
+    runs waiting, `heavy` starts 3 of every 4 (start-time fair queuing keeps each within
+    one start per unit of weight: 14 to 16 of 20)."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    light = plant(engine, "light", 40, 0.02, now - timedelta(seconds=3))
+    heavy = plant(engine, "heavy", 40, 0.02, now - timedelta(seconds=2))
+    publisher.publish(light + heavy)
+    policy = TenantsPolicy(tenants={"heavy": TenantLimits(weight=3)})
+    _, rec = start_worker(1, policy)
+    wait_until("every run succeeded", all_succeeded(engine, 80), WAIT_S, lambda: str(rec.starts))
+    # from the first start of the later of the two to come, both have runs waiting
+    first = max(rec.starts.index("heavy"), rec.starts.index("light"))
+    both = rec.starts[first : first + 20]
+    assert 14 <= both.count("heavy") <= 16, rec.starts  # first come, first served: 0
