@@ -122,7 +122,10 @@ DEFAULT_PREFETCH = 10_000
 # While the hold thread starts a second's runs, finishes and beats wait (at most this
 # long): the starts are what the start lag measures, and all want the same two cores.
 _FINISH_YIELD_S = 1.0
-_READ_PAST_PAUSE_S = 0.2  # a batch all read past: the next poll waits this long
+# a batch all read past: the next poll waits this long, doubling up to the most while
+# batches are all read past (they are the same runs going round)
+_READ_PAST_PAUSE_S = 0.2
+_READ_PAST_PAUSE_MAX_S = 1.0
 _SENT_BACK_KEPT = 200_000  # run ids sent back remembered (oldest forgotten first)
 _OWED_RETRY_S = 0.05  # a pool turn held only by a start rate looks again this soon
 # A claim that fails for what it contains (not for a lost connection) is split to find
@@ -430,6 +433,8 @@ class Worker:
         self._held_by: dict[str, int] = {}  # runs needing a slot held unstarted, by tenant
         self._sent_back: dict[str, str] = {}  # run id -> tenant: read past, over its share
         self._shown_at = 0.0  # monotonic: the tenants' waiting gauges were set then
+        self._lag_now: dict[str, int] | None = None  # the consumer's lag, read once a batch
+        self._past_pause = _READ_PAST_PAUSE_S / 2  # doubles while batches are all read past
         self.describe_wanted = threading.Event()  # log the consumer's state once
 
     # -- the consume loop -------------------------------------------------------------
@@ -470,13 +475,16 @@ class Worker:
                 if not messages:
                     self.consumer.commit()  # the rejected ones, if any
                     continue
+                self._lag_now = None
                 messages = self._read_past(messages, stop)
                 if messages is None:
                     break  # stopping before they were safe: the batch is redelivered
-                if not messages:  # all read past: what follows is runs sent back, wait
+                if not messages:  # all read past: what follows is mostly runs sent back
                     self.consumer.commit()
-                    stop.wait(_READ_PAST_PAUSE_S)
+                    self._past_pause = min(_READ_PAST_PAUSE_MAX_S, 2 * self._past_pause)
+                    stop.wait(self._past_pause)
                     continue
+                self._past_pause = _READ_PAST_PAUSE_S / 2
                 claimed = self._claim(messages, stop)
                 if claimed is None:
                     break  # stopping before the claim committed: the batch is redelivered
@@ -533,6 +541,16 @@ class Worker:
         others = [policy.weight(t) for t in self._held_by if t != tenant]
         return held_share(budget, policy.weight(tenant), others)
 
+    def _behind(self, tier: str) -> bool:
+        """Whether messages wait behind this batch in the tier's topic (read once a batch):
+        with nothing behind, no run is sent back or read past: nobody is held back."""
+        if self._lag_now is None:
+            try:
+                self._lag_now = self.consumer.lag_by_tier()
+            except Exception:
+                self._lag_now = {}
+        return self._lag_now.get(tier, 0) > 0
+
     def _read_past(
         self, messages: list[RunMessage], stop: threading.Event
     ) -> list[RunMessage] | None:
@@ -552,6 +570,9 @@ class Worker:
                 if tenant is not None and tenant not in shares:
                     shares[tenant] = self._held_by.get(tenant, 0) >= self._share_of(tenant)
                 (past if tenant is not None and shares[tenant] else keep).append(m)
+        if past:  # outside the lock: it asks the consumer
+            keep += [m for m in past if not self._behind(m.tier)]
+            past = [m for m in past if self._behind(m.tier)]
         if not past:
             return keep
         while True:
@@ -596,6 +617,9 @@ class Worker:
                     keep.append(entry)
                 else:
                     excess.append(entry)
+        if excess:  # outside the lock: it asks the consumer
+            keep += [e for e in excess if not self._behind(e.run.priority)]
+            excess = [e for e in excess if self._behind(e.run.priority)]
         if not excess:
             return keep
         try:
@@ -976,6 +1000,13 @@ class Worker:
             else:
                 self._begin_slots = asyncio.Semaphore(self.concurrency)
         return self._begin_slots
+
+    def slot_waiters(self) -> int:
+        """Runs on the task loop waiting for one of its places now."""
+        slots = self._begin_slots
+        if isinstance(slots, FairSlots):
+            return len(slots.queue)
+        return len(getattr(slots, "_waiters", None) or ()) if slots is not None else 0
 
     def _release_slot(self, entry: _InFlight) -> None:
         slots = self._loop_slots()

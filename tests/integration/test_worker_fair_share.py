@@ -68,7 +68,9 @@ def start_worker(
 ) -> Iterator[Callable[..., tuple[Worker, Recorder]]]:
     started: list[tuple[Worker, TieredConsumer, threading.Event, threading.Thread]] = []
 
-    def start(concurrency: int, policy: TenantsPolicy) -> tuple[Worker, Recorder]:
+    def start(
+        concurrency: int, policy: TenantsPolicy, lease_ttl_ms: int = LONG_LEASE_MS
+    ) -> tuple[Worker, Recorder]:
         consumer = TieredConsumer(
             settings.kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", topic_prefix=prefix
         )
@@ -79,7 +81,7 @@ def start_worker(
             publisher,
             f"w-{uuid.uuid4().hex[:6]}",
             concurrency=concurrency,
-            lease_ttl_ms=LONG_LEASE_MS,
+            lease_ttl_ms=lease_ttl_ms,
             execute=recorder,
             tenants=lambda: policy,
         )
@@ -174,3 +176,27 @@ def test_weights_of_3_and_1_share_the_starts_about_3_to_1(
     first = max(rec.starts.index("heavy"), rec.starts.index("light"))
     both = rec.starts[first : first + 20]
     assert 14 <= both.count("heavy") <= 16, rec.starts  # first come, first served: 0
+
+
+def test_a_tenant_behind_a_backlog_in_the_topic_is_read_past_it(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., tuple[Worker, Recorder]]
+) -> None:
+    """60 runs of `noisy` ahead of 2 of `quiet` in the topic's one partition, one slot and
+    a lease whose start budget is 10 runs: the worker holds `noisy`'s share of it (5),
+    sends the rest back to the tail and reads on, so `quiet`'s runs start among the first
+    few; first come, first served reads them only once `noisy`'s are claimed. Every run
+    succeeds once (sent back runs are claimed again, at the same attempt)."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    noisy = plant(engine, "noisy", 60, 0.1, now - timedelta(seconds=3))
+    quiet = plant(engine, "quiet", 2, 0.05, now - timedelta(seconds=2))
+    publisher.publish(noisy + quiet)
+    worker, rec = start_worker(1, TenantsPolicy(), lease_ttl_ms=20_000)
+    wait_until("every run succeeded", all_succeeded(engine, 62), WAIT_S, lambda: str(rec.starts))
+    last_quiet = max(i for i, t in enumerate(rec.starts) if t == "quiet")
+    assert last_quiet < 12, rec.starts  # first come, first served: past 20
+    assert len(rec.starts) == 62  # none ran twice
+    with engine.connect() as conn:
+        attempts = conn.execute(text("SELECT max(attempt) FROM runs")).scalar_one()
+    assert attempts == 1
+    sent_back = worker.metrics.value("cronfleet_worker_tenant_sent_back_total", tenant="noisy")
+    assert sent_back > 0
