@@ -24,7 +24,9 @@ from kit.core.timeutil import to_epoch_ms
 from kit.settings import Settings
 from kit.tasks.context import CancelFlag
 from kit.transport import RunMessage, RunPublisher, TieredConsumer
-from kit.worker.worker import Outcome, Worker
+from kit.worker.worker import Outcome, Worker, task_executor
+from tests.integration.test_worker_http import LOOPBACK, Target, http_task
+from tests.integration.test_worker_http import target as target  # the fixture
 from tests.integration.waiting import wait_until
 from tests.integration.worker_rows import make_job, make_run
 
@@ -200,3 +202,53 @@ def test_a_tenant_behind_a_backlog_in_the_topic_is_read_past_it(
     assert attempts == 1
     sent_back = worker.metrics.value("cronfleet_worker_tenant_sent_back_total", tenant="noisy")
     assert sent_back > 0
+
+
+def test_http_runs_take_the_task_loops_places_by_fair_share(
+    settings: Settings,
+    engine: Engine,
+    prefix: str,
+    publisher: RunPublisher,
+    target: Target,
+) -> None:
+    """The task loop's places (http tasks): 16 slow requests of `noisy` ahead of 2 of
+    `quiet`, 2 places; the target records the order in which requests arrive: `quiet`'s
+    arrive among the first few (first come, first served: after all of `noisy`'s)."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    loud = make_job(engine, http_task(target.url("/slow")), tenant="noisy", name="noisy")
+    soft = make_job(engine, http_task(target.url("/quick")), tenant="quiet", name="quiet")
+    messages = []
+    for job, tenant, n, at in ((loud, "noisy", 16, 3), (soft, "quiet", 2, 2)):
+        for i in range(n):
+            when = now - timedelta(seconds=at) + timedelta(milliseconds=i)
+            rid = make_run(engine, job, when, tenant=tenant)
+            messages.append(RunMessage(rid, job, 1, to_epoch_ms(when), "normal"))
+    quiet_ids = {m.run_id for m in messages if m.job_id == soft}
+    publisher.publish(messages)
+    consumer = TieredConsumer(
+        settings.kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", topic_prefix=prefix
+    )
+    worker = Worker(
+        engine,
+        consumer,
+        publisher,
+        "w-http-fair",
+        concurrency=2,
+        lease_ttl_ms=LONG_LEASE_MS,
+        execute=task_executor(LOOPBACK),
+        tenants=lambda: TenantsPolicy(),
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop, 5.0), daemon=True)
+    thread.start()
+    try:
+        wait_until(
+            "every run succeeded", all_succeeded(engine, 18), WAIT_S, lambda: str(target.keys)
+        )
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        consumer.close()
+    last_quiet = max(i for i, key in enumerate(target.keys) if key in quiet_ids)
+    assert last_quiet < 6, target.keys  # first come, first served: 17
+    assert len(target.keys) == 18  # each request once
