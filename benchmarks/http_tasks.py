@@ -6,6 +6,8 @@ where the work lands. Not a test: it prints figures and the command.
     python benchmarks/http_tasks.py burst --jobs 20000 --max-wait-s 600   # overload
     python benchmarks/http_tasks.py burst --task command --jobs 2000
     python benchmarks/http_tasks.py burst --jobs 5000 --series 3 --baseline-ref 4640567
+    python benchmarks/http_tasks.py burst --jobs 20000 --delay-ms 1000 --quiet-jobs 200 \
+        --compare-fair-share --series 3 --max-wait-s 400        # a noisy neighbour
 
 The target is the Go ledger (loadtest/ledger, built by scripts/build_ledger.sh) on
 loopback: it records each request's Idempotency-Key and the instant it arrived, so the lag
@@ -18,6 +20,11 @@ processes (one scheduler node, --workers workers, a reaper; benchmarks/life_of_a
 `phase`), loopback allowed for http tasks. --series N runs N rounds, each the baseline
 (the kit at --baseline-ref, extracted with `git archive`, run by the same script) and then
 this checkout, every run printed and kept in --out.
+
+--quiet-jobs N adds a second tenant (`quiet`) with N http tasks due at the same second on
+a second ledger that answers at once (a target of its own): the noisy neighbour of
+docs/tenants.md. --compare-fair-share runs each round twice, the workers with
+`--no-fair-share` first, then with fair shares (this checkout both times).
 
 Figures per run: arrival lag p50/p99/max (first arrival of each run), runs whose key
 never arrived (dropped), keys that arrived twice, runs at attempt 2 or more, the kit's
@@ -172,7 +179,8 @@ def thread_cpu_s(threads: dict[int, dict[int, str]]) -> dict[str, float]:
 
 
 def wait_done(p: Phase, ledger: Ledger, expected: int, until_s: float) -> tuple[int, list]:
-    """Until every run of the bench tenant is done (or the bound): progress per 0.5 s."""
+    """Until every run of the bench (and quiet) tenant is done (or the bound): progress
+    per 0.5 s."""
     progress: list[tuple[float, int, int]] = []
     deadline = time.monotonic() + until_s
     left = expected
@@ -180,12 +188,12 @@ def wait_done(p: Phase, ledger: Ledger, expected: int, until_s: float) -> tuple[
         check_alive(p)
         left = scalar(
             p.engine,
-            "SELECT count(*) FROM runs WHERE tenant = 'bench' AND status <> ALL(:done)",
+            "SELECT count(*) FROM runs WHERE tenant IN ('bench', 'quiet') AND status <> ALL(:done)",
             done=list(DONE),
         )
         done = scalar(
             p.engine,
-            "SELECT count(*) FROM runs WHERE tenant = 'bench' AND status = ANY(:done)",
+            "SELECT count(*) FROM runs WHERE tenant IN ('bench', 'quiet') AND status = ANY(:done)",
             done=list(DONE),
         )
         progress.append((time.time(), done, left))
@@ -195,7 +203,9 @@ def wait_done(p: Phase, ledger: Ledger, expected: int, until_s: float) -> tuple[
     return left, progress
 
 
-def audit(p: Phase, ledger: Ledger, before: datetime | None = None) -> dict[str, Any]:
+def audit(
+    p: Phase, ledger: Ledger, before: datetime | None = None, tenant: str = "bench"
+) -> dict[str, Any]:
     """Runs (scheduled before `before`, if given: a sustained run's last seconds were
     scanned ahead before its triggers went) against arrivals: lag of each run's first
     arrival, dropped, twice, attempts, and why the first few runs took a second attempt."""
@@ -203,10 +213,10 @@ def audit(p: Phase, ledger: Ledger, before: datetime | None = None) -> dict[str,
         runs = conn.execute(
             text(
                 "SELECT run_id::text, extract(epoch FROM scheduled_at), attempt, status, "
-                "errors FROM runs WHERE tenant = 'bench' "
+                "errors FROM runs WHERE tenant = :tenant "
                 "AND scheduled_at < coalesce(CAST(:before AS timestamptz), 'infinity')"
             ),
-            {"before": before},
+            {"before": before, "tenant": tenant},
         ).all()
     arrivals = ledger.arrivals()
     seen = Counter(k for k, _ in arrivals)
@@ -252,6 +262,7 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
     run_dir = out_dir / name
     run_dir.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(run_dir, args.task)
+    quiet_ledger = Ledger(run_dir, args.task) if args.quiet_jobs else None
     env = {"CRONFLEET_HTTP_ALLOW_HOSTS": "127.0.0.1"}
     # the fleet's `python -m kit.cli` puts its working directory ahead of PYTHONPATH: it
     # runs from the tree it is to run, and says which kit it imported
@@ -289,6 +300,15 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
                     for j in range(i, min(count, i + CHUNK))
                 ]
                 jobs_create_batch(p.engine, "bench", chunk, now=now)
+            if quiet_ledger is not None:  # the other tenant, at the same second
+                quiet_task = quiet_ledger.task_spec(0)
+                for i in range(0, args.quiet_jobs, CHUNK):
+                    chunk = [
+                        replace(spec(f"q{j}", schedule, quiet_task), timeout_s=args.timeout_s)
+                        for j in range(i, min(args.quiet_jobs, i + CHUNK))
+                    ]
+                    jobs_create_batch(p.engine, "quiet", chunk, now=now)
+                expected += args.quiet_jobs if args.mode == "burst" else 0
             say(f"[{name}] {count} {args.task} jobs, first due {at}")
             while db_now(p.engine) < at - timedelta(seconds=11):
                 time.sleep(0.2)
@@ -314,9 +334,14 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
             threads1 = thread_cpu_s(threads)
             by_thread = {k: round(v - threads0.get(k, 0.0), 4) for k, v in threads1.items()}
             result = audit(p, ledger, end if args.mode == "sustain" else None)
+            if quiet_ledger is not None:
+                quiet = audit(p, quiet_ledger, None, "quiet")
+                result["quiet"] = {k: v for k, v in quiet.items() if k not in BULKY}
     finally:
         os.chdir(here)
         ledger.close()
+        if quiet_ledger is not None:
+            quiet_ledger.close()
     done = sum(v for k, v in result["statuses"].items() if k in DONE)
     workers = sum(v for k, v in cpu.by_service.items() if k.startswith("worker"))
     result.update(
@@ -329,6 +354,7 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
             "not_done_after_wait": left,
             "delay_ms": args.delay_ms,
             "workers": args.workers,
+            "worker_extra": list(getattr(args, "worker_extra", ())),
             "concurrency": args.concurrency,
             "cpu_s": cpu_dict(cpu),
             "target_cpu_s": round(target_cpu, 2),
@@ -401,6 +427,14 @@ def baseline_tree(ref: str) -> str:
 
 def row_of(r: dict[str, Any]) -> str:
     lag = " / ".join(f"{x:.2f}" for x in r["lag_s"])
+    if "quiet" in r:
+        q = r["quiet"]
+        qlag = " / ".join(f"{x:.2f}" for x in q["lag_s"])
+        return (
+            f"| {r['code']} | {q['runs']} | {qlag} | {q['dropped']} | {q['arrived_twice']} | "
+            f"{r['expected'] - q['runs']:,} | {lag} | {r['statuses'].get('succeeded', 0):,} | "
+            f"{r['dropped']} | {r['arrived_twice']} | {r['not_done_after_wait']} |"
+        )
     return (
         f"| {r['code']} | {r['expected']:,} | {lag} | {r['arrived']:,} | {r['dropped']} | "
         f"{r['arrived_twice']} | {r['attempt_2_or_more']} | {r['not_done_after_wait']} | "
@@ -413,6 +447,14 @@ HEADER = (
     "| code | tasks | lag p50 / p99 / max s | arrived | dropped | arrived twice | "
     "attempt >= 2 | not done | worker CPU ms/task | kit CPU ms/task | PG CPU s |\n"
     "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+)
+
+
+NOISY_HEADER = (
+    "| code | quiet tasks | quiet lag p50 / p99 / max s | quiet dropped | quiet twice | "
+    "noisy tasks | noisy lag p50 / p99 / max s | noisy succeeded | noisy dropped | "
+    "noisy twice | not done |\n"
+    "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"
 )
 
 
@@ -436,6 +478,12 @@ def main() -> int:
     )
     ap.add_argument("--series", type=int, default=1, help="rounds (baseline, then this code)")
     ap.add_argument("--baseline-ref", default="", help="also run the kit at this commit")
+    ap.add_argument("--quiet-jobs", type=int, default=0, help="burst: another tenant's tasks")
+    ap.add_argument(
+        "--compare-fair-share",
+        action="store_true",
+        help="each round: the workers with --no-fair-share, then with fair shares",
+    )
     ap.add_argument("--out", type=Path, default=Path("/tmp/cf_http_tasks"))
     args = ap.parse_args()
     args.out = args.out.resolve()
@@ -445,21 +493,28 @@ def main() -> int:
     ).stdout.strip()
     say(f"command: python benchmarks/http_tasks.py {' '.join(sys.argv[1:])}")
     say(f"commit {commit}; {load_line()} at start")
-    codes = [(f"now {commit}", "")]
+    codes: list[tuple[str, str, tuple[str, ...]]] = [(f"now {commit}", "", ())]
     if args.baseline_ref:
-        codes.insert(0, (f"baseline {args.baseline_ref}", baseline_tree(args.baseline_ref)))
+        codes.insert(0, (f"baseline {args.baseline_ref}", baseline_tree(args.baseline_ref), ()))
+    if args.compare_fair_share:
+        codes = [
+            (f"fair-off {commit}", "", ("--no-fair-share",)),
+            (f"fair-on {commit}", "", ()),
+        ]
+    header = NOISY_HEADER if args.quiet_jobs else HEADER
     results = []
     for n in range(1, args.series + 1):
-        for label, code in codes:
+        for label, code, extra in codes:
             tag = f"{label.split()[0]}-{n}"
             say(f"== round {n}: {label} ({load_line()})")
+            args.worker_extra = extra
             r = one_run(args, code, tag, args.out)
             r["code"] = f"{label} #{n}"
             results.append(r)
-            say(HEADER)
+            say(header)
             say(row_of(r))
     say("\nevery run:")
-    say(HEADER)
+    say(header)
     for r in results:
         say(row_of(r))
     for r in results:

@@ -302,6 +302,7 @@ def phase(
             worker = ("worker", *common, "--concurrency", str(args.concurrency))
             worker += ("--group-id", f"g-{prefix}", "--drain-s", "10")
             worker += ("--prefetch", str(prefetch))
+            worker += tuple(getattr(args, "worker_extra", ()))  # e.g. --no-fair-share
             fleet.start(Service(f"worker-{i + 1}", worker))
         p = Phase(
             name, url, database, prefix, engine, fleet, log, settings.kafka_bootstrap, partitions

@@ -89,6 +89,12 @@ CRASH_POINTS: tuple[CrashPoint, ...] = (
         "runs claimed (committed); the queue's offsets not committed (redelivered)",
     ),
     CrashPoint(
+        "claim.read_past_published",
+        "worker",
+        "runs of a tenant over its share published again at the tail, unclaimed; the "
+        "offsets not committed (redelivered: a run's second message claims nothing)",
+    ),
+    CrashPoint(
         "claim.offsets_committed",
         "worker",
         "runs claimed, the offsets' commit sent (it may land or not); nothing held: the "

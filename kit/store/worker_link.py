@@ -28,6 +28,7 @@ from kit.store.run_cancel import CANCEL_CHANNEL
 
 log = logging.getLogger(__name__)
 
+LIVE_S = 15.0  # a worker whose presence row is younger counts as live (the fleet view's TTL)
 POLL_S = 0.5  # how long one wait for notifications lasts (bounds how fast stop is seen)
 PRESENCE_S = 5.0
 RECONNECT_S = 1.0
@@ -58,6 +59,15 @@ def presence_upsert(
     )
 
 
+def live_workers_count(conn: psycopg.Connection) -> int:
+    """Workers whose presence row is younger than LIVE_S, at least 1 (the caller)."""
+    row = conn.execute(
+        "SELECT count(*) FROM workers WHERE heartbeat_at > now() - make_interval(secs => %s)",
+        (LIVE_S,),
+    ).fetchone()
+    return max(1, int(row[0]) if row else 1)
+
+
 def psycopg_url(engine: Engine) -> str:
     """The engine's database as a libpq URL (SQLAlchemy's carries its driver name)."""
     url = engine.url.set(drivername="postgresql")
@@ -81,6 +91,9 @@ class WorkerLink:
         self.in_flight = in_flight
         self.on_cancel = on_cancel
         self.presence_s = presence_s
+        # live workers in the fleet as of the last presence beat (at least this one): a
+        # tenant's fleet-wide limits are divided among them (kit.core.fair_share.worker_part)
+        self.live_workers = 1
         self.listening = threading.Event()  # set while LISTEN is in force (tests wait on it)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="worker-link", daemon=True)
@@ -111,6 +124,7 @@ class WorkerLink:
             while not self._stop.is_set():
                 if time.monotonic() >= next_presence:
                     presence_upsert(conn, self.worker_id, self.concurrency, self.in_flight())
+                    self.live_workers = live_workers_count(conn)
                     next_presence = time.monotonic() + self.presence_s
                 # Returns at the first notification (or after POLL_S without one).
                 for notice in conn.notifies(timeout=POLL_S, stop_after=1):

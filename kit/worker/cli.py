@@ -26,6 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--drain-s", type=float, default=30.0, help="shutdown wait for runs")
     parser.add_argument("--group-id", help="Kafka consumer group (default: settings)")
     parser.add_argument("--topic-prefix", default=None, help="run topic prefix (tests)")
+    parser.add_argument(
+        "--no-fair-share",
+        action="store_true",
+        help="hand slots to runs first come, first served, whatever their tenant "
+        "(docs/tenants.md, Fair shares; the comparison's baseline)",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -109,6 +115,8 @@ def _run(args: argparse.Namespace) -> int:
         prefetch=prefetch,
         journal=journal,
         pause_after_dead_default=settings.pause_after_dead,
+        fair_share=not args.no_fair_share,
+        tenants=tenants.current,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -57,9 +57,11 @@ from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.defaults import KILL_GRACE_MS
 from kit.core.dispatch import TimerWheel, catch_up_order
 from kit.core.durations import LeaseBounds
+from kit.core.fair_share import FairQueue, held_share
 from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.output import Output
 from kit.core.partitions import PARTITION_COUNT
+from kit.core.tenancy import OPEN, TenantsPolicy
 from kit.core.timeutil import to_epoch_ms
 from kit.crash import crash_point
 from kit.store.claims import (
@@ -87,6 +89,7 @@ from kit.transport.message import topic_for
 from kit.transport.republish import publish_pointers
 from kit.worker.clock import DbClock
 from kit.worker.journal import ExecutionJournal
+from kit.worker.shares import FairSlots, Shares, TenantMetrics
 from kit.worker.task_loop import TaskLoop
 
 if TYPE_CHECKING:
@@ -119,6 +122,12 @@ DEFAULT_PREFETCH = 10_000
 # While the hold thread starts a second's runs, finishes and beats wait (at most this
 # long): the starts are what the start lag measures, and all want the same two cores.
 _FINISH_YIELD_S = 1.0
+# a batch all read past: the next poll waits this long, doubling up to the most while
+# batches are all read past (they are the same runs going round)
+_READ_PAST_PAUSE_S = 0.2
+_READ_PAST_PAUSE_MAX_S = 1.0
+_SENT_BACK_KEPT = 200_000  # run ids sent back remembered (oldest forgotten first)
+_OWED_RETRY_S = 0.05  # a pool turn held only by a start rate looks again this soon
 # A claim that fails for what it contains (not for a lost connection) is split to find
 # the message that poisons it.
 _POISON_ERRORS = (DataError, IntegrityError, ProgrammingError)
@@ -231,9 +240,14 @@ class WorkerMetrics:
             "Claimed runs not started yet (waiting for their second or a free slot)",
             registry=r,
         )
+        self.tenants = TenantMetrics(r)
 
     def value(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, labels or None) or 0.0
+
+
+def _tenant_of(entry: _InFlight) -> str:
+    return entry.run.tenant
 
 
 def _ahead_s(run: ClaimedRun) -> float:
@@ -274,6 +288,7 @@ class _InFlight:
     slotted: bool = True  # needs a slot (pool or loop) to start: not an inline task
     due_waiting: bool = False  # its second has come and it waits to begin
     holds_slot: bool = False  # a task on the loop holds one of the concurrency slots
+    charged: bool = False  # counted once against its tenant's start rate
     output: Output | None = None  # what the attempt printed or was answered
 
 
@@ -288,14 +303,20 @@ class _EntrySlot:
         self.worker, self.entry = worker, entry
 
     async def take(self) -> None:
-        if not self.entry.holds_slot:
-            await self.worker._loop_slots().acquire()
-            self.entry.holds_slot = True
+        entry = self.entry
+        if not entry.holds_slot:
+            slots = self.worker._loop_slots()
+            if isinstance(slots, FairSlots):
+                await slots.acquire(entry, charge=not entry.charged)
+                entry.charged = True
+            else:
+                await slots.acquire()
+            entry.holds_slot = True
 
     def give_back(self) -> None:
         if self.entry.holds_slot:
             self.entry.holds_slot = False
-            self.worker._loop_slots().release()
+            self.worker._release_slot(self.entry)
 
 
 class Worker:
@@ -317,6 +338,8 @@ class Worker:
         prefetch: int = DEFAULT_PREFETCH,
         journal: ExecutionJournal | None = None,
         pause_after_dead_default: int | None = None,  # CRONFLEET_PAUSE_AFTER_DEAD
+        tenants: Callable[[], TenantsPolicy] = lambda: OPEN,
+        fair_share: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -368,7 +391,7 @@ class Worker:
         self._task_loop: TaskLoop[_InFlight] | None = None
         if self.async_tasks and self._run_async is not None:
             self._task_loop = TaskLoop(self._execute_async, self._ended, release_loop)
-        self._begin_slots: asyncio.Semaphore | None = None  # made on the task loop
+        self._begin_slots: asyncio.Semaphore | FairSlots[_InFlight] | None = None  # on the loop
         self._lags: deque[float] = deque()  # start lags, observed off the starting path
         self.rng = rng or random.Random()
         self.metrics = metrics or WorkerMetrics()
@@ -401,6 +424,17 @@ class Worker:
         self._finisher_stop = threading.Event()
         # Cancellations reach the running task at once (and the fleet view sees us).
         self.link = WorkerLink(engine, worker_id, concurrency, self.in_flight, self.stop_cancelled)
+        # Fair shares between tenants (kit.worker.shares): off, slots go first come, first
+        # served and a tenant may hold the whole start budget (the comparison's baseline)
+        self.fair_share = fair_share
+        self.shares = Shares(tenants, lambda: self.link.live_workers, self.metrics.tenants)
+        self._pool_queue: FairQueue[_InFlight] = FairQueue()
+        self._owed_turns = 0  # pool turns that found no run they may start
+        self._held_by: dict[str, int] = {}  # runs needing a slot held unstarted, by tenant
+        self._sent_back: dict[str, str] = {}  # run id -> tenant: read past, over its share
+        self._shown_at = 0.0  # monotonic: the tenants' waiting gauges were set then
+        self._lag_now: dict[str, int] | None = None  # the consumer's lag, read once a batch
+        self._past_pause = _READ_PAST_PAUSE_S / 2  # doubles while batches are all read past
         self.describe_wanted = threading.Event()  # log the consumer's state once
 
     # -- the consume loop -------------------------------------------------------------
@@ -441,6 +475,16 @@ class Worker:
                 if not messages:
                     self.consumer.commit()  # the rejected ones, if any
                     continue
+                self._lag_now = None
+                messages = self._read_past(messages, stop)
+                if messages is None:
+                    break  # stopping before they were safe: the batch is redelivered
+                if not messages:  # all read past: what follows is mostly runs sent back
+                    self.consumer.commit()
+                    self._past_pause = min(_READ_PAST_PAUSE_MAX_S, 2 * self._past_pause)
+                    stop.wait(self._past_pause)
+                    continue
+                self._past_pause = _READ_PAST_PAUSE_S / 2
                 claimed = self._claim(messages, stop)
                 if claimed is None:
                     break  # stopping before the claim committed: the batch is redelivered
@@ -448,7 +492,7 @@ class Worker:
                 self.consumer.commit()
                 crash_point("claim.offsets_committed", claimed)
                 self.metrics.duplicates.inc(len(messages) - len(claimed))
-                self._hold(claimed)
+                self._hold(self._over_share(claimed))
         finally:
             self._drain(drain_s)
             if self._task_loop is not None:
@@ -488,6 +532,108 @@ class Worker:
             self.prefetch + self.concurrency - running,
             claim_room(self._slotted_waiting, budget),
         )
+
+    def _share_of(self, tenant: str) -> int:
+        """Under the lock: how many runs needing a slot `tenant` may hold unstarted here
+        (kit.core.fair_share.held_share of the start budget)."""
+        policy = self.shares.policy()
+        budget = start_budget(self.concurrency, self.lease_ttl_ms, self._start_rate.per_s)
+        others = [policy.weight(t) for t in self._held_by if t != tenant]
+        return held_share(budget, policy.weight(tenant), others)
+
+    def _behind(self, tier: str) -> bool:
+        """Whether messages wait behind this batch in the tier's topic (read once a batch):
+        with nothing behind, no run is sent back or read past: nobody is held back."""
+        if self._lag_now is None:
+            try:
+                self._lag_now = self.consumer.lag_by_tier()
+            except Exception:
+                self._lag_now = {}
+        return self._lag_now.get(tier, 0) > 0
+
+    def _read_past(
+        self, messages: list[RunMessage], stop: threading.Event
+    ) -> list[RunMessage] | None:
+        """Messages of runs this worker sent back (their tenant held more than its share)
+        whose tenant still does: published again at the tail of their topic, unclaimed, so
+        that the messages behind them are read. Flushed before the offsets are committed:
+        a crash redelivers the batch, and a run's second message claims nothing. Returns
+        the messages to claim; None if stopping before they were published."""
+        if not self.fair_share or not self._sent_back:
+            return messages
+        keep: list[RunMessage] = []
+        past: list[RunMessage] = []
+        with self._lock:
+            shares: dict[str, bool] = {}
+            for m in messages:
+                tenant = self._sent_back.get(m.run_id)
+                if tenant is not None and tenant not in shares:
+                    shares[tenant] = self._held_by.get(tenant, 0) >= self._share_of(tenant)
+                (past if tenant is not None and shares[tenant] else keep).append(m)
+        if past:  # outside the lock: it asks the consumer
+            keep += [m for m in past if not self._behind(m.tier)]
+            past = [m for m in past if self._behind(m.tier)]
+        if not past:
+            return keep
+        while True:
+            try:
+                self.publisher.publish(past)
+                break
+            except Exception:
+                log.exception("publishing %d runs read past failed; retrying", len(past))
+                if stop.wait(_RETRY_DB_S):
+                    return None
+        crash_point("claim.read_past_published", past)
+        for m in past:
+            tenant = self._sent_back[m.run_id]
+            self.metrics.tenants.sent_back.labels(self.shares.label(tenant)).inc()
+        return keep
+
+    def _over_share(self, entries: list[_InFlight]) -> list[_InFlight]:
+        """The claimed runs to hold; a tenant's runs needing a slot beyond its share are
+        given back at once (pending at the same attempt, published again at the tail:
+        `_give_back`'s path) and remembered, so that next time they are read past without a
+        claim. If the database does not answer, they are held as any claimed run."""
+        if not self.fair_share or not entries:
+            return entries
+        for entry in entries:  # claimed: no longer read past
+            self._sent_back.pop(entry.run.run_id, None)
+        keep: list[_InFlight] = []
+        excess: list[_InFlight] = []
+        with self._lock:
+            adding: dict[str, int] = {}
+            shares: dict[str, int] = {}
+            for entry in entries:
+                spec = entry.run.task_spec
+                if spec is None or spec.get("type") in self.inline_tasks:
+                    keep.append(entry)
+                    continue
+                tenant = entry.run.tenant
+                if tenant not in shares:
+                    shares[tenant] = self._share_of(tenant)
+                held = self._held_by.get(tenant, 0) + adding.get(tenant, 0)
+                if held < shares[tenant]:
+                    adding[tenant] = adding.get(tenant, 0) + 1
+                    keep.append(entry)
+                else:
+                    excess.append(entry)
+        if excess:  # outside the lock: it asks the consumer
+            keep += [e for e in excess if not self._behind(e.run.priority)]
+            excess = [e for e in excess if self._behind(e.run.priority)]
+        if not excess:
+            return keep
+        try:
+            self._hand_back(excess)
+        except Exception as exc:
+            log.info("could not send back %d runs over their share (%s): held", len(excess), exc)
+            return entries
+        sent = self._sent_back
+        for entry in excess:
+            sent[entry.run.run_id] = entry.run.tenant
+            self.metrics.tenants.sent_back.labels(self.shares.label(entry.run.tenant)).inc()
+        while len(sent) > _SENT_BACK_KEPT:
+            del sent[next(iter(sent))]
+        return keep
 
     def _sample_clock(self, stop: threading.Event | None = None) -> None:
         """One sample of the database's clock (the first one is waited for)."""
@@ -585,6 +731,8 @@ class Worker:
                 spec = run.task_spec
                 entry.slotted = spec is None or spec.get("type") not in self.inline_tasks
                 self._slotted_waiting += entry.slotted
+                if entry.slotted:
+                    self._held_by[run.tenant] = self._held_by.get(run.tenant, 0) + 1
             self._waiting += len(entries)
             self._gauges()
             self._held_changed.notify_all()
@@ -592,12 +740,16 @@ class Worker:
     def _hold_loop(self) -> None:
         """Start held runs when the database's clock reaches their second."""
         while not self._beating.is_set():
+            if self.fair_share:
+                self._tend_shares()
             with self._held_changed:
                 now_ms = self.clock.db_ms(time.monotonic())
                 due = self._wheel.pop_due(int(now_ms))
                 if not due:
                     nxt = self._wheel.next_due_ms()
                     wait = 1.0 if nxt is None else (nxt - now_ms) / 1000
+                    if self._owed_turns:  # a start rate refills: look again soon
+                        wait = min(wait, _OWED_RETRY_S)
                     self._held_changed.wait(max(0.0005, min(wait, 1.0)))
                     continue
             first, last = due[0].run, due[-1].run  # popped in due order
@@ -617,6 +769,19 @@ class Worker:
             finally:
                 self._starting.clear()
 
+    def _tend_shares(self) -> None:
+        """On the hold thread: pay owed pool turns; once a second, the tenants' gauges."""
+        if self._owed_turns:
+            self._pay_owed()
+        now = time.monotonic()
+        if now - self._shown_at >= 1.0:
+            self._shown_at = now
+            queues: list[FairQueue[Any]] = [self._pool_queue]
+            slots = self._begin_slots
+            if isinstance(slots, FairSlots):
+                queues.append(slots.queue)
+            self.shares.show_waiting(queues)
+
     def _start(self, due: list[_InFlight]) -> None:
         """Start runs whose second has come: pool tasks go to the pool (in this order),
         inline ones run here, in one batch."""
@@ -634,12 +799,46 @@ class Worker:
                 inline.append(entry)
             elif kind in self.async_tasks and self._task_loop is not None:
                 on_loop.append(entry)
+            elif self.fair_share:
+                self._pool_waits(entry)
             else:
                 self._pool.submit(self._execute, entry)
         if on_loop:
             self._task_loop.submit(on_loop)  # type: ignore[union-attr]
         if inline:
             self._execute_inline(inline)
+
+    def _pool_waits(self, entry: _InFlight) -> None:
+        """A pool run whose second has come waits in the fair queue; the pool gets a turn,
+        which starts whichever run the queue picks when a thread takes it."""
+        self.shares.push(
+            self._pool_queue, entry, entry.run.tenant, entry.run.priority, self.shares.policy()
+        )
+        self._pool.submit(self._pool_turn)
+
+    def _pool_turn(self) -> None:
+        entry = self.shares.pop(self._pool_queue, _tenant_of)
+        if entry is None:  # every tenant waiting is at a limit: paid when a run ends
+            with self.shares.lock:
+                self._owed_turns += 1
+            return
+        try:
+            self._execute(entry)
+        finally:
+            self.shares.finished(entry.run.tenant)
+            self._pay_owed()
+
+    def _pay_owed(self) -> None:
+        """Give back the turns that found nothing they could start (a run ended, or a
+        start rate refilled): each looks at the queue again."""
+        with self.shares.lock:
+            n = min(self._owed_turns, len(self._pool_queue))
+            self._owed_turns -= n
+        try:
+            for _ in range(n):
+                self._pool.submit(self._pool_turn)
+        except RuntimeError:  # the pool is shut down: the stopping worker gives them back
+            pass
 
     def _execute_inline(self, entries: list[_InFlight]) -> None:
         """Tasks with no effect and no wait, started and run on the hold thread, with the
@@ -677,6 +876,12 @@ class Worker:
             else:
                 failed.append((entry, error or "failed"))
         self._success_ready.set()
+        by_tenant: dict[str, int] = {}
+        for entry in entries:
+            if entry.started:
+                by_tenant[entry.run.tenant] = by_tenant.get(entry.run.tenant, 0) + 1
+        for tenant, n in by_tenant.items():
+            self.metrics.tenants.started.labels(self.shares.label(tenant)).inc(n)
         for entry, error in failed:
             self._pool.submit(self._finish_failed, entry, error)
 
@@ -702,6 +907,7 @@ class Worker:
         entry.started = True
         with self._lock:
             self._starts += 1
+        self.metrics.tenants.started.labels(self.shares.label(run.tenant)).inc()
         if self.journal is not None:
             self.journal.started(run.run_id, run.attempt, entry.started_ms)
         crash_point("start.begun")
@@ -771,13 +977,43 @@ class Worker:
                 self._waiting -= 1
                 self._slotted_waiting -= entry.slotted
                 self._due_waiting -= entry.due_waiting
+                if entry.slotted:
+                    self._held_less(entry.run.tenant, 1)
                 self._gauges()
 
-    def _loop_slots(self) -> asyncio.Semaphore:
-        """The `concurrency` places of the task loop's runs (made on the loop)."""
+    def _held_less(self, tenant: str, n: int) -> None:
+        """Under the lock: `n` of the tenant's runs needing a slot no longer wait."""
+        left = self._held_by.get(tenant, 0) - n
+        if left > 0:
+            self._held_by[tenant] = left
+        else:
+            self._held_by.pop(tenant, None)
+
+    def _loop_slots(self) -> asyncio.Semaphore | FairSlots[_InFlight]:
+        """The `concurrency` places of the task loop's runs (made on the loop): handed
+        by fair share, or first come, first served with fair shares off."""
         if self._begin_slots is None:
-            self._begin_slots = asyncio.Semaphore(self.concurrency)
+            if self.fair_share:
+                self._begin_slots = FairSlots(
+                    self.concurrency, self.shares, _tenant_of, lambda e: e.run.priority
+                )
+            else:
+                self._begin_slots = asyncio.Semaphore(self.concurrency)
         return self._begin_slots
+
+    def slot_waiters(self) -> int:
+        """Runs on the task loop waiting for one of its places now."""
+        slots = self._begin_slots
+        if isinstance(slots, FairSlots):
+            return len(slots.queue)
+        return len(getattr(slots, "_waiters", None) or ()) if slots is not None else 0
+
+    def _release_slot(self, entry: _InFlight) -> None:
+        slots = self._loop_slots()
+        if isinstance(slots, FairSlots):
+            slots.release(entry)
+        else:
+            slots.release()
 
     async def _begin_on_loop(self, entry: _InFlight) -> bool:
         """A task on the loop is about to have its effect: it holds a slot (it took one
@@ -808,7 +1044,7 @@ class Worker:
         while it waited for a connection) wrote nothing: only its place is freed."""
         if entry.holds_slot and self._begin_slots is not None:
             entry.holds_slot = False
-            self._begin_slots.release()
+            self._release_slot(entry)
         if not entry.started:
             self._count_out(entry)
             if not entry.fenced:  # a fenced one is being given back, which frees it
@@ -1208,6 +1444,7 @@ class Worker:
                 entry.cancel.set()
             self._wheel = TimerWheel()  # what was held is in `left`: given back below
             self._waiting = self._slotted_waiting = self._due_waiting = 0
+            self._held_by.clear()
             for entry in self._in_flight.values():
                 entry.counted_out = True
             self._gauges()

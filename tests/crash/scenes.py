@@ -101,10 +101,42 @@ def _stop_w1_holding_unstarted(f: CrashFleet) -> None:
         f.start("w1", "give_back.returned")
 
 
+FAIR_TENANT = "crash-fair"  # not the drills' tenant: the ledger's audit never sees these
+
+
+def _a_burst_behind_which_w1_reads(f: CrashFleet) -> None:
+    """A tenant's burst of 150 short runs, due now, on w1 alone: far over its share of w1's
+    start budget (8 slots and a 4 s lease start 16 runs in half a lease), so w1 sends the
+    excess back and, meeting those runs again with more behind them, reads past them."""
+    from kit.core.timeutil import to_epoch_ms
+    from kit.transport import RunMessage, RunPublisher
+
+    job = make_job(f.engine, {"type": "sleep", "seconds": 0.2}, tenant=FAIR_TENANT, name="burst")
+    at = datetime.now(UTC).replace(microsecond=0)
+    messages = []
+    for i in range(150):
+        when = at + timedelta(milliseconds=i)
+        rid = make_run(f.engine, job, when, FAIR_TENANT)
+        messages.append(RunMessage(rid, job, 1, to_epoch_ms(when), "normal"))
+    publisher = RunPublisher(f.kafka_bootstrap, topic_prefix=f.prefix)
+    try:
+        publisher.publish(messages)
+    finally:
+        publisher.close()
+
+
 WORKER_STEPS = (
     step(("w1", "claim.committed"), ("reaper", "republish.orphans_released"), before=_one_worker),
     # w1's claimed runs are never held: their leases run out, the reaper re-queues them
     step(("w1", "claim.offsets_committed"), ("reaper", "reap.requeued")),
+    # w1 dies with the runs it read past published again, their offsets not committed:
+    # both messages of each come back, and the second claims nothing
+    step(
+        ("w1", "claim.read_past_published"),
+        before=_a_burst_behind_which_w1_reads,
+        provoke=_a_burst_behind_which_w1_reads,
+        every_s=10,
+    ),
     step(("w1", "start.begun"), ("reaper", "reap.published")),
     step(("w1", "start.effect_done")),
     step(("reaper", "reap.dead_written"), provoke=_kill_w1_holding_a_last_attempt, every_s=0.5),

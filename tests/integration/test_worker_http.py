@@ -385,10 +385,8 @@ def listener() -> Iterator[dict[str, int]]:
 
 
 def _slot_waiters(worker: Worker) -> int:
-    """Runs on the task loop waiting for a slot (asyncio.Semaphore keeps them in
-    `_waiters`; no public count)."""
-    slots = worker._begin_slots
-    return len(getattr(slots, "_waiters", None) or ()) if slots is not None else 0
+    """Runs on the task loop waiting for a slot."""
+    return worker.slot_waiters()
 
 
 def test_an_http_run_does_no_network_work_before_it_holds_a_slot(

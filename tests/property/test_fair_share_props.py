@@ -1,0 +1,181 @@
+"""kit.core.fair_share.FairQueue driven as a worker drives it: runs arrive, slots free,
+each free slot takes what `pop` gives. Over any sequence of arrivals and completions:
+- the weighted share: over any stretch in which two tenants of a lane both wait (and may
+  start), |starts_i / w_i - starts_j / w_j| <= 1/w_i + 1/w_j (SFQ's bound, one start per
+  unit of weight: `test_backlogged_tenants_keep_their_weighted_share`);
+- no run waits while a slot is free and its tenant may start (work-conserving);
+- a more urgent tier first, then paid before free, whatever arrived first;
+- a tenant at its running limit never runs more than it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kit.core.fair_share import FairQueue, TenantGate, held_share, worker_part
+
+TENANTS = ["a", "b", "c", "d"]
+
+
+@dataclass(frozen=True)
+class Run:
+    tenant: str
+    tier: int
+    paid: bool
+    seq: int
+
+
+weights = st.sampled_from([0.5, 1.0, 2.0, 3.0, 7.5])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ws=st.lists(weights, min_size=2, max_size=4),
+    joins=st.lists(st.integers(0, 60), min_size=4, max_size=4),
+    picks=st.integers(50, 300),
+)
+def test_backlogged_tenants_keep_their_weighted_share(
+    ws: list[float], joins: list[int], picks: int
+) -> None:
+    """Tenants join at any start (then always have runs waiting); from the moment two are
+    both waiting, their starts per unit of weight differ by at most 1/w_i + 1/w_j at every
+    start after it."""
+    names = TENANTS[: len(ws)]
+    w = dict(zip(names, ws, strict=True))
+    join = {n: (0 if i == 0 else joins[i]) for i, n in enumerate(names)}
+    q: FairQueue[Run] = FairQueue()
+    seq = 0
+    starts: list[str] = []
+    for step in range(picks):
+        for n in names:
+            if join[n] == step:
+                for _ in range(picks):  # never runs out
+                    seq += 1
+                    q.push(Run(n, 0, False, seq), n, 0, w[n], False)
+        got = q.pop()
+        assert got is not None
+        starts.append(got.tenant)
+    for i in names:
+        for j in names:
+            if i >= j:
+                continue
+            since = max(join[i], join[j])
+            n_i = n_j = 0
+            for t in starts[since:]:
+                n_i += t == i
+                n_j += t == j
+                assert abs(n_i / w[i] - n_j / w[j]) <= 1 / w[i] + 1 / w[j] + 1e-9, (i, j)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("arrive"),
+                st.sampled_from(TENANTS),
+                st.integers(0, 3),
+                st.integers(1, 6),
+            ),
+            st.tuples(st.just("finish"), st.integers(0, 50), st.just(0), st.just(0)),
+        ),
+        max_size=80,
+    ),
+    slots=st.integers(1, 6),
+    caps=st.lists(st.one_of(st.none(), st.integers(0, 3)), min_size=4, max_size=4),
+    paid=st.lists(st.booleans(), min_size=4, max_size=4),
+    ws=st.lists(weights, min_size=4, max_size=4),
+)
+def test_any_sequence_of_arrivals_and_completions(
+    ops: list[tuple[str, object, int, int]],
+    slots: int,
+    caps: list[int | None],
+    paid: list[bool],
+    ws: list[float],
+) -> None:
+    cap = dict(zip(TENANTS, caps, strict=True))
+    is_paid = dict(zip(TENANTS, paid, strict=True))
+    w = dict(zip(TENANTS, ws, strict=True))
+    q: FairQueue[Run] = FairQueue()
+    gate = TenantGate()
+    waiting: list[Run] = []  # the model: what the queue holds
+    running: list[Run] = []
+    seq = 0
+
+    def startable(tenant: str) -> bool:
+        return gate.refusal(tenant, cap[tenant], None, 0) is None
+
+    def fill() -> None:
+        while len(running) < slots:
+            got = q.pop(startable)
+            if got is None:
+                break
+            # the most urgent (tier, class) of the runs that may start
+            may = [r for r in waiting if startable(r.tenant)]
+            assert (got.tier, not got.paid) == min((r.tier, not r.paid) for r in may)
+            waiting.remove(got)
+            running.append(got)
+            gate.started(got.tenant, None, 0)
+            assert cap[got.tenant] is None or gate.running[got.tenant] <= cap[got.tenant]
+        # work-conserving: a free slot left only when nothing waiting may start
+        if len(running) < slots:
+            assert not [r for r in waiting if startable(r.tenant)]
+        assert len(q) == len(waiting)
+
+    for op, a, b, c in ops:
+        if op == "arrive":
+            tenant = str(a)
+            for _ in range(c):
+                seq += 1
+                run = Run(tenant, b, is_paid[tenant], seq)
+                waiting.append(run)
+                q.push(run, tenant, b, w[tenant], is_paid[tenant])
+        elif running:
+            done = running.pop(int(str(a)) % len(running))
+            gate.finished(done.tenant)
+        fill()
+    per = Counter(r.tenant for r in running)
+    for tenant, n in per.items():
+        assert cap[tenant] is None or n <= cap[tenant]
+
+
+def test_a_tenant_held_at_its_limit_banks_no_credit() -> None:
+    """While `a` is at its limit `b` takes every slot; once `a` may start again it gets its
+    share from then on, not a burst owed for the time it waited."""
+    q: FairQueue[str] = FairQueue()
+    for i in range(100):
+        q.push(f"a{i}", "a", 0, 1.0, False)
+        q.push(f"b{i}", "b", 0, 1.0, False)
+    for _ in range(40):
+        got = q.pop(lambda t: t != "a")
+        assert got is not None and got.startswith("b")
+    after = [q.pop() for _ in range(20)]
+    assert sum(1 for x in after if x and x.startswith("a")) <= 11
+
+
+def test_a_rate_limit_refills() -> None:
+    gate = TenantGate()
+    assert gate.refusal("a", None, 2.0, 0) is None
+    gate.started("a", 2.0, 0)
+    gate.started("a", 2.0, 0)
+    assert gate.refusal("a", None, 2.0, 0) == "max_starts_per_s"
+    assert gate.refusal("a", None, 2.0, 499) == "max_starts_per_s"
+    assert gate.refusal("a", None, 2.0, 500) is None
+
+
+def test_the_workers_part_of_a_fleet_limit() -> None:
+    assert worker_part(None, 3) is None
+    assert worker_part(0, 3) == 0  # nothing is a real limit
+    assert worker_part(10, 3) == 4  # rounded up
+    assert worker_part(2, 5) == 1  # at least one each
+    assert worker_part(7, 0) == 7  # no live workers read yet: this one
+
+
+def test_a_tenant_alone_holds_half_the_budget_and_shares_by_weight() -> None:
+    assert held_share(1000, 1.0, []) == 500
+    assert held_share(1000, 3.0, [1.0]) == 600
+    assert held_share(1000, 1.0, [3.0]) == 200
+    assert held_share(1, 1.0, [1.0]) == 1
