@@ -55,13 +55,13 @@ from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 
 from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.defaults import KILL_GRACE_MS
-from kit.core.dispatch import TimerWheel, catch_up_order
+from kit.core.dispatch import TimerWheel, catch_up_order, tier_rank
 from kit.core.durations import LeaseBounds
-from kit.core.fair_share import FairQueue, held_share
+from kit.core.fair_share import FairQueue, fair_order, held_share
 from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.output import Output
 from kit.core.partitions import PARTITION_COUNT
-from kit.core.tenancy import OPEN, TenantsPolicy
+from kit.core.tenancy import OPEN, TenantClass, TenantsPolicy
 from kit.core.timeutil import to_epoch_ms
 from kit.crash import crash_point
 from kit.store.claims import (
@@ -804,9 +804,23 @@ class Worker:
             else:
                 self._pool.submit(self._execute, entry)
         if on_loop:
+            if self.fair_share and len(on_loop) > 1:
+                on_loop = self._loop_order(on_loop)
             self._task_loop.submit(on_loop)  # type: ignore[union-attr]
         if inline:
             self._execute_inline(inline)
+
+    def _loop_order(self, entries: list[_InFlight]) -> list[_InFlight]:
+        """The task loop's tasks ask for their places in the order they are handed over:
+        in the fair queue's order (kit.core.fair_share.fair_order), not arrival's."""
+        policy = self.shares.policy()
+
+        def paid(tenant: str) -> bool:
+            return policy.for_tenant(tenant).tenant_class is TenantClass.paid
+
+        return fair_order(
+            entries, _tenant_of, lambda e: tier_rank(e.run.priority), policy.weight, paid
+        )
 
     def _pool_waits(self, entry: _InFlight) -> None:
         """A pool run whose second has come waits in the fair queue; the pool gets a turn,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kit.core.fair_share import FairQueue, TenantGate, held_share, worker_part
+from kit.core.fair_share import FairQueue, TenantGate, fair_order, held_share, worker_part
 
 TENANTS = ["a", "b", "c", "d"]
 
@@ -179,3 +179,29 @@ def test_a_tenant_alone_holds_half_the_budget_and_shares_by_weight() -> None:
     assert held_share(1000, 3.0, [1.0]) == 600
     assert held_share(1000, 1.0, [3.0]) == 200
     assert held_share(1, 1.0, [1.0]) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    runs=st.lists(st.tuples(st.sampled_from(TENANTS), st.integers(0, 2)), min_size=0, max_size=60),
+    ws=st.lists(weights, min_size=4, max_size=4),
+    paid=st.sets(st.sampled_from(TENANTS)),
+)
+def test_a_batch_in_fair_order_is_the_order_a_queue_starts_it(
+    runs: list[tuple[str, int]], ws: list[float], paid: set[str]
+) -> None:
+    """fair_order (the task loop's handover) agrees with FairQueue.pop over a batch that
+    arrives at once: one rule of who goes first, in two shapes."""
+    w = dict(zip(TENANTS, ws, strict=True))
+    batch = [Run(t, tier, t in paid, i) for i, (t, tier) in enumerate(runs)]
+    q: FairQueue[Run] = FairQueue()
+    for r in batch:
+        q.push(r, r.tenant, r.tier, w[r.tenant], r.paid)
+    popped = [q.pop() for _ in batch]
+    ordered = fair_order(
+        batch, lambda r: r.tenant, lambda r: r.tier, w.__getitem__, paid.__contains__
+    )
+    if len({r.tenant for r in batch}) < 2:
+        assert ordered == batch  # one tenant: arrival order, as before
+    else:
+        assert ordered == popped
