@@ -22,8 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
-import time
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -36,6 +34,7 @@ from kit.core.task_policy import DENY_ALL, TaskPolicy
 from kit.tasks.context import RunContext, TaskResult
 from kit.tasks.egress import AllowList
 from kit.tasks.registry import execute, execute_async
+from kit.tasks.watched import WatchedFile
 
 log = logging.getLogger(__name__)
 SETTING = "task_policy_file"
@@ -60,48 +59,26 @@ def read_policy(path: Path, http_allow_hosts: str = "") -> TaskPolicy:
     return policy
 
 
-class PolicySource:
+class PolicySource(WatchedFile[TaskPolicy]):
     """The current policy: a fixed one, or the operator's file re-read when it changes."""
 
     def __init__(self, path: str | os.PathLike[str] | None, http_allow_hosts: str = "") -> None:
-        self._path = Path(path) if path else None
-        self._allow = http_allow_hosts
-        self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
-        self._checked_at = time.monotonic()
-        self._policy = TaskPolicy(http_allow_hosts=http_allow_hosts)
-        if self._path is not None:
-            self._policy = read_policy(self._path, http_allow_hosts)  # fail at start
-            self._stamp = self._stat()
+        super().__init__(
+            path,
+            lambda p: read_policy(p, http_allow_hosts),
+            empty=TaskPolicy(http_allow_hosts=http_allow_hosts),
+            closed=lambda: TaskPolicy(http_allow_hosts=http_allow_hosts),
+            recheck_s=lambda: RECHECK_S,  # looked up at each call (tests set it to 0)
+            log=log,
+            what="task policy",
+            closed_means="no command runs until it is fixed",
+        )
 
     @classmethod
     def fixed(cls, policy: TaskPolicy) -> PolicySource:
         source = cls(None, policy.http_allow_hosts)
         source._policy = policy
         return source
-
-    def _stat(self) -> tuple[int, int] | None:
-        try:
-            st = self._path.stat()  # type: ignore[union-attr]
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size)
-
-    def current(self) -> TaskPolicy:
-        if self._path is None or time.monotonic() - self._checked_at < RECHECK_S:
-            return self._policy
-        stamp = self._stat()
-        with self._lock:
-            self._checked_at = time.monotonic()
-            if stamp != self._stamp:
-                self._stamp = stamp
-                try:
-                    self._policy = read_policy(self._path, self._allow)
-                    log.info("task policy reloaded from %s", self._path)
-                except FieldError as exc:
-                    self._policy = TaskPolicy(http_allow_hosts=self._allow)
-                    log.error("task policy: %s; no command runs until it is fixed", exc.reason)
-            return self._policy
 
 
 def local_run_as() -> str | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
 import tomllib
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from pathlib import Path
 from kit.core.dispatch import PRIORITY_TIERS
 from kit.core.errors import FieldError
 from kit.core.tenancy import FAIL_CLOSED, OPEN, TenantsPolicy
+from kit.tasks.watched import WatchedFile
 
 log = logging.getLogger(__name__)
 SETTING = "tenant_policy_file"
@@ -46,7 +46,7 @@ def read_tenants(path: Path) -> TenantsPolicy:
         raise FieldError(SETTING, f"{path}: {exc.field}: {exc.reason}") from None
 
 
-class TenantPolicySource:
+class TenantPolicySource(WatchedFile[TenantsPolicy]):
     """The current tenant policy: a fixed one, or the operator's file re-read when it
     changes. `current` is what the API and the worker call (a `Callable[[], TenantsPolicy]`)."""
 
@@ -55,50 +55,23 @@ class TenantPolicySource:
         path: str | os.PathLike[str] | None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._path = Path(path) if path else None
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
-        self._checked_at = self._clock()
-        self._policy = OPEN
-        self.failed: str | None = None  # why the edited file was refused, while it is
-        if self._path is not None:
-            self._policy = read_tenants(self._path)  # fail at start
-            self._stamp = self._stat()
+        super().__init__(
+            path,
+            read_tenants,
+            empty=OPEN,
+            closed=lambda: FAIL_CLOSED,
+            recheck_s=lambda: RECHECK_S,
+            log=log,
+            what="tenant policy",
+            closed_means="no job is created and no run started until it is fixed",
+            clock=clock,
+        )
 
     @classmethod
     def fixed(cls, policy: TenantsPolicy) -> TenantPolicySource:
         source = cls(None)
         source._policy = policy
         return source
-
-    def _stat(self) -> tuple[int, int] | None:
-        try:
-            st = self._path.stat()  # type: ignore[union-attr]
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size)
-
-    def current(self) -> TenantsPolicy:
-        if self._path is None or self._clock() - self._checked_at < RECHECK_S:
-            return self._policy
-        stamp = self._stat()
-        with self._lock:
-            self._checked_at = self._clock()
-            if stamp != self._stamp:
-                self._stamp = stamp
-                try:
-                    self._policy = read_tenants(self._path)
-                    self.failed = None
-                    log.info("tenant policy reloaded from %s", self._path)
-                except FieldError as exc:
-                    self._policy = FAIL_CLOSED
-                    self.failed = exc.reason
-                    log.error(
-                        "tenant policy: %s; no job is created and no run started until it is fixed",
-                        exc.reason,
-                    )
-            return self._policy
 
 
 def tenant_policy_source(path: str) -> TenantPolicySource:
