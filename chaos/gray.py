@@ -120,18 +120,24 @@ def task_mid_work(
     min_age_s: float = 0.5,
     max_age_s: float = 1.5,
     watch_s: float = WATCH_S,
+    job_class: str | None = None,
 ) -> tuple[str, LedgerLine] | None:
-    """Wait for a task (of `worker`, or any live one) that started between `min_age_s`
-    and `max_age_s` ago and has made no effect yet: a long task mid-work. Returns its
-    worker and start line, or None when none came within `watch_s`."""
+    """Wait for a task (of `worker`, or any live one; of a job of `job_class` if given)
+    that started between `min_age_s` and `max_age_s` ago and has made no effect yet: a
+    long task mid-work. Returns its worker and start line, or None when none came within
+    `watch_s`. The class matters on a loaded machine, where a short task (`slow`, 0.8 s)
+    can still be effect-less past `min_age_s` and end before the fault it was found for."""
     starts = ctx.tail("exec.log")
     effects = ctx.tail("effects.log")
     seen: dict[str, LedgerLine] = {}
     done: set[str] = set()
+    classes: dict[str, str | None] = {}
     deadline = time.monotonic() + watch_s
     while time.monotonic() < deadline:
         for line in starts.new():
-            if line.event == "start":
+            if line.event == "start" and (
+                job_class is None or _class_of(ctx, line.key, classes) == job_class
+            ):
                 seen[line.key] = line
         done.update(line.key for line in effects.new())
         now_ms = ctx.now_ms()
@@ -145,6 +151,20 @@ def task_mid_work(
                     return owner, line
         time.sleep(0.02)
     return None
+
+
+def _class_of(ctx: DrillContext, run_id: str, known: dict[str, str | None]) -> str | None:
+    """The workload class of the run's job (`key-long-3` is of `long`), None if unknown."""
+    if run_id not in known:
+        with ctx.engine.connect() as conn:
+            job_id = conn.execute(
+                text("SELECT job_id FROM runs WHERE run_id = CAST(:run AS uuid)"),
+                {"run": run_id},
+            ).scalar()
+        job = ctx.workload.jobs.get(str(job_id)) if job_id is not None else None
+        parts = job.name.split("-") if job is not None else []
+        known[run_id] = parts[1] if len(parts) >= 3 else None
+    return known[run_id]
 
 
 def last_renewal_ms(ctx: DrillContext, run_id: str) -> int | None:

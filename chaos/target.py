@@ -20,8 +20,9 @@ machine, the commands that stop and start it.
     start = "aws ec2 start-instances --instance-ids i-0123"
 
 The drill makes its token in the database (tenant `chaos`: the fleet's task policy must
-let it run /bin/sh), installs its write witness there for the drill's length (triggers on
-`runs` and `triggers`, removed at the end), runs the same workload, and audits with the
+let it run /bin/sh, and its tenant policy grant it the `critical` tier), installs its
+write witness there for the drill's length (triggers on `runs` and `triggers`, removed
+at the end), runs the same workload, and audits with the
 same ledger: the tasks write it on the workers, so `ledger_dir` and `journal_dir` must be
 one filesystem for the workers and this machine (a shared mount; on one host, a path).
 """

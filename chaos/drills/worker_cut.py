@@ -56,7 +56,9 @@ class WorkerCut(Drill):
         if index % 2 == 0:
             link, hold_s = "postgres", lease_s + rng.uniform(0.5, 4.0)
             if (
-                gray.task_mid_work(ctx, CUT_WORKER, min_age_s=1.2, max_age_s=3.0, watch_s=30.0)
+                gray.task_mid_work(
+                    ctx, CUT_WORKER, min_age_s=1.2, max_age_s=3.0, watch_s=30.0, job_class="long"
+                )
                 is None
             ):
                 ctx.notes.append(f"cycle {index}: no long task of {CUT_WORKER}; cut anyway")

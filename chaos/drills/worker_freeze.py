@@ -34,7 +34,9 @@ class WorkerFreeze(Drill):
     def cycle(self, ctx: DrillContext, index: int) -> None:
         rng = ctx.rng
         lease_s = ctx.timings.run_lease_ttl_ms / 1000
-        found = gray.task_mid_work(ctx, min_age_s=1.2, max_age_s=2.5, watch_s=20.0)
+        found = gray.task_mid_work(
+            ctx, min_age_s=1.2, max_age_s=2.5, watch_s=20.0, job_class="long"
+        )
         if found is None:
             ctx.notes.append(f"cycle {index}: no long task mid-work; froze a worker anyway")
             victim = rng.choice([w for w in ctx.worker_names() if w not in ctx.down])

@@ -35,6 +35,7 @@ from chaos.workload import JobClass, Shape, Workload
 from kit.core.crash_points import SETTING
 from kit.store.tokens import token_create
 from kit.tasks.policy import local_policy_toml, local_run_as
+from kit.tasks.tenant_policy import local_tenants_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 TENANT = "chaos"  # the drills' tenant: chaos.history reads its runs
@@ -126,6 +127,8 @@ class CrashFleet:
         self.token = token_create(self.engine, TENANT, ("read", "write", "command")).token
         policy = self.out / "tasks.toml"
         policy.write_text(local_policy_toml(TENANT, ["/bin/sh"]))
+        tenants = self.out / "tenants.toml"
+        tenants.write_text(local_tenants_toml([TENANT]))  # the workload uses every tier
         port = _free_port()
         env = {
             k: v
@@ -138,6 +141,7 @@ class CrashFleet:
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
             "CRONFLEET_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
             "CRONFLEET_TASK_POLICY_FILE": str(policy),
+            "CRONFLEET_TENANT_POLICY_FILE": str(tenants),
             "CRONFLEET_EXECUTION_JOURNAL_DIR": str(self.out / "journal"),
             "CRONFLEET_API_PORT": str(port),
             "CRONFLEET_MAINTENANCE_PERIOD_MS": "1000",

@@ -300,6 +300,7 @@ class LocalFleet:
     wheel: Path
     sha256: str
     task_policy: str = ""
+    tenant_policy: str = ""
     run_as_users: tuple[str, ...] = ()
     roles: list[str] = field(default_factory=fleet_roles)
     extra_settings: dict[str, str] = field(default_factory=dict)
@@ -395,6 +396,7 @@ class LocalFleet:
             "migrate_wait_s": 180,
             "settings_env": "\n".join(f"{k}='{settings[k]}'" for k in sorted(settings)),
             "task_policy_b64": _b64(self.task_policy),
+            "tenant_policy_b64": _b64(self.tenant_policy),
             "run_as_users": " ".join(self.run_as_users),
         }
         values.update(override)

@@ -269,6 +269,29 @@ def test_a_bad_task_policy_stops_the_boot(
     assert not (m.root / "etc/secrets.env").exists()  # stopped before the service's gates
 
 
+def test_a_bad_tenant_policy_stops_the_boot(
+    tmp_path: Path, database: Database, release: tuple[Path, str]
+) -> None:
+    """The module's tenant policy is checked at boot like the task policy: one line naming
+    the entry, and no service started on a policy the kit would refuse."""
+    wheel, sha256 = release
+    fleet = LocalFleet(
+        tmp_path,
+        database.name,
+        database.owner,
+        database.app_user,
+        wheel,
+        sha256,
+        tenant_policy="[tenants.acme]\nweight = 0\n",
+        roles=["api"],
+    )
+    m = fleet.machines["api"]
+    out = fleet.boot_here("api", timeout=300)
+    assert out.returncode != 0
+    assert "tenant policy refused" in out.stderr and "tenants.acme.weight" in out.stderr, out.stderr
+    assert not (m.root / "etc/secrets.env").exists()  # stopped before the service's gates
+
+
 def _only_the_kit_installed(root: Path) -> None:
     """The machine's venv holds the kit and what its services need: the model's, the
     drills' and the load tests' libraries are extras, and their commands say so."""

@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from chaos.drill import Timings
+from kit.tasks.tenant_policy import local_tenants_toml
 from tests.deploy.conftest import Database
 from tests.deploy.local_fleet import LocalFleet
 
@@ -77,6 +78,7 @@ def test_machine_kill_drill_through_a_target_file(
         wheel,
         sha256,
         task_policy=POLICY,
+        tenant_policy=local_tenants_toml(["chaos"]),  # the workload uses every tier
         run_as_users=("nobody",),
         extra_settings=settings,
     )

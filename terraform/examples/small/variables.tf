@@ -43,6 +43,17 @@ variable "task_policy" {
   }
 }
 
+variable "tenant_policy" {
+  type        = string
+  description = "Your tenant policy's TOML (docs/tenants.md: weights, paid or free, tiers and limits per tenant); empty: every tenant gets the defaults. Load a file of it with file()."
+  default     = ""
+
+  validation {
+    condition     = var.tenant_policy == "" || can(regex("\\[(defaults|tenants\\.)", var.tenant_policy))
+    error_message = "tenant_policy: TOML with [defaults] or [tenants.<name>] tables, or empty."
+  }
+}
+
 variable "task_run_as_users" {
   type        = list(string)
   description = "The run_as users your task policy names (created on the machines)."

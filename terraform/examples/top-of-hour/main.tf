@@ -75,6 +75,7 @@ module "fleet" {
   pip_index_url       = var.pip_index_url
 
   task_policy       = var.task_policy
+  tenant_policy     = var.tenant_policy
   task_run_as_users = var.task_run_as_users
   http_allow_hosts  = var.http_allow_hosts
 

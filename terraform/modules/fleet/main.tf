@@ -67,6 +67,7 @@ locals {
     migrate_wait_s      = 900
     settings_env        = local.settings_env
     task_policy_b64     = var.task_policy == "" ? "" : base64encode(var.task_policy)
+    tenant_policy_b64   = var.tenant_policy == "" ? "" : base64encode(var.tenant_policy)
     run_as_users        = join(" ", var.task_run_as_users)
   }
 

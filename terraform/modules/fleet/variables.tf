@@ -244,6 +244,17 @@ variable "task_policy" {
   }
 }
 
+variable "tenant_policy" {
+  type        = string
+  description = "The operator's tenant policy, the TOML text of CRONFLEET_TENANT_POLICY_FILE (docs/tenants.md: weights, paid or free, priority tiers, limits per tenant); written to every machine, checked by the kit at boot. Empty: every tenant gets the defaults (all tiers but critical, no limit)."
+  default     = ""
+
+  validation {
+    condition     = var.tenant_policy == "" || can(regex("\\[(defaults|tenants\\.)", var.tenant_policy))
+    error_message = "tenant_policy: TOML with [defaults] or [tenants.<name>] tables (the kit checks the rest at boot), or empty."
+  }
+}
+
 variable "task_run_as_users" {
   type        = list(string)
   description = "System users the task policy's run_as names: created on every machine; when any is set the workers run as root to switch to them (docs/security.md)."
@@ -474,9 +485,9 @@ variable "settings" {
 
   validation {
     condition = alltrue([
-      for k, v in var.settings : (can(regex("^CRONFLEET_[A-Z0-9_]+$", k)) && !contains(["CRONFLEET_DATABASE_URL", "CRONFLEET_HOME", "CRONFLEET_TASK_POLICY_FILE"], k) && !can(regex("['\\n]", v)))
+      for k, v in var.settings : (can(regex("^CRONFLEET_[A-Z0-9_]+$", k)) && !contains(["CRONFLEET_DATABASE_URL", "CRONFLEET_HOME", "CRONFLEET_TASK_POLICY_FILE", "CRONFLEET_TENANT_POLICY_FILE"], k) && !can(regex("['\\n]", v)))
     ])
-    error_message = "settings: keys CRONFLEET_* (not DATABASE_URL, HOME or TASK_POLICY_FILE, which the bootstrap writes), values without quotes or newlines."
+    error_message = "settings: keys CRONFLEET_* (not DATABASE_URL, HOME, TASK_POLICY_FILE or TENANT_POLICY_FILE, which the bootstrap writes), values without quotes or newlines."
   }
 }
 
