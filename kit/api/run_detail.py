@@ -27,8 +27,9 @@ router = APIRouter(prefix="/v1", dependencies=[Depends(principal)], tags=["runs"
 class AttemptOut(BaseModel):
     attempt: int
     outcome: str = Field(
-        description="`failed` for an attempt that failed; else the run's status (`claimed`, "
-        "`running`, `succeeded`, ...)"
+        description="`failed` for an attempt that failed; `preempted` for one stopped to give "
+        "its slot to a paid tenant's run (the same attempt number runs again); else the "
+        "run's status (`claimed`, `running`, `succeeded`, ...)"
     )
     due_at: datetime | None = Field(description="when the attempt was due: schedule or retry")
     claimed_at: datetime | None

@@ -159,6 +159,9 @@ TRANSITIONS: tuple[TransitionRule, ...] = (
         _S.running, "release", _S.running, "token matches; lease ends now (worker stopping)"
     ),
     TransitionRule(_S.running, "return", _S.pending, "token matches; its task never started"),
+    TransitionRule(
+        _S.running, "preempt", _S.pending, "token matches; stopped for a paid run; same attempt"
+    ),
     TransitionRule(_S.running, "finish_ok", _S.succeeded, "token matches"),
     TransitionRule(
         _S.running, "finish_retry", _S.retry_scheduled, "token matches; failed; retry_at given"
@@ -325,6 +328,18 @@ def return_run(run: RunLease, token: str, started: bool) -> Transition:
     if started:
         return _no(run, "its task started: release it instead (the attempt counts)")
     return _move(run, "return", token=None, worker=None, expires_at_ms=None)
+
+
+def preempt_run(run: RunLease, token: str) -> Transition:
+    """A worker stopped the run's task to give its slot to a paid tenant's run
+    (kit.core.preemption): pending again at the same attempt, started or not. The attempt
+    was cut short by the fleet, not failed by the task, so it costs nothing of the run's
+    retry budget; to be published again."""
+    if run.status is not RunStatus.running:
+        return _no(run, f"not running: status is {run.status.value}")
+    if token != run.token:
+        return _no(run, "stale token")
+    return _move(run, "preempt", token=None, worker=None, expires_at_ms=None)
 
 
 def finish_run(

@@ -684,6 +684,55 @@ def runs_return(
     return [pointer_of(row) for row in rows]
 
 
+_PREEMPT = f"""
+UPDATE runs r SET status = 'pending', lease_token = NULL, lease_expires_at = NULL,
+    worker_id = NULL, dispatched_at = {NOW}, claimed_at = NULL, attempt_started_at = NULL,
+    started_at = CASE WHEN r.attempt = 1 THEN NULL ELSE r.started_at END,
+    error = CAST(:error AS text),
+    errors = r.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', r.attempt, 'preempted', true, 'error', CAST(:error AS text),
+        'finished_at', {NOW}, 'claimed_at', r.claimed_at,
+        'started_at', {_ATTEMPT_STARTED.format(ms="h.started_ms")},
+        'worker_id', r.worker_id, 'due_at', greatest(r.scheduled_at, r.retry_at)))
+FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]), CAST(:started AS bigint[]))
+    AS h(run_id, token, started_ms)
+WHERE r.run_id = h.run_id AND r.lease_token = h.token AND r.status = 'running' AND {IN_BATCH}
+RETURNING r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority
+"""
+
+
+def runs_preempt(
+    engine: Engine,
+    leases: Sequence[tuple[str, str]],
+    error: str,
+    started_ms: Mapping[str, int] | None = None,
+    now: datetime | None = None,
+) -> list[RunPointer]:
+    """Give back runs whose task the worker stopped for a paid tenant's run
+    (kit.core.leases.preempt_run): pending again at the same attempt (no retry, no
+    backoff, no dead letter), marked published for the caller to publish again (or the
+    reaper). `error` says why on the run and in its history, as an entry marked
+    `preempted` that is not a failed attempt (kit.store.run_detail). A first attempt's
+    start is cleared: the run's start, and its lag, are those of the attempt that runs to
+    its end. Returns what was given back."""
+    if not leases:
+        return []
+    run_ids = [r for r, _ in leases]
+    with engine.begin() as conn:
+        rows = conn.execute(
+            text(_PREEMPT),
+            {
+                "run_ids": run_ids,
+                "tokens": [t for _, t in leases],
+                "started": started_array(run_ids, started_ms),
+                "error": storable_text(error),
+                "now": now,
+                **batch_bounds(run_ids),
+            },
+        ).all()
+    return [pointer_of(row) for row in rows]
+
+
 def runs_release(
     engine: Engine, leases: Sequence[tuple[str, str]], now: datetime | None = None
 ) -> int:

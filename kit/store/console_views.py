@@ -253,7 +253,8 @@ _FAILS = (
     + f"""
 SELECT {_BUCKET.format(col="CAST(e ->> 'finished_at' AS timestamptz)")} AS b, count(*) AS n
 FROM r CROSS JOIN LATERAL jsonb_array_elements(r.errors) AS e
-WHERE CAST(e ->> 'finished_at' AS timestamptz) >= :start
+WHERE e -> 'preempted' IS NULL  -- stopped for a paid run: not a failed attempt
+  AND CAST(e ->> 'finished_at' AS timestamptz) >= :start
   AND CAST(e ->> 'finished_at' AS timestamptz) < :end
 GROUP BY 1
 """

@@ -3,7 +3,9 @@ with its times, worker and outcome, and each attempt's output while it is kept.
 
 A failed attempt is an entry of the run's error history (written by the finish or the
 reaper in the same statement that ended it: its claim, start, due time, worker, end and
-error); the current attempt is the run row's own columns. Outputs are rows of
+error); so is an attempt stopped for a paid tenant's run (`preempted`, kit.store.claims.
+runs_preempt), which is not a failure: the same attempt runs again. The current attempt
+is the run row's own columns. Outputs are rows of
 `run_outputs` by (run id, attempt), expired under their own retention.
 """
 
@@ -26,7 +28,9 @@ from kit.store.switches import held_by
 @dataclass(frozen=True)
 class Attempt:
     attempt: int
-    outcome: str  # a run state for the current attempt; `failed` for one that failed
+    # a run state for the current attempt; `failed` for one that failed; `preempted` for
+    # one stopped for a paid run (the same attempt number runs again)
+    outcome: str
     due_at: datetime | None
     claimed_at: datetime | None
     started_at: datetime | None
@@ -62,7 +66,7 @@ def attempts_of(run: RunRecord, errors: list[dict[str, Any]]) -> list[Attempt]:
     made = [
         Attempt(
             attempt=int(e["attempt"]),
-            outcome="failed",
+            outcome="preempted" if e.get("preempted") else "failed",
             due_at=_instant(e.get("due_at")),
             claimed_at=_instant(e.get("claimed_at")),
             started_at=_instant(e.get("started_at")),
@@ -73,7 +77,7 @@ def attempts_of(run: RunRecord, errors: list[dict[str, Any]]) -> list[Attempt]:
         for e in errors
         if isinstance(e, dict) and "attempt" in e
     ]
-    done = {a.attempt for a in made}
+    done = {a.attempt for a in made if a.outcome == "failed"}
     status = run.status
     never_held = status in (RunStatus.skipped, RunStatus.cancelled) and run.claimed_at is None
     if run.attempt not in done and not never_held:

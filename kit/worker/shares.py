@@ -59,6 +59,13 @@ class TenantMetrics:
             ["tenant", "reason"],
             registry=r,
         )
+        self.preempted = Counter(
+            "cronfleet_tenant_preempted",
+            "Runs of this tenant stopped on this worker to give their slot to a paid "
+            "tenant's run, given back at the same attempt (kit.core.preemption)",
+            ["tenant"],
+            registry=r,
+        )
         self.sent_back = Counter(
             "cronfleet_worker_tenant_sent_back",
             "Runs put back at the tail of their topic: the tenant held more than its share "
@@ -159,6 +166,18 @@ class Shares:
     def finished(self, tenant: str) -> None:
         with self.lock:
             self.gate.finished(tenant)
+
+    def waiting_startable(self, queue: FairQueue[T]) -> list[tuple[str, str, int]]:
+        """(tenant, tier rank, runs) waiting in `queue` whose tenant may start a run now
+        (one at a limit could not take a freed slot)."""
+        policy = self.policy()
+        now_ms = int(time.monotonic() * 1000)
+        with self.lock:
+            return [
+                (tenant, tier, n)
+                for (tier, tenant), n in queue.waiting().items()
+                if self._refusal(tenant, policy, now_ms) is None
+            ]
 
     def show_waiting(self, queues: list[FairQueue[T]]) -> None:
         """Set the waiting gauges from the queues now (called about once a second)."""

@@ -61,6 +61,7 @@ from kit.core.fair_share import FairQueue, fair_order, held_share
 from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.output import Output
 from kit.core.partitions import PARTITION_COUNT
+from kit.core.preemption import Running, Waiting, to_preempt
 from kit.core.tenancy import OPEN, TenantClass, TenantsPolicy
 from kit.core.timeutil import to_epoch_ms
 from kit.crash import crash_point
@@ -76,6 +77,7 @@ from kit.store.claims import (
     runs_finish_ok,
     runs_heartbeat,
     runs_mark_published,
+    runs_preempt,
     runs_release,
     runs_return,
 )
@@ -284,6 +286,7 @@ class _InFlight:
     done: bool = False  # the task returned: its outcome is written, whatever happens next
     fenced: bool = False  # lease not confirmed in time: stopped and given back
     releasing: bool = False  # shutdown gave up on it: release, do not finish
+    preempted: bool = False  # stopped for a paid run: given back at the same attempt
     counted_out: bool = False  # left the worker's waiting count (it began, or never will)
     slotted: bool = True  # needs a slot (pool or loop) to start: not an inline task
     due_waiting: bool = False  # its second has come and it waits to begin
@@ -430,6 +433,7 @@ class Worker:
         self.shares = Shares(tenants, lambda: self.link.live_workers, self.metrics.tenants)
         self._pool_queue: FairQueue[_InFlight] = FairQueue()
         self._owed_turns = 0  # pool turns that found no run they may start
+        self._on_pool: dict[str, _InFlight] = {}  # runs a pool turn took: each holds a thread
         self._held_by: dict[str, int] = {}  # runs needing a slot held unstarted, by tenant
         self._sent_back: dict[str, str] = {}  # run id -> tenant: read past, over its share
         self._shown_at = 0.0  # monotonic: the tenants' waiting gauges were set then
@@ -768,11 +772,14 @@ class Worker:
                 self._start(due)
             finally:
                 self._starting.clear()
+            if self.fair_share:
+                self._preempt()
 
     def _tend_shares(self) -> None:
         """On the hold thread: pay owed pool turns; once a second, the tenants' gauges."""
         if self._owed_turns:
             self._pay_owed()
+        self._preempt()
         now = time.monotonic()
         if now - self._shown_at >= 1.0:
             self._shown_at = now
@@ -836,11 +843,85 @@ class Worker:
             with self.shares.lock:
                 self._owed_turns += 1
             return
+        with self._lock:
+            self._on_pool[entry.run.run_id] = entry
         try:
             self._execute(entry)
         finally:
+            with self._lock:
+                self._on_pool.pop(entry.run.run_id, None)
             self.shares.finished(entry.run.tenant)
             self._pay_owed()
+
+    def _preempt(self) -> None:
+        """On the hold thread: when every pool thread runs a run and paid tenants' runs
+        wait for one, stop the free runs kit.core.preemption.to_preempt picks, as a cancel
+        stops them; `_execute` then gives each back at the same attempt
+        (`_requeue_preempted`) and its thread takes the paid run. The task loop's places
+        are not preempted."""
+        if not len(self._pool_queue):
+            return
+        policy = self.shares.policy()
+
+        def paid(tenant: str) -> bool:
+            return policy.for_tenant(tenant).tenant_class is TenantClass.paid
+
+        with self._lock:
+            entries = list(self._on_pool.values())
+        if len(entries) < self.concurrency:
+            return
+        startable = self.shares.waiting_startable(self._pool_queue)
+        # a free run waiting in a more urgent tier takes the next slot: one stands for all
+        waiting = [
+            Waiting(paid(tenant), tier)
+            for tenant, tier, n in startable
+            for _ in range(min(n, self.concurrency) if paid(tenant) else 1)
+        ]
+        if not any(w.paid for w in waiting):
+            return
+        running = [
+            Running(
+                e.run.run_id,
+                paid(e.run.tenant),
+                tier_rank(e.run.priority),
+                e.started_ms if e.started_ms is not None else 2**62,
+                e.preempted,
+            )
+            for e in entries
+        ]
+        by_id = {e.run.run_id: e for e in entries}
+        for run_id in to_preempt(self.concurrency, running, waiting):
+            entry = by_id[run_id]
+            if entry.done or entry.releasing or entry.fenced:
+                continue
+            entry.preempted = True
+            entry.cancel.set()
+            self.metrics.tenants.preempted.labels(self.shares.label(entry.run.tenant)).inc()
+            log.info(
+                "run %s of tenant %s preempted: its slot goes to a paid tenant's run",
+                run_id,
+                entry.run.tenant,
+            )
+
+    def _requeue_preempted(self, entry: _InFlight) -> None:
+        """A preempted run's task has stopped: pending again at the same attempt and
+        published again (kit.store.claims.runs_preempt). If the database does not answer,
+        its lease runs out and the reaper re-queues it (that costs an attempt)."""
+        run = entry.run
+        started = {run.run_id: entry.started_ms} if entry.started_ms is not None else None
+        why = f"preempted: stopped on worker {self.worker_id} for a paid tenant's run"
+        try:
+            back = runs_preempt(self.engine, [(run.run_id, run.lease_token)], why, started)
+        except Exception as exc:
+            log.info("could not give back preempted run %s (%s)", run.run_id, exc)
+            return
+        entry.done = True
+        self.metrics.runs.labels("preempted").inc()
+        if back:
+            try:
+                publish_pointers(self.publisher, back)
+            except Exception:  # pending and marked: the reaper publishes it again
+                log.exception("publishing preempted run %s failed", run.run_id)
 
     def _pay_owed(self) -> None:
         """Give back the turns that found nothing they could start (a run ended, or a
@@ -968,6 +1049,9 @@ class Worker:
                     self._fence(entry, "lease not confirmed; its task was stopped")
                 if entry.fenced:
                     self._give_back(entry)
+                    return
+                if entry.preempted and not ok:  # a success made before the stop stands
+                    self._requeue_preempted(entry)
                     return
                 if entry.releasing:
                     return  # the shutdown gives it back

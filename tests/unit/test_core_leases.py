@@ -17,6 +17,7 @@ from kit.core.leases import (
     fenced_write_allowed,
     finish_run,
     heartbeat_run,
+    preempt_run,
     release_partition,
     release_run,
     render_state_table,
@@ -167,6 +168,7 @@ def _every_operation(run):
     yield cancel_run(run)
     for tok in ("t1", "other"):
         yield release_run(run, tok, 0)
+        yield preempt_run(run, tok)
         for started in (False, True):
             yield return_run(run, tok, started)
         yield heartbeat_run(run, tok, 0, TTL)
@@ -218,6 +220,7 @@ def test_release_and_return_refuse_another_token_and_a_run_not_running():
     for give_back in (
         lambda run, tok: release_run(run, tok, 2000),
         lambda run, tok: return_run(run, tok, False),
+        preempt_run,
     ):
         t = give_back(_running(), "t2")
         assert (t.accepted, t.reason, t.run) == (False, "stale token", _running())
@@ -233,6 +236,14 @@ def test_return_gives_an_unstarted_run_back_at_the_same_attempt_without_its_leas
     started = return_run(_running(), "t1", started=True)
     assert not started.accepted and started.run == _running()
     assert started.reason == "its task started: release it instead (the attempt counts)"
+
+
+def test_preempt_gives_a_started_run_back_at_the_same_attempt_without_its_lease():
+    # kit.store.claims.runs_preempt: the attempt was cut short for a paid run, not failed
+    t = preempt_run(_running(), "t1")
+    assert t.accepted and t.event == "preempt"
+    assert t.run == RunLease("r1", 3, RunStatus.pending, None, None, None)
+    assert claim_run(t.run, "w2", "t9", 3, 0, TTL).accepted  # claimed again at attempt 3
 
 
 # --- edges the full mutation run found unguarded

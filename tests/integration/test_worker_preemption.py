@@ -1,0 +1,144 @@
+"""Paid ahead of free with preemption, on the real PostgreSQL and Kafka: a worker whose
+slots are all running a free tenant's commands takes one back for a paid tenant's run
+due now (kit.core.preemption). The preempted command is stopped as a cancel stops it
+(SIGTERM to its process group, SIGKILL after the grace) and its run goes back to pending
+at the same attempt: it runs again and succeeds, with no retry, no dead letter. Nothing
+asserts a duration: the paid run's start is compared with the free runs' ends."""
+
+from __future__ import annotations
+
+import threading
+import tomllib
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine, text
+
+from kit.core.task_policy import TaskPolicy
+from kit.core.tenancy import TenantClass, TenantLimits, TenantsPolicy
+from kit.core.timeutil import to_epoch_ms
+from kit.settings import Settings
+from kit.store.run_detail import run_detail
+from kit.tasks.policy import PolicySource, local_policy_toml
+from kit.transport import RunMessage, RunPublisher, TieredConsumer
+from kit.worker.worker import Worker, task_executor
+from tests.integration.waiting import wait_until
+from tests.integration.worker_rows import make_job, make_run
+
+pytestmark = pytest.mark.integration
+FREE, PAID = "freeco", "paidco"
+SLOTS = 2
+FREE_S = 15  # each free command; the paid run must start long before any ends
+COMMANDS = PolicySource.fixed(
+    TaskPolicy.parse(
+        tomllib.loads(local_policy_toml(FREE, ["/bin/sh"]) + local_policy_toml(PAID, ["/bin/sh"]))
+    )
+)
+TENANTS = TenantsPolicy(tenants={PAID: TenantLimits(tenant_class=TenantClass.paid)})
+
+
+@pytest.fixture
+def worker(
+    settings: Settings, engine: Engine, prefix: str, publisher: RunPublisher
+) -> Iterator[Worker]:
+    consumer = TieredConsumer(
+        settings.kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", topic_prefix=prefix
+    )
+    w = Worker(
+        engine,
+        consumer,
+        publisher,
+        f"w-{uuid.uuid4().hex[:6]}",
+        concurrency=SLOTS,
+        lease_ttl_ms=30_000,
+        execute=task_executor(COMMANDS),
+        tenants=lambda: TENANTS,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=w.run, args=(stop, 5.0), daemon=True)
+    thread.start()
+    yield w
+    stop.set()
+    thread.join(timeout=30)
+    consumer.close()
+
+
+def command_runs(engine: Engine, tenant: str, seconds: int, n: int) -> list[RunMessage]:
+    """`n` runs due now of a job of `tenant` running `sleep seconds` in /bin/sh."""
+    task = {"type": "command", "argv": ["/bin/sh", "-c", f"sleep {seconds}"]}
+    job = make_job(engine, task, tenant=tenant, name=tenant, timeout_s=120)
+    now = datetime.now(UTC)
+    out = []
+    for i in range(n):
+        when = now + timedelta(milliseconds=i)
+        rid = make_run(engine, job, when, tenant=tenant)
+        out.append(RunMessage(rid, job, 1, to_epoch_ms(when), "normal"))
+    return out
+
+
+def rows(engine: Engine) -> dict[str, dict[str, object]]:
+    with engine.connect() as conn:
+        got = conn.execute(
+            text(
+                "SELECT run_id::text AS run_id, tenant, status, attempt, started_at, "
+                "finished_at, errors FROM runs"
+            )
+        ).mappings()
+        return {r["run_id"]: dict(r) for r in got}
+
+
+def first_start(row: dict[str, object]) -> datetime:
+    """When the run's first attempt began: its preempted attempt's, if it was preempted."""
+    for e in row["errors"]:  # type: ignore[attr-defined]
+        return datetime.fromisoformat(str(e["started_at"]))
+    return row["started_at"]  # type: ignore[return-value]
+
+
+def test_a_paid_run_due_on_a_worker_full_of_free_runs_takes_a_slot_back(
+    engine: Engine, publisher: RunPublisher, worker: Worker
+) -> None:
+    started = "cronfleet_worker_tenant_started_total"
+    free = command_runs(engine, FREE, FREE_S, SLOTS)
+    publisher.publish(free)
+    wait_until("the free runs fill the slots", lambda: worker.metrics.value(started, tenant=FREE))
+    wait_until(
+        "both slots run a free run",
+        lambda: worker.metrics.value(started, tenant=FREE) == SLOTS,
+        detail=lambda: str(rows(engine)),
+    )
+    paid = command_runs(engine, PAID, 1, 1)
+    publisher.publish(paid)
+
+    def succeeded() -> bool:
+        return all(r["status"] == "succeeded" for r in rows(engine).values())
+
+    wait_until("every run succeeded", succeeded, 90.0, lambda: str(rows(engine)))
+    got = rows(engine)
+    paid_row = got[paid[0].run_id]
+    free_rows = [got[m.run_id] for m in free]
+    # the paid run started while every free command was still running its first attempt:
+    # a `sleep FREE_S` cannot end sooner than FREE_S after it began (without preemption
+    # the paid run starts only once one has ended)
+    assert paid_row["attempt"] == 1 and paid_row["errors"] == []
+    first_starts = [first_start(r) for r in free_rows]
+    ends = [start + timedelta(seconds=FREE_S) for start in first_starts]
+    assert paid_row["started_at"] < min(ends), (paid_row, first_starts)  # type: ignore[operator]
+    # one free run was preempted: stopped, given back at the same attempt, run again
+    preempted = [r for r in free_rows if r["errors"]]
+    assert len(preempted) == 1, got
+    [entry] = preempted[0]["errors"]  # type: ignore[misc]
+    assert entry["preempted"] is True and entry["attempt"] == 1
+    assert entry["error"].startswith("preempted: "), entry
+    assert all(r["attempt"] == 1 for r in free_rows), got  # no attempt cost
+    detail = run_detail(engine, FREE, str(preempted[0]["run_id"]))
+    assert [(a.attempt, a.outcome) for a in detail.attempts] == [
+        (1, "preempted"),
+        (1, "succeeded"),
+    ]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM dead_letters")).scalar_one() == 0
+    assert worker.metrics.value("cronfleet_tenant_preempted_total", tenant=FREE) == 1
+    assert worker.metrics.value("cronfleet_tenant_preempted_total", tenant=PAID) == 0
+    assert worker.metrics.value(started, tenant=FREE) == SLOTS + 1  # the preempted one twice
