@@ -21,7 +21,9 @@ then CRONFLEET_RUN_ID / CRONFLEET_IDEMPOTENCY_KEY / CRONFLEET_ATTEMPT, which it 
 override.
 
 The run owns the group: on timeout or cancel the whole group gets SIGTERM, then
-SIGKILL after a short grace, so a child's children die with it; and when the command
+SIGKILL after a short grace, so a child's children die with it (a run preempted for a
+paid tenant's is stopped the same way, then runs again at the same attempt with the same
+CRONFLEET_RUN_ID / CRONFLEET_IDEMPOTENCY_KEY / CRONFLEET_ATTEMPT: docs/tenants.md); and when the command
 exits, members it left behind in the group are stopped the same way, so nothing of a
 run outlives it. That holds when the worker dies too, even by SIGKILL with no cleanup
 run: the worker's keeper process (see `_Keeper`) stops the group once the worker is gone,
