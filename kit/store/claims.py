@@ -684,6 +684,9 @@ def runs_return(
     return [pointer_of(row) for row in rows]
 
 
+# A token is held only by a running run (every end clears it): matching it is the
+# status check, with no status named for the planner to pick a partial index by
+# (tests/integration/test_plans_stale_stats.py).
 _PREEMPT = f"""
 UPDATE runs r SET status = 'pending', lease_token = NULL, lease_expires_at = NULL,
     worker_id = NULL, dispatched_at = {NOW}, claimed_at = NULL, attempt_started_at = NULL,
@@ -696,7 +699,7 @@ UPDATE runs r SET status = 'pending', lease_token = NULL, lease_expires_at = NUL
         'worker_id', r.worker_id, 'due_at', greatest(r.scheduled_at, r.retry_at)))
 FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[]), CAST(:started AS bigint[]))
     AS h(run_id, token, started_ms)
-WHERE r.run_id = h.run_id AND r.lease_token = h.token AND r.status = 'running' AND {IN_BATCH}
+WHERE r.run_id = h.run_id AND r.lease_token = h.token AND {IN_BATCH}
 RETURNING r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority
 """
 

@@ -33,6 +33,7 @@ from kit.store.claims import (
     runs_claim,
     runs_finish_ok,
     runs_heartbeat,
+    runs_preempt,
     runs_release,
     runs_return,
 )
@@ -262,6 +263,8 @@ def test_single_finishes_return_and_release(
     assert len(returned) == BATCH
     released = runs_release(engine, stale.running[2 + BATCH : 2 + 2 * BATCH])
     assert released == BATCH
+    preempted = runs_preempt(engine, stale.running[2 + 2 * BATCH : 2 + 3 * BATCH], "preempted")
+    assert len(preempted) == BATCH
     # Before: 3,000 for one run's success, 17,999 for one failure, ~3,000 per batch
     # returned or released.
     _assert_rows_examined_at_most(explained, 8 * BATCH)
