@@ -20,18 +20,17 @@ may go there: Popen's own `cwd` is entered while still root. The job's `env` is 
 then CRONFLEET_RUN_ID / CRONFLEET_IDEMPOTENCY_KEY / CRONFLEET_ATTEMPT, which it cannot
 override.
 
-The run owns the group: on timeout or cancel the whole group gets SIGTERM, then
-SIGKILL after a short grace, so a child's children die with it (a run preempted for a
-paid tenant's is stopped the same way, then runs again at the same attempt with the same
-CRONFLEET_RUN_ID / CRONFLEET_IDEMPOTENCY_KEY / CRONFLEET_ATTEMPT: docs/tenants.md); and when the command
-exits, members it left behind in the group are stopped the same way, so nothing of a
-run outlives it. That holds when the worker dies too, even by SIGKILL with no cleanup
-run: the worker's keeper process (see `_Keeper`) stops the group once the worker is gone,
-and at the run's stop deadline when the worker, alive but not running (stopped, paused by
-its host), could not confirm its lease: its task does not run on into a lease another
-worker holds by then. Output
-is drained by threads that keep only a bounded tail, scrubbed
-of the job's secret values before it is reported.
+The run owns the group: on timeout or cancel the whole group gets SIGTERM, then SIGKILL
+after a short grace, so a child's children die with it (a run preempted for a paid
+tenant's is stopped the same way, then runs again at the same attempt with the same
+CRONFLEET_RUN_ID / CRONFLEET_IDEMPOTENCY_KEY / CRONFLEET_ATTEMPT: docs/tenants.md); and
+when the command exits, members it left behind in the group are stopped the same way, so
+nothing of a run outlives it. That holds when the worker dies too, even by SIGKILL with
+no cleanup run: the worker's keeper process (see `_Keeper`) stops the group once the
+worker is gone, and at the run's stop deadline when the worker, alive but not running
+(stopped, paused by its host), could not confirm its lease: its task does not run on
+into a lease another worker holds by then. Output is drained by threads that keep only a
+bounded tail, scrubbed of the job's secret values before it is reported.
 """
 
 from __future__ import annotations

@@ -130,6 +130,7 @@ _READ_PAST_PAUSE_S = 0.2
 _READ_PAST_PAUSE_MAX_S = 1.0
 _SENT_BACK_KEPT = 200_000  # run ids sent back remembered (oldest forgotten first)
 _OWED_RETRY_S = 0.05  # a pool turn held only by a start rate looks again this soon
+_PREEMPT_EVERY_S = 0.05  # between runs coming due, how often a paid run waiting looks
 # A claim that fails for what it contains (not for a lost connection) is split to find
 # the message that poisons it.
 _POISON_ERRORS = (DataError, IntegrityError, ProgrammingError)
@@ -434,6 +435,7 @@ class Worker:
         self._pool_queue: FairQueue[_InFlight] = FairQueue()
         self._owed_turns = 0  # pool turns that found no run they may start
         self._on_pool: dict[str, _InFlight] = {}  # runs a pool turn took: each holds a thread
+        self._preempted_at = 0.0  # monotonic: the hold thread last looked for preemption
         self._held_by: dict[str, int] = {}  # runs needing a slot held unstarted, by tenant
         self._sent_back: dict[str, str] = {}  # run id -> tenant: read past, over its share
         self._shown_at = 0.0  # monotonic: the tenants' waiting gauges were set then
@@ -772,15 +774,17 @@ class Worker:
                 self._start(due)
             finally:
                 self._starting.clear()
-            if self.fair_share:
+            if self.fair_share:  # a paid run just due on a full pool: at once
                 self._preempt()
 
     def _tend_shares(self) -> None:
         """On the hold thread: pay owed pool turns; once a second, the tenants' gauges."""
         if self._owed_turns:
             self._pay_owed()
-        self._preempt()
         now = time.monotonic()
+        if now - self._preempted_at >= _PREEMPT_EVERY_S:
+            self._preempted_at = now
+            self._preempt()
         if now - self._shown_at >= 1.0:
             self._shown_at = now
             queues: list[FairQueue[Any]] = [self._pool_queue]
@@ -859,8 +863,8 @@ class Worker:
         stops them; `_execute` then gives each back at the same attempt
         (`_requeue_preempted`) and its thread takes the paid run. The task loop's places
         are not preempted."""
-        if not len(self._pool_queue):
-            return
+        if not len(self._pool_queue) or len(self._on_pool) < self.concurrency:
+            return  # (the lengths read without a lock: the decision below takes it)
         policy = self.shares.policy()
 
         def paid(tenant: str) -> bool:
