@@ -275,6 +275,20 @@ def test_cancel_latency(admin_url: str, tmp_path: Path) -> None:
     plotted(tmp_path / "cancel_latency.png")
 
 
+@stack
+def test_preempt_lag(admin_url: str, tmp_path: Path) -> None:
+    """preempt_lag.py: each paid run on a worker full of free runs started (a lag
+    written) and preempted one free run, which ran again at attempt 1."""
+    bench(
+        "preempt_lag.py",
+        *("--slots", "2", "--paid", "2", "--free-s", "20", "--out", str(tmp_path)),
+        timeout_s=240,
+    )
+    r = read(tmp_path / "preempt_lag.json")
+    assert len(r["lags_ms"]) == 2 and all(math.isfinite(v) for v in r["lags_ms"]), r
+    assert r["preempted"] == 2 and r["max_free_attempt"] == 1, r
+
+
 # -- the store's statements on scratch databases -------------------------------------------
 
 
@@ -553,6 +567,7 @@ COVERED: dict[str, Callable[..., None]] = {
     "api_wal.py": test_api_wal,
     "burst_at_t.py": test_storm_series_sitting,
     "cancel_latency.py": test_cancel_latency,
+    "preempt_lag.py": test_preempt_lag,
     "gc_pauses.py": test_gc_pauses,
     "gc_trace/sitecustomize.py": test_gc_pauses,
     "http_tasks.py": test_http_tasks_burst,

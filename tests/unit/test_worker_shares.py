@@ -8,6 +8,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
+from kit.core.fair_share import FairQueue
 from kit.core.tenancy import TenantClass, TenantLimits, TenantsPolicy
 from kit.worker.shares import OTHER, FairSlots, Shares, TenantMetrics
 
@@ -89,3 +90,21 @@ def test_tenant_labels_are_bounded() -> None:
     labels = {shares.label(f"t{i}") for i in range(100)}
     assert len(labels) == 33 and OTHER in labels
     assert shares.label("named") == "named"  # named in the policy: always its own
+
+
+def test_the_runs_a_preemption_may_be_for_leave_out_a_tenant_at_its_limit() -> None:
+    """kit.worker.worker.Worker._preempt counts only runs that could take a freed slot: a
+    paid tenant at its running limit on this worker would leave the slot to another."""
+    policy = TenantsPolicy(
+        tenants={
+            "capped": TenantLimits(tenant_class=TenantClass.paid, max_running=1),
+            "open": TenantLimits(tenant_class=TenantClass.paid),
+        }
+    )
+    shares = Shares(lambda: policy, lambda: 1, TenantMetrics(CollectorRegistry()))
+    queue: FairQueue[str] = FairQueue()
+    for tenant in ("capped", "capped", "open"):
+        shares.push(queue, tenant, tenant, "normal", policy)
+    assert sorted(shares.waiting_startable(queue)) == [("capped", 2, 2), ("open", 2, 1)]
+    assert shares.try_start("capped")  # one of its runs runs: it is at its limit
+    assert shares.waiting_startable(queue) == [("open", 2, 1)]
