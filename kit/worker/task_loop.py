@@ -22,12 +22,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 E = TypeVar("E")
 Outcome = tuple[bool, str | None]
+# New tasks made per pass of the loop. A task made now takes its first step in the next
+# pass, ahead of whatever an I/O event readies after it: 10,000 made at once were 10,000
+# first steps (~3 s of CPU here) before any running task's next step. A few dozen per
+# pass keep a running task's next step (its connection made, its answer come) within
+# one short pass, and still start thousands a second.
+MAKE_PER_PASS = 64
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -54,6 +61,7 @@ class TaskLoop(Generic[E]):
         task (at once, or later); none: every entry gets its task at once."""
         self._run, self._done, self._closing = run, done, closing
         self._admit = admit
+        self._to_make: deque[E] = deque()  # admitted, their tasks not yet made
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -96,11 +104,22 @@ class TaskLoop(Generic[E]):
                 self._admit(entry, lambda e=entry: self._create(e))  # type: ignore[misc]
 
     def _create(self, entry: E) -> None:
-        if self._stopping:
-            return  # admitted while the loop winds down: the worker gives the run back
-        task = self.loop.create_task(self._one(entry))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        """Its task is made in this pass or a later one (`MAKE_PER_PASS`), in order."""
+        if not self._to_make:
+            self.loop.call_soon(self._make)
+        self._to_make.append(entry)
+
+    def _make(self) -> None:
+        loop, batch = self.loop, self._to_make
+        for _ in range(min(MAKE_PER_PASS, len(batch))):
+            entry = batch.popleft()
+            if self._stopping:
+                continue  # the loop winds down: the worker gives the run back
+            task = loop.create_task(self._one(entry))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if batch:
+            loop.call_soon(self._make)  # after this pass's I/O: the running tasks' steps
 
     async def _one(self, entry: E) -> None:
         try:
