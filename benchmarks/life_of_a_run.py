@@ -22,6 +22,10 @@ sustain: --rate jobs with every_s=1 (so --rate runs/s) for --sustain-s seconds, 
   /proc), and of the PostgreSQL backends serving the scratch database (the broker's
   CPU is the whole broker's, which other users of the stack share).
 
+--tenants N spreads the jobs over N tenants (bench-000 ...) in turn, with a tenant policy
+giving them weights 1 to 4 and every tenth the paid class, so that fair shares have
+tenants to share between (their cost with many tenants); 1 (the default): tenant `bench`.
+
 Each phase has its own scratch database (migrated, dropped at the end) and topic
 prefix. --profile samples the first scheduler and worker with py-spy (pip install
 py-spy) and prints their hottest frames. --out DIR writes PNG plots and the raw data.
@@ -277,10 +281,15 @@ def phase(
     )
     log = out_dir / f"{name}.services.log"
     policy = out_dir / "tasks.toml"  # --ledger: the bench tenant may run /bin/sh
-    policy.write_text(local_policy_toml("bench", commands))  # as nobody where root
+    policy.write_text(  # as nobody where root
+        "\n".join(local_policy_toml(t, commands) for t in tenant_names(getattr(args, "tenants", 1)))
+    )
+    shares = out_dir / "tenants.toml"
+    shares.write_text(tenants_toml(getattr(args, "tenants", 1)))
     env = {
         **os.environ,
         "CRONFLEET_TASK_POLICY_FILE": str(policy),
+        "CRONFLEET_TENANT_POLICY_FILE": str(shares),
         "CRONFLEET_DATABASE_URL": url,
         "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CRONFLEET_RUN_TOPIC_PARTITIONS": str(partitions),
@@ -334,6 +343,30 @@ def db_now(engine: Engine) -> datetime:
 def scalar(engine: Engine, sql: str, **params: Any) -> Any:
     with engine.connect() as conn:
         return conn.execute(text(sql), params).scalar_one()
+
+
+def tenant_names(count: int) -> list[str]:
+    return ["bench"] if count <= 1 else [f"bench-{i:03d}" for i in range(count)]
+
+
+def tenants_toml(count: int) -> str:
+    """Weights 1-4 in turn and every tenth tenant paid; tenant `bench` alone: no limit."""
+    lines: list[str] = []
+    for i, name in enumerate(tenant_names(count)):
+        lines += [f'[tenants."{name}"]', 'tiers = ["critical", "high", "normal", "low"]']
+        if count > 1:
+            lines += [f"weight = {1 + i % 4}", f'class = "{"paid" if i % 10 == 0 else "free"}"']
+        lines.append("")
+    return "\n".join(lines)
+
+
+def create_spread(engine: Any, chunk: list[JobSpec], tenants: int, now: datetime) -> None:
+    """The chunk's jobs, dealt to the tenants in turn (one batch per tenant)."""
+    names = tenant_names(tenants)
+    for k, name in enumerate(names):
+        mine = chunk[k :: len(names)]
+        if mine:
+            jobs_create_batch(engine, name, mine, now=now)
 
 
 def spec(name: str, schedule: Any, task: dict[str, Any]) -> JobSpec:
@@ -415,7 +448,7 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
             chunk = [
                 spec(f"b{j}", OneOffSchedule(at), task) for j in range(i, min(args.jobs, i + CHUNK))
             ]
-            jobs_create_batch(p.engine, "bench", chunk, now=now)
+            create_spread(p.engine, chunk, args.tenants, now)
         load_s = time.monotonic() - created_at
         margin = (at - db_now(p.engine)).total_seconds()
         say(f"[{name}] created {args.jobs} jobs in {load_s:.1f} s; due {at} ({margin:.1f} s ahead)")
@@ -445,7 +478,7 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
                     text(
                         "SELECT count(*) FILTER (WHERE status <> 'pending'), count(started_at), "
                         "count(*) FILTER (WHERE status = 'succeeded'), now() "
-                        "FROM runs WHERE tenant = 'bench'"
+                        "FROM runs WHERE tenant LIKE 'bench%'"
                     )
                 ).one()
             ok = row[2]
@@ -474,7 +507,7 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
                     "SELECT run_id::text, extract(epoch FROM scheduled_at), "
                     "extract(epoch FROM started_at - scheduled_at), attempt, status, "
                     "extract(epoch FROM finished_at - scheduled_at) "
-                    "FROM runs WHERE tenant = 'bench'"
+                    "FROM runs WHERE tenant LIKE 'bench%'"
                 )
             ).all()
             # each worker's share and its start lag p50 / p99 / max (the burst's p99 is the
@@ -487,7 +520,7 @@ def burst(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, Any]
                         "percentile_disc(0.5) WITHIN GROUP (ORDER BY lag), "
                         "percentile_disc(0.99) WITHIN GROUP (ORDER BY lag), max(lag) FROM "
                         "(SELECT worker_id, extract(epoch FROM started_at - scheduled_at) "
-                        "AS lag FROM runs WHERE tenant = 'bench') r GROUP BY 1 ORDER BY 1"
+                        "AS lag FROM runs WHERE tenant LIKE 'bench%') r GROUP BY 1 ORDER BY 1"
                     )
                 ).all()
             }
@@ -632,7 +665,7 @@ def sustain(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, An
                 spec(f"s{j}", IntervalSchedule(1, t0), {"type": "noop"})
                 for j in range(i, min(args.rate, i + CHUNK))
             ]
-            jobs_create_batch(p.engine, "bench", chunk, now=now)
+            create_spread(p.engine, chunk, args.tenants, now)
         t1 = t0 + timedelta(seconds=args.sustain_s)
         say(f"[{name}] {args.rate} jobs every second from {t0} to {t1}")
         while db_now(p.engine) < t0:
@@ -654,7 +687,7 @@ def sustain(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, An
             check_alive(p)
             pending = scalar(
                 p.engine,
-                "SELECT count(*) FROM runs WHERE tenant = 'bench' AND scheduled_at < :t1 "
+                "SELECT count(*) FROM runs WHERE tenant LIKE 'bench%' AND scheduled_at < :t1 "
                 "AND status NOT IN ('succeeded', 'dead', 'skipped', 'cancelled')",
                 t1=t1,
             )
@@ -675,7 +708,7 @@ def sustain(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, An
                       percentile_cont(0.99) WITHIN GROUP (ORDER BY
                         extract(epoch FROM started_at - scheduled_at)),
                       max(extract(epoch FROM started_at - scheduled_at))
-                    FROM runs WHERE tenant = 'bench' AND scheduled_at >= :t0
+                    FROM runs WHERE tenant LIKE 'bench%' AND scheduled_at >= :t0
                       AND scheduled_at < :t1
                     GROUP BY 1 ORDER BY 1
                     """
@@ -692,7 +725,7 @@ def sustain(args: argparse.Namespace, nodes: int, out_dir: Path) -> dict[str, An
                       percentile_cont(0.99) WITHIN GROUP (ORDER BY
                         extract(epoch FROM started_at - scheduled_at)),
                       max(extract(epoch FROM started_at - scheduled_at))
-                    FROM runs WHERE tenant = 'bench' AND scheduled_at >= :t0
+                    FROM runs WHERE tenant LIKE 'bench%' AND scheduled_at >= :t0
                       AND scheduled_at < :t1
                     """
                 ),
@@ -900,6 +933,7 @@ def main() -> int:
     ap.add_argument("--sustain-s", type=int, default=180)
     ap.add_argument("--max-wait-s", type=float, default=180, help="bound on every drain")
     ap.add_argument("--ledger", action="store_true", help="command tasks append to a ledger")
+    ap.add_argument("--tenants", type=int, default=1, help="jobs spread over this many tenants")
     ap.add_argument("--profile", action="store_true", help="py-spy the scheduler and worker")
     ap.add_argument("--out", type=Path, help="write PNG plots and JSON here")
     args = ap.parse_args()

@@ -394,7 +394,12 @@ class Worker:
         self._run_async: AsyncExecute | None = getattr(self.execute, "run_async", None)
         self._task_loop: TaskLoop[_InFlight] | None = None
         if self.async_tasks and self._run_async is not None:
-            self._task_loop = TaskLoop(self._execute_async, self._ended, release_loop)
+            self._task_loop = TaskLoop(
+                self._execute_async,
+                self._ended,
+                release_loop,
+                admit=self._admit_on_loop,
+            )
         self._begin_slots: asyncio.Semaphore | FairSlots[_InFlight] | None = None  # on the loop
         self._lags: deque[float] = deque()  # start lags, observed off the starting path
         self.rng = rng or random.Random()
@@ -1102,6 +1107,21 @@ class Worker:
             else:
                 self._begin_slots = asyncio.Semaphore(self.concurrency)
         return self._begin_slots
+
+    def _admit_on_loop(self, entry: _InFlight, start: Callable[[], None]) -> None:
+        """Fair shares: a run's task is made once the fair queue gives it one of the
+        loop's places, which it then holds (its first `slot.take` finds it held). With
+        them off, at once (the places are a semaphore the task takes itself)."""
+        slots = self._loop_slots()
+        if not isinstance(slots, FairSlots):
+            start()
+            return
+
+        def placed() -> None:
+            entry.holds_slot = entry.charged = True
+            start()
+
+        slots.admit(entry, placed)
 
     def slot_waiters(self) -> int:
         """Runs on the task loop waiting for one of its places now."""

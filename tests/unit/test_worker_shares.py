@@ -108,3 +108,39 @@ def test_the_runs_a_preemption_may_be_for_leave_out_a_tenant_at_its_limit() -> N
     assert sorted(shares.waiting_startable(queue)) == [("capped", 2, 2), ("open", 2, 1)]
     assert shares.try_start("capped")  # one of its runs runs: it is at its limit
     assert shares.waiting_startable(queue) == [("open", 2, 1)]
+
+
+def test_an_admitted_run_is_started_only_when_a_place_is_its_and_in_fair_order() -> None:
+    """A due batch of one tenant does not become a batch of tasks: each run is started
+    when its place comes, and another tenant's run admitted last is started second."""
+
+    async def scene() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        slots, _ = _slots(1, TenantsPolicy())
+        started: list[tuple[str, int]] = []
+        runs = [("bench", i) for i in range(50)] + [("quiet", 0)]
+        for run in runs:
+            slots.admit(run, lambda r=run: started.append(r))
+        at_once = list(started)
+        for _ in range(3):
+            slots.release(started[-1])
+        return at_once, started
+
+    at_once, started = asyncio.run(scene())
+    assert at_once == [("bench", 0)]  # one place: one run started, 50 wait without a task
+    assert ("quiet", 0) in started[1:3], started
+    assert len(started) == 4
+
+
+def test_an_admitted_run_holds_its_place_until_released() -> None:
+    async def scene() -> tuple[int, bool]:
+        slots, _ = _slots(1, TenantsPolicy())
+        slots.admit(("a", 0), lambda: None)
+        waiter = asyncio.ensure_future(slots.acquire(("b", 0)))
+        await asyncio.sleep(0)
+        blocked = not waiter.done()
+        slots.release(("a", 0))
+        await asyncio.wait_for(waiter, 1)
+        return slots.free, blocked
+
+    free, blocked = asyncio.run(scene())
+    assert blocked and free == 0
