@@ -127,7 +127,9 @@ def run_detail(engine: Engine, tenant: str, run_id: str) -> RunDetail:
     record = run_record(row)
     attempts = []
     for a in attempts_of(record, list(row.errors or [])):
-        kept = outputs.get(a.attempt)
+        # a preempted attempt's output is not kept; what is kept under its number is the
+        # output of the same attempt run again
+        kept = outputs.get(a.attempt) if a.outcome != "preempted" else None
         if kept is not None:
             a = Attempt(**{**a.__dict__, "output": kept.output, "stderr": kept.stderr})
         attempts.append(a)

@@ -66,8 +66,9 @@ def worker(
 
 
 def command_runs(engine: Engine, tenant: str, seconds: int, n: int) -> list[RunMessage]:
-    """`n` runs due now of a job of `tenant` running `sleep seconds` in /bin/sh."""
-    task = {"type": "command", "argv": ["/bin/sh", "-c", f"sleep {seconds}"]}
+    """`n` runs due now of a job of `tenant` running `sleep seconds` in /bin/sh, then
+    printing `done` (what a run that ran to its end printed)."""
+    task = {"type": "command", "argv": ["/bin/sh", "-c", f"sleep {seconds}; echo done"]}
     job = make_job(engine, task, tenant=tenant, name=tenant, timeout_s=120)
     now = datetime.now(UTC)
     out = []
@@ -137,6 +138,9 @@ def test_a_paid_run_due_on_a_worker_full_of_free_runs_takes_a_slot_back(
         (1, "preempted"),
         (1, "succeeded"),
     ]
+    # the output kept under attempt 1 is the run's that ended, never shown as the
+    # stopped attempt's (which printed nothing: it was stopped in its sleep)
+    assert [a.output for a in detail.attempts] == [None, "done\n"], detail.attempts
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM dead_letters")).scalar_one() == 0
     assert worker.metrics.value("cronfleet_tenant_preempted_total", tenant=FREE) == 1
