@@ -67,3 +67,36 @@ def test_a_full_worker_of_free_runs_serves_every_paid_run_it_can(
     for n_paid in range(len(running) + 2):
         got = to_preempt(len(running), running, [Waiting(True, 2)] * n_paid)
         assert len(got) == min(n_paid, len(running))
+
+
+def _longest_served_prefix(running: list[Running], waiting: list[Waiting]) -> int:
+    """By brute force: the most of the paid runs the next slots go to (in order, less
+    those already being served) that can each have a distinct free run of its tier or a
+    less urgent one."""
+    claimants: list[int] = []
+    for w in sorted(waiting, key=lambda w: (w.tier, not w.paid)):
+        if not w.paid:
+            break
+        claimants.append(w.tier)
+    claimants = claimants[sum(r.stopping for r in running) :]
+    free = sorted((r.tier for r in running if not r.paid and not r.stopping), reverse=True)
+    best = 0
+    for k in range(1, min(len(claimants), len(free)) + 1):
+        wanted = sorted(claimants[:k], reverse=True)
+        if all(free[i] >= wanted[i] for i in range(k)):  # greedy matching is exact here
+            best = k
+    return best
+
+
+@settings(max_examples=500, deadline=None)
+@given(worker())
+def test_as_many_runs_are_stopped_as_the_paid_runs_ahead_can_use(
+    case: tuple[int, list[Running], list[Waiting]],
+) -> None:
+    """Neither fewer (a paid run left waiting behind a full worker) nor more (a run
+    stopped for nobody) than the longest prefix of the paid runs ahead that free runs
+    can serve, each with a run of its tier or a less urgent one."""
+    slots, running, waiting = case
+    got = to_preempt(slots, running, waiting)
+    expected = 0 if slots > len(running) else _longest_served_prefix(running, waiting)
+    assert len(got) == expected, (running, waiting, got)

@@ -69,3 +69,10 @@ def test_the_runs_chosen_serve_the_paid_runs_in_the_order_they_start() -> None:
     # free run went to the first: only as many as the queue's order can use
     running = [free("c", 5_000, tier=0), free("l", 1_000, tier=3)]
     assert to_preempt(2, running, [Waiting(PAID, 1), Waiting(PAID, 3)]) == ["l"]
+
+
+def test_one_paid_run_served_when_a_second_cannot_be() -> None:
+    # three `normal` paid runs waiting; of the free runs only the `low` one may be
+    # taken for them (the others are `critical`): one is stopped, not none
+    running = [free("l", 1_000, tier=3), free("c1", 2_000, tier=0), free("c2", 3_000, tier=0)]
+    assert to_preempt(3, running, [Waiting(PAID, 1)] * 3) == ["l"]
