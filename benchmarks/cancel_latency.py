@@ -22,24 +22,21 @@ import tempfile
 import threading
 import time
 import tomllib
-import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
+from one_worker import scratch, wait
+from sqlalchemy import text
 
 from kit.core.ids import run_id
 from kit.core.schedule import parse_schedule
 from kit.core.task_policy import TaskPolicy
 from kit.core.timeutil import to_epoch_ms
-from kit.settings import load_settings
-from kit.store import migrate
-from kit.store.db import engine_for
 from kit.store.jobs import JobCreate, JobSpec, job_create
 from kit.store.run_cancel import run_cancel
 from kit.tasks.policy import PolicySource, local_policy_toml
-from kit.transport import RunMessage, RunPublisher, TieredConsumer, ensure_topics
+from kit.transport import RunMessage
 from kit.worker.worker import Worker, task_executor
 
 # The bench tenant may run /bin/sh (as nobody where this runs as root).
@@ -60,14 +57,6 @@ def alive(pid: int) -> bool:
             return stat.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
-
-
-def wait(cond, timeout_s: float = 60.0, step_s: float = 0.001) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        time.sleep(step_s)
 
 
 def series(
@@ -137,19 +126,8 @@ def main() -> None:
     parser.add_argument("--baseline-runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="write cancel_latency.json/.png")
     args = parser.parse_args()
-    settings = load_settings()
-    name = f"cf_bench_cancel_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(settings.database_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = settings.database_url.rsplit("/", 1)[0] + "/" + name
-    prefix = f"cf.bench.cancel.{uuid.uuid4().hex[:6]}"
-    try:
-        migrate.upgrade(url)
-        engine = engine_for(url, pool_size=4)
-        ensure_topics(settings.kafka_bootstrap, 1, prefix=prefix)
-        publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
-        consumer = TieredConsumer(settings.kafka_bootstrap, f"g-{prefix}", topic_prefix=prefix)
+    with scratch("cancel") as s:
+        engine, publisher, consumer = s.engine, s.publisher, s.consumer
         pid_dir = Path(tempfile.mkdtemp(prefix="cf-cancel-"))
         pid_dir.chmod(0o777)  # the tasks' run-as user writes its pid here
         script = f'echo $$ > "{pid_dir}/$CRONFLEET_RUN_ID"; exec sleep 300'
@@ -163,7 +141,7 @@ def main() -> None:
         )
         job = job_create(engine, JobCreate("bench", spec)).job.job_id
         worker = Worker(
-            engine, consumer, publisher, "bench-worker", 4, settings.run_lease_ttl_ms,
+            engine, consumer, publisher, "bench-worker", 4, s.settings.run_lease_ttl_ms,
             execute=task_executor(POLICY),
         )  # fmt: skip
         told: dict[str, float] = {}
@@ -204,13 +182,6 @@ def main() -> None:
         )
         stop.set()
         thread.join(timeout=30)
-        consumer.close()
-        publisher.close()
-        engine.dispose()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

@@ -18,25 +18,21 @@ import itertools
 import json
 import statistics
 import threading
-import time
 import tomllib
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
+from one_worker import scratch, wait
+from sqlalchemy import text
 
 from kit.core.ids import run_id
 from kit.core.schedule import parse_schedule
 from kit.core.task_policy import TaskPolicy
 from kit.core.tenancy import TenantClass, TenantLimits, TenantsPolicy
 from kit.core.timeutil import to_epoch_ms
-from kit.settings import load_settings
-from kit.store import migrate
-from kit.store.db import engine_for
 from kit.store.jobs import JobCreate, JobSpec, job_create
 from kit.tasks.policy import PolicySource, local_policy_toml
-from kit.transport import RunMessage, RunPublisher, TieredConsumer, ensure_topics
+from kit.transport import RunMessage
 from kit.worker.worker import Worker, task_executor
 
 POLICY = PolicySource.fixed(
@@ -49,14 +45,6 @@ POLICY = PolicySource.fixed(
 TENANTS = TenantsPolicy(tenants={"paid": TenantLimits(tenant_class=TenantClass.paid)})
 STARTED = "cronfleet_worker_tenant_started_total"
 _SEQ = itertools.count()  # run ids are per millisecond: one apart each
-
-
-def wait(cond, timeout_s: float = 120.0, step_s: float = 0.005) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        time.sleep(step_s)
 
 
 def job(engine, tenant: str, script: str) -> str:  # type: ignore[no-untyped-def]
@@ -99,23 +87,12 @@ def main() -> None:
     parser.add_argument("--free-s", type=int, default=30, help="each free run's length")
     parser.add_argument("--out", type=Path, default=None, help="write preempt_lag.json")
     args = parser.parse_args()
-    settings = load_settings()
-    name = f"cf_bench_preempt_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(settings.database_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = settings.database_url.rsplit("/", 1)[0] + "/" + name
-    prefix = f"cf.bench.preempt.{uuid.uuid4().hex[:6]}"
-    try:
-        migrate.upgrade(url)
-        engine = engine_for(url, pool_size=4)
-        ensure_topics(settings.kafka_bootstrap, 1, prefix=prefix)
-        publisher = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix)
-        consumer = TieredConsumer(settings.kafka_bootstrap, f"g-{prefix}", topic_prefix=prefix)
+    with scratch("preempt") as s:
+        engine, publisher, consumer = s.engine, s.publisher, s.consumer
         free_job = job(engine, "free", f"exec sleep {args.free_s}")
         paid_job = job(engine, "paid", "exit 0")
         worker = Worker(
-            engine, consumer, publisher, "bench-worker", args.slots, settings.run_lease_ttl_ms,
+            engine, consumer, publisher, "bench-worker", args.slots, s.settings.run_lease_ttl_ms,
             execute=task_executor(POLICY), tenants=lambda: TENANTS,
         )  # fmt: skip
         stop = threading.Event()
@@ -161,13 +138,6 @@ def main() -> None:
             (args.out / "preempt_lag.json").write_text(json.dumps(data, indent=1))
         stop.set()
         thread.join(timeout=30)
-        consumer.close()
-        publisher.close()
-        engine.dispose()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def _status(engine, rid: str) -> str:  # type: ignore[no-untyped-def]

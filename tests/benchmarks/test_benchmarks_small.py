@@ -278,7 +278,8 @@ def test_cancel_latency(admin_url: str, tmp_path: Path) -> None:
 @stack
 def test_preempt_lag(admin_url: str, tmp_path: Path) -> None:
     """preempt_lag.py: each paid run on a worker full of free runs started (a lag
-    written) and preempted one free run, which ran again at attempt 1."""
+    written) and preempted one free run, which ran again at attempt 1. It runs
+    one_worker.py's scratch stack (as cancel_latency.py does)."""
     bench(
         "preempt_lag.py",
         *("--slots", "2", "--paid", "2", "--free-s", "20", "--out", str(tmp_path)),
@@ -589,6 +590,7 @@ COVERED: dict[str, Callable[..., None]] = {
     "trigger_index.py": test_trigger_index,
     "scan_clock.py": test_trigger_index,
     "paused_scan.py": test_paused_scan,
+    "one_worker.py": test_preempt_lag,
 }
 
 
