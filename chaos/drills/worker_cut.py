@@ -35,6 +35,11 @@ class WorkerCut(Drill):
         return Shape(standard_classes((JobClass("long", 12, every_s=22, pre_s=20.0),)), burst=0)
 
     def setup(self, ctx: DrillContext) -> None:
+        # Every run gets the drills' lease, unsized: kit.core.durations leases a job of
+        # 20 s runs for 30 s once five were measured, and a cut of one drills' lease and a
+        # few seconds would then end with the lease still held (nothing to take back, and
+        # a worker that does not fence goes unseen).
+        ctx.fleet.env["CRONFLEET_RUN_LEASE_MAX_MS"] = str(ctx.timings.run_lease_ttl_ms)
         pg_port = make_url(ctx.stack.database_url).port
         kafka_port = int(ctx.stack.kafka_bootstrap.rsplit(":", 1)[1])
         ns = Namespace(tag=f"{ctx.prefix.rsplit('.', 1)[1]}", ports=(pg_port, kafka_port))

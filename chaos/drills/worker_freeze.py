@@ -31,6 +31,12 @@ class WorkerFreeze(Drill):
     def shape(self) -> Shape:
         return Shape(standard_classes((JobClass("long", 4, every_s=16, pre_s=14.0),)), burst=0)
 
+    def setup(self, ctx: DrillContext) -> None:
+        """Every run gets the drills' lease, unsized (kit.core.durations would lease the
+        14 s runs for 21 s once five were measured, longer than the freeze): the worker
+        must wake past its lease, its task stopped at its deadline, its writes refused."""
+        ctx.fleet.env["CRONFLEET_RUN_LEASE_MAX_MS"] = str(ctx.timings.run_lease_ttl_ms)
+
     def cycle(self, ctx: DrillContext, index: int) -> None:
         rng = ctx.rng
         lease_s = ctx.timings.run_lease_ttl_ms / 1000
