@@ -222,11 +222,9 @@ class FairSlots(Generic[T]):
     order (an asyncio.Semaphore hands them first come, first served). Loop thread only.
 
     A run enters by `admit`: its coroutine is made only once a place is its, so the loop
-    holds about its places' worth of tasks, not a whole due batch. Made at once, 10,000
-    runs of one tenant due at one second put 10,000 first steps on the loop's ready queue,
-    and every step of another tenant's run (each await) waited behind all of them.
-    `acquire` is for a task that gave its place back (while it waits for a target's
-    connection) and wants one again."""
+    holds about its places' worth of tasks, not a whole due batch whose first steps
+    would all come before any other tenant's next step. `acquire` is for a task that
+    gave its place back (while it waits for a target's connection) and wants one again."""
 
     def __init__(
         self,

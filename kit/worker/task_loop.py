@@ -4,13 +4,12 @@ type that declares an async runner (http) executes.
 A thread per run, as before, made 5,000 webhooks due at one second into 5,000 threads
 fighting for one interpreter lock: on this machine the fleet reached ~400 requests a
 second. On a loop a waiting request costs a few objects, so the limit is the CPU of the
-requests themselves. How many do
-network work at a time is the worker's to decide: with fair shares a run is admitted
-first (`admit`: its coroutine is made once the fair queue gives it a place, see
-kit.worker.shares.FairSlots); then the task takes a `RunContext.slot`
-before its first lookup or connection, gives it back while it waits its turn for a
-target's connection, and asks `RunContext.begin` right before its effect), so a run
-waiting for a slow target's connection holds nobody else's place.
+requests themselves. How many do network work at a time is the worker's to decide: with
+fair shares a run is admitted first (`admit`: its coroutine is made once the fair queue
+gives it a place, kit.worker.shares.FairSlots); the task then holds a `RunContext.slot`
+for its lookup and connection, gives it back while it waits its turn for a target's
+connection, and asks `RunContext.begin` right before its effect, so a run waiting for a
+slow target's connection holds nobody else's place.
 
 The loop never blocks on the database: what must be written when a run ends (a failure,
 a run given back) is handed by the callbacks to the worker's writer threads, which no
@@ -30,10 +29,10 @@ log = logging.getLogger(__name__)
 E = TypeVar("E")
 Outcome = tuple[bool, str | None]
 # New tasks made per pass of the loop. A task made now takes its first step in the next
-# pass, ahead of whatever an I/O event readies after it: 10,000 made at once were 10,000
-# first steps (~3 s of CPU here) before any running task's next step. A few dozen per
-# pass keep a running task's next step (its connection made, its answer come) within
-# one short pass, and still start thousands a second.
+# pass, ahead of whatever an I/O event readies after it, so a whole due batch made at
+# once puts every one of its first steps before any running task's next step (its
+# connection made, its answer come). A few dozen per pass keep that next step within one
+# short pass (tests/unit/test_task_loop.py) and still start thousands a second.
 MAKE_PER_PASS = 64
 
 
