@@ -22,7 +22,7 @@ Pure: the start times are given, nothing here reads a clock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -44,6 +44,15 @@ class Waiting:
 
     paid: bool
     tier: int
+
+
+def waiting_of(groups: Iterable[tuple[bool, int, int]], slots: int) -> list[Waiting]:
+    """The waiting runs `to_preempt` needs, from (paid, tier, runs) per tenant and tier:
+    each paid run up to the slots (no more can be served), one run per free group (a free
+    run waiting in a more urgent tier takes the next slot: one stands for all of them)."""
+    return [
+        Waiting(paid, tier) for paid, tier, n in groups for _ in range(min(n, slots) if paid else 1)
+    ]
 
 
 def to_preempt(slots: int, running: Sequence[Running], waiting: Sequence[Waiting]) -> list[str]:

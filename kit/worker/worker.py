@@ -61,7 +61,7 @@ from kit.core.fair_share import FairQueue, fair_order, held_share
 from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.output import Output
 from kit.core.partitions import PARTITION_COUNT
-from kit.core.preemption import Running, Waiting, to_preempt
+from kit.core.preemption import Running, to_preempt, waiting_of
 from kit.core.tenancy import OPEN, TenantClass, TenantsPolicy
 from kit.core.timeutil import to_epoch_ms
 from kit.crash import crash_point
@@ -880,12 +880,7 @@ class Worker:
         if len(entries) < self.concurrency:
             return
         startable = self.shares.waiting_startable(self._pool_queue)
-        # a free run waiting in a more urgent tier takes the next slot: one stands for all
-        waiting = [
-            Waiting(paid(tenant), tier)
-            for tenant, tier, n in startable
-            for _ in range(min(n, self.concurrency) if paid(tenant) else 1)
-        ]
+        waiting = waiting_of(((paid(t), tier, n) for t, tier, n in startable), self.concurrency)
         if not any(w.paid for w in waiting):
             return
         running = [

@@ -76,3 +76,10 @@ def test_one_paid_run_served_when_a_second_cannot_be() -> None:
     # taken for them (the others are `critical`): one is stopped, not none
     running = [free("l", 1_000, tier=3), free("c1", 2_000, tier=0), free("c2", 3_000, tier=0)]
     assert to_preempt(3, running, [Waiting(PAID, 1)] * 3) == ["l"]
+
+
+def test_waiting_runs_count_each_paid_run_up_to_the_slots_and_one_per_free_group() -> None:
+    from kit.core.preemption import waiting_of
+
+    got = waiting_of([(True, 1, 5), (False, 0, 7), (True, 2, 1)], slots=3)
+    assert got == [Waiting(True, 1)] * 3 + [Waiting(False, 0), Waiting(True, 2)]
