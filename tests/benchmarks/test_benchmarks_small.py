@@ -435,6 +435,30 @@ def test_api_speed_series_and_report(api_env: dict[str, str], tmp_path: Path) ->
 
 
 @stack
+def test_api_rate_series_and_report(api_env: dict[str, str], tmp_path: Path) -> None:
+    """api_rate.py: one round of its three arms; A within its limit meets only 200s, A
+    over it meets 429s, B no error in any arm; then the table from the JSON."""
+    series = tmp_path / "api_rate.json"
+    bench(
+        "api_rate.py",
+        *("--rounds", "1", "--run-time", "4", "--json", str(series)),
+        env=api_env,
+    )
+    rows = read(series)
+    assert [r["arm"] for r in rows] == ["alone", "a_within", "a_over"]
+    by_arm = {r["arm"]: r for r in rows}
+    assert all(r["b_errors"] == 0 and r["b_requests"] > 0 for r in rows), rows
+    assert by_arm["alone"]["a_statuses"] == {}
+    assert set(by_arm["a_within"]["a_statuses"]) == {"200"}, by_arm["a_within"]
+    assert by_arm["a_over"]["a_statuses"].get("429", 0) > 0, by_arm["a_over"]
+    plot = tmp_path / "p.png"
+    out = bench("api_rate.py", "--report", "--json", str(series), "--plot", str(plot))
+    assert len([line for line in out.splitlines() if line.startswith("| 1 |")]) == 3
+    assert "B p99 over/within" in out
+    plotted(plot)
+
+
+@stack
 def test_api_profile(api_env: dict[str, str], tmp_path: Path) -> None:
     """api_profile.py: py-spy attached to the API under the one-call queue mix (its fixed
     window may close before a short load's users have started: the samples are not
@@ -563,6 +587,7 @@ def test_loadtest_report_reads_the_kept_series(tmp_path: Path) -> None:
 # Each file of benchmarks/ (but its results) and the test here that runs it.
 COVERED: dict[str, Callable[..., None]] = {
     "api_profile.py": test_api_profile,
+    "api_rate.py": test_api_rate_series_and_report,
     "api_speed.py": test_api_speed_series_and_report,
     "api_stalls.py": test_api_stalls,
     "api_wal.py": test_api_wal,

@@ -1,0 +1,207 @@
+"""A tenant over its API rate beside another: does anything but the noisy tenant slow down?
+
+One `cronfleet api` process whose tenant policy holds tenant A to `--limit` requests/s
+(burst the same). Tenant B (10 Locust users, 100 calls/s in all, the `noisy` suite's B)
+reads its jobs in three arms, alternated round by round:
+
+- `alone`: B only;
+- `a_within`: A lists its jobs at `--within-rate` calls/s, under its limit (every answer
+  200): the load a well-behaved A puts on the API;
+- `a_over`: A at `--over-rate` calls/s, ten times its limit (most answers 429).
+
+A runs in a Locust process of its own, so that its load generator does not delay B's
+measurement inside B's process (in production A's clients are not B's). What the limit
+is answerable for is `a_over` against `a_within`: the refusals' cost; `a_within` against
+`alone` is A's allowed traffic, which the limit does not and should not take away.
+
+    python benchmarks/api_rate.py --rounds 3 --run-time 60 --json OUT/api_rate.json \\
+        --plot docs/plots/api_rate.png
+
+Every run's figures go to --json; the table of every run is printed at the end (and by
+`--report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from api_speed import REPO, free_port, migrate_stack, serve, stop
+
+ARMS = ("alone", "a_within", "a_over")
+NOISY_TENANT = "lt-noisy"
+
+
+def locust(port: int, out: Path, run_time_s: int, *args: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "loadtest", "noisy", "--host", f"http://127.0.0.1:{port}"]
+    argv += ["--out", str(out), "--run-time", f"{run_time_s}s", "--loglevel", "WARNING"]
+    return subprocess.Popen(
+        [*argv, "--noisy-tenant", NOISY_TENANT, *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def api_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def summary(out: Path, proc: subprocess.Popen, timeout_s: float) -> dict[str, Any]:
+    text, _ = proc.communicate(timeout=timeout_s)
+    path = out / "summary.json"
+    if not path.exists():
+        raise RuntimeError(f"{out.name}: no summary (exit {proc.returncode}): {text[-2000:]}")
+    data = json.loads(path.read_text())
+    data["exit_code"] = proc.returncode
+    return data
+
+
+def run_arm(args: argparse.Namespace, port: int, api_pid: int, arm: str, out: Path) -> dict:
+    """One arm: B's Locust (and A's, but for `alone`) for --run-time; B's figures, A's
+    answers by status and the API process's CPU over the arm."""
+    a = None
+    if arm != "alone":
+        rate = args.within_rate if arm == "a_within" else args.over_rate
+        within = ["--noisy-within-limit"] if arm == "a_within" else []
+        a = locust(
+            port,
+            out / "a",
+            args.run_time + 5,  # A runs through B's setup and measure
+            *("--calm-users", "0", "--noisy-users", str(args.noisy_users)),
+            *("--noisy-rate", f"{rate:g}", *within),
+        )
+        time.sleep(2)  # A at its pace before B starts measuring
+    cpu0 = api_cpu_s(api_pid)
+    t0 = time.monotonic()
+    b = locust(
+        port,
+        out / "b",
+        args.run_time,
+        *("--calm-users", "10", "--calm-rate", "100", "--noisy-users", "0"),
+    )
+    b_sum = summary(out / "b", b, args.run_time + 300)
+    cpu = api_cpu_s(api_pid) - cpu0
+    wall = time.monotonic() - t0
+    a_sum = summary(out / "a", a, args.run_time + 300) if a is not None else None
+    return {
+        "arm": arm,
+        "b_requests": b_sum["calm_requests"],
+        "b_p50_ms": round(b_sum["calm_p50_ms"], 2),
+        "b_p99_ms": round(b_sum["calm_p99_ms"], 2),
+        "b_errors": b_sum["calm_errors"],
+        "a_statuses": a_sum["noisy_statuses"] if a_sum else {},
+        "a_passed": a_sum["passed"] if a_sum else None,
+        "b_passed": b_sum["passed"],
+        "api_cpu_s": round(cpu, 2),
+        "wall_s": round(wall, 1),
+    }
+
+
+def series(args: argparse.Namespace) -> list[dict[str, Any]]:
+    migrate_stack()
+    work = Path(tempfile.mkdtemp(prefix="api_rate-"))
+    policy = work / "tenants.toml"
+    policy.write_text(
+        f"[tenants.{NOISY_TENANT}]\napi_rate_per_s = {args.limit:g}\napi_burst = {args.limit:g}\n"
+    )
+    os.environ["CRONFLEET_TENANT_POLICY_FILE"] = str(policy)
+    port = free_port()
+    api = serve(None, 1, port, work / "api.log")
+    rows: list[dict[str, Any]] = []
+    try:
+        for rnd in range(1, args.rounds + 1):
+            for arm in ARMS:
+                print(f"round {rnd}/{args.rounds}: {arm} ({args.run_time} s)", flush=True)
+                row = run_arm(args, port, api.pid, arm, work / f"{rnd}-{arm}")
+                rows.append({"round": rnd, **row})
+                Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    finally:
+        stop(api)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| round | arm | B calls | B p50 ms | B p99 ms | B errors | A's answers | API CPU s |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for r in rows:
+        answers = ", ".join(f"{k}: {v:,}" for k, v in r["a_statuses"].items()) or "-"
+        lines.append(
+            f"| {r['round']} | {r['arm']} | {r['b_requests']:,} | {r['b_p50_ms']:.1f} | "
+            f"{r['b_p99_ms']:.1f} | {r['b_errors']} | {answers} | {r['api_cpu_s']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def verdict(rows: list[dict[str, Any]]) -> str:
+    """B's p99 with A over its limit against A within it, round by round (the same
+    round's runs are minutes apart, the fairest pairs this machine gives)."""
+    out = []
+    for rnd in sorted({r["round"] for r in rows}):
+        arms = {r["arm"]: r for r in rows if r["round"] == rnd}
+        if {"a_within", "a_over"} <= set(arms):
+            within, over = arms["a_within"]["b_p99_ms"], arms["a_over"]["b_p99_ms"]
+            out.append(f"round {rnd}: B p99 over/within {over / within - 1:+.0%}")
+    return "; ".join(out)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, arm in enumerate(ARMS):
+        ys = [r["b_p99_ms"] for r in rows if r["arm"] == arm]
+        ax.scatter([i] * len(ys), ys, label=arm)
+        for rnd, y in zip((r["round"] for r in rows if r["arm"] == arm), ys, strict=True):
+            ax.annotate(str(rnd), (i, y), textcoords="offset points", xytext=(6, -3))
+    ax.set_xticks(range(len(ARMS)), ["B alone", "A within its limit", "A over its limit"])
+    ax.set_ylabel("tenant B's p99 latency, ms (each run, its round)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("One API process: B's p99 beside tenant A")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--run-time", type=int, default=60, help="seconds per arm")
+    parser.add_argument("--limit", type=float, default=20, help="A's api_rate_per_s")
+    parser.add_argument("--within-rate", type=float, default=16, help="A's calls/s within")
+    parser.add_argument("--over-rate", type=float, default=200, help="A's calls/s over")
+    parser.add_argument("--noisy-users", type=int, default=4)
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--plot", default="")
+    parser.add_argument("--report", action="store_true", help="table of --json only")
+    args = parser.parse_args()
+    rows = json.loads(Path(args.json).read_text()) if args.report else series(args)
+    print(table(rows))
+    print(verdict(rows))
+    if args.plot:
+        plot(rows, Path(args.plot))
+    if args.report:
+        return
+    print(
+        f"command: python benchmarks/api_rate.py --rounds {args.rounds} --run-time "
+        f"{args.run_time} --limit {args.limit:g} --within-rate {args.within_rate:g} "
+        f"--over-rate {args.over_rate:g} --json JSON"
+    )
+
+
+if __name__ == "__main__":
+    main()
