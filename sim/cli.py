@@ -335,9 +335,9 @@ def tenants_main(args: argparse.Namespace, scenario: str) -> int:
         f"policy {args.policy or 'none (weight 1 each, no limit)'}"
     )
     print("start lag: from the run's second to its start (http: its target receives it)")
-    print("waited: runs that found no slot at once; peak: most waiting at once; limited:")
-    print("times a free slot passed the tenant over for its limit. shares off: first come,")
-    print("first served (cronfleet worker --no-fair-share).")
+    print("waited: runs that found no slot at once; for share, limited: most of its runs")
+    print("waiting at once (sampled each second) for their turn, or at one of its limits;")
+    print("shares off: first come, first served (cronfleet worker --no-fair-share).")
     for line in table(r):
         print(line)
     print(f"command: {command}")

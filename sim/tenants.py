@@ -94,7 +94,15 @@ def load_tenants(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
 
     s = deep_merge(TENANTS_DEFAULTS, raw)
     s["tenants"] = {k: deep_merge(TENANT_DEFAULTS, v) for k, v in raw.get("tenants", {}).items()}
-    s = apply_overrides(s, overrides)
+    # `--set profile.KEY=SECONDS`: a cost of the calibration profile (load_profile checks it)
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key.startswith("profile."):
+            try:
+                s["profile"][key.removeprefix("profile.")] = float(value)
+            except ValueError:
+                raise ScenarioError(f"{key}: expected a number of seconds, got {value!r}") from None
+    s = apply_overrides(s, [o for o in overrides if not o.startswith("profile.")])
     for key in set(s["fleet"]) - set(TENANTS_DEFAULTS["fleet"]):
         raise ScenarioError(f"fleet.{key}: unknown key")
     for key in ("workers", "places", "cores", "connections_per_target"):
@@ -144,9 +152,11 @@ def read_policy(path: str | Path | None) -> TenantsPolicy:
 @dataclass
 class _Counts:
     waited: int = 0  # runs that found no slot for them at once
-    limited: int = 0  # times a free slot passed the tenant over for a limit
-    waiting: int = 0
-    peak_waiting: int = 0
+    limited: int = 0  # times a free slot passed the tenant over for a limit (the kit's counter)
+    # most of its runs waiting at once, sampled each second as the kit's gauge is: for
+    # their share (others' turn, or first come first served), at one of its limits
+    peak_share: int = 0
+    peak_limit: int = 0
 
 
 class TenantSlots:
@@ -163,6 +173,7 @@ class TenantSlots:
         self.granted: list[int] = []  # runs given a slot, in order (tests)
         self.popped: list[int] = []  # of those, the ones FairQueue popped
         self._retry = False
+        self.waiting: dict[str, int] = {}  # runs waiting here, by tenant
 
     def _waiting(self) -> int:
         return len(self.fair) if self.m.shares else len(self.fifo)
@@ -207,12 +218,21 @@ class TenantSlots:
             tier = tier_rank(self.m.tenants[self.m.tenant_of[r]].tier)
             self.fair.push((r, ev), tenant, tier, limits.weight, paid)
             self.m.charge_of[r] = charge
-        c = self.m.counts[tenant]
-        c.waited += charge
-        c.waiting += 1
-        c.peak_waiting = max(c.peak_waiting, c.waiting)
+        self.waiting[tenant] = self.waiting.get(tenant, 0) + 1
         self._wake()
+        if charge and not ev.triggered:
+            self.m.counts[tenant].waited += 1
         return ev
+
+    def waiting_by_reason(self) -> dict[tuple[str, str], int]:
+        """Runs waiting by tenant and reason, as kit.worker.shares.show_waiting counts
+        them: its limit if the gate refuses it now, else `share`."""
+        out: dict[tuple[str, str], int] = {}
+        for tenant, n in self.waiting.items():
+            if n:
+                why = (self._refusal(tenant) if self.m.shares else None) or "share"
+                out[tenant, why] = out.get((tenant, why), 0) + n
+        return out
 
     def release(self, r: int) -> None:
         self.free += 1
@@ -236,7 +256,7 @@ class TenantSlots:
                 self.popped.append(r)
                 self._started(r, self.m.charge_of.pop(r))
             self.free -= 1
-            self.m.counts[self.m.tenant_name(r)].waiting -= 1
+            self.waiting[self.m.tenant_name(r)] -= 1
             ev.succeed()
 
     def _pop(self) -> tuple[int, simpy.Event] | None:
@@ -389,7 +409,24 @@ class TenantsModel:
         w.places.release(r)
         self.finished[r] = env.now
 
+    def _sample(self) -> Process:
+        """Each second, the runs waiting by tenant and reason: the peaks reported."""
+        while True:
+            yield self.env.timeout(1.0)
+            now: dict[tuple[str, str], int] = {}
+            for w in self.fleet:
+                for slots in (w.places, w.threads):
+                    for key, n in slots.waiting_by_reason().items():
+                        now[key] = now.get(key, 0) + n
+            for (tenant, why), n in now.items():
+                c = self.counts[tenant]
+                if why == "share":
+                    c.peak_share = max(c.peak_share, n)
+                else:
+                    c.peak_limit = max(c.peak_limit, n)
+
     def run(self) -> dict[str, Any]:
+        self.env.process(self._sample())
         self.env.run(until=self.limit_s)
         return self.result()
 
@@ -407,7 +444,8 @@ class TenantsModel:
                     "started": int(lag.size),
                     "start_lag_s": [_pct(lag, 0.5), _pct(lag, 0.99), _pct(lag, 1.0)],
                     "waited_for_a_slot": c.waited,
-                    "peak_waiting": c.peak_waiting,
+                    "peak_waiting_share": c.peak_share,
+                    "peak_waiting_limit": c.peak_limit,
                     "limited": c.limited,
                 }
             )
@@ -451,7 +489,7 @@ def table(result: dict[str, Any]) -> list[str]:
     """Per tenant, with and without shares, as lines of text."""
     head = (
         f"{'tenant':<12} {'shares':<6} {'runs':>7} {'started':>7} "
-        f"{'lag p50 / p99 / max s':>26} {'waited':>7} {'peak':>7} {'limited':>7}"
+        f"{'lag p50 / p99 / max s':>26} {'waited':>7} {'for share':>9} {'limited':>7}"
     )
     lines = [head, "-" * len(head)]
     w, wo = result["with_shares"]["tenants"], result["without_shares"]["tenants"]
@@ -460,7 +498,7 @@ def table(result: dict[str, Any]) -> list[str]:
             lag = " / ".join("-" if v is None else f"{v:g}" for v in row["start_lag_s"])
             lines.append(
                 f"{row['tenant']:<12} {label:<6} {row['runs']:>7,} {row['started']:>7,} "
-                f"{lag:>26} {row['waited_for_a_slot']:>7,} {row['peak_waiting']:>7,} "
-                f"{row['limited']:>7,}"
+                f"{lag:>26} {row['waited_for_a_slot']:>7,} {row['peak_waiting_share']:>9,} "
+                f"{row['peak_waiting_limit']:>7,}"
             )
     return lines

@@ -143,7 +143,7 @@ def test_a_tenants_max_running_holds_on_each_worker_its_part_and_counts_it(tmp_p
             assert running.sum() <= 3
     assert lag(r, "quiet")[2] == pytest.approx(0.0)  # free places, bench held at its limit
     (row,) = [x for x in r["tenants"] if x["tenant"] == "bench"]
-    assert row["limited"] > 0 and row["started"] == 60
+    assert row["limited"] > 0 and row["peak_waiting_limit"] > 0 and row["started"] == 60
 
 
 def test_a_negative_weight_is_refused_with_one_line_naming_the_entry(tmp_path: Path, capsys):
