@@ -15,13 +15,18 @@ kind has `places` of them). Who gets a slot that frees is the kit's own decision
   takes it at once, and a slot owed to a rate-limited tenant is looked at again 50 ms on;
 - shares off (`cronfleet worker --no-fair-share`): first come, first served, no limits.
 
-An http run (kit.tasks.http) takes a place, costs its task loop's first step (one thread
-per worker, on the cores), then waits for one of its target's `connections` (per target
-per worker), giving its place back while it waits and taking one again (uncharged) when
-it has the connection; then the loop's CPU up to the send, and the target receives it:
-its start, as the noisy-neighbour benchmark measures it. The target answers after
+An http run (kit.tasks.http) takes a place, costs its task loop's CPU up to the send
+(one thread per worker, on the cores), then waits for one of its target's `connections`
+(per target per worker), giving its place back while it waits and taking one again
+(uncharged) when it has the connection; then the target's CPU, and the target receives
+it: its start, as the noisy-neighbour benchmark measures it. The target answers after
 `duration_s`; the response costs the loop's CPU, and the place and connection are freed.
 A sleep run starts when it holds a pool thread and holds it for `duration_s`.
+
+The choice is FairQueue's, run for run (tests/sim/test_tenants.py::
+test_the_model_starts_the_run_the_kits_fair_queue_picks); the limits are each worker's
+part (test_a_tenants_max_running_holds_on_each_worker_its_part_and_counts_it,
+test_a_tenants_start_rate_is_divided_among_the_workers).
 
 The CPU per http task is the profile's (sim.storm.http_costs). No random draw: a
 scenario gives one answer. Not modelled: the scheduler, the stream and the claims (the

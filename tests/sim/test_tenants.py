@@ -204,3 +204,22 @@ def test_the_command_prints_each_tenant_with_and_without_shares(capsys):
         ["quiet", "off"],
     ]
     assert [r[2] for r in rows] == ["2,000", "2,000", "20", "20"]
+
+
+def test_a_tenants_start_rate_is_divided_among_the_workers(tmp_path: Path):
+    pol = policy("[tenants.bench]\nmax_starts_per_s = 20\n", tmp_path)
+    s = scenario(
+        {
+            "bench": {"runs": 200, "task": "sleep", "duration_s": 0.1},
+            "quiet": {"runs": 4, "due_s": 0.5, "task": "sleep", "duration_s": 0.1},
+        },
+        workers=2,
+        places=50,
+    )
+    r = simulate_tenants(s, pol, PROFILE)
+    # 10 per second on each worker, a bucket of one second's starts full at the start:
+    # its 100th run there after about 9 s
+    assert 8.5 <= lag(r, "bench")[2] <= 9.5
+    assert lag(r, "quiet")[2] == pytest.approx(0.0)
+    # no limits without shares: two rounds of 50 places
+    assert lag(simulate_tenants(s, pol, PROFILE, shares=False), "bench")[2] == pytest.approx(0.1)
