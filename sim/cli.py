@@ -23,11 +23,12 @@ from kit.core.errors import FieldError
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "sim",
-        help="run the capacity model (cronfleet sim top-of-hour | day | size ...)",
+        help="run the capacity model (cronfleet sim top-of-hour | day | size | tenants ...)",
         description="Run a scenario of the capacity model, or `size` to search for the "
-        "smallest fleet that meets a p99 start-lag target in the scenario's worst windows.",
+        "smallest fleet that meets a p99 start-lag target in the scenario's worst windows, "
+        "or `tenants` to see what a noisy tenant does to the others (docs/tenants.md).",
     )
-    p.add_argument("scenario", help="scenario name or .toml path, or `size`")
+    p.add_argument("scenario", help="scenario name or .toml path, or `size`, or `tenants`")
     p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     _options(p)
     p.set_defaults(func=main)
@@ -55,6 +56,20 @@ def _options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="size: your schedules (TOML counts per cron and zone, or a GET /v1/jobs export) "
         "as the day scenario's population (sim/mix.py)",
+    )
+    p.add_argument(
+        "--policy",
+        default=None,
+        metavar="FILE",
+        help="tenants: the operator's tenant policy TOML (the kit's format; default: every "
+        "tenant weight 1, nothing limited)",
+    )
+    p.add_argument(
+        "--scenario",
+        dest="tenant_scenario",
+        default=None,
+        metavar="NAME",
+        help='tenants: the scenario of tenants (name or .toml path, kind = "tenants")',
     )
     p.add_argument(
         "--window-s",
@@ -99,6 +114,12 @@ def main(args: argparse.Namespace) -> int:
         args.more = None
     if args.scenario == "size":
         return size_main(args)
+    if args.scenario == "tenants":
+        if args.more:
+            raise _usage(f"scenario: unexpected extra argument {args.more!r}")
+        if not args.tenant_scenario:
+            raise _usage("scenario: `cronfleet sim tenants` needs --scenario NAME")
+        return tenants_main(args, args.tenant_scenario)
     if args.more:
         raise _usage(f"scenario: unexpected extra argument {args.more!r}")
     return run_main(args)
@@ -208,6 +229,8 @@ def run_main(args: argparse.Namespace) -> int:
         raise _usage(str(exc)) from None
     if raw.get("kind") == "storm":
         return storm_main(args, raw, seed)
+    if raw.get("kind") == "tenants":
+        return tenants_main(args, args.scenario)
     print(f"seed {seed}", file=sys.stderr)
     progress = None if args.quiet else ("bar" if sys.stderr.isatty() else "lines")
     model, result = simulate(args.scenario, args.overrides, seed, args.profile, progress)
@@ -272,6 +295,52 @@ def storm_main(args: argparse.Namespace, raw: dict[str, Any], seed: int) -> int:
     print("  heartbeats before T+1 s: " + (", ".join(near) or "none"))
     print("  CPU (s): " + ", ".join(f"{k} {v}" for k, v in r["cpu_s"].items()))
     print(f"  command: {command}")
+    if args.json_path:
+        Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_path).write_text(json.dumps(r, indent=2, default=str))
+        print(f"wrote {args.json_path}")
+    return 0
+
+
+def tenants_main(args: argparse.Namespace, scenario: str) -> int:
+    """Tenants sharing the fleet's workers (sim.tenants): each tenant's start lag with the
+    kit's fair shares and without, side by side."""
+    from sim.scenario import ScenarioError, load_profile, read_scenario_file
+    from sim.tenants import compare, load_tenants, read_policy, table
+
+    if args.out or args.emit_tfvars:
+        raise _usage("out: a tenants scenario writes --json only (no report, no tfvars)")
+    try:
+        raw = read_scenario_file(scenario)
+        if raw.get("kind") != "tenants":
+            raise ScenarioError(f"scenario: {scenario} is not a scenario of tenants")
+        s = load_tenants(raw, args.overrides)
+        prof = load_profile(args.profile, s["profile"])
+    except ScenarioError as exc:
+        raise _usage(str(exc)) from None
+    policy = read_policy(args.policy)  # FieldError: one line naming the file and entry
+    r = compare(s, policy, prof)
+    command = "cronfleet sim tenants " + " ".join(
+        [f"--scenario {shlex.quote(scenario)}"]
+        + ([f"--policy {shlex.quote(args.policy)}"] if args.policy else [])
+        + [f"--set {shlex.quote(o)}" for o in args.overrides]
+        + ([f"--profile {shlex.quote(args.profile)}"] if args.profile else [])
+    )
+    r["command"] = command
+    r["scenario_as_run"] = s
+    f = s["fleet"]
+    print(
+        f"{s['name']}: {f['workers']} workers of {f['places']} places, {f['cores']} cores, "
+        f"{f['connections_per_target']} connections per target per worker; "
+        f"policy {args.policy or 'none (weight 1 each, no limit)'}"
+    )
+    print("start lag: from the run's second to its start (http: its target receives it)")
+    print("waited: runs that found no slot at once; for share, limited: most of its runs")
+    print("waiting at once (sampled each second) for their turn, or at one of its limits;")
+    print("shares off: first come, first served (cronfleet worker --no-fair-share).")
+    for line in table(r):
+        print(line)
+    print(f"command: {command}")
     if args.json_path:
         Path(args.json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_path).write_text(json.dumps(r, indent=2, default=str))
