@@ -17,6 +17,8 @@ from kit.api.declared import HISTORY_INSTANT, INSTANT_DOC, Cursor
 from kit.api.ids import JobId
 from kit.api.models import RunStateName, RunTrigger
 from kit.api.state import engine_of, settings_of
+from kit.api.tenancy import limits_of
+from kit.api.waiting import load_window, waiting_note
 from kit.core.owed import (
     DUE_GRACE_MS,
     EARLIEST,
@@ -125,6 +127,13 @@ class ExplainOut(BaseModel):
         description="the job's runs are held by the operator's kill switch: which, since "
         "when (`held: switch off for tenant acme since ...`); null otherwise",
     )
+    waiting: str | None = Field(
+        default=None,
+        description="some of the job's runs are due and not started, and their tenant is at "
+        "one of the operator's limits on the workers: which, with the counts (`waiting: "
+        "tenant acme at max_running (2 of 2 running)`; each such fire's `reason` says the "
+        "same); null otherwise",
+    )
 
 
 def _range(start: str | None, end: str | None) -> tuple[datetime, datetime]:
@@ -137,7 +146,9 @@ def _range(start: str | None, end: str | None) -> tuple[datetime, datetime]:
     return check_instant(start_at, "from"), end_at
 
 
-def explain_out(done: explain_store.Explanation) -> ExplainOut:
+def explain_out(done: explain_store.Explanation, waiting: str | None = None) -> ExplainOut:
+    """`waiting`: what holds the job's runs that wait to start (kit.api.waiting), the
+    reason of each such fire that has none of its own."""
     fires: list[FireOut] = []
     for e in done.fires:
         schedule = done.eras[e.fire.era].schedule
@@ -150,7 +161,11 @@ def explain_out(done: explain_store.Explanation) -> ExplainOut:
                 status=done.shown(e.run) if e.run else None,
                 run_id=e.fire.run_id,
                 attempt=e.run.attempt if e.run else None,
-                reason=e.reason,
+                reason=(
+                    waiting
+                    if e.reason is None and e.run and e.run.run_id in done.awaiting
+                    else e.reason
+                ),
                 dst=dst_note(schedule, e.fire.nominal),
             )
         )
@@ -166,6 +181,7 @@ def explain_out(done: explain_store.Explanation) -> ExplainOut:
         ],
         history_complete=done.history_complete,
         held=done.held,
+        waiting=waiting if done.awaiting else None,
         summary={o.value: counts.get(o.value, 0) for o in Outcome},
         fires=fires,
         other_runs=[
@@ -210,6 +226,7 @@ async def explain_job(
     `missing`: due, and no run was recorded, which is a bug to report. The range spans
     at most 366 days (422 naming `from` beyond)."""
     start_at, end_at = _range(start, end)
+    limits = limits_of(request, caller.tenant)
     done = await cpu_bound(
         request,
         lambda: explain_store.job_explain(
@@ -221,6 +238,7 @@ async def explain_job(
             limit=limit,
             due_grace_ms=DUE_GRACE_MS,
             written_ahead_ms=settings_of(request).scan_ahead_ms,
+            load_window_ms=load_window(limits),
         ),
     )
-    return explain_out(done)
+    return explain_out(done, waiting_note(caller.tenant, limits, done.load, done.task_type))

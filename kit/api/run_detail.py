@@ -1,7 +1,8 @@
 """GET /v1/runs/{run_id}: one run in full, for the run page and for anyone asking what
 happened to it: the run, every attempt (its due, claim, start and end times, worker,
 start lag, outcome, error and output while kept), its idempotency key and the fire of
-the schedule it answers with its explain entry."""
+the schedule it answers with its explain entry; and while it waits to start, the switch
+or the tenant's limit that holds it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from kit.api.ids import RunId
 from kit.api.job_history import FireOut, explain_out
 from kit.api.models import RunOut, run_fields
 from kit.api.state import engine_of, settings_of
+from kit.api.tenancy import limits_of
+from kit.api.waiting import load_window, waiting_note
 from kit.store import explain as explain_store
 from kit.store.errors import JobNotFound
 from kit.store.run_detail import RunDetail, run_detail
@@ -57,6 +60,13 @@ class RunDetailOut(RunOut):
         description="pending and held by the operator's kill switch: which, since when "
         "(`held: switch off for tenant acme since ...`); null otherwise",
     )
+    waiting: str | None = Field(
+        default=None,
+        description="due, not started, and its tenant at one of the operator's limits on "
+        "the workers: which, with the counts (`waiting: tenant acme at max_running (2 of 2 "
+        "running)`); null otherwise, or when the wait is for its tenant's fair share of a "
+        "worker (counted on the workers' /metrics only)",
+    )
 
 
 def _fire(request: Request, tenant: str, detail: RunDetail) -> FireOut | None:
@@ -79,7 +89,7 @@ def _fire(request: Request, tenant: str, detail: RunDetail) -> FireOut | None:
     return next((f for f in explain_out(done).fires if f.run_id == run.run_id), None)
 
 
-def detail_out(detail: RunDetail, fire: FireOut | None) -> RunDetailOut:
+def detail_out(detail: RunDetail, fire: FireOut | None, waiting: str | None = None) -> RunDetailOut:
     body: dict[str, Any] = run_fields(detail.run)
     return RunDetailOut(
         **body,
@@ -90,15 +100,21 @@ def detail_out(detail: RunDetail, fire: FireOut | None) -> RunDetailOut:
         ],
         fire=fire,
         held=detail.held,
+        waiting=waiting,
     )
 
 
 async def run_detail_of(request: Request, tenant: str, run_id: str) -> RunDetailOut:
     """The route's answer (the console's run page reads it too)."""
 
+    limits = limits_of(request, tenant)
+
     def read() -> RunDetailOut:
-        detail = run_detail(engine_of(request), tenant, run_id)
-        return detail_out(detail, _fire(request, tenant, detail))
+        detail = run_detail(engine_of(request), tenant, run_id, load_window(limits))
+        waiting = (
+            waiting_note(tenant, limits, detail.load, detail.task_type) if detail.awaiting else None
+        )
+        return detail_out(detail, _fire(request, tenant, detail), waiting)
 
     return await run_in_threadpool(read)
 

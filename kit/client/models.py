@@ -222,6 +222,7 @@ ExplainOut = TypedDict(
         "other_runs": list["OtherRunOut"],
         "next_from": str | None,
         "held": NotRequired[str | None],
+        "waiting": NotRequired[str | None],
     },
 )
 
@@ -549,6 +550,7 @@ class RunDetailOut(TypedDict):
     attempts: list[AttemptOut]
     fire: FireOut | None
     held: NotRequired[str | None]
+    waiting: NotRequired[str | None]
 
 
 class RunOut(TypedDict):

@@ -27,18 +27,20 @@ from kit.core.owed import (
     explain_fires,
     owed_fires,
 )
+from kit.core.waiting import TenantLoad
 from kit.store.audit import paused_stretches, schedule_eras
 from kit.store.db import db_now, is_uuid
 from kit.store.errors import JobNotFound
 from kit.store.jobs import job_read_in
 from kit.store.runs import run_state_sql
 from kit.store.switches import held_by
+from kit.store.waiting import awaiting_sql, tenant_load
 
 MAX_OTHER_RUNS = 500
 
 _RUNS = f"""
 SELECT run_id::text, status, skip_reason, trigger_kind, attempt, error, scheduled_at,
-    {run_state_sql()} AS state
+    {run_state_sql()} AS state, {awaiting_sql()} AS awaiting
 FROM runs
 WHERE job_id = :job_id AND tenant = :tenant AND scheduled_at >= :start AND scheduled_at < :end
 ORDER BY scheduled_at, run_id
@@ -67,6 +69,11 @@ class Explanation:
     states: dict[str, str] = field(default_factory=dict)
     # what a kill switch says of the job's runs, while one holds them (kit.store.switches)
     held: str | None = None
+    # runs due and not started (none while a switch holds the job's runs), the job's
+    # task type, and the tenant's load when some wait and it was asked for
+    awaiting: frozenset[str] = frozenset()
+    task_type: str | None = None
+    load: TenantLoad | None = None
 
     def shown(self, run: RunView) -> str:
         return self.states.get(run.run_id, run.status)
@@ -83,9 +90,11 @@ def job_explain(
     due_grace_ms: int = DUE_GRACE_MS,
     written_ahead_ms: int = 0,
     now: datetime | None = None,
+    load_window_ms: int | None = None,
 ) -> Explanation:
     """`written_ahead_ms`: the scheduler's scan-ahead (how far past an edit the old
-    schedule's runs were already written)."""
+    schedule's runs were already written). `load_window_ms`: read the tenant's load
+    (kit.store.waiting.tenant_load) if some of the runs wait to start."""
     check_explain_range(start, end)
     if not 1 <= limit <= MAX_EXPLAIN_FIRES:
         raise FieldError("limit", f"must be between 1 and {MAX_EXPLAIN_FIRES}")
@@ -96,7 +105,8 @@ def job_explain(
         if job is None:
             raise JobNotFound(job_id)
         at = db_now(conn, now)
-        held = held_by(conn, tenant, job.spec.priority, job.spec.task.get("type"))
+        task_type = job.spec.task.get("type")
+        held = held_by(conn, tenant, job.spec.priority, task_type)
         eras, complete = schedule_eras(conn, job_id, job.spec, job.created_at)
         paused = paused_stretches(conn, job_id, job.spec.paused, job.created_at, job.next_fire_at)
         owed = owed_fires(job_id, eras, start, end, limit + 1, written_ahead_ms)
@@ -113,6 +123,12 @@ def job_explain(
                 "limit": len(owed) + MAX_OTHER_RUNS,
             },
         ).all()
+        awaiting = frozenset(r.run_id for r in rows if r.awaiting) if held is None else frozenset()
+        load = (
+            tenant_load(conn, tenant, load_window_ms)
+            if awaiting and load_window_ms is not None
+            else None
+        )
     views = {
         row.run_id: RunView(
             run_id=row.run_id,
@@ -140,4 +156,7 @@ def job_explain(
         history_complete=complete,
         states={row.run_id: row.state for row in rows},
         held=held,
+        awaiting=awaiting,
+        task_type=task_type,
+        load=load,
     )

@@ -15,14 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, select, text
+from sqlalchemy import Engine, literal_column, select, text
 
 from kit.core.leases import RunStatus
+from kit.core.waiting import TenantLoad
 from kit.store.db import is_uuid
 from kit.store.errors import RunNotFound
 from kit.store.runs import STATE, RunRecord, run_record
 from kit.store.schema import runs
 from kit.store.switches import held_by
+from kit.store.waiting import awaiting_sql, tenant_load
+
+_AWAITING = literal_column(awaiting_sql()).label("awaiting")
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,10 @@ class RunDetail:
     run: RunRecord
     attempts: list[Attempt]  # oldest first
     held: str | None = None  # pending and held by a kill switch: which, since when
+    # due and not started (kit.store.waiting.awaiting_sql), and no switch holds it
+    awaiting: bool = False
+    task_type: str | None = None  # its job's (None: a deleted job), read when awaiting
+    load: TenantLoad | None = None  # its tenant's, read when awaiting and asked for
 
 
 def _instant(value: Any) -> datetime | None:
@@ -101,22 +109,30 @@ def attempts_of(run: RunRecord, errors: list[dict[str, Any]]) -> list[Attempt]:
     return made
 
 
-def run_detail(engine: Engine, tenant: str, run_id: str) -> RunDetail:
+def run_detail(
+    engine: Engine, tenant: str, run_id: str, load_window_ms: int | None = None
+) -> RunDetail:
+    """`load_window_ms`: read the tenant's load (kit.store.waiting.tenant_load) if the run
+    waits to start: the caller passes it only for a tenant a limit holds."""
     if not is_uuid(run_id):
         raise RunNotFound(run_id)
     with engine.begin() as conn:
         row = conn.execute(
-            select(runs, STATE).where(runs.c.tenant == tenant, runs.c.run_id == run_id)
+            select(runs, STATE, _AWAITING).where(runs.c.tenant == tenant, runs.c.run_id == run_id)
         ).first()
         if row is None:
             raise RunNotFound(run_id)
-        held = None
-        if row.status == RunStatus.pending:
+        held, task_type, load = None, None, None
+        if row.status == RunStatus.pending or row.awaiting:
             task_type = conn.execute(
                 text("SELECT task_spec->>'type' FROM jobs WHERE job_id = :job_id"),
                 {"job_id": row.job_id},
             ).scalar()
+        if row.status == RunStatus.pending:
             held = held_by(conn, tenant, row.priority, task_type)
+        awaiting = bool(row.awaiting) and held is None
+        if awaiting and load_window_ms is not None:
+            load = tenant_load(conn, tenant, load_window_ms)
         outputs = {
             o.attempt: o
             for o in conn.execute(
@@ -133,4 +149,4 @@ def run_detail(engine: Engine, tenant: str, run_id: str) -> RunDetail:
         if kept is not None:
             a = Attempt(**{**a.__dict__, "output": kept.output, "stderr": kept.stderr})
         attempts.append(a)
-    return RunDetail(record, attempts, held)
+    return RunDetail(record, attempts, held, awaiting, task_type, load)

@@ -6,7 +6,9 @@ every change is audited."""
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -19,6 +21,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
 from kit.api.app import create_app
+from kit.api.switches import OPERATOR_ONLY
 from kit.core.switches import Switch, SwitchKind
 from kit.reaper.reaper import Reaper
 from kit.settings import Settings
@@ -26,9 +29,11 @@ from kit.store.claims import Claim, runs_claim
 from kit.store.jobs import JobCreate, JobSpec, job_create
 from kit.store.reaping import runs_publish_unclaimed
 from kit.store.switches import switch_audit_list, switch_off, switch_on, switches_list
+from kit.store.tokens import token_create
 from kit.transport import RunPublisher, TieredConsumer
 from kit.transport.progress import QueueProgress
 from kit.worker.worker import Worker, task_executor
+from tests.integration.console_client import csrf_of, login
 from tests.integration.test_worker_e2e import publish
 from tests.integration.waiting import wait_until
 from tests.integration.worker_rows import make_job, make_run, run_row
@@ -261,3 +266,65 @@ def test_cronfleet_switch_turns_off_lists_and_lifts(engine: Engine, settings: Se
     assert on.returncode == 0 and "1 held runs run now, 0 skipped" in on.stdout
     assert cli("list").stdout == "" and run_row(engine, held).status == "pending"
     assert [a.actor.startswith("cli") for a in switch_audit_list(engine)] == [True, True]
+
+
+def _flash(html: str) -> str:
+    found = re.search(r'<p class="flash" role="status">(.*?)</p>', html, re.S)
+    return found.group(1) if found else ""
+
+
+def _switch_rows(html: str) -> str:
+    found = re.search(r'<table class="grid" id="switches">(.*?)</table>', html, re.S)
+    assert found, html[-3000:]
+    return found.group(1)
+
+
+def test_the_console_fleet_page_turns_a_switch_off_and_on_for_the_operator_only(
+    settings: Settings, engine: Engine
+) -> None:
+    """The fleet page's form (POST /console/fleet/switch) as a signed-in operator: off
+    with a reason lists the switch with its held run, on lifts it; a bad kind is refused
+    naming the field, nothing written; a tenant's admin session is refused (403)."""
+    held = make_run(engine, make_job(engine, name="h"))
+    mine = settings.model_copy(update={"operator_tenant": "ops"})
+    with TestClient(create_app(mine, engine)) as ops:
+        login(ops, token_create(engine, "ops", ("admin",)).token)
+
+        def post(**fields: str) -> str:
+            csrf = csrf_of(ops.get("/console/fleet").text)
+            got = ops.post("/console/fleet/switch", data={"csrf": csrf, **fields})
+            assert got.status_code == 200 and got.url.path == "/console/fleet", got.text[:500]
+            return got.text
+
+        page = post(action="off", kind="tenant", value="acme", reason="noisy neighbour")
+        assert _flash(page) == "tenant acme off: 1 runs held (runs already running go on)"
+        row = _switch_rows(page)
+        assert "tenant <code>acme</code>" in row and '<td class="count">1</td>' in row
+        assert "noisy neighbour" in row
+        assert [(s.kind, s.value, s.held, s.reason) for s in switches_list(engine)] == [
+            ("tenant", "acme", 1, "noisy neighbour")
+        ]
+        assert runs_claim(engine, [Claim(held, 1)], "w", 30_000) == []  # it holds
+
+        page = post(action="on", kind="tenant", value="acme")
+        assert _flash(page) == (
+            "tenant acme on: 1 held runs run now, 0 skipped by their misfire policy"
+        )
+        assert "Every switch is on" in _switch_rows(page) and switches_list(engine) == []
+        assert [a.action for a in switch_audit_list(engine)] == ["on", "off"]
+
+        page = post(action="off", kind="tenants", value="acme")
+        assert _flash(page) == "switch refused: kind: must be one of tenant, task_type, tier"
+        page = post(action="off", kind="tier", value="urgent")
+        assert _flash(page).startswith("switch refused: value: a tier is one of ")
+        assert switches_list(engine) == [] and len(switch_audit_list(engine)) == 2
+
+    with TestClient(create_app(mine, engine)) as tenant:
+        login(tenant, token_create(engine, "acme", ("admin",)).token)
+        csrf = csrf_of(tenant.get("/console/fleet").text)
+        got = tenant.post(
+            "/console/fleet/switch",
+            data={"csrf": csrf, "action": "off", "kind": "tenant", "value": "acme"},
+        )
+        assert got.status_code == 403 and OPERATOR_ONLY in html.unescape(got.text)
+    assert switches_list(engine) == []

@@ -51,6 +51,8 @@ from kit.api.run_detail import run_detail_of
 from kit.api.schedule_preview import preview
 from kit.api.state import engine_of, settings_of
 from kit.api.switches import OPERATOR_ONLY, lift_grace_ms
+from kit.api.tenancy import limits_of
+from kit.api.waiting import load_window, waiting_note
 from kit.core.errors import FieldError
 from kit.core.leases import BUSY
 from kit.core.owed import check_instant
@@ -349,6 +351,7 @@ async def explain_page(
     tenant = session.token.tenant
     engine = engine_of(request)
     job = JobOut.of(await _call(job_store.job_get, engine, tenant, job_id))
+    limits = limits_of(request, tenant)
     now = datetime.now(UTC)
     error = None
     explained = None
@@ -366,8 +369,9 @@ async def explain_page(
             end_at,
             limit=EXPLAIN_PAGE,
             written_ahead_ms=settings_of(request).scan_ahead_ms,
+            load_window_ms=load_window(limits),
         )
-        explained = explain_out(done)
+        explained = explain_out(done, waiting_note(tenant, limits, done.load, done.task_type))
     except FieldError as exc:
         error = f"{exc.field}: {exc.reason}"
     return render(
