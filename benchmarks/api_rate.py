@@ -19,11 +19,18 @@ is answerable for is `a_over` against `a_within`: the refusals' cost; `a_within`
 
 Every run's figures go to --json; the table of every run is printed at the end (and by
 `--report`).
+
+`--cpu-per-call N` measures instead what one call costs the API process, in CPU: N calls
+of B's list (served) and N of A's (refused, 429), over 4 keep-alive connections as fast
+as they are answered, alternated three times:
+
+    python benchmarks/api_rate.py --cpu-per-call 3000 --json OUT/api_cpu.json
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import subprocess
@@ -107,16 +114,91 @@ def run_arm(args: argparse.Namespace, port: int, api_pid: int, arm: str, out: Pa
     }
 
 
-def series(args: argparse.Namespace) -> list[dict[str, Any]]:
+def start_api(limit: float) -> tuple[subprocess.Popen, int, Path]:
     migrate_stack()
     work = Path(tempfile.mkdtemp(prefix="api_rate-"))
     policy = work / "tenants.toml"
     policy.write_text(
-        f"[tenants.{NOISY_TENANT}]\napi_rate_per_s = {args.limit:g}\napi_burst = {args.limit:g}\n"
+        f"[tenants.{NOISY_TENANT}]\napi_rate_per_s = {limit:g}\napi_burst = {limit:g}\n"
     )
     os.environ["CRONFLEET_TENANT_POLICY_FILE"] = str(policy)
     port = free_port()
-    api = serve(None, 1, port, work / "api.log")
+    return serve(None, 1, port, work / "api.log"), port, work
+
+
+async def _calls(port: int, token: str, n: int, connections: int = 4) -> dict[str, int]:
+    """n GET /v1/jobs over `connections` keep-alive connections, each call sent when the
+    last one's answer is read; the answers by status."""
+    request = (
+        f"GET /v1/jobs?limit=50 HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {token}\r\n\r\n"
+    ).encode()
+
+    async def one(k: int) -> dict[str, int]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        seen: dict[str, int] = {}
+        for _ in range(k):
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            await reader.readexactly(length)
+            status = head.split()[1].decode()
+            seen[status] = seen.get(status, 0) + 1
+        writer.close()
+        return seen
+
+    total: dict[str, int] = {}
+    for seen in await asyncio.gather(*(one(n // connections) for _ in range(connections))):
+        for status, count in seen.items():
+            total[status] = total.get(status, 0) + count
+    return total
+
+
+def cpu_per_call(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """API CPU per served call (B's list) and per refused one (A's, over its limit)."""
+    sys.path.insert(0, str(REPO))
+    from kit.settings import load_settings
+    from kit.store.db import engine_for
+    from kit.store.tokens import token_create
+
+    api, port, _ = start_api(1)  # A: 1 call/s, so nearly all of its calls are refused
+    engine = engine_for(load_settings().database_url, pool_size=1)
+    try:
+        tokens = {
+            "served": token_create(engine, "lt-calm", ("read",)).token,
+            "refused": token_create(engine, NOISY_TENANT, ("read",)).token,
+        }
+    finally:
+        engine.dispose()
+    rows: list[dict[str, Any]] = []
+    try:
+        asyncio.run(_calls(port, tokens["served"], 200))  # warm: imports, pool, caches
+        for rnd in range(1, 4):
+            for kind, token in tokens.items():
+                before = api_cpu_s(api.pid)
+                t0 = time.monotonic()
+                answers = asyncio.run(_calls(port, token, args.cpu_per_call))
+                cpu = api_cpu_s(api.pid) - before
+                row = {
+                    "round": rnd,
+                    "calls": kind,
+                    "answers": answers,
+                    "api_cpu_us_per_call": round(1e6 * cpu / args.cpu_per_call),
+                    "wall_s": round(time.monotonic() - t0, 2),
+                }
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    finally:
+        stop(api)
+    return rows
+
+
+def series(args: argparse.Namespace) -> list[dict[str, Any]]:
+    api, port, work = start_api(args.limit)
     rows: list[dict[str, Any]] = []
     try:
         for rnd in range(1, args.rounds + 1):
@@ -188,7 +270,14 @@ def main() -> None:
     parser.add_argument("--json", required=True)
     parser.add_argument("--plot", default="")
     parser.add_argument("--report", action="store_true", help="table of --json only")
+    parser.add_argument(
+        "--cpu-per-call", type=int, default=0, help="N: API CPU per served and refused call"
+    )
     args = parser.parse_args()
+    if args.cpu_per_call:
+        cpu_per_call(args)
+        print(f"command: python benchmarks/api_rate.py --cpu-per-call {args.cpu_per_call}")
+        return
     rows = json.loads(Path(args.json).read_text()) if args.report else series(args)
     print(table(rows))
     print(verdict(rows))

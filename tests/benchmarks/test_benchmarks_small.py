@@ -456,6 +456,16 @@ def test_api_rate_series_and_report(api_env: dict[str, str], tmp_path: Path) -> 
     assert len([line for line in out.splitlines() if line.startswith("| 1 |")]) == 3
     assert "B p99 over/within" in out
     plotted(plot)
+    cpu = tmp_path / "cpu.json"
+    bench("api_rate.py", "--cpu-per-call", "40", "--json", str(cpu), env=api_env)
+    calls = read(cpu)
+    assert [(r["round"], r["calls"]) for r in calls] == [
+        (n, kind) for n in (1, 2, 3) for kind in ("served", "refused")
+    ]
+    for r in calls:
+        assert sum(r["answers"].values()) == 40 and r["api_cpu_us_per_call"] >= 0, r
+        assert r["answers"].get("429", 0) >= (39 if r["calls"] == "refused" else 0), r
+        assert r["calls"] == "refused" or r["answers"] == {"200": 40}, r
 
 
 @stack
