@@ -58,6 +58,15 @@ class Switch:
         return f"{self.kind.value.replace('_', ' ')} {self.value}"
 
 
+def holding(
+    switches: Iterable[Switch], tenant: str, tier: str, task_type: str | None
+) -> Switch | None:
+    """The first of `switches` that holds a run of `tenant` at `tier` of `task_type`: what
+    a worker asks at a claimed run's start, so that a switch turned off after the claim
+    (up to the scan-ahead before its second) still stops it."""
+    return next((s for s in switches if s.holds(tenant, tier, task_type)), None)
+
+
 def held_note(kind: str, value: str, since: datetime, reason: str) -> str:
     """What explain and the run page say of a run a switch holds."""
     why = f" ({reason})" if reason else ""

@@ -242,6 +242,13 @@ def _states(conn: Connection, only: Switch | None = None) -> list[SwitchState]:
     return [SwitchState(r.kind, r.value, r.reason, r.actor, r.since, r.held) for r in rows]
 
 
+def switches_off(engine: Engine) -> tuple[Switch, ...]:
+    """The switches that are off now (the workers read them about once a second)."""
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT kind, value FROM switches ORDER BY kind, value")).all()
+    return tuple(Switch(SwitchKind(r.kind), r.value) for r in rows)
+
+
 def switches_list(engine: Engine) -> list[SwitchState]:
     """Every switch that is off, oldest first, with the runs it holds now."""
     with engine.connect() as conn:

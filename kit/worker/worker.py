@@ -62,6 +62,7 @@ from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.output import Output
 from kit.core.partitions import PARTITION_COUNT
 from kit.core.preemption import Running, to_preempt, waiting_of
+from kit.core.switches import Switch, holding
 from kit.core.tenancy import OPEN, TenantClass, TenantsPolicy
 from kit.core.timeutil import to_epoch_ms
 from kit.crash import crash_point
@@ -82,6 +83,7 @@ from kit.store.claims import (
     runs_return,
 )
 from kit.store.durations import job_durations_refresh
+from kit.store.switches import switches_off
 from kit.store.worker_link import WorkerLink
 from kit.tasks.context import Cancel, CancelFlag, Slot
 from kit.tasks.registry import release_loop
@@ -236,6 +238,12 @@ class WorkerMetrics:
         self.woke = Counter(
             "cronfleet_worker_woke",
             "Times the worker found it had not run for over a second (stopped or starved)",
+            registry=r,
+        )
+        self.switch_held = Counter(
+            "cronfleet_worker_switch_held",
+            "Claimed runs given back unstarted at their start because an operator's kill "
+            "switch holds them (turned off after they were claimed)",
             registry=r,
         )
         self.held = Gauge(
@@ -447,6 +455,9 @@ class Worker:
         self._lag_now: dict[str, int] | None = None  # the consumer's lag, read once a batch
         self._past_pause = _READ_PAST_PAUSE_S / 2  # doubles while batches are all read past
         self.describe_wanted = threading.Event()  # log the consumer's state once
+        # The kill switches off now, read with each clock sample (about once a second):
+        # a run claimed before its switch went off is given back at its start (`_began`).
+        self._switches: tuple[Switch, ...] = ()
 
     # -- the consume loop -------------------------------------------------------------
 
@@ -455,6 +466,7 @@ class Worker:
         finish for up to `drain_s`, cancel and give back the rest (never a run whose task
         already finished: its outcome is written first)."""
         self._sample_clock(stop)
+        self._read_switches()
         threads = [
             threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
             threading.Thread(target=self._fence_loop, name="fence", daemon=True),
@@ -953,8 +965,11 @@ class Worker:
         clock_ms, monotonic, lease_of = self.clock.db_ms, time.monotonic, self._lease_of
         journal, lags, succeeded = self.journal, self._lags, self._succeeded
         failed: list[tuple[_InFlight, str]] = []
+        switches = self._switches
         for entry in entries:
             if entry.releasing or entry.fenced:
+                continue
+            if switches and self._switch_holds(entry, on_loop=True):  # given back off here
                 continue
             now = monotonic()
             if now > entry.confirmed_until - lease_of(entry).margin_s:
@@ -992,6 +1007,8 @@ class Worker:
         self._count_out(entry)
         if entry.releasing or entry.fenced:
             return False
+        if self._switches and self._switch_holds(entry, on_loop):
+            return False
         if self._past_fence(entry):
             self._fence(entry, "lease not confirmed far enough ahead to start")
             if on_loop:
@@ -1017,6 +1034,32 @@ class Worker:
             else:  # a spawned task costs far more than this; observed at once
                 self.metrics.start_lag.observe(max(0.0, lag))
         return True
+
+    def _switch_holds(self, entry: _InFlight, on_loop: bool) -> bool:
+        """A kill switch went off after this run was claimed: it does not start; it goes
+        back to pending at the same attempt (no attempt was made), where the switch holds
+        it until it is lifted (kit.store.switches)."""
+        run = entry.run
+        kind = run.task_spec.get("type") if run.task_spec is not None else None
+        switch = holding(self._switches, run.tenant, run.priority, kind)
+        if switch is None:
+            return False
+        entry.releasing = True  # nothing else acts on it: it is being given back
+        self.metrics.switch_held.inc()
+        log.info("run %s not started: the switch is off for %s", run.run_id, switch)
+        if on_loop:
+            self._loop_writes.submit(self._give_back, entry)
+        else:
+            self._give_back(entry)
+        return True
+
+    def _read_switches(self) -> None:
+        """The switches off now; if the database does not answer, the last ones read
+        (the claim refuses a held run in any case: this only stops runs claimed ahead)."""
+        try:
+            self._switches = switches_off(self.engine)
+        except Exception as exc:
+            log.debug("reading the kill switches failed: %s", exc)
 
     # -- one run ------------------------------------------------------------------------
 
@@ -1464,6 +1507,7 @@ class Worker:
                 self._sample_clock()
             except Exception as exc:
                 log.debug("sampling the database clock failed: %s", exc)
+            self._read_switches()
 
     def _fence_loop(self) -> None:
         """Stop what can no longer be confirmed, whatever the heartbeat is doing (a call

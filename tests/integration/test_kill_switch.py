@@ -160,6 +160,62 @@ def test_a_tenant_switch_holds_its_run_while_another_tenants_runs_then_it_runs_o
         consumer.close()
 
 
+def test_a_run_claimed_before_its_switch_went_off_is_given_back_unstarted(
+    engine: Engine,
+    settings: Settings,
+    prefix: str,
+    group: str,
+    publisher: RunPublisher,
+    progress: QueueProgress,
+) -> None:
+    """The claim refuses a held run, but a worker claims ahead of the second: a switch
+    turned off after the claim must still stop the start (inline and pool runs alike),
+    give the run back at the same attempt, and let it run once when lifted."""
+    due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=6)
+    inline = make_run(engine, make_job(engine, name="inline"), scheduled_at=due)
+    pooled_job = make_job(engine, name="pool", task={"type": "sleep", "seconds": 0.1})
+    pooled = make_run(engine, pooled_job, scheduled_at=due)
+    for run_id in (inline, pooled):
+        publish(publisher, engine, run_id)
+    consumer = TieredConsumer(settings.kafka_bootstrap, group, topic_prefix=prefix)
+    worker = Worker(engine, consumer, publisher, "w1", 2, 30_000, execute=task_executor())
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop, 5.0), daemon=True)
+    thread.start()
+    try:
+        wait_until(
+            "both runs claimed ahead of their second",
+            lambda: all(run_row(engine, r).lease_token is not None for r in (inline, pooled)),
+        )
+        assert datetime.now(UTC) < due - timedelta(seconds=1), "claimed too late to test"
+        switch_off(engine, ACME, "stop acme now", "test")
+        wait_until(
+            "both given back at their second",
+            lambda: (
+                worker.metrics.value("cronfleet_worker_switch_held_total") == 2
+                and all(run_row(engine, r).status == "pending" for r in (inline, pooled))
+            ),
+        )
+        for run_id in (inline, pooled):
+            row = run_row(engine, run_id)
+            assert (row.started_at, row.attempt, row.lease_token) == (None, 1, None)
+        assert [(s.kind, s.value, s.held) for s in switches_list(engine)] == [("tenant", "acme", 2)]
+        lifted = switch_on(engine, ACME, "test", GRACE_MS)
+        assert sorted(lifted.kept) == sorted([inline, pooled])
+        reaper = Reaper(engine, publisher, REAPER_GRACE_MS, progress=progress)
+
+        def both_ran() -> bool:
+            reaper.tick()
+            return all(run_row(engine, r).status == "succeeded" for r in (inline, pooled))
+
+        wait_until("both runs to run once the switch is lifted", both_ran)
+        assert [run_row(engine, r).attempt for r in (inline, pooled)] == [1, 1]
+    finally:
+        stop.set()
+        thread.join(20)
+        consumer.close()
+
+
 def test_lifting_applies_each_jobs_misfire_policy_to_the_runs_it_held(engine: Engine) -> None:
     now = datetime.now(UTC).replace(microsecond=0)
     skip_late = job_with_misfire(engine, "skip", "skip_late")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from kit.core.errors import FieldError
-from kit.core.switches import Switch, SwitchKind, held_note, parse_switch
+from kit.core.switches import Switch, SwitchKind, held_note, holding, parse_switch
 
 TYPES = ("noop", "http", "command", "sleep")
 
@@ -43,3 +43,15 @@ def test_the_note_says_which_switch_and_since_when() -> None:
         "held: switch off for tenant acme since 2026-12-06T01:00:00+00:00 (noisy)"
     )
     assert parse_switch("task_type", "noop", TYPES) == Switch(SwitchKind.task_type, "noop")
+
+
+def test_holding_names_the_first_switch_that_holds_the_run_and_none_otherwise() -> None:
+    tenant = Switch(SwitchKind.tenant, "acme")
+    tier = Switch(SwitchKind.tier, "low")
+    http = Switch(SwitchKind.task_type, "http")
+    assert holding([], "acme", "low", "http") is None
+    assert holding([tier, tenant], "acme", "normal", "noop") == tenant
+    assert holding([tenant, tier], "beta", "low", "noop") == tier
+    assert holding([http], "beta", "normal", "http") == http
+    assert holding([http], "beta", "normal", None) is None  # a deleted job's run
+    assert holding([tenant, tier, http], "beta", "normal", "command") is None
