@@ -890,6 +890,8 @@ class Worker:
                 tier_rank(e.run.priority),
                 e.started_ms if e.started_ms is not None else 2**62,
                 e.preempted,
+                e.run.preemptions,
+                policy.for_tenant(e.run.tenant).max_preemptions,
             )
             for e in entries
         ]

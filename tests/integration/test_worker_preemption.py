@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import tomllib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -40,36 +40,51 @@ TENANTS = TenantsPolicy(tenants={PAID: TenantLimits(tenant_class=TenantClass.pai
 
 
 @pytest.fixture
-def worker(
+def start_worker(
     settings: Settings, engine: Engine, prefix: str, publisher: RunPublisher
-) -> Iterator[Worker]:
-    consumer = TieredConsumer(
-        settings.kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", topic_prefix=prefix
-    )
-    w = Worker(
-        engine,
-        consumer,
-        publisher,
-        f"w-{uuid.uuid4().hex[:6]}",
-        concurrency=SLOTS,
-        lease_ttl_ms=30_000,
-        execute=task_executor(COMMANDS),
-        tenants=lambda: TENANTS,
-    )
-    stop = threading.Event()
-    thread = threading.Thread(target=w.run, args=(stop, 5.0), daemon=True)
-    thread.start()
-    yield w
-    stop.set()
-    thread.join(timeout=30)
-    consumer.close()
+) -> Iterator[Callable[..., Worker]]:
+    """Start a worker of `slots` slots under `tenants` (stopped at the test's end)."""
+    stops: list[tuple[threading.Event, threading.Thread, TieredConsumer]] = []
+
+    def start(slots: int = SLOTS, tenants: TenantsPolicy = TENANTS) -> Worker:
+        consumer = TieredConsumer(
+            settings.kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", topic_prefix=prefix
+        )
+        w = Worker(
+            engine,
+            consumer,
+            publisher,
+            f"w-{uuid.uuid4().hex[:6]}",
+            concurrency=slots,
+            lease_ttl_ms=30_000,
+            execute=task_executor(COMMANDS),
+            tenants=lambda: tenants,
+        )
+        stop = threading.Event()
+        thread = threading.Thread(target=w.run, args=(stop, 5.0), daemon=True)
+        thread.start()
+        stops.append((stop, thread, consumer))
+        return w
+
+    yield start
+    for stop, thread, consumer in stops:
+        stop.set()
+        thread.join(timeout=30)
+        consumer.close()
+
+
+@pytest.fixture
+def worker(start_worker: Callable[..., Worker]) -> Worker:
+    return start_worker()
 
 
 def command_runs(engine: Engine, tenant: str, seconds: int, n: int) -> list[RunMessage]:
     """`n` runs due now of a job of `tenant` running `sleep seconds` in /bin/sh, then
     printing `done` (what a run that ran to its end printed)."""
     task = {"type": "command", "argv": ["/bin/sh", "-c", f"sleep {seconds}; echo done"]}
-    job = make_job(engine, task, tenant=tenant, name=tenant, timeout_s=120)
+    job = make_job(
+        engine, task, tenant=tenant, name=f"{tenant}-{uuid.uuid4().hex[:6]}", timeout_s=120
+    )
     now = datetime.now(UTC)
     out = []
     for i in range(n):
@@ -146,3 +161,53 @@ def test_a_paid_run_due_on_a_worker_full_of_free_runs_takes_a_slot_back(
     assert worker.metrics.value("cronfleet_tenant_preempted_total", tenant=FREE) == 1
     assert worker.metrics.value("cronfleet_tenant_preempted_total", tenant=PAID) == 0
     assert worker.metrics.value(started, tenant=FREE) == SLOTS + 1  # the preempted one twice
+
+
+def test_a_run_preempted_as_often_as_its_tenants_bound_keeps_its_slot(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Worker]
+) -> None:
+    """With `max_preemptions = 1` for the free tenant, one slot: the free run is
+    preempted for a first paid run, runs again, and is not preempted for a second paid
+    run, which waits for it to end."""
+    free_s = 6
+    tenants = TenantsPolicy(
+        tenants={
+            PAID: TenantLimits(tenant_class=TenantClass.paid),
+            FREE: TenantLimits(max_preemptions=1),
+        }
+    )
+    worker = start_worker(slots=1, tenants=tenants)
+    started = "cronfleet_worker_tenant_started_total"
+    [free] = command_runs(engine, FREE, free_s, 1)
+    publisher.publish([free])
+    wait_until("the free run fills the slot", lambda: worker.metrics.value(started, tenant=FREE))
+    first = command_runs(engine, PAID, 1, 1)
+    publisher.publish(first)
+    wait_until(
+        "the free run runs again after the first paid run",
+        lambda: worker.metrics.value(started, tenant=FREE) == 2,
+        60.0,
+        lambda: str(rows(engine)),
+    )
+    second = command_runs(engine, PAID, 1, 1)
+    publisher.publish(second)
+
+    def succeeded() -> bool:
+        return all(r["status"] == "succeeded" for r in rows(engine).values())
+
+    wait_until("every run succeeded", succeeded, 90.0, lambda: str(rows(engine)))
+    got = rows(engine)
+    free_row = got[free.run_id]
+    # preempted once, not twice: its second run went to its end, at attempt 1
+    assert [e["preempted"] for e in free_row["errors"]] == [True], free_row  # type: ignore[attr-defined]
+    assert free_row["attempt"] == 1
+    # the second paid run waited for the free run's end: its `sleep` cannot end sooner
+    # than free_s after it began (a second less for the two starts' clock estimates)
+    end = free_row["started_at"] + timedelta(seconds=free_s - 1)  # type: ignore[operator]
+    assert got[second[0].run_id]["started_at"] >= end, got
+    detail = run_detail(engine, FREE, free.run_id)
+    assert [(a.attempt, a.outcome) for a in detail.attempts] == [
+        (1, "preempted"),
+        (1, "succeeded"),
+    ]
+    assert worker.metrics.value("cronfleet_tenant_preempted_total", tenant=FREE) == 1

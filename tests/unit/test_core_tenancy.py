@@ -54,6 +54,8 @@ def test_critical_is_the_operators_to_hand_out() -> None:
         ({"tenants": {"a": 3}}, "tenants.a"),
         ({"tenants": []}, "tenants"),
         ({"defaults": {"max_running": "ten"}}, "defaults.max_running"),
+        ({"tenants": {"a": {"max_preemptions": -1}}}, "tenants.a.max_preemptions"),
+        ({"defaults": {"max_preemptions": 2.5}}, "defaults.max_preemptions"),
         ({"limits": {}}, "limits"),
     ],
 )
@@ -66,3 +68,12 @@ def test_each_mistake_is_named_by_its_entry(data: dict[str, object], field: str)
 def test_a_limit_of_zero_is_a_limit() -> None:
     limits = TenantsPolicy.parse({"defaults": {"max_running": 0}}).for_tenant("a")
     assert limits.max_running == 0
+
+
+def test_a_run_may_be_preempted_three_times_unless_the_operator_says_otherwise() -> None:
+    assert TenantLimits().max_preemptions == 3
+    policy = TenantsPolicy.parse(
+        {"defaults": {"max_preemptions": 1}, "tenants": {"a": {"max_preemptions": 0}}}
+    )
+    assert policy.for_tenant("a").max_preemptions == 0  # never preempted
+    assert policy.for_tenant("b").max_preemptions == 1
