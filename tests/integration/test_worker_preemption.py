@@ -2,8 +2,10 @@
 slots are all running a free tenant's commands takes one back for a paid tenant's run
 due now (kit.core.preemption). The preempted command is stopped as a cancel stops it
 (SIGTERM to its process group, SIGKILL after the grace) and its run goes back to pending
-at the same attempt: it runs again and succeeds, with no retry, no dead letter. Nothing
-asserts a duration: the paid run's start is compared with the free runs' ends."""
+at the same attempt: it runs again and succeeds, with no retry, no dead letter. The same
+for the task loop's places, held by free http runs against a target that answers only
+when told to. Nothing asserts a duration: the paid run's start is compared with the
+free runs' ends, or happens while the free runs' requests cannot have been answered."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import threading
 import tomllib
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from sqlalchemy import Engine, text
@@ -33,7 +37,8 @@ SLOTS = 2
 FREE_S = 15  # each free command; the paid run must start long before any ends
 COMMANDS = PolicySource.fixed(
     TaskPolicy.parse(
-        tomllib.loads(local_policy_toml(FREE, ["/bin/sh"]) + local_policy_toml(PAID, ["/bin/sh"]))
+        tomllib.loads(local_policy_toml(FREE, ["/bin/sh"]) + local_policy_toml(PAID, ["/bin/sh"])),
+        http_allow_hosts="127.0.0.1",  # the http runs' target below
     )
 )
 TENANTS = TenantsPolicy(tenants={PAID: TenantLimits(tenant_class=TenantClass.paid)})
@@ -211,3 +216,117 @@ def test_a_run_preempted_as_often_as_its_tenants_bound_keeps_its_slot(
         (1, "succeeded"),
     ]
     assert worker.metrics.value("cronfleet_tenant_preempted_total", tenant=FREE) == 1
+
+
+@dataclass
+class Target:
+    """A local HTTP target: `/hang` answers once `release` is set, `/` at once; every
+    request's idempotency key is kept in arrival order."""
+
+    port: int = 0
+    keys: list[str] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@pytest.fixture
+def target() -> Iterator[Target]:
+    state = Target()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            state.keys.append(self.headers.get("Idempotency-Key", ""))
+            if self.path.startswith("/hang"):
+                state.release.wait(120)  # bounded: the fixture sets it at the end
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    state.port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    state.release.set()
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def http_runs(engine: Engine, tenant: str, url: str, n: int) -> list[RunMessage]:
+    """`n` http runs due now of a job of `tenant` posting to `url`."""
+    task = {"type": "http", "method": "POST", "url": url, "body": "{}"}
+    job = make_job(engine, task, tenant=tenant, name=f"{tenant}-{uuid.uuid4().hex[:6]}")
+    now = datetime.now(UTC)
+    out = []
+    for i in range(n):
+        when = now + timedelta(milliseconds=i)
+        rid = make_run(engine, job, when, tenant=tenant)
+        out.append(RunMessage(rid, job, 1, to_epoch_ms(when), "normal"))
+    return out
+
+
+def test_a_paid_http_run_takes_a_task_loop_place_back_from_a_free_one(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Worker], target: Target
+) -> None:
+    """The task loop's places all held by free http runs whose target does not answer:
+    a paid http run due now takes one back (its request abandoned mid-flight), succeeds
+    while the free requests still hang, and the free run is run again at the same
+    attempt with the same idempotency key."""
+    worker = start_worker(slots=SLOTS)
+    assert worker._task_loop is not None  # http runs on the loop, not the pool
+    free = http_runs(engine, FREE, target.url("/hang"), SLOTS)
+    publisher.publish(free)
+    wait_until(
+        "the free requests hold every place",
+        lambda: len(target.keys) == SLOTS,
+        detail=lambda: str(rows(engine)),
+    )
+    [paid] = http_runs(engine, PAID, target.url("/"), 1)
+    publisher.publish([paid])
+    # the free requests cannot be answered before `release`: a paid run that succeeds
+    # now took a place back
+    wait_until(
+        "the paid run succeeded while every free request hangs",
+        lambda: rows(engine)[paid.run_id]["status"] == "succeeded",
+        60.0,
+        lambda: str(rows(engine)),
+    )
+    got = rows(engine)
+    preempted = [got[m.run_id] for m in free if got[m.run_id]["errors"]]
+    assert len(preempted) == 1, got
+    [entry] = preempted[0]["errors"]  # type: ignore[misc]
+    assert entry["preempted"] is True and entry["attempt"] == 1, entry
+    assert worker.metrics.value("cronfleet_tenant_preempted_total", tenant=FREE) == 1
+    again = str(preempted[0]["run_id"])
+    # run again, at the same attempt, with the same key: its target sees it twice
+    wait_until(
+        "the preempted run's request is sent again",
+        lambda: target.keys.count(again) == 2,
+        60.0,
+        lambda: f"{target.keys} {rows(engine)}",
+    )
+    target.release.set()
+
+    def succeeded() -> bool:
+        return all(r["status"] == "succeeded" for r in rows(engine).values())
+
+    wait_until("every run succeeded", succeeded, 60.0, lambda: str(rows(engine)))
+    got = rows(engine)
+    assert all(got[m.run_id]["attempt"] == 1 for m in free), got  # no attempt cost
+    detail = run_detail(engine, FREE, again)
+    assert [(a.attempt, a.outcome) for a in detail.attempts] == [
+        (1, "preempted"),
+        (1, "succeeded"),
+    ]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM dead_letters")).scalar_one() == 0
