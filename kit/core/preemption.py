@@ -8,7 +8,9 @@ later, at no cost to its retry budget. The rules, each held by
 tests/unit/test_preemption.py and tests/property/test_preemption_props.py:
 
 - never while a slot is free: the free slot goes to the paid run first;
-- never a paid run, never one already told to stop;
+- never a paid run, never one already told to stop, never one already preempted as
+  often as its tenant's bound allows (`max_preemptions`: its work is not thrown away
+  again and again while paid runs keep coming); such a run still holds its slot;
 - only for the paid runs the next slots would go to, in the fair queue's order (tier,
   then paid before free): a free run waiting in a more urgent tier takes the next slot
   first, so preempting for a paid one behind it would only free a slot for that free run;
@@ -35,6 +37,15 @@ class Running:
     tier: int  # its tier's rank, 0 the most urgent (kit.core.dispatch.tier_rank)
     started_ms: int  # when its task began
     stopping: bool = False  # already told to stop for a waiting paid run
+    preemptions: int = 0  # times the run was preempted before (on any worker)
+    max_preemptions: int | None = None  # its tenant's bound on those; None: no bound
+
+    @property
+    def preemptible(self) -> bool:
+        """A free run not yet told to stop, preempted fewer times than its bound."""
+        if self.paid or self.stopping:
+            return False
+        return self.max_preemptions is None or self.preemptions < self.max_preemptions
 
 
 @dataclass(frozen=True)
@@ -68,7 +79,7 @@ def to_preempt(slots: int, running: Sequence[Running], waiting: Sequence[Waiting
     claimants = claimants[sum(1 for r in running if r.stopping) :]
     # least urgent tier first, then the youngest start; the key breaks ties
     candidates = sorted(
-        (r for r in running if not r.paid and not r.stopping),
+        (r for r in running if r.preemptible),
         key=lambda r: (-r.tier, -r.started_ms, r.key),
     )
     # The freed slots go to the first claimants in order, so preempt for the longest

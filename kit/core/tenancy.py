@@ -21,8 +21,12 @@ but the priority tiers (a tenant may not mark its own work `critical`).
     tiers = ["critical", "high", "normal", "low"]
     max_running = 500
 
+    [tenants.hobby]
+    max_preemptions = 1        # its runs are preempted at most once each (default 3)
+
 Every field of a tenant table is optional and falls back to `[defaults]`, then to
-`TenantLimits()`. A limit of 0 is a real limit (nothing); an absent one is no limit.
+`TenantLimits()`. A limit of 0 is a real limit (nothing); an absent one is no limit,
+but for `max_preemptions`, which is 3 unless set (0: never preempted).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ class TenantClass(StrEnum):
     free = "free"
 
 
+# A free run preempted this many times keeps its slot: a bound on the work thrown away.
+DEFAULT_MAX_PREEMPTIONS = 3
+
 # The tiers a tenant may use unless the operator says otherwise: all but `critical`,
 # which is the operator's to hand out.
 DEFAULT_TIERS: tuple[str, ...] = tuple(t for t in PRIORITY_TIERS if t != "critical")
@@ -59,6 +66,8 @@ class TenantLimits:
     max_running: int | None = None  # its runs running at once, fleet-wide
     max_starts_per_s: float | None = None  # its runs started per second, fleet-wide
     max_queued_per_queue: int | None = None  # pending tasks in any one pull queue
+    # how many times one of its runs may be preempted for a paid run (kit.core.preemption)
+    max_preemptions: int = DEFAULT_MAX_PREEMPTIONS
     api_rate_per_s: float | None = None  # API requests per second (a token bucket) ...
     api_burst: int | None = None  # ... holding this many (default: one second's worth)
 
@@ -129,6 +138,7 @@ _FIELDS = {
     "max_running": "max_running",
     "max_starts_per_s": "max_starts_per_s",
     "max_queued_per_queue": "max_queued_per_queue",
+    "max_preemptions": "max_preemptions",
     "api_rate_per_s": "api_rate_per_s",
     "api_burst": "api_burst",
 }

@@ -70,6 +70,7 @@ class ClaimedRun:
     timeout_s: int | None
     due_at: datetime | None = None  # not to start before (scheduled time, or retry time)
     lease_ttl_ms: int | None = None  # its lease's length (its job's sized lease); None: default
+    preemptions: int = 0  # times it was preempted for a paid run (its history's entries)
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,12 @@ class FinishResult:
 # - runs are looked up by key in a MATERIALIZED CTE, so the range never drives a scan
 #   that repeats the lookups; the job's columns are read by key per run.
 IN_BATCH = in_batch("r")
+# How often a run was preempted, on any worker: the entries `runs_preempt` added to its
+# history (which nothing trims). The preemption bound is judged on it
+# (kit.core.preemption, tests/integration/test_worker_preemption.py).
+_PREEMPTIONS = (
+    "jsonb_array_length(jsonb_path_query_array(r.errors, '$[*] ? (@.preempted == true)'))"
+)
 _CLAIM = f"""
 WITH locked AS MATERIALIZED (
     SELECT c.run_id, j.task_spec, j.timeout_s, c.due_at,
@@ -139,7 +146,8 @@ UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
 FROM locked l
 WHERE r.run_id = l.run_id AND {IN_BATCH}
 RETURNING r.run_id, r.job_id, r.tenant, r.attempt, r.lease_token, r.priority,
-    r.scheduled_at, {NOW} AS claimed_at, l.task_spec, l.timeout_s, l.due_at, l.ttl_ms
+    r.scheduled_at, {NOW} AS claimed_at, l.task_spec, l.timeout_s, l.due_at, l.ttl_ms,
+    {_PREEMPTIONS} AS preemptions
 """
 
 
@@ -188,6 +196,7 @@ def runs_claim(
             timeout_s=row.timeout_s,
             due_at=row.due_at,
             lease_ttl_ms=row.ttl_ms,
+            preemptions=row.preemptions,
         )
         for row in rows
     ]

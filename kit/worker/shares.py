@@ -234,6 +234,7 @@ class FairSlots(Generic[T]):
         tier_of: Callable[[T], str],
     ) -> None:
         self.free = places
+        self._held: dict[int, T] = {}  # the items holding a place, by identity
         self._shares = shares
         self._tenant_of, self._tier_of = tenant_of, tier_of
         self._queue: FairQueue[tuple[T, asyncio.Future[None] | _Admission]] = FairQueue()
@@ -243,12 +244,16 @@ class FairSlots(Generic[T]):
     def queue(self) -> FairQueue[tuple[T, asyncio.Future[None] | _Admission]]:
         return self._queue
 
+    def holders(self) -> list[T]:
+        """The items holding a place now (what preemption may take one back from)."""
+        return list(self._held.values())
+
     def admit(self, item: T, start: Callable[[], None]) -> None:
         """`start()` once `item` holds a place (now, or when the queue hands it one); the
         place is then the item's, as after `acquire`, and `release` gives it back."""
         tenant = self._tenant_of(item)
         if self.free > 0 and not len(self._queue) and self._shares.try_start(tenant):
-            self.free -= 1
+            self._take(item)
             start()
             return
         waiter = _Admission(start)
@@ -260,7 +265,7 @@ class FairSlots(Generic[T]):
     async def acquire(self, item: T, charge: bool = True) -> None:
         tenant = self._tenant_of(item)
         if self.free > 0 and not len(self._queue) and self._shares.try_start(tenant, charge):
-            self.free -= 1
+            self._take(item)
             return
         waiter: asyncio.Future[None] | _Admission = asyncio.get_running_loop().create_future()
         self._shares.push(
@@ -276,8 +281,13 @@ class FairSlots(Generic[T]):
                 waiter.cancel()  # the queue drops it when it comes to it
             raise
 
+    def _take(self, item: T) -> None:
+        self.free -= 1
+        self._held[id(item)] = item
+
     def release(self, item: T) -> None:
         self.free += 1
+        self._held.pop(id(item), None)
         self._shares.finished(self._tenant_of(item))
         self._wake()
 
@@ -292,7 +302,7 @@ class FairSlots(Generic[T]):
             if waiter.done():  # its run gave up waiting
                 self._shares.finished(self._tenant_of(item))
                 continue
-            self.free -= 1
+            self._take(item)
             waiter.set_result(None)
 
     def _retried(self) -> None:

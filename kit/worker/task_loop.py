@@ -19,6 +19,7 @@ thread-based task occupies (kit.worker.worker.LOOP_WRITERS).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections import deque
@@ -92,6 +93,12 @@ class TaskLoop(Generic[E]):
         batch = list(entries)
         if batch and self._loop is not None:
             self._loop.call_soon_threadsafe(self._take, batch)
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """From any thread: run `fn` on the loop, after what was submitted before."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # closed: the worker is stopping
+                self._loop.call_soon_threadsafe(fn)
 
     def _take(self, entries: list[E]) -> None:
         for entry in entries:

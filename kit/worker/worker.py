@@ -446,6 +446,7 @@ class Worker:
         self.fair_share = fair_share
         self.shares = Shares(tenants, lambda: self.link.live_workers, self.metrics.tenants)
         self._pool_queue: FairQueue[_InFlight] = FairQueue()
+        self._no_queue: FairQueue[Any] = FairQueue()  # stays empty (`_begin_queue`)
         self._owed_turns = 0  # pool turns that found no run they may start
         self._on_pool: dict[str, _InFlight] = {}  # runs a pool turn took: each holds a thread
         self._preempted_at = 0.0  # monotonic: the hold thread last looked for preemption
@@ -835,6 +836,8 @@ class Worker:
             if self.fair_share and len(on_loop) > 1:
                 on_loop = self._loop_order(on_loop)
             self._task_loop.submit(on_loop)  # type: ignore[union-attr]
+            if self.fair_share:  # a paid run just due on full places: once it is queued
+                self._task_loop.call(self._preempt_on_loop)  # type: ignore[union-attr]
         if inline:
             self._execute_inline(inline)
 
@@ -879,19 +882,41 @@ class Worker:
         wait for one, stop the free runs kit.core.preemption.to_preempt picks, as a cancel
         stops them; `_execute` then gives each back at the same attempt
         (`_requeue_preempted`) and its thread takes the paid run. The task loop's places
-        are not preempted."""
+        are looked at on the loop (`_preempt_on_loop`)."""
+        if self._task_loop is not None and len(self._begin_queue()):
+            self._task_loop.call(self._preempt_on_loop)
         if not len(self._pool_queue) or len(self._on_pool) < self.concurrency:
             return  # (the lengths read without a lock: the decision below takes it)
+        with self._lock:
+            entries = list(self._on_pool.values())
+        self._stop_for_paid(entries, self._pool_queue)
+
+    def _begin_queue(self) -> FairQueue[Any]:
+        """The fair queue of runs waiting for one of the task loop's places (empty with
+        fair shares off, or before the loop made its places)."""
+        slots = self._begin_slots
+        return slots.queue if isinstance(slots, FairSlots) else self._no_queue
+
+    def _preempt_on_loop(self) -> None:
+        """On the task loop: as `_preempt`, for its places. A free http run stopped here
+        has its request abandoned mid-flight (the target may have it); `_ended` gives the
+        run back at the same attempt, and the place it frees goes to the paid run."""
+        slots = self._begin_slots
+        if not isinstance(slots, FairSlots) or slots.free > 0 or not len(slots.queue):
+            return
+        self._stop_for_paid(slots.holders(), slots.queue)
+
+    def _stop_for_paid(self, entries: list[_InFlight], queue: FairQueue[Any]) -> None:
+        """Stop the runs among `entries` (those holding the worker's `concurrency` slots
+        of one kind) that kit.core.preemption picks for the paid runs waiting in `queue`."""
+        if len(entries) < self.concurrency:
+            return
         policy = self.shares.policy()
 
         def paid(tenant: str) -> bool:
             return policy.for_tenant(tenant).tenant_class is TenantClass.paid
 
-        with self._lock:
-            entries = list(self._on_pool.values())
-        if len(entries) < self.concurrency:
-            return
-        startable = self.shares.waiting_startable(self._pool_queue)
+        startable = self.shares.waiting_startable(queue)
         waiting = waiting_of(((paid(t), tier, n) for t, tier, n in startable), self.concurrency)
         if not any(w.paid for w in waiting):
             return
@@ -902,6 +927,8 @@ class Worker:
                 tier_rank(e.run.priority),
                 e.started_ms if e.started_ms is not None else 2**62,
                 e.preempted,
+                e.run.preemptions,
+                policy.for_tenant(e.run.tenant).max_preemptions,
             )
             for e in entries
         ]
@@ -918,6 +945,13 @@ class Worker:
                 run_id,
                 entry.run.tenant,
             )
+
+    def _requeue_preempted_and_free(self, entry: _InFlight) -> None:
+        """A preempted run's task on the loop stopped: given back (on a writer thread)."""
+        try:
+            self._requeue_preempted(entry)
+        finally:
+            self._free([entry])
 
     def _requeue_preempted(self, entry: _InFlight) -> None:
         """A preempted run's task has stopped: pending again at the same attempt and
@@ -1205,6 +1239,10 @@ class Worker:
         if entry.holds_slot and self._begin_slots is not None:
             entry.holds_slot = False
             self._release_slot(entry)
+        if entry.preempted and not ok and not (entry.fenced or entry.releasing):
+            self._count_out(entry)  # (if it was stopped before it began)
+            self._loop_writes.submit(self._requeue_preempted_and_free, entry)
+            return
         if not entry.started:
             self._count_out(entry)
             if not entry.fenced:  # a fenced one is being given back, which frees it

@@ -1,5 +1,7 @@
 """kit.core.preemption.to_preempt over any worker's slots and waiting runs:
-- never a paid run, never one already stopping, no run twice;
+- never a paid run, never one already stopping, never one preempted as often as its
+  bound allows, no run twice; a run at its bound is decided on as a paid run is (it
+  holds its slot, it is not taken);
 - never while a slot is free;
 - never more than the paid runs waiting ahead of every free one, less those stopping;
 - each run preempted is of a tier no more urgent than some waiting paid run's;
@@ -8,12 +10,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kit.core.preemption import Running, Waiting, to_preempt
 
 tiers = st.integers(0, 3)
+bounds = st.one_of(st.none(), st.integers(0, 3))
+
+
+def spent(r: Running) -> bool:
+    """Preempted as often as its bound allows."""
+    return r.max_preemptions is not None and r.preemptions >= r.max_preemptions
 
 
 @st.composite
@@ -21,7 +31,13 @@ def worker(draw: st.DrawFn) -> tuple[int, list[Running], list[Waiting]]:
     n = draw(st.integers(0, 8))
     running = [
         Running(
-            f"r{i}", draw(st.booleans()), draw(tiers), draw(st.integers(0, 50)), draw(st.booleans())
+            f"r{i}",
+            draw(st.booleans()),
+            draw(tiers),
+            draw(st.integers(0, 50)),
+            draw(st.booleans()),
+            draw(st.integers(0, 4)),
+            draw(bounds),
         )
         for i in range(n)
     ]
@@ -38,7 +54,7 @@ def test_preemption_rules_hold(case: tuple[int, list[Running], list[Waiting]]) -
     by_key = {r.key: r for r in running}
     assert len(got) == len(set(got))
     chosen = [by_key[k] for k in got]
-    assert not any(r.paid or r.stopping for r in chosen)
+    assert not any(r.paid or r.stopping or spent(r) for r in chosen)
     if slots > len(running):
         assert got == []
     ahead = 0
@@ -51,7 +67,7 @@ def test_preemption_rules_hold(case: tuple[int, list[Running], list[Waiting]]) -
     paid_tiers = [w.tier for w in waiting if w.paid]
     assert all(any(r.tier >= t for t in paid_tiers) for r in chosen)
     for r in chosen:
-        kept = [k for k in running if not (k.paid or k.stopping or k.key in got)]
+        kept = [k for k in running if not (k.paid or k.stopping or spent(k) or k.key in got)]
         assert not any(k.tier == r.tier and k.started_ms > r.started_ms for k in kept)
 
 
@@ -63,7 +79,7 @@ def test_a_full_worker_of_free_runs_serves_every_paid_run_it_can(
     """With only free runs of one tier and paid runs of that tier waiting, every paid run
     gets a run stopped for it, up to the slots (nothing stopping yet)."""
     _slots, running, _waiting = case
-    running = [Running(r.key, False, 2, r.started_ms) for r in running]
+    running = [Running(r.key, False, 2, r.started_ms, preemptions=r.preemptions) for r in running]
     for n_paid in range(len(running) + 2):
         got = to_preempt(len(running), running, [Waiting(True, 2)] * n_paid)
         assert len(got) == min(n_paid, len(running))
@@ -79,7 +95,7 @@ def _longest_served_prefix(running: list[Running], waiting: list[Waiting]) -> in
             break
         claimants.append(w.tier)
     claimants = claimants[sum(r.stopping for r in running) :]
-    free = sorted((r.tier for r in running if not r.paid and not r.stopping), reverse=True)
+    free = sorted((r.tier for r in running if not (r.paid or r.stopping or spent(r))), reverse=True)
     best = 0
     for k in range(1, min(len(claimants), len(free)) + 1):
         wanted = sorted(claimants[:k], reverse=True)
@@ -100,3 +116,19 @@ def test_as_many_runs_are_stopped_as_the_paid_runs_ahead_can_use(
     got = to_preempt(slots, running, waiting)
     expected = 0 if slots > len(running) else _longest_served_prefix(running, waiting)
     assert len(got) == expected, (running, waiting, got)
+
+
+@settings(max_examples=500, deadline=None)
+@given(worker())
+def test_a_run_at_its_bound_is_decided_on_as_a_paid_run(
+    case: tuple[int, list[Running], list[Waiting]],
+) -> None:
+    """The bound only takes runs out of the candidates: the same decision as with each
+    run at its bound marked paid (still holding its slot), and the same as with no bound
+    on the others; the lowest-value candidate left still goes first."""
+    slots, running, waiting = case
+    got = to_preempt(slots, running, waiting)
+    as_paid = [
+        replace(r, paid=True) if spent(r) else replace(r, max_preemptions=None) for r in running
+    ]
+    assert got == to_preempt(slots, as_paid, waiting)

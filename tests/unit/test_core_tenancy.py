@@ -54,6 +54,8 @@ def test_critical_is_the_operators_to_hand_out() -> None:
         ({"tenants": {"a": 3}}, "tenants.a"),
         ({"tenants": []}, "tenants"),
         ({"defaults": {"max_running": "ten"}}, "defaults.max_running"),
+        ({"tenants": {"a": {"max_preemptions": -1}}}, "tenants.a.max_preemptions"),
+        ({"defaults": {"max_preemptions": 2.5}}, "defaults.max_preemptions"),
         ({"limits": {}}, "limits"),
     ],
 )
@@ -66,3 +68,78 @@ def test_each_mistake_is_named_by_its_entry(data: dict[str, object], field: str)
 def test_a_limit_of_zero_is_a_limit() -> None:
     limits = TenantsPolicy.parse({"defaults": {"max_running": 0}}).for_tenant("a")
     assert limits.max_running == 0
+
+
+def test_a_run_may_be_preempted_three_times_unless_the_operator_says_otherwise() -> None:
+    assert TenantLimits().max_preemptions == 3
+    policy = TenantsPolicy.parse(
+        {"defaults": {"max_preemptions": 1}, "tenants": {"a": {"max_preemptions": 0}}}
+    )
+    assert policy.for_tenant("a").max_preemptions == 0  # never preempted
+    assert policy.for_tenant("b").max_preemptions == 1
+
+
+TIERS = "critical, high, normal, low"
+LIMITS = (
+    "weight, class, tiers, max_jobs, max_running, max_starts_per_s, max_queued_per_queue, "
+    "max_preemptions, api_rate_per_s, api_burst"
+)
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "reason"),
+    [
+        ({"tenants": {"a": 3}}, "tenants.a", "must be a table"),
+        ({"tenants": {"a": {"wieght": 1}}}, "tenants.a.wieght", f"unknown limit (one of {LIMITS})"),
+        ({"tenants": {"a": {"class": "gold"}}}, "tenants.a.class", "must be 'paid' or 'free'"),
+        ({"defaults": {"weight": float("inf")}}, "defaults.weight", "must be a finite number"),
+        (
+            {"defaults": {"weight": float("nan")}},
+            "defaults.weight",
+            "must be a number greater than 0",
+        ),
+        ({"defaults": {"tiers": "low"}}, "defaults.tiers", f"must be a list of tiers ({TIERS})"),
+        (
+            {"defaults": {"tiers": ["low", 1]}},
+            "defaults.tiers",
+            f"must be a list of tiers ({TIERS})",
+        ),
+        ({"defaults": {"tiers": ["urgent"]}}, "defaults.tiers[0]", f"must be one of {TIERS}"),
+        ({"defaults": {"tiers": ["low", "low"]}}, "defaults.tiers", "names a tier twice"),
+        (
+            {"defaults": {"api_burst": 0}},
+            "defaults.api_burst",
+            "must be a whole number of at least 1",
+        ),
+        (
+            {"limits": {}},
+            "limits",
+            "unknown setting (expected [defaults], [tenants.<name>])",
+        ),
+        ({"tenants": ["a"]}, "tenants", "must be a table of tenants"),
+    ],
+)
+def test_each_mistake_says_what_is_wrong(data: dict[str, object], field: str, reason: str) -> None:
+    """The one line the service stops with names the entry and the reason, word for word."""
+    with pytest.raises(FieldError) as caught:
+        TenantsPolicy.parse(data)
+    assert (caught.value.field, caught.value.reason) == (field, reason)
+
+
+def test_the_smallest_values_each_limit_takes() -> None:
+    policy = TenantsPolicy.parse(
+        {"tenants": {"a": {"weight": 0.5, "api_rate_per_s": 0.5, "api_burst": 1}}}
+    )
+    a = policy.for_tenant("a")
+    assert (a.weight, a.api_rate_per_s, a.api_burst) == (0.5, 0.5, 1)
+    assert policy.weight("a") == 0.5 and policy.weight("b") == 1.0
+    assert TenantsPolicy.parse({"defaults": {"api_rate_per_s": 0.5}}).for_tenant("b").burst == 1
+
+
+def test_a_tier_refused_says_which_tiers_the_tenant_has() -> None:
+    assert TenantLimits(tiers=("high", "low")).tier_refusal("critical") == (
+        "the operator allows this tenant the priority tiers high, low, not 'critical'"
+    )
+    assert TenantLimits(tiers=()).tier_refusal("low") == (
+        "the operator allows this tenant the priority tiers none, not 'low'"
+    )

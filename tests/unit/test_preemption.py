@@ -83,3 +83,22 @@ def test_waiting_runs_count_each_paid_run_up_to_the_slots_and_one_per_free_group
 
     got = waiting_of([(True, 1, 5), (False, 0, 7), (True, 2, 1)], slots=3)
     assert got == [Waiting(True, 1)] * 3 + [Waiting(False, 0), Waiting(True, 2)]
+
+
+def test_a_run_preempted_as_often_as_its_bound_allows_is_not_preempted_again() -> None:
+    # "young" would go first, but it has been preempted its tenant's bound times already
+    young = Running("young", FREE, 2, 9_000, preemptions=2, max_preemptions=2)
+    old = Running("old", FREE, 2, 1_000, preemptions=1, max_preemptions=2)
+    assert to_preempt(2, [young, old], [Waiting(PAID, 2)]) == ["old"]
+    # every run at its bound: the paid run waits for a slot to free
+    spent = Running("old", FREE, 2, 1_000, preemptions=2, max_preemptions=2)
+    assert to_preempt(2, [young, spent], [Waiting(PAID, 2)] * 2) == []
+    # a bound of 0: never preempted; no bound given: any number of times
+    never = Running("never", FREE, 2, 5_000, max_preemptions=0)
+    assert to_preempt(1, [never], [Waiting(PAID, 2)]) == []
+    again = Running("again", FREE, 2, 5_000, preemptions=50)
+    assert to_preempt(1, [again], [Waiting(PAID, 2)]) == ["again"]
+    # a run at its bound still holds its slot: no preemption while a slot is free is
+    # judged on every run, and the others keep their order
+    runs = [spent, free("a", 3_000), free("b", 4_000)]
+    assert to_preempt(3, runs, [Waiting(PAID, 2)] * 3) == ["b", "a"]

@@ -144,3 +144,32 @@ def test_an_admitted_run_holds_its_place_until_released() -> None:
 
     free, blocked = asyncio.run(scene())
     assert blocked and free == 0
+
+
+def test_the_holders_of_places_are_known_for_preemption_to_take_one_back() -> None:
+    """Every way to a place (admitted at once, handed one later, acquired) makes the run
+    a holder; releasing it (the same object) makes it none."""
+
+    async def scene() -> list[list[tuple[str, int]]]:
+        slots, _ = _slots(2, TenantsPolicy())
+        a, b, c, d = ("a", 0), ("b", 0), ("c", 0), ("d", 0)
+        seen = []
+        slots.admit(a, lambda: None)  # a free place: at once
+        await slots.acquire(b)
+        seen.append(slots.holders())
+        slots.admit(c, lambda: None)  # waits
+        waiter = asyncio.ensure_future(slots.acquire(d))
+        await asyncio.sleep(0)
+        seen.append(slots.holders())
+        slots.release(a)  # to c, admitted first
+        seen.append(slots.holders())
+        slots.release(b)  # to d
+        await asyncio.wait_for(waiter, 1)
+        seen.append(slots.holders())
+        slots.release(c)
+        slots.release(d)
+        seen.append(slots.holders())
+        return seen
+
+    a, b, c, d = ("a", 0), ("b", 0), ("c", 0), ("d", 0)
+    assert asyncio.run(scene()) == [[a, b], [a, b], [b, c], [c, d], []]
