@@ -55,10 +55,22 @@ class TenantReport:
     def lag(self, label: str, lag_s: float) -> None:
         """A first attempt of `label`'s started `lag_s` after its time: the histogram and
         the window."""
-        self.metrics.start_lag.labels(label).observe(max(0.0, lag_s))
+        self.lags([(label, lag_s)])
+
+    def lags(self, lags: list[tuple[str, float]]) -> None:
+        """Many lags (label, seconds) at once: each label's histogram child looked up
+        once, the window's lock taken once."""
+        children: dict[str, Any] = {}
+        histogram = self.metrics.start_lag
+        for label, lag_s in lags:
+            child = children.get(label)
+            if child is None:
+                child = children[label] = histogram.labels(label)
+            child.observe(max(0.0, lag_s))
         at = self._clock()
         with self._lock:
-            self._lags.add(label, at, lag_s)
+            for label, lag_s in lags:
+                self._lags.add(label, at, lag_s)
 
     def report(self) -> dict[str, dict[str, Any]]:
         """The figures now, per tenant label (the presence row's `tenants`)."""

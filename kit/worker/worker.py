@@ -1322,12 +1322,17 @@ class Worker:
     def _observe_lags(self) -> None:
         """Start lags into the histograms (fleet-wide and the tenant's) and the tenants'
         window, here rather than where runs start."""
-        lags, observe = self._lags, self.metrics.start_lag.observe
-        by_tenant, label = self.tenant_report.lag, self.shares.label
+        lags, observe, label = self._lags, self.metrics.start_lag.observe, self.shares.label
+        labelled: list[tuple[str, float]] = []
+        labels: dict[str, str] = {}
         for _ in range(len(lags)):
             tenant, lag = lags.popleft()
             observe(max(0.0, lag))
-            by_tenant(label(tenant), lag)
+            if tenant not in labels:
+                labels[tenant] = label(tenant)
+            labelled.append((labels[tenant], lag))
+        if labelled:
+            self.tenant_report.lags(labelled)
 
     def _finish_ok(self, batch: list[_InFlight]) -> None:
         leases = sorted((e.run.run_id, e.run.lease_token) for e in batch)
