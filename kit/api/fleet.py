@@ -5,7 +5,8 @@
   long the oldest has waited. Nothing of other tenants' runs, of workers, scheduler
   nodes, topics or the consumer group.
 - The fleet-wide view (GET /v1/fleet: nodes and their partitions, workers and every
-  tenant's runs in flight, the consumer group, lag per tier) is the operator's: only a
+  tenant's runs in flight, the consumer group, lag per tier, every tenant's figures from
+  the workers' reports) is the operator's: only a
   token of the tenant `CRONFLEET_OPERATOR_TENANT` names, with the `admin` scope. Any
   other token, a tenant's `admin` included, gets a 403; unset, no token does.
 - The lag is read from the broker by the process's one LagSampler (kit.api.lag_sampler),
@@ -26,6 +27,7 @@ from kit.api.auth import Caller, principal
 from kit.api.errors import ApiError
 from kit.api.lag_sampler import LAG_SAMPLE_S, LagSampler
 from kit.api.state import engine_of, group_id_of, settings_of, topic_prefix_of
+from kit.core.tenant_figures import WINDOW_S
 from kit.store.console_sessions import ConsoleSession
 from kit.store.fleet import FleetView, InFlightView, fleet_read, in_flight_read
 from kit.store.tokens import TokenInfo
@@ -62,6 +64,20 @@ class TierOut(BaseModel):
     partitions: int
 
 
+class TenantFleetOut(BaseModel):
+    tenant: str = Field(description="a tenant, or `_other`: the tenants past the workers' labels")
+    started: int = Field(description="runs started over the last minute, summed over live workers")
+    waiting_share: int = Field(description="due runs waiting now for the other tenants' turn")
+    waiting_limit: int = Field(description="due runs waiting now at the tenant's own limit")
+    limited: int = Field(
+        description="times over the last minute a free slot passed the tenant over for its limit"
+    )
+    lag_p99_s: float | None = Field(
+        description="start lag p99 of first attempts over the last minute: the largest of the "
+        "live workers' p99s (null: none started)"
+    )
+
+
 class FleetOut(BaseModel):
     now: datetime
     partitions: int
@@ -74,6 +90,10 @@ class FleetOut(BaseModel):
         description=f"when the lag was read from the broker (at most every {LAG_SAMPLE_S:g} s)"
     )
     kafka_error: str | None = Field(description="why the lag could not be read, if it could not")
+    tenants: list[TenantFleetOut] = Field(
+        description="each tenant the live workers reported, by tenant (their last presence beat)"
+    )
+    tenants_window_s: float = Field(description="the window of `started`, `limited`, `lag_p99_s`")
 
 
 class TierInFlightOut(BaseModel):
@@ -146,6 +166,8 @@ async def fleet(request: Request, caller: Caller) -> FleetOut:
         tiers=[TierOut(**t.__dict__) for t in tiers],
         lag_sampled_at=sampled_at,
         kafka_error=error,
+        tenants=[TenantFleetOut(**t.__dict__) for t in view.tenants],
+        tenants_window_s=WINDOW_S,
     )
 
 

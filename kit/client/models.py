@@ -253,6 +253,8 @@ class FleetOut(TypedDict):
     tiers: list[TierOut]
     lag_sampled_at: str
     kafka_error: str | None
+    tenants: list[TenantFleetOut]
+    tenants_window_s: float
 
 
 class HeartbeatIn(TypedDict):
@@ -655,6 +657,15 @@ class TaskIn(TypedDict):
     delay_sec: NotRequired[int]
     max_attempts: NotRequired[int]
     timeout_sec: NotRequired[int]
+
+
+class TenantFleetOut(TypedDict):
+    tenant: str
+    started: int
+    waiting_share: int
+    waiting_limit: int
+    limited: int
+    lag_p99_s: float | None
 
 
 class TierInFlightOut(TypedDict):

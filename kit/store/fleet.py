@@ -1,5 +1,6 @@
 """The fleet as PostgreSQL knows it: the operator's view (scheduler nodes and the
-partitions each owns, workers and what they are running, every tenant's runs), and a
+partitions each owns, workers and what they are running, every tenant's runs, and every
+tenant's figures summed over the live workers' reports, kit.core.tenant_figures), and a
 tenant's own (its unfinished runs per tier). Database clock throughout, unless a caller
 (a test) passes `now`."""
 
@@ -11,6 +12,7 @@ from datetime import datetime
 from sqlalchemy import Engine, text
 
 from kit.core.dispatch import PRIORITY_TIERS
+from kit.core.tenant_figures import TenantFigure, fleet_figures
 from kit.core.trigger import QUEUED
 from kit.store.db import NOW_SQL, db_now
 from kit.store.runs import run_state_sql
@@ -43,6 +45,7 @@ class FleetView:
     partitions_total: int  # CRONFLEET_PARTITIONS
     partitions_unowned: int  # no live owner: nothing scans them until a node takes them
     workers: list[WorkerView]
+    tenants: list[TenantFigure]  # summed over the live workers' presence rows, by tenant
 
 
 _NODES = f"""
@@ -70,7 +73,7 @@ WITH running AS (
 SELECT coalesce(w.worker_id, r.worker_id) AS worker_id, w.heartbeat_at, w.started_at,
        coalesce(w.heartbeat_at > {NOW_SQL} - make_interval(secs => :worker_ttl_s), r.n > 0)
            AS live,
-       w.concurrency, coalesce(r.n, 0) AS in_flight
+       w.concurrency, coalesce(r.n, 0) AS in_flight, w.tenants
 FROM workers w FULL JOIN running r ON r.worker_id = w.worker_id
 ORDER BY 1
 """
@@ -93,18 +96,15 @@ def fleet_read(
             for r in conn.execute(text(_NODES), {"node_ttl_s": node_ttl_ms / 1000, "now": now})
         ]
         owned = conn.execute(text(_OWNED), {"partitions": partitions, "now": now}).scalar_one()
-        workers = [
-            WorkerView(
-                r.worker_id,
-                r.heartbeat_at,
-                r.started_at,
-                bool(r.live),
-                r.concurrency,
-                int(r.in_flight),
-            )
-            for r in conn.execute(text(_WORKERS), {"worker_ttl_s": worker_ttl_s, "now": now})
-        ]
-    return FleetView(at, nodes, partitions, partitions - int(owned), workers)
+        rows = conn.execute(text(_WORKERS), {"worker_ttl_s": worker_ttl_s, "now": now}).all()
+    workers = [
+        WorkerView(
+            r.worker_id, r.heartbeat_at, r.started_at, bool(r.live), r.concurrency, int(r.in_flight)
+        )
+        for r in rows
+    ]
+    tenants = fleet_figures(r.tenants for r in rows if r.live)
+    return FleetView(at, nodes, partitions, partitions - int(owned), workers, tenants)
 
 
 @dataclass(frozen=True)

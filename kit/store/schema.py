@@ -459,6 +459,9 @@ workers = Table(
     _tstz("started_at", nullable=False, now_default=True),
     Column("concurrency", Integer, nullable=False),
     Column("in_flight", Integer, nullable=False, server_default=text("0")),
+    # its per-tenant figures as of its last presence beat (kit.core.tenant_figures);
+    # null from a worker that reports none
+    Column("tenants", JSONB, nullable=True),
 )
 
 # The operator's kill switches (kit.core.switches): a run of a tenant, a task type or a

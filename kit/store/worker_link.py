@@ -10,7 +10,8 @@ connection is down are lost; the heartbeat's lease check is the fallback (the ca
 cleared the run's lease token).
 
 Presence: every PRESENCE_S the worker upserts its row in `workers` (id, concurrency,
-runs in flight); the fleet view counts a worker live while its row is fresh.
+runs in flight, and its per-tenant figures, kit.core.tenant_figures, in `tenants`); the
+fleet view counts a worker live while its row is fresh.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 from sqlalchemy import Engine
 
 from kit.store.run_cancel import CANCEL_CHANNEL
@@ -35,11 +38,11 @@ RECONNECT_S = 1.0
 
 _NOW = "coalesce(CAST(%(now)s AS timestamptz), now())"  # kit.store.db.NOW_SQL, psycopg's style
 _PRESENCE = f"""
-INSERT INTO workers (worker_id, heartbeat_at, started_at, concurrency, in_flight)
-VALUES (%(id)s, {_NOW}, {_NOW}, %(concurrency)s, %(in_flight)s)
+INSERT INTO workers (worker_id, heartbeat_at, started_at, concurrency, in_flight, tenants)
+VALUES (%(id)s, {_NOW}, {_NOW}, %(concurrency)s, %(in_flight)s, %(tenants)s)
 ON CONFLICT (worker_id) DO UPDATE
 SET heartbeat_at = EXCLUDED.heartbeat_at, concurrency = EXCLUDED.concurrency,
-    in_flight = EXCLUDED.in_flight
+    in_flight = EXCLUDED.in_flight, tenants = EXCLUDED.tenants
 """
 
 
@@ -49,13 +52,21 @@ def presence_upsert(
     concurrency: int,
     in_flight: int,
     *,
+    tenants: dict[str, dict[str, Any]] | None = None,
     now: datetime | None = None,
 ) -> None:
     """The worker's presence row, fresh as of `now` (the database's clock by default):
-    the fleet view counts it live while it is younger than the worker TTL."""
+    the fleet view counts it live while it is younger than the worker TTL. `tenants`:
+    its per-tenant figures (None: it reports none)."""
     conn.execute(
         _PRESENCE,
-        {"id": worker_id, "concurrency": concurrency, "in_flight": in_flight, "now": now},
+        {
+            "id": worker_id,
+            "concurrency": concurrency,
+            "in_flight": in_flight,
+            "tenants": None if tenants is None else Jsonb(tenants),
+            "now": now,
+        },
     )
 
 
@@ -84,6 +95,7 @@ class WorkerLink:
         on_cancel: Callable[[Iterable[str]], object],
         *,
         presence_s: float = PRESENCE_S,
+        tenants: Callable[[], dict[str, dict[str, Any]]] | None = None,
     ) -> None:
         self.url = psycopg_url(engine)
         self.worker_id = worker_id
@@ -91,6 +103,7 @@ class WorkerLink:
         self.in_flight = in_flight
         self.on_cancel = on_cancel
         self.presence_s = presence_s
+        self.tenants = tenants
         # live workers in the fleet as of the last presence beat (at least this one): a
         # tenant's fleet-wide limits are divided among them (kit.core.fair_share.worker_part)
         self.live_workers = 1
@@ -123,12 +136,28 @@ class WorkerLink:
             next_presence = 0.0
             while not self._stop.is_set():
                 if time.monotonic() >= next_presence:
-                    presence_upsert(conn, self.worker_id, self.concurrency, self.in_flight())
+                    presence_upsert(
+                        conn,
+                        self.worker_id,
+                        self.concurrency,
+                        self.in_flight(),
+                        tenants=self._tenant_figures(),
+                    )
                     self.live_workers = live_workers_count(conn)
                     next_presence = time.monotonic() + self.presence_s
                 # Returns at the first notification (or after POLL_S without one).
                 for notice in conn.notifies(timeout=POLL_S, stop_after=1):
                     self.on_cancel([notice.payload])
+
+    def _tenant_figures(self) -> dict[str, dict[str, Any]] | None:
+        """The per-tenant figures, or None if reading them failed (presence comes first)."""
+        if self.tenants is None:
+            return None
+        try:
+            return self.tenants()
+        except Exception:
+            log.exception("reading the per-tenant figures failed; presence without them")
+            return None
 
     def _leave(self) -> None:
         """A stopping worker removes its presence row (a killed one's goes stale)."""

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kit.core.dispatch import tier_rank
 from kit.core.fair_share import FairQueue, TenantGate, worker_part, worker_rate
@@ -35,6 +35,8 @@ T = TypeVar("T")
 MAX_TENANT_LABELS = 32  # tenants not named in the policy given a label of their own
 OTHER = "_other"
 RETRY_S = 0.05  # how soon a run held only by a start rate is looked at again
+# the start lag's buckets, fleet-wide and per tenant (seconds)
+START_LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
 
 
 class TenantMetrics:
@@ -64,6 +66,13 @@ class TenantMetrics:
             "Runs of this tenant stopped on this worker to give their slot to a paid "
             "tenant's run, given back at the same attempt (kit.core.preemption)",
             ["tenant"],
+            registry=r,
+        )
+        self.start_lag = Histogram(
+            "cronfleet_worker_tenant_start_lag_seconds",
+            "Scheduled time to start, first attempts (database clock), by tenant",
+            ["tenant"],
+            buckets=START_LAG_BUCKETS,
             registry=r,
         )
         self.sent_back = Counter(

@@ -93,8 +93,9 @@ from kit.transport.message import topic_for
 from kit.transport.republish import publish_pointers
 from kit.worker.clock import DbClock
 from kit.worker.journal import ExecutionJournal
-from kit.worker.shares import FairSlots, Shares, TenantMetrics
+from kit.worker.shares import START_LAG_BUCKETS, FairSlots, Shares, TenantMetrics
 from kit.worker.task_loop import TaskLoop
+from kit.worker.tenant_report import TenantReport
 
 if TYPE_CHECKING:
     from kit.tasks.policy import PolicySource
@@ -195,7 +196,7 @@ class WorkerMetrics:
         self.start_lag = Histogram(
             "cronfleet_worker_start_lag_seconds",
             "Scheduled time to start, first attempts (database clock)",
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+            buckets=START_LAG_BUCKETS,
             registry=r,
         )
         self.runs = Counter(
@@ -409,7 +410,8 @@ class Worker:
                 admit=self._admit_on_loop,
             )
         self._begin_slots: asyncio.Semaphore | FairSlots[_InFlight] | None = None  # on the loop
-        self._lags: deque[float] = deque()  # start lags, observed off the starting path
+        # (tenant, start lag) of first attempts, observed off the starting path
+        self._lags: deque[tuple[str, float]] = deque()
         self.rng = rng or random.Random()
         self.metrics = metrics or WorkerMetrics()
         self.clock = DbClock()
@@ -440,7 +442,16 @@ class Worker:
         self._success_ready = threading.Event()
         self._finisher_stop = threading.Event()
         # Cancellations reach the running task at once (and the fleet view sees us).
-        self.link = WorkerLink(engine, worker_id, concurrency, self.in_flight, self.stop_cancelled)
+        # per-tenant figures written with the presence row (kit.worker.tenant_report)
+        self.tenant_report = TenantReport(self.metrics.tenants)
+        self.link = WorkerLink(
+            engine,
+            worker_id,
+            concurrency,
+            self.in_flight,
+            self.stop_cancelled,
+            tenants=self.tenant_report.report,
+        )
         # Fair shares between tenants (kit.worker.shares): off, slots go first come, first
         # served and a tenant may hold the whole start budget (the comparison's baseline)
         self.fair_share = fair_share
@@ -1016,7 +1027,7 @@ class Worker:
             if journal is not None:
                 journal.started(run.run_id, run.attempt, started_ms)
             if run.attempt == 1:
-                lags.append(started_ms / 1000 - run.scheduled_at.timestamp())
+                lags.append((run.tenant, started_ms / 1000 - run.scheduled_at.timestamp()))
             ok, error, entry.output = run_inline(run.task_spec)  # type: ignore[arg-type]
             entry.done = True
             if ok:
@@ -1064,9 +1075,10 @@ class Worker:
         if run.attempt == 1:
             lag = entry.started_ms / 1000 - run.scheduled_at.timestamp()
             if on_loop:  # thousands a second: observed by the finisher, off the loop
-                self._lags.append(lag)
+                self._lags.append((run.tenant, lag))
             else:  # a spawned task costs far more than this; observed at once
                 self.metrics.start_lag.observe(max(0.0, lag))
+                self.tenant_report.lag(self.shares.label(run.tenant), lag)
         return True
 
     def _switch_holds(self, entry: _InFlight, on_loop: bool) -> bool:
@@ -1346,10 +1358,19 @@ class Worker:
                 time.sleep(0.01)
 
     def _observe_lags(self) -> None:
-        """Start lags into the histogram, here rather than where runs start."""
-        lags, observe = self._lags, self.metrics.start_lag.observe
+        """Start lags into the histograms (fleet-wide and the tenant's) and the tenants'
+        window, here rather than where runs start."""
+        lags, observe, label = self._lags, self.metrics.start_lag.observe, self.shares.label
+        labelled: list[tuple[str, float]] = []
+        labels: dict[str, str] = {}
         for _ in range(len(lags)):
-            observe(max(0.0, lags.popleft()))
+            tenant, lag = lags.popleft()
+            observe(max(0.0, lag))
+            if tenant not in labels:
+                labels[tenant] = label(tenant)
+            labelled.append((labels[tenant], lag))
+        if labelled:
+            self.tenant_report.lags(labelled)
 
     def _finish_ok(self, batch: list[_InFlight]) -> None:
         leases = sorted((e.run.run_id, e.run.lease_token) for e in batch)

@@ -78,7 +78,7 @@ def test_the_finisher_leaves_start_lags_to_observe_until_the_starts_end() -> Non
     middle of a storm's second that was the hold thread's lock (calibration storm of
     2026-12-03 sitting 5: 23.8 ms of finisher beside worker-2's starts)."""
     w = worker()
-    w._lags.extend([0.1, 0.2])
+    w._lags.extend([("acme", 0.1), ("globex", 0.2)])
     w._finisher_stop.set()  # one turn: nothing to write, stopping
     w._starting.set()
     w._finish_loop()
@@ -86,6 +86,10 @@ def test_the_finisher_leaves_start_lags_to_observe_until_the_starts_end() -> Non
     w._starting.clear()
     w._finish_loop()
     assert not w._lags
+    # into the fleet-wide histogram and each tenant's
+    count = w.metrics.value
+    assert count("cronfleet_worker_start_lag_seconds_count") == 2
+    assert count("cronfleet_worker_tenant_start_lag_seconds_count", tenant="globex") == 1
 
 
 def test_a_beat_due_during_the_starts_waits_for_them() -> None:

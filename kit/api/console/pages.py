@@ -59,6 +59,7 @@ from kit.core.owed import check_instant
 from kit.core.run_state import RunState
 from kit.core.schedule import parse_instant
 from kit.core.switches import SWITCH_KINDS, check_reason, parse_switch
+from kit.core.tenant_figures import WINDOW_S as TENANT_WINDOW_S
 from kit.store import audit as audit_store
 from kit.store import dead_letters as dead_letter_store
 from kit.store import explain as explain_store
@@ -493,6 +494,7 @@ async def fleet_page(request: Request, session: Reader) -> HTMLResponse:
         lag_sampled_at=sampled_at,
         live_nodes=sum(1 for n in view.nodes if n.live),
         live_workers=sum(1 for w in view.workers if w.live),
+        tenants_window_s=TENANT_WINDOW_S,
         switches=switches,
         switch_kinds=SWITCH_KINDS,
     )
