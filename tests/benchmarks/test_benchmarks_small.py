@@ -215,6 +215,11 @@ def test_life_of_a_run_series(sitting: Path, tmp_path: Path) -> None:
     for r in rows:
         assert (r[3].strip(), r[4].strip(), r[5].strip()) == (f"{SITTING_JOBS:,}", "0", "0")
     plotted(tmp_path / "burst-series.png")
+    named = bench("life_of_a_run_series.py", str(tmp_path), "burst", "--labels", "one", "two")
+    assert [line.split("|")[1].strip() for line in named.splitlines() if line[:3] == "| o"] == [
+        "one"
+    ]
+    assert "| two | 1 |" in named
 
 
 # -- the services on the stack -----------------------------------------------------------
