@@ -611,9 +611,13 @@ def heartbeat_phases(fleet: Fleet, t: float, period_s: float | None = None) -> d
     return out
 
 
+THIS_TREE = Path(__file__).resolve().parents[1]
+
+
 def kit_imported(fleet: Fleet) -> dict[str, str]:
     """Where each service process imports the kit from: `python -m` puts its working
-    directory ahead of PYTHONPATH, so a benchmark run elsewhere runs another tree."""
+    directory ahead of PYTHONPATH, so a benchmark run elsewhere runs another tree
+    ("this tree": the tree this script is in; another one is named by its path)."""
     out: dict[str, str] = {}
     for c in fleet.children:
         pid = c.proc.pid
@@ -626,7 +630,12 @@ def kit_imported(fleet: Fleet) -> dict[str, str]:
             if item.startswith(b"PYTHONPATH="):
                 paths += [x for x in item[11:].decode().split(":") if x]
         found = next((q for q in paths if (Path(q) / "kit" / "__init__.py").exists()), None)
-        out[c.service.name] = str(Path(found) / "kit") if found else "site-packages"
+        if found is None:
+            out[c.service.name] = "site-packages"
+        elif Path(found).resolve() == THIS_TREE:
+            out[c.service.name] = "this tree"  # no machine path in the results kept
+        else:
+            out[c.service.name] = str(Path(found) / "kit")
     return out
 
 
