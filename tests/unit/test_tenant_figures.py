@@ -109,3 +109,27 @@ def test_a_workers_report_reads_its_tenant_metrics() -> None:
     metrics.waiting.labels("b", "share").set(0)
     now[0] = 200.0  # past the window: nothing started since, the lag left it
     assert report.report() == {}
+
+
+def test_the_largest_p99_wins_whichever_worker_reports_it_first() -> None:
+    slow, fast = {"a": fig(started=1, lag_p99_s=3.0)}, {"a": fig(started=1, lag_p99_s=0.5)}
+    assert fleet_figures([slow, fast]) == [TenantFigure("a", 2, 0, 0, 0, 3.0)]
+    assert fleet_figures([fast, slow]) == [TenantFigure("a", 2, 0, 0, 0, 3.0)]
+
+
+def test_a_malformed_tenant_leaves_the_reports_other_tenants_counted() -> None:
+    report = {"bad": 3, "ok": fig(started=2)}
+    assert fleet_figures([report]) == [TenantFigure("ok", 2, 0, 0, 0, None)]
+
+
+def test_one_start_is_enough_to_be_in_a_workers_report() -> None:
+    assert worker_figures(started={"a": 1}, limited={}, waiting={}, lag_p99_s={}) == {
+        "a": fig(started=1)
+    }
+
+
+def test_a_lag_exactly_at_the_windows_start_is_still_in_it() -> None:
+    window = LagWindow(window_s=60, samples=10)
+    window.add("a", 0.0, 0.5)
+    assert window.p99_s(60.0) == {"a": 0.5}
+    assert window.p99_s(60.001) == {}
