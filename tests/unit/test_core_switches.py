@@ -105,3 +105,22 @@ def test_a_held_run_exactly_at_the_misfire_grace_is_not_late() -> None:
     before = HeldRun("before", "j", now_ms - grace_ms - 1, "schedule", 1)
     plan = plan_lift([at, before], {"j": MisfirePolicy("skip_late", 0)}, now_ms, grace_ms)
     assert (plan.kept, plan.skipped) == (["at"], ["before"])
+
+
+def test_a_switch_reads_as_its_kind_in_words_and_its_value() -> None:
+    assert str(Switch(SwitchKind.task_type, "http")) == "task type http"
+    assert str(Switch(SwitchKind.tenant, "acme")) == "tenant acme"
+
+
+def test_a_reason_is_a_text_of_at_most_its_length() -> None:
+    from kit.core.switches import MAX_REASON_CHARS, check_reason
+
+    assert check_reason("") == ""
+    assert check_reason("r" * MAX_REASON_CHARS) == "r" * MAX_REASON_CHARS
+    for bad in ("r" * (MAX_REASON_CHARS + 1), None, 5):
+        with pytest.raises(FieldError) as refused:
+            check_reason(bad)
+        assert (refused.value.field, refused.value.reason) == (
+            "reason",
+            "must be a text of at most 500 characters",
+        )
