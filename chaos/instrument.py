@@ -17,6 +17,7 @@ database alone, never in the kit's schema or migrations.
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 from sqlalchemy import Engine, text
@@ -120,16 +121,29 @@ DROP TABLE IF EXISTS chaos_writes;
 """
 
 
+UNINSTALL_TRIES = 5
+
+
 def uninstall(engine: Engine) -> None:
     """Remove the witness: a deployment's database keeps nothing of a drill but its jobs
-    (paused) and their runs."""
-    raw = engine.raw_connection()
-    try:
-        with raw.cursor() as cur:
-            cur.execute(UNINSTALL)
-        raw.commit()
-    finally:
-        raw.close()
+    (paused) and their runs. The deployment's services still run: dropping the triggers
+    takes each table's exclusive lock, which a busy fleet's transactions can hold past a
+    lock timeout or meet in a deadlock, so it is tried again (bounded) before it fails."""
+    for attempt in range(1, UNINSTALL_TRIES + 1):
+        raw = engine.raw_connection()
+        try:
+            with raw.cursor() as cur:
+                cur.execute("SET LOCAL lock_timeout = '5s'")
+                cur.execute(UNINSTALL)
+            raw.commit()
+            return
+        except Exception:
+            raw.rollback()
+            if attempt == UNINSTALL_TRIES:
+                raise
+            time.sleep(1.0)
+        finally:
+            raw.close()
 
 
 def _ms(value: datetime | None) -> int | None:
