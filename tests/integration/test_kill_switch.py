@@ -14,6 +14,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -55,6 +56,24 @@ def progress(settings: Settings, prefix: str, group: str) -> Iterator[QueueProgr
     p = QueueProgress(settings.kafka_bootstrap, group, topic_prefix=prefix)
     yield p
     p.close()
+
+
+@contextmanager
+def running_worker(
+    engine: Engine, settings: Settings, prefix: str, group: str, publisher: RunPublisher
+) -> Iterator[Worker]:
+    """One worker of 2 slots consuming the test's topics, stopped and closed after."""
+    consumer = TieredConsumer(settings.kafka_bootstrap, group, topic_prefix=prefix)
+    worker = Worker(engine, consumer, publisher, "w1", 2, 30_000, execute=task_executor())
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop, 5.0), daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        stop.set()
+        thread.join(20)
+        consumer.close()
 
 
 def job_with_misfire(engine: Engine, name: str, kind: str, tenant: str = "acme") -> str:
@@ -112,12 +131,7 @@ def test_a_tenant_switch_holds_its_run_while_another_tenants_runs_then_it_runs_o
     free = make_run(engine, make_job(engine, tenant="beta", name="b"), tenant="beta")
     publish(publisher, engine, held)
     publish(publisher, engine, free)
-    consumer = TieredConsumer(settings.kafka_bootstrap, group, topic_prefix=prefix)
-    worker = Worker(engine, consumer, publisher, "w1", 2, 30_000, execute=task_executor())
-    stop = threading.Event()
-    thread = threading.Thread(target=worker.run, args=(stop, 5.0), daemon=True)
-    thread.start()
-    try:
+    with running_worker(engine, settings, prefix, group, publisher) as worker:
         reaper = Reaper(engine, publisher, REAPER_GRACE_MS, progress=progress)
 
         def both_consumed() -> bool:
@@ -154,10 +168,6 @@ def test_a_tenant_switch_holds_its_run_while_another_tenants_runs_then_it_runs_o
             )
             == 2
         )
-    finally:
-        stop.set()
-        thread.join(20)
-        consumer.close()
 
 
 def test_a_run_claimed_before_its_switch_went_off_is_given_back_unstarted(
@@ -177,12 +187,7 @@ def test_a_run_claimed_before_its_switch_went_off_is_given_back_unstarted(
     pooled = make_run(engine, pooled_job, scheduled_at=due)
     for run_id in (inline, pooled):
         publish(publisher, engine, run_id)
-    consumer = TieredConsumer(settings.kafka_bootstrap, group, topic_prefix=prefix)
-    worker = Worker(engine, consumer, publisher, "w1", 2, 30_000, execute=task_executor())
-    stop = threading.Event()
-    thread = threading.Thread(target=worker.run, args=(stop, 5.0), daemon=True)
-    thread.start()
-    try:
+    with running_worker(engine, settings, prefix, group, publisher) as worker:
         wait_until(
             "both runs claimed ahead of their second",
             lambda: all(run_row(engine, r).lease_token is not None for r in (inline, pooled)),
@@ -210,10 +215,6 @@ def test_a_run_claimed_before_its_switch_went_off_is_given_back_unstarted(
 
         wait_until("both runs to run once the switch is lifted", both_ran)
         assert [run_row(engine, r).attempt for r in (inline, pooled)] == [1, 1]
-    finally:
-        stop.set()
-        thread.join(20)
-        consumer.close()
 
 
 def test_lifting_applies_each_jobs_misfire_policy_to_the_runs_it_held(engine: Engine) -> None:
