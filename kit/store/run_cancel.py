@@ -29,6 +29,7 @@ from kit.store.claims import release_queued_in
 from kit.store.db import NOW_SQL, db_now, is_uuid
 from kit.store.errors import RunNotFound, StoreError
 from kit.store.runs import RunRecord, run_record, run_state_sql
+from kit.store.vocab import RUN_CANCELLED
 
 CANCEL_CHANNEL = "cronfleet_run_cancel"
 NOT_STARTED = ("pending", "retry_scheduled")
@@ -73,7 +74,7 @@ def run_cancel(
         conn.execute(
             text(
                 f"""
-                UPDATE runs SET status = 'cancelled', cancelled_by = :actor,
+                UPDATE runs SET status = {RUN_CANCELLED}, cancelled_by = :actor,
                     finished_at = {NOW_SQL},
                     error = 'cancelled by token ' || :actor, lease_token = NULL,
                     lease_expires_at = NULL, retry_at = NULL, skip_reason = NULL

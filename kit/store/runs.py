@@ -26,6 +26,7 @@ from kit.store.errors import IdempotencyConflict, JobNotFound, RunNotFound, Tier
 from kit.store.jobs import idempotency_key_claim, request_fingerprint
 from kit.store.pg_async import AsyncPool, Query, Steps, run_steps, run_steps_async
 from kit.store.schema import jobs, runs
+from kit.store.vocab import RUN_RUNNING, STATE_CLAIMED
 
 MAX_PAGE = 500
 RUN_STATES = tuple(s.value for s in RunState)
@@ -37,9 +38,9 @@ def run_state_sql(alias: str = "", now: str = "now()") -> str:
     still ahead is `claimed` (tests/contract/test_run_lease.py holds the two equal)."""
     a = f"{alias}." if alias else ""
     return (
-        f"CASE WHEN {a}status = 'running' AND {a}attempt_started_at IS NULL"
+        f"CASE WHEN {a}status = {RUN_RUNNING} AND {a}attempt_started_at IS NULL"
         f" AND greatest({a}scheduled_at, {a}retry_at) > {now}"
-        f" THEN '{RunState.claimed.value}' ELSE {a}status END"
+        f" THEN {STATE_CLAIMED} ELSE {a}status END"
     )
 
 

@@ -70,6 +70,7 @@ FINISHED_TASKS_SQL = sql_statuses(tuple(s for s in TaskStatus if s in FINISHED))
 # notifications.status (kit.core.notify.NotificationStatus)
 NOTIFICATION_PENDING = sql_status(NotificationStatus.pending)
 NOTIFICATION_FAILED = sql_status(NotificationStatus.failed)
+NOTIFICATION_SENT = sql_status(NotificationStatus.sent)
 FINISHED_NOTIFICATIONS_SQL = sql_statuses(
     tuple(s for s in NotificationStatus if s in FINISHED_NOTIFICATIONS)
 )
