@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from kit.core.errors import FieldError
+from kit.core.leases import RunStatus
 from kit.store.db import NOW_SQL, is_uuid
 from kit.store.errors import RunNotFound, StoreError
 from kit.store.runs import cursor_decode, cursor_encode, run_state_sql
@@ -190,7 +191,7 @@ def dead_letter_replay(
         ).first()
         if row is None:
             raise RunNotFound(run_id)
-        if row.status != "dead":
+        if row.status != RunStatus.dead:
             raise ReplayConflict(run_id, row.status)
         conn.execute(text(_REPLAY_RUN + " WHERE r.run_id = :run_id"), {"run_id": run_id})
         conn.execute(

@@ -18,6 +18,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from kit.core.errors import FieldError
 from kit.core.ids import run_id as make_run_id
+from kit.core.leases import RunStatus
 from kit.core.run_state import RunState
 from kit.core.timeutil import EPOCH
 from kit.store.audit import KIT_ACTOR, audit_in
@@ -322,7 +323,7 @@ def run_now(
                 priority=job.priority,
                 scheduled_at=at,
                 attempt=1,
-                status="pending",
+                status=RunStatus.pending.value,
                 trigger_kind="manual",
             )
             .on_conflict_do_nothing(index_elements=[runs.c.run_id])
