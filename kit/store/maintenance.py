@@ -38,7 +38,7 @@ def _older(column: str, param: str) -> str:
     return f"{column} <= {_NOW} - make_interval(secs => CAST(:{param} AS double precision))"
 
 
-# Sorted: kit.core.retention's order, the text these statements have always had.
+# Sorted by value, as kit.core.retention lists them (these statements' text).
 _FINISHED_TASKS = sql_statuses(sorted(FINISHED))
 _LIVE_RUNS = sql_statuses(sorted(BUSY))
 _FINISHED_NOTIFICATIONS = sql_statuses(sorted(FINISHED_NOTIFICATIONS))
