@@ -75,8 +75,8 @@ PLANTS: tuple[Plant, ...] = (
         "kit/store/reaping.py",
         (
             (
-                "WHERE r.status = 'running' AND r.lease_expires_at <= {NOW}\n",
-                "WHERE r.status = 'running' AND r.lease_expires_at <= {NOW} "
+                "WHERE r.status = {RUN_RUNNING} AND r.lease_expires_at <= {NOW}\n",
+                "WHERE r.status = {RUN_RUNNING} AND r.lease_expires_at <= {NOW} "
                 "+ interval '5 seconds'\n",
             ),
         ),
@@ -174,15 +174,15 @@ GUARDS: tuple[Plant, ...] = (
     _guard(
         "claim_ignores_status",
         "kit/store/claims.py",
-        "    WHERE c.status = 'pending' AND NOT",
-        "    WHERE c.status IN ('pending', 'running') AND NOT",
+        "    WHERE c.status = {RUN_PENDING} AND NOT",
+        "    WHERE c.status IN ({RUN_PENDING}, {RUN_RUNNING}) AND NOT",
         _LEASE_TESTS,
     ),
     _guard(
         "claim_ignores_switch",
         "kit/store/claims.py",
-        """    WHERE c.status = 'pending' AND NOT {held_sql("c", "j.task_spec->>'type'")}""",
-        "    WHERE c.status = 'pending'",
+        """    WHERE c.status = {RUN_PENDING} AND NOT {held_sql("c", "j.task_spec->>'type'")}""",
+        "    WHERE c.status = {RUN_PENDING}",
         _SWITCH_TESTS,
     ),
     _guard(
@@ -223,15 +223,15 @@ GUARDS: tuple[Plant, ...] = (
     _guard(
         "reaper_at_expiry_instant_spared",
         "kit/store/reaping.py",
-        "WHERE r.status = 'running' AND r.lease_expires_at <= {NOW}\n",
-        "WHERE r.status = 'running' AND r.lease_expires_at < {NOW}\n",
+        "WHERE r.status = {RUN_RUNNING} AND r.lease_expires_at <= {NOW}\n",
+        "WHERE r.status = {RUN_RUNNING} AND r.lease_expires_at < {NOW}\n",
         _LEASE_TESTS,
     ),
     _guard(
         "rearm_ignores_status",
         "kit/store/scheduling.py",
-        "WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled' AND {in_batch(\"runs\")}\n"
-        "    RETURNING",
+        "WHERE runs.run_id = k.run_id AND k.status = {RUN_RETRY_SCHEDULED}"
+        ' AND {in_batch("runs")}\n    RETURNING',
         'WHERE runs.run_id = k.run_id AND {in_batch("runs")}\n    RETURNING',
         (
             "tests/contract/test_run_lease.py::test_run_lease_store_equals_core",

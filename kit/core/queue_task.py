@@ -46,6 +46,10 @@ FINISHED = frozenset({TaskStatus.done, TaskStatus.dead})
 # expired (its visible_at is its lease expiry). The store's lease scan selects these
 # (kit.store.queues._LEASE_CANDIDATES, and the partial index it reads, keep this order).
 LEASABLE = (TaskStatus.queued, TaskStatus.leased)
+# What a queue's counts cover (its depth, its leases, its dead letters): every task but a
+# done one, which is history. The stats and the console's overview of the queues read
+# these (kit.store.queues.STATS_SQL, kit.store.console_views), in this order.
+COUNTED = (*LEASABLE, TaskStatus.dead)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,14 @@ from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
 from kit.store.run_history import batch_bounds, in_batch
 from kit.store.scheduling import pg_array, pg_text_array
 from kit.store.switches import held_sql
+from kit.store.vocab import (
+    RUN_CANCELLED,
+    RUN_DEAD,
+    RUN_PENDING,
+    RUN_RETRY_SCHEDULED,
+    RUN_RUNNING,
+    RUN_SUCCEEDED,
+)
 
 MAX_ERROR_CHARS = 4000
 # The database's clock decides, unless a caller (a test, the contract suite) passes `now`.
@@ -138,9 +146,9 @@ WITH locked AS MATERIALIZED (
     LEFT JOIN LATERAL (
         SELECT task_spec, timeout_s, lease_ttl_ms FROM jobs WHERE job_id = c.job_id OFFSET 0
     ) AS j ON true
-    WHERE c.status = 'pending' AND NOT {held_sql("c", "j.task_spec->>'type'")}
+    WHERE c.status = {RUN_PENDING} AND NOT {held_sql("c", "j.task_spec->>'type'")}
 )
-UPDATE runs r SET status = 'running', lease_token = gen_random_uuid()::text,
+UPDATE runs r SET status = {RUN_RUNNING}, lease_token = gen_random_uuid()::text,
     lease_expires_at = greatest({NOW}, l.due_at) + {_RUN_TTL}, worker_id = :worker_id,
     finished_at = NULL, claimed_at = {NOW}, attempt_started_at = NULL
 FROM locked l
@@ -301,7 +309,7 @@ def release_queued_in(conn: Connection, job_id: str) -> RunPointer | None:
             UPDATE runs SET skip_reason = NULL
             WHERE run_id = (
                 SELECT run_id FROM runs
-                WHERE job_id = :job_id AND status = 'pending' AND dispatched_at IS NULL
+                WHERE job_id = :job_id AND status = {RUN_PENDING} AND dispatched_at IS NULL
                   AND skip_reason = '{QUEUED}'
                 ORDER BY scheduled_at, run_id LIMIT 1
                 FOR UPDATE SKIP LOCKED)
@@ -355,7 +363,7 @@ WITH done AS (
         OFFSET 0
     ) AS k
 )
-UPDATE runs r SET status = 'succeeded', finished_at = {NOW}, error = NULL,
+UPDATE runs r SET status = {RUN_SUCCEEDED}, finished_at = {NOW}, error = NULL,
     lease_token = NULL, lease_expires_at = NULL,
     started_at = {_STARTED.format(ms="l.started_ms")},
     attempt_started_at = {_ATTEMPT_STARTED.format(ms="l.started_ms")}
@@ -375,7 +383,7 @@ WHERE run_id IN (
     FROM unnest(CAST(:jobs AS uuid[]), CAST(:counts AS int[])) AS j(job_id, n)
     CROSS JOIN LATERAL (
         SELECT run_id FROM runs
-        WHERE job_id = j.job_id AND status = 'pending' AND dispatched_at IS NULL
+        WHERE job_id = j.job_id AND status = {RUN_PENDING} AND dispatched_at IS NULL
           AND skip_reason = '{QUEUED}'
         ORDER BY scheduled_at, run_id LIMIT j.n
         FOR UPDATE SKIP LOCKED) AS q)
@@ -444,7 +452,7 @@ def run_finish_cancelled(
         row = conn.execute(
             text(
                 f"""
-                UPDATE runs SET status = 'cancelled', finished_at = {NOW}, error = :reason,
+                UPDATE runs SET status = {RUN_CANCELLED}, finished_at = {NOW}, error = :reason,
                     lease_token = NULL, lease_expires_at = NULL
                 WHERE run_id = :run_id AND lease_token = :token
                 RETURNING job_id
@@ -526,7 +534,7 @@ def run_finish_failed(
         conn.execute(
             text(
                 f"""
-                UPDATE runs SET status = 'dead', finished_at = {NOW}, error = :error,
+                UPDATE runs SET status = {RUN_DEAD}, finished_at = {NOW}, error = :error,
                     lease_token = NULL, lease_expires_at = NULL, retry_at = NULL, {_APPEND_ERROR}
                 WHERE run_id = :run_id
                 """
@@ -556,7 +564,7 @@ def _retry_in(
     conn.execute(
         text(
             f"""
-            UPDATE runs SET status = 'retry_scheduled', retry_at = :retry_at,
+            UPDATE runs SET status = {RUN_RETRY_SCHEDULED}, retry_at = :retry_at,
                 attempt = :next_attempt, finished_at = {NOW}, error = :error, lease_token = NULL,
                 lease_expires_at = NULL, {_APPEND_ERROR}
             WHERE run_id = :run_id
@@ -654,7 +662,7 @@ def runs_mark_published_in(
                 ORDER BY run_id FOR UPDATE)
             UPDATE runs r SET dispatched_at = {NOW}
             FROM k
-            WHERE r.run_id = k.run_id AND k.status = 'pending' AND {IN_BATCH}
+            WHERE r.run_id = k.run_id AND k.status = {RUN_PENDING} AND {IN_BATCH}
             """
         ),
         {"run_ids": list(run_ids), "now": now, **batch_bounds(run_ids)},
@@ -674,7 +682,7 @@ def runs_return(
         rows = conn.execute(
             text(
                 f"""
-                UPDATE runs r SET status = 'pending', lease_token = NULL,
+                UPDATE runs r SET status = {RUN_PENDING}, lease_token = NULL,
                     lease_expires_at = NULL, worker_id = NULL, dispatched_at = {NOW},
                     claimed_at = NULL
                 FROM unnest(CAST(:run_ids AS uuid[]), CAST(:tokens AS text[])) AS h(run_id, token)
@@ -697,7 +705,7 @@ def runs_return(
 # status check, with no status named for the planner to pick a partial index by
 # (tests/integration/test_plans_stale_stats.py).
 _PREEMPT = f"""
-UPDATE runs r SET status = 'pending', lease_token = NULL, lease_expires_at = NULL,
+UPDATE runs r SET status = {RUN_PENDING}, lease_token = NULL, lease_expires_at = NULL,
     worker_id = NULL, dispatched_at = {NOW}, claimed_at = NULL, attempt_started_at = NULL,
     started_at = CASE WHEN r.attempt = 1 THEN NULL ELSE r.started_at END,
     error = CAST(:error AS text),

@@ -24,7 +24,17 @@ from kit.core.trigger import QUEUED
 from kit.store.db import NOW_SQL, db_now
 from kit.store.queues import _lease_values, _task
 from kit.store.runs import run_state_sql
-from kit.store.schema import BUSY_SQL
+from kit.store.vocab import (
+    BUSY_SQL,
+    COUNTED_SQL,
+    LEASABLE_SQL,
+    RUN_DEAD,
+    RUN_PENDING,
+    RUN_SKIPPED,
+    TASK_DEAD,
+    TASK_LEASED,
+    TASK_QUEUED,
+)
 
 NOW_LIMIT = 200
 FAILED_WINDOW = timedelta(hours=1)
@@ -61,7 +71,7 @@ SELECT r.run_id::text, r.job_id::text, j.name AS job_name, {run_state_sql("r", N
     r.finished_at, r.error
 FROM jobs j JOIN runs r ON r.job_id = j.job_id
 WHERE j.tenant = :tenant AND r.tenant = :tenant AND r.status IN {BUSY_SQL}
-  AND r.status <> 'pending'
+  AND r.status <> {RUN_PENDING}
 ORDER BY r.scheduled_at, r.run_id
 LIMIT :limit
 """
@@ -71,7 +81,7 @@ SELECT r.run_id::text, r.job_id::text, j.name AS job_name, {run_state_sql("r", N
     r.finished_at, r.error
 FROM dead_letters d JOIN runs r ON r.run_id = d.run_id
 LEFT JOIN jobs j ON j.job_id = d.job_id
-WHERE d.tenant = :tenant AND d.created_at >= :since AND r.status = 'dead'
+WHERE d.tenant = :tenant AND d.created_at >= :since AND r.status = {RUN_DEAD}
 ORDER BY d.created_at DESC, d.run_id DESC
 LIMIT :limit
 """
@@ -105,15 +115,15 @@ class QueueOverview:
 
 _QUEUES = f"""
 SELECT queue,
-    count(*) FILTER (WHERE status = 'queued'
-        OR (status = 'leased' AND lease_expires_at <= {NOW_SQL})) AS queued,
-    count(*) FILTER (WHERE status = 'leased' AND lease_expires_at > {NOW_SQL}) AS leased,
-    count(*) FILTER (WHERE status = 'dead') AS dead,
-    min(visible_at) FILTER (WHERE status IN ('queued', 'leased') AND visible_at <= {NOW_SQL})
+    count(*) FILTER (WHERE status = {TASK_QUEUED}
+        OR (status = {TASK_LEASED} AND lease_expires_at <= {NOW_SQL})) AS queued,
+    count(*) FILTER (WHERE status = {TASK_LEASED} AND lease_expires_at > {NOW_SQL}) AS leased,
+    count(*) FILTER (WHERE status = {TASK_DEAD}) AS dead,
+    min(visible_at) FILTER (WHERE status IN {LEASABLE_SQL} AND visible_at <= {NOW_SQL})
         AS oldest_visible_at,
     {NOW_SQL} AS db_now
 FROM queue_tasks
-WHERE tenant = :tenant AND status IN ('queued', 'leased', 'dead')
+WHERE tenant = :tenant AND status IN {COUNTED_SQL}
 GROUP BY queue
 ORDER BY queue
 """
@@ -149,15 +159,18 @@ class DeadTask:
     created_at: datetime
 
 
+_DEAD_TASKS = f"""
+SELECT task_id::text, attempt, dead_reason, errors -> -1 ->> 'error' AS last_error,
+    finished_at, created_at FROM queue_tasks
+WHERE tenant = :tenant AND queue = :queue AND status = {TASK_DEAD}
+ORDER BY finished_at DESC NULLS LAST, task_id LIMIT :limit
+"""
+
+
 def queue_dead_tasks(engine: Engine, tenant: str, queue: str, limit: int = 50) -> list[DeadTask]:
     with engine.begin() as conn:
         rows = conn.execute(
-            text(
-                "SELECT task_id::text, attempt, dead_reason,"
-                " errors -> -1 ->> 'error' AS last_error, finished_at, created_at FROM queue_tasks"
-                " WHERE tenant = :tenant AND queue = :queue AND status = 'dead'"
-                " ORDER BY finished_at DESC NULLS LAST, task_id LIMIT :limit"
-            ),
+            text(_DEAD_TASKS),
             {"tenant": tenant, "queue": queue, "limit": limit},
         ).all()
     return [DeadTask(**r._mapping) for r in rows]
@@ -165,7 +178,7 @@ def queue_dead_tasks(engine: Engine, tenant: str, queue: str, limit: int = 50) -
 
 _REPLAYABLE = f"""
 SELECT *, {NOW_SQL} AS db_now FROM queue_tasks
-WHERE tenant = :tenant AND queue = :queue AND status = 'dead'
+WHERE tenant = :tenant AND queue = :queue AND status = {TASK_DEAD}
   AND (CAST(:task_ids AS uuid[]) IS NULL OR task_id = ANY(CAST(:task_ids AS uuid[])))
 ORDER BY finished_at, task_id
 LIMIT :limit
@@ -268,9 +281,9 @@ _FLOW = (
     + f"""
 , f AS (
     SELECT greatest(scheduled_at, created_at) AS came, coalesce(started_at, finished_at) AS went
-    FROM r WHERE status <> 'skipped' AND skip_reason IS DISTINCT FROM '{QUEUED}'
+    FROM r WHERE status <> {RUN_SKIPPED} AND skip_reason IS DISTINCT FROM '{QUEUED}'
       AND (started_at IS NOT NULL OR finished_at IS NOT NULL
-           OR status IN ('pending', 'running', 'retry_scheduled'))
+           OR status IN {BUSY_SQL})
       AND greatest(scheduled_at, created_at) <= now()  -- not due yet: not waiting
 )
 SELECT 'base' AS kind, NULL::timestamptz AS b, count(*) AS n FROM f

@@ -18,9 +18,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from kit.core.errors import FieldError
+from kit.core.leases import RunStatus
 from kit.store.db import NOW_SQL, is_uuid
 from kit.store.errors import RunNotFound, StoreError
 from kit.store.runs import cursor_decode, cursor_encode, run_state_sql
+from kit.store.vocab import RUN_DEAD, RUN_PENDING
 
 MAX_PAGE = 500
 MAX_BULK_REPLAY = 1000
@@ -163,8 +165,8 @@ def dead_letter_get(engine: Engine, tenant: str, run_id: str) -> DeadLetterRecor
     return _record(row)
 
 
-_REPLAY_RUN = """
-UPDATE runs r SET status = 'pending', attempt = r.attempt + 1, dispatched_at = NULL,
+_REPLAY_RUN = f"""
+UPDATE runs r SET status = {RUN_PENDING}, attempt = r.attempt + 1, dispatched_at = NULL,
     lease_token = NULL, lease_expires_at = NULL, worker_id = NULL, retry_at = NULL,
     started_at = NULL, finished_at = NULL, error = NULL, claimed_at = NULL,
     attempt_started_at = NULL
@@ -189,7 +191,7 @@ def dead_letter_replay(
         ).first()
         if row is None:
             raise RunNotFound(run_id)
-        if row.status != "dead":
+        if row.status != RunStatus.dead:
             raise ReplayConflict(run_id, row.status)
         conn.execute(text(_REPLAY_RUN + " WHERE r.run_id = :run_id"), {"run_id": run_id})
         conn.execute(
@@ -221,7 +223,7 @@ def dead_letters_replay_bulk(
     sql = f"""
     WITH picked AS (
         SELECT r.run_id FROM dead_letters d JOIN runs r ON r.run_id = d.run_id
-        WHERE d.tenant = :tenant AND r.status = 'dead'
+        WHERE d.tenant = :tenant AND r.status = {RUN_DEAD}
           AND (CAST(:job_id AS uuid) IS NULL OR d.job_id = CAST(:job_id AS uuid))
           AND (CAST(:dead_from AS timestamptz) IS NULL
                OR d.created_at >= CAST(:dead_from AS timestamptz))

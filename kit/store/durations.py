@@ -18,15 +18,16 @@ from sqlalchemy import Engine, text
 from kit.core.durations import RECENT, Durations, LeaseBounds, durations_of, sized_lease_ms
 from kit.store.db import NOW_SQL
 from kit.store.scheduling import pg_array, pg_text_array
+from kit.store.vocab import RUN_SUCCEEDED
 
-_RECENT_DURATIONS = """
+_RECENT_DURATIONS = f"""
 SELECT w.job_id::text AS job_id, array_agg(x.ms) AS ms
 FROM unnest(CAST(:jobs AS uuid[])) AS w(job_id)
 CROSS JOIN LATERAL (
     SELECT greatest(0, round(extract(epoch FROM r.finished_at - r.started_at) * 1000))::int
         AS ms
     FROM runs r
-    WHERE r.job_id = w.job_id AND r.status = 'succeeded' AND r.attempt = 1
+    WHERE r.job_id = w.job_id AND r.status = {RUN_SUCCEEDED} AND r.attempt = 1
       AND r.started_at IS NOT NULL AND r.finished_at IS NOT NULL
     ORDER BY r.scheduled_at DESC, r.run_id DESC
     LIMIT :recent

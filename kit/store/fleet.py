@@ -16,7 +16,14 @@ from kit.core.tenant_figures import TenantFigure, fleet_figures
 from kit.core.trigger import QUEUED
 from kit.store.db import NOW_SQL, db_now
 from kit.store.runs import run_state_sql
-from kit.store.schema import BUSY_SQL
+from kit.store.vocab import (
+    BUSY_SQL,
+    RUN_PENDING,
+    RUN_RETRY_SCHEDULED,
+    RUN_RUNNING,
+    STATE_CLAIMED,
+    STATE_RUNNING,
+)
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ WHERE owner IS NOT NULL AND expires_at > {NOW_SQL} AND partition_id < :partition
 _WORKERS = f"""
 WITH running AS (
     SELECT worker_id, count(*) AS n FROM runs
-    WHERE status = 'running' AND lease_expires_at > {NOW_SQL} AND worker_id IS NOT NULL
+    WHERE status = {RUN_RUNNING} AND lease_expires_at > {NOW_SQL} AND worker_id IS NOT NULL
     GROUP BY worker_id
 )
 SELECT coalesce(w.worker_id, r.worker_id) AS worker_id, w.heartbeat_at, w.started_at,
@@ -131,20 +138,20 @@ class InFlightView:
 _IN_FLIGHT = f"""
 WITH mine AS (
     SELECT r.priority, r.status, r.scheduled_at, {run_state_sql("r", NOW_SQL)} AS state,
-           r.status = 'pending' AND r.skip_reason IS NOT DISTINCT FROM :held AS held
+           r.status = {RUN_PENDING} AND r.skip_reason IS NOT DISTINCT FROM :held AS held
     FROM jobs j JOIN runs r ON r.job_id = j.job_id
     WHERE j.tenant = :tenant AND r.tenant = :tenant AND r.status IN {BUSY_SQL}
 )
 SELECT priority,
-       count(*) FILTER (WHERE status = 'pending' AND NOT held
+       count(*) FILTER (WHERE status = {RUN_PENDING} AND NOT held
                         AND scheduled_at <= {NOW_SQL}) AS waiting,
-       count(*) FILTER (WHERE status = 'pending' AND NOT held
+       count(*) FILTER (WHERE status = {RUN_PENDING} AND NOT held
                         AND scheduled_at > {NOW_SQL}) AS ahead,
        count(*) FILTER (WHERE held) AS held,
-       count(*) FILTER (WHERE state = 'claimed') AS claimed,
-       count(*) FILTER (WHERE state = 'running') AS running,
-       count(*) FILTER (WHERE status = 'retry_scheduled') AS retry_scheduled,
-       min(scheduled_at) FILTER (WHERE status = 'pending' AND NOT held
+       count(*) FILTER (WHERE state = {STATE_CLAIMED}) AS claimed,
+       count(*) FILTER (WHERE state = {STATE_RUNNING}) AS running,
+       count(*) FILTER (WHERE status = {RUN_RETRY_SCHEDULED}) AS retry_scheduled,
+       min(scheduled_at) FILTER (WHERE status = {RUN_PENDING} AND NOT held
                                  AND scheduled_at <= {NOW_SQL}) AS oldest_waiting_at
 FROM mine GROUP BY priority
 """

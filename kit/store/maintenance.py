@@ -20,13 +20,12 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine, text
 
-from kit.core.retention import (
-    FINISHED_NOTIFICATION_STATUSES,
-    FINISHED_TASK_STATUSES,
-    LIVE_RUN_STATUSES,
-    Retention,
-)
+from kit.core.leases import BUSY
+from kit.core.notify import FINISHED_NOTIFICATIONS
+from kit.core.queue_task import FINISHED
+from kit.core.retention import Retention
 from kit.store.db import NOW_SQL
+from kit.store.vocab import sql_statuses
 
 DEFAULT_BATCH = 5000
 MAX_BATCHES = 100  # per table per pass: a pass stays bounded, the next one goes on
@@ -39,8 +38,10 @@ def _older(column: str, param: str) -> str:
     return f"{column} <= {_NOW} - make_interval(secs => CAST(:{param} AS double precision))"
 
 
-def _in(values: tuple[str, ...]) -> str:
-    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+# Sorted by value, as kit.core.retention lists them (these statements' text).
+_FINISHED_TASKS = sql_statuses(sorted(FINISHED))
+_LIVE_RUNS = sql_statuses(sorted(BUSY))
+_FINISHED_NOTIFICATIONS = sql_statuses(sorted(FINISHED_NOTIFICATIONS))
 
 
 STATEMENTS: dict[str, str] = {
@@ -52,7 +53,7 @@ STATEMENTS: dict[str, str] = {
     "queue_tasks": f"""
         DELETE FROM queue_tasks WHERE task_id IN (
             SELECT task_id FROM queue_tasks
-            WHERE status IN {_in(FINISHED_TASK_STATUSES)}
+            WHERE status IN {_FINISHED_TASKS}
               AND {_older("finished_at", "queue_task_s")}
             LIMIT :batch FOR UPDATE SKIP LOCKED)
     """,
@@ -66,7 +67,7 @@ STATEMENTS: dict[str, str] = {
         DELETE FROM dead_letters WHERE run_id IN (
             SELECT d.run_id FROM dead_letters d LEFT JOIN runs r ON r.run_id = d.run_id
             WHERE d.replayed_at IS NOT NULL AND {_older("d.replayed_at", "replayed_dead_letter_s")}
-              AND (r.status IS NULL OR r.status NOT IN {_in(LIVE_RUN_STATUSES)})
+              AND (r.status IS NULL OR r.status NOT IN {_LIVE_RUNS})
             LIMIT :batch FOR UPDATE OF d SKIP LOCKED)
     """,
     "job_audit": f"""
@@ -82,7 +83,7 @@ STATEMENTS: dict[str, str] = {
     "notifications": f"""
         DELETE FROM notifications WHERE notification_id IN (
             SELECT notification_id FROM notifications
-            WHERE status IN {_in(FINISHED_NOTIFICATION_STATUSES)}
+            WHERE status IN {_FINISHED_NOTIFICATIONS}
               AND {_older("created_at", "notification_s")}
             LIMIT :batch FOR UPDATE SKIP LOCKED)
     """,

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, text
 
 from kit.core.notify import ERROR_CHARS, SEND_LEASE_S
 from kit.store.db import NOW_SQL
+from kit.store.vocab import NOTIFICATION_FAILED, NOTIFICATION_PENDING, NOTIFICATION_SENT
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ UPDATE notifications n SET tries = n.tries + 1,
     next_at = {NOW_SQL} + make_interval(secs => :lease_s)
 WHERE n.notification_id IN (
     SELECT notification_id FROM notifications
-    WHERE status = 'pending' AND next_at <= {NOW_SQL}
+    WHERE status = {NOTIFICATION_PENDING} AND next_at <= {NOW_SQL}
     ORDER BY next_at LIMIT :limit FOR UPDATE SKIP LOCKED)
 RETURNING n.notification_id, n.tenant, n.job_id::text, n.job_name, n.run_id::text,
     n.attempt, n.scheduled_at, n.error, n.target, n.tries, n.created_at,
@@ -55,13 +56,24 @@ def notifications_take(
     return [DueNotification(**row._mapping) for row in rows]
 
 
+_SENT = f"""
+UPDATE notifications SET status = {NOTIFICATION_SENT}, sent_at = {NOW_SQL}, last_error = NULL
+WHERE notification_id = :id AND status = {NOTIFICATION_PENDING}
+"""
+# A failed try: due again at :retry_at, or given up (:retry_at NULL).
+_FAILED = f"""
+UPDATE notifications SET last_error = :error,
+    status = CASE WHEN CAST(:retry_at AS timestamptz) IS NULL
+        THEN {NOTIFICATION_FAILED} ELSE {NOTIFICATION_PENDING} END,
+    next_at = coalesce(CAST(:retry_at AS timestamptz), next_at)
+WHERE notification_id = :id AND status = {NOTIFICATION_PENDING}
+"""
+
+
 def notification_sent(engine: Engine, notification_id: int, now: datetime | None = None) -> None:
     with engine.begin() as conn:
         conn.execute(
-            text(
-                f"UPDATE notifications SET status = 'sent', sent_at = {NOW_SQL}, "
-                "last_error = NULL WHERE notification_id = :id AND status = 'pending'"
-            ),
+            text(_SENT),
             {"id": notification_id, "now": now},
         )
 
@@ -72,13 +84,7 @@ def notification_failed(
     """A try failed: try again at `retry_at`, or give up (None)."""
     with engine.begin() as conn:
         conn.execute(
-            text(
-                "UPDATE notifications SET last_error = :error, "
-                "status = CASE WHEN CAST(:retry_at AS timestamptz) IS NULL "
-                "THEN 'failed' ELSE 'pending' END, "
-                "next_at = coalesce(CAST(:retry_at AS timestamptz), next_at) "
-                "WHERE notification_id = :id AND status = 'pending'"
-            ),
+            text(_FAILED),
             {"id": notification_id, "error": error[:ERROR_CHARS], "retry_at": retry_at},
         )
 

@@ -30,7 +30,6 @@ from psycopg.types.json import Jsonb
 from sqlalchemy import Engine
 
 from kit.core.queue_task import (
-    LEASABLE,
     QueueTask,
     TaskStatus,
     TaskTransition,
@@ -45,6 +44,7 @@ from kit.store.db import is_uuid
 from kit.store.errors import IdempotencyConflict, QueueFull, StoreError
 from kit.store.pg_async import AsyncPool, Execute, Query, Steps, run_steps, run_steps_async
 from kit.store.schema import LEASABLE_TASKS
+from kit.store.vocab import COUNTED_SQL, TASK_DEAD, TASK_LEASED, TASK_QUEUED
 
 MAX_LEASE_TASKS = 100
 # A lease request keeps looking past expired tasks it dead-letters, but not forever:
@@ -173,13 +173,11 @@ _STATE = (
     "task_id, status, attempt, max_attempts, timeout_s, visible_at, lease_token, "
     "lease_expires_at, deadline_at, worker_id, dead_reason"
 )
-_QUEUED = TaskStatus.queued.value
-_STATS_STATUSES = ", ".join(f"'{s}'" for s in (*LEASABLE, TaskStatus.dead))
 
 ENQUEUE_SQL = f"""
 INSERT INTO queue_tasks (task_id, tenant, queue, payload, status, attempt, max_attempts,
     timeout_s, visible_at, idempotency_key, request_hash, created_at)
-VALUES (%(task_id)s::uuid, %(tenant)s, %(queue)s, %(payload)s, '{_QUEUED}', 0,
+VALUES (%(task_id)s::uuid, %(tenant)s, %(queue)s, %(payload)s, {TASK_QUEUED}, 0,
     %(max_attempts)s, %(timeout_s)s, {_NOW} + make_interval(secs => %(delay_s)s),
     %(idempotency_key)s, %(request_hash)s, {_NOW})
 ON CONFLICT (tenant, idempotency_key) DO NOTHING
@@ -193,7 +191,7 @@ WHERE tenant = %(tenant)s AND idempotency_key = %(idempotency_key)s"""
 ENQUEUE_MANY_SQL = f"""
 INSERT INTO queue_tasks (task_id, tenant, queue, payload, status, attempt, max_attempts,
     timeout_s, visible_at, created_at)
-SELECT t.task_id, %(tenant)s, %(queue)s, t.payload, '{_QUEUED}', 0, t.max_attempts,
+SELECT t.task_id, %(tenant)s, %(queue)s, t.payload, {TASK_QUEUED}, 0, t.max_attempts,
     t.timeout_s, n.at + make_interval(secs => t.delay_s), n.at
 FROM (SELECT {_NOW} AS at) AS n,
     unnest(%(task_id)s::uuid[], %(payload)s::jsonb[], %(max_attempts)s::int[],
@@ -241,15 +239,15 @@ WHERE q.task_id = u.task_id"""
 
 STATS_SQL = f"""
 SELECT
-    count(*) FILTER (WHERE status = 'queued'
-        OR (status = 'leased' AND lease_expires_at <= {_NOW})) AS queued,
-    count(*) FILTER (WHERE status = 'leased' AND lease_expires_at > {_NOW}) AS leased,
-    count(*) FILTER (WHERE status = 'dead') AS dlq,
+    count(*) FILTER (WHERE status = {TASK_QUEUED}
+        OR (status = {TASK_LEASED} AND lease_expires_at <= {_NOW})) AS queued,
+    count(*) FILTER (WHERE status = {TASK_LEASED} AND lease_expires_at > {_NOW}) AS leased,
+    count(*) FILTER (WHERE status = {TASK_DEAD}) AS dlq,
     min(visible_at) FILTER (WHERE {LEASABLE_TASKS} AND visible_at <= {_NOW})
         AS oldest_visible_at,
     {_NOW} AS db_now
 FROM queue_tasks
-WHERE tenant = %(tenant)s AND queue = %(queue)s AND status IN ({_STATS_STATUSES})"""
+WHERE tenant = %(tenant)s AND queue = %(queue)s AND status IN {COUNTED_SQL}"""
 
 _APPLY_COLUMNS = (
     "task_id",

@@ -28,8 +28,8 @@ from kit.store.claims import (
     runs_mark_published_in,
 )
 from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
-from kit.store.scheduling import BUSY_SQL
 from kit.store.switches import held_sql
+from kit.store.vocab import BUSY_SQL, RUN_DEAD, RUN_PENDING, RUN_RUNNING
 
 Publish = Callable[[Sequence[RunPointer]], None]
 DEFAULT_BATCH = 1000
@@ -65,7 +65,7 @@ def runs_reap_expired(
                 SELECT r.run_id, r.job_id, r.attempt, j.retry_policy,
                     {ATTEMPT_BASE_SQL} AS attempt_base
                 FROM runs r LEFT JOIN jobs j ON j.job_id = r.job_id
-                WHERE r.status = 'running' AND r.lease_expires_at <= {NOW}
+                WHERE r.status = {RUN_RUNNING} AND r.lease_expires_at <= {NOW}
                 ORDER BY r.lease_expires_at
                 LIMIT :limit
                 FOR UPDATE OF r SKIP LOCKED
@@ -87,7 +87,7 @@ def runs_reap_expired(
             conn.execute(
                 text(
                     f"""
-                    UPDATE runs SET status = 'dead', finished_at = {NOW},
+                    UPDATE runs SET status = {RUN_DEAD}, finished_at = {NOW},
                         error = 'lease expired (worker ' || coalesce(worker_id, '?') || ')',
                         lease_token = NULL, lease_expires_at = NULL, {_APPEND_EXPIRY}
                     WHERE run_id = ANY(CAST(:run_ids AS uuid[]))
@@ -107,7 +107,7 @@ def runs_reap_expired(
             updated = conn.execute(
                 text(
                     f"""
-                    UPDATE runs SET status = 'pending', attempt = attempt + 1,
+                    UPDATE runs SET status = {RUN_PENDING}, attempt = attempt + 1,
                         error = 'lease expired (worker ' || coalesce(worker_id, '?') || ')',
                         {_APPEND_EXPIRY},
                         lease_token = NULL, lease_expires_at = NULL, worker_id = NULL,
@@ -140,7 +140,7 @@ _RELEASE_ORPHANED_QUEUED = text(
     UPDATE runs SET skip_reason = NULL
     WHERE run_id IN (
         SELECT DISTINCT ON (r.job_id) r.run_id FROM runs r
-        WHERE r.status = 'pending' AND r.skip_reason = '{QUEUED}'
+        WHERE r.status = {RUN_PENDING} AND r.skip_reason = '{QUEUED}'
           AND r.created_at < {NOW} - make_interval(
                 secs => CAST(:grace_ms AS double precision) / 1000.0)
           AND NOT EXISTS (
@@ -169,7 +169,7 @@ _UNCLAIMED = f"""
     FROM runs r
     LEFT JOIN unnest(CAST(:tiers AS text[]), CAST(:cutoffs AS timestamptz[]))
         AS c(tier, lost_before) ON r.priority = c.tier
-    WHERE r.status = 'pending' AND r.skip_reason IS DISTINCT FROM '{QUEUED}'
+    WHERE r.status = {RUN_PENDING} AND r.skip_reason IS DISTINCT FROM '{QUEUED}'
       AND NOT {HELD}
       AND (
         -- nobody else publishes these: at once (a retry of one at its retry_at)

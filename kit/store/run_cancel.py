@@ -22,16 +22,17 @@ from datetime import datetime
 
 from sqlalchemy import Engine, text
 
-from kit.core.leases import TERMINAL
+from kit.core.leases import TERMINAL, RunStatus
 from kit.core.trigger import QUEUED
 from kit.store.audit import audit_in
 from kit.store.claims import release_queued_in
 from kit.store.db import NOW_SQL, db_now, is_uuid
 from kit.store.errors import RunNotFound, StoreError
 from kit.store.runs import RunRecord, run_record, run_state_sql
+from kit.store.vocab import RUN_CANCELLED
 
 CANCEL_CHANNEL = "cronfleet_run_cancel"
-NOT_STARTED = ("pending", "retry_scheduled")
+NOT_STARTED = (RunStatus.pending.value, RunStatus.retry_scheduled.value)
 FINISHED = tuple(sorted(s.value for s in TERMINAL))
 
 
@@ -73,7 +74,7 @@ def run_cancel(
         conn.execute(
             text(
                 f"""
-                UPDATE runs SET status = 'cancelled', cancelled_by = :actor,
+                UPDATE runs SET status = {RUN_CANCELLED}, cancelled_by = :actor,
                     finished_at = {NOW_SQL},
                     error = 'cancelled by token ' || :actor, lease_token = NULL,
                     lease_expires_at = NULL, retry_at = NULL, skip_reason = NULL
@@ -82,7 +83,7 @@ def run_cancel(
             ),
             {"run_id": run_id, "actor": actor, "now": now},
         )
-        if row.status == "retry_scheduled":
+        if row.status == RunStatus.retry_scheduled:
             conn.execute(
                 text(
                     """
@@ -92,10 +93,10 @@ def run_cancel(
                 ),
                 {"job_id": row.job_id, "scheduled_at": row.scheduled_at},
             )
-        held_back = row.status == "pending" and row.skip_reason == QUEUED
+        held_back = row.status == RunStatus.pending and row.skip_reason == QUEUED
         if not held_back:
             release_queued_in(conn, str(row.job_id))
-        notified = row.status == "running"
+        notified = row.status == RunStatus.running
         if notified:
             conn.execute(
                 text("SELECT pg_notify(:channel, :run_id)"),
@@ -109,7 +110,10 @@ def run_cancel(
             action="cancel_run",
             at=at,
             version=row.job_version,
-            changes={"run_id": run_id, "status": {"from": row.state, "to": "cancelled"}},
+            changes={
+                "run_id": run_id,
+                "status": {"from": row.state, "to": RunStatus.cancelled.value},
+            },
         )
         after = text("SELECT * FROM runs WHERE run_id = :run_id")
         record = run_record(conn.execute(after, {"run_id": run_id}).one())

@@ -33,7 +33,6 @@ from sqlalchemy.exc import OperationalError
 
 from kit.core.ids import run_id_floor
 from kit.core.retention import (
-    LIVE_RUN_STATUSES,
     day_bounds_ms,
     plan_run_days,
     run_days_wanted,
@@ -41,12 +40,13 @@ from kit.core.retention import (
 )
 from kit.core.timeutil import from_epoch_ms, to_epoch_ms
 from kit.crash import crash_point
+from kit.store.vocab import BUSY_SQL
 
 DEFAULT_PARTITION = "runs_default"
 LOCK_TIMEOUT = "2s"
 DEFAULT_AHEAD_DAYS = 3
 _DAY_NAME = re.compile(r"^runs_(\d{4})(\d{2})(\d{2})$")
-_LIVE = "(" + ", ".join(f"'{s}'" for s in LIVE_RUN_STATUSES) + ")"
+_LIVE = BUSY_SQL  # kit.core.retention.LIVE_RUN_STATUSES: runs a day's history keeps
 
 
 def in_batch(alias: str) -> str:

@@ -18,6 +18,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from kit.core.errors import FieldError
 from kit.core.ids import run_id as make_run_id
+from kit.core.leases import RunStatus
 from kit.core.run_state import RunState
 from kit.core.timeutil import EPOCH
 from kit.store.audit import KIT_ACTOR, audit_in
@@ -26,6 +27,7 @@ from kit.store.errors import IdempotencyConflict, JobNotFound, RunNotFound, Tier
 from kit.store.jobs import idempotency_key_claim, request_fingerprint
 from kit.store.pg_async import AsyncPool, Query, Steps, run_steps, run_steps_async
 from kit.store.schema import jobs, runs
+from kit.store.vocab import RUN_RUNNING, STATE_CLAIMED
 
 MAX_PAGE = 500
 RUN_STATES = tuple(s.value for s in RunState)
@@ -37,9 +39,9 @@ def run_state_sql(alias: str = "", now: str = "now()") -> str:
     still ahead is `claimed` (tests/contract/test_run_lease.py holds the two equal)."""
     a = f"{alias}." if alias else ""
     return (
-        f"CASE WHEN {a}status = 'running' AND {a}attempt_started_at IS NULL"
+        f"CASE WHEN {a}status = {RUN_RUNNING} AND {a}attempt_started_at IS NULL"
         f" AND greatest({a}scheduled_at, {a}retry_at) > {now}"
-        f" THEN '{RunState.claimed.value}' ELSE {a}status END"
+        f" THEN {STATE_CLAIMED} ELSE {a}status END"
     )
 
 
@@ -321,7 +323,7 @@ def run_now(
                 priority=job.priority,
                 scheduled_at=at,
                 attempt=1,
-                status="pending",
+                status=RunStatus.pending.value,
                 trigger_kind="manual",
             )
             .on_conflict_do_nothing(index_elements=[runs.c.run_id])

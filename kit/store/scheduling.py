@@ -34,7 +34,7 @@ from kit.core.timeutil import EPOCH
 from kit.core.trigger import TriggerKind
 from kit.store.db import NOW_SQL
 from kit.store.run_history import batch_bounds, in_batch
-from kit.store.schema import BUSY_SQL
+from kit.store.vocab import BUSY_SQL, RUN_CANCELLED, RUN_PENDING, RUN_RETRY_SCHEDULED, RUN_SKIPPED
 
 
 def pg_array(values: Iterable[int | str]) -> str:
@@ -320,19 +320,19 @@ _ACTIVE = text(
 )
 _CANCEL_ACTIVE = text(
     f"""
-    UPDATE runs SET status = 'cancelled', lease_token = NULL, lease_expires_at = NULL,
+    UPDATE runs SET status = {RUN_CANCELLED}, lease_token = NULL, lease_expires_at = NULL,
         retry_at = NULL, finished_at = now(), error = 'replaced by a newer run (overlap: replace)'
     WHERE job_id = ANY(CAST(:jobs AS uuid[])) AND status IN {BUSY_SQL}
     RETURNING run_id::text
     """
 )
 _INSERT_RUNS = text(
-    """
+    f"""
     INSERT INTO runs (run_id, job_id, tenant, job_version, priority, scheduled_at, attempt,
                       status, trigger_kind, skip_reason, finished_at)
     SELECT r.run_id, r.job_id, r.tenant, r.v, r.prio,
            timestamptz 'epoch' + r.at_ms * interval '1 millisecond', 1, r.status, r.kind,
-           r.reason, CASE WHEN r.status = 'skipped' THEN now() END
+           r.reason, CASE WHEN r.status = {RUN_SKIPPED} THEN now() END
     FROM unnest(CAST(:ids AS uuid[]), CAST(:jobs AS uuid[]), CAST(:tenants AS text[]),
                 CAST(:versions AS int[]), CAST(:prios AS text[]), CAST(:ats AS bigint[]),
                 CAST(:statuses AS text[]), CAST(:kinds AS text[]), CAST(:reasons AS text[]))
@@ -403,19 +403,19 @@ _RETRYING = f"""
 """
 _REARM = text(
     f"""
-    UPDATE runs SET status = 'pending', attempt = k.arg, dispatched_at = NULL,
+    UPDATE runs SET status = {RUN_PENDING}, attempt = k.arg, dispatched_at = NULL,
         skip_reason = NULL
     FROM ({_RETRYING.format(arg="int")}) AS k
-    WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled' AND {in_batch("runs")}
+    WHERE runs.run_id = k.run_id AND k.status = {RUN_RETRY_SCHEDULED} AND {in_batch("runs")}
     RETURNING runs.run_id::text
     """
 )
 _CANCEL_RETRIES = text(
     f"""
-    UPDATE runs SET status = 'cancelled', retry_at = NULL, finished_at = now(),
+    UPDATE runs SET status = {RUN_CANCELLED}, retry_at = NULL, finished_at = now(),
         error = 'retry not run: ' || k.arg
     FROM ({_RETRYING.format(arg="text")}) AS k
-    WHERE runs.run_id = k.run_id AND k.status = 'retry_scheduled' AND {in_batch("runs")}
+    WHERE runs.run_id = k.run_id AND k.status = {RUN_RETRY_SCHEDULED} AND {in_batch("runs")}
     """
 )
 # By row address: the scan locked these rows (FOR UPDATE), so their ctids are stable

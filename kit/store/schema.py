@@ -33,13 +33,23 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from kit.core.audit import AuditAction
 from kit.core.dispatch import PriorityTier
-from kit.core.leases import BUSY, RunStatus
-from kit.core.notify import FINISHED_NOTIFICATIONS, NotificationStatus
+from kit.core.leases import RunStatus
+from kit.core.notify import NotificationStatus
 from kit.core.output import OUTPUT_CAP_BYTES
 from kit.core.policies import OverlapPolicy
-from kit.core.queue_task import FINISHED, LEASABLE, TaskStatus
+from kit.core.queue_task import TaskStatus
 from kit.core.switches import SwitchAction, SwitchKind
 from kit.core.trigger import QUEUED, TRIGGER_ROW_KINDS, TriggerKind
+from kit.store.vocab import (
+    BUSY_SQL,
+    FINISHED_NOTIFICATIONS_SQL,
+    FINISHED_TASKS_SQL,
+    LEASABLE_SQL,
+    NOTIFICATION_PENDING,
+    RUN_PENDING,
+    RUN_RUNNING,
+    TASK_QUEUED,
+)
 
 # Deterministic constraint names, so migrations and autogenerate agree.
 metadata = MetaData(
@@ -59,8 +69,6 @@ TRIGGER_KINDS = tuple(k.value for k in TRIGGER_ROW_KINDS)
 RUN_TRIGGER_KINDS = tuple(k.value for k in TriggerKind)
 RUN_STATUSES = tuple(s.value for s in RunStatus)
 OVERLAP_POLICIES = tuple(p.value for p in OverlapPolicy)
-# The statuses that keep a job busy for its overlap policy (kit.core.leases.BUSY), as SQL.
-BUSY_SQL = "(" + ", ".join(sorted(f"'{s.value}'" for s in BUSY)) + ")"
 PRIORITY_TIERS = tuple(t.value for t in PriorityTier)
 
 
@@ -191,7 +199,7 @@ runs = Table(
     Column("priority", Text, nullable=False, server_default=text("'normal'")),
     _tstz("scheduled_at", nullable=False),
     Column("attempt", Integer, nullable=False, server_default=text("1")),
-    Column("status", Text, nullable=False, server_default=text("'pending'")),
+    Column("status", Text, nullable=False, server_default=text(RUN_PENDING)),
     Column("trigger_kind", Text, nullable=False),
     Column("lease_token", Text),
     _tstz("lease_expires_at"),
@@ -221,17 +229,17 @@ runs = Table(
     CheckConstraint("attempt >= 1", name="attempt"),
     # A token is the lease: held exactly while running (migration 0010), so matching it
     # proves the run is running and no statement repeats the status.
-    CheckConstraint("(status = 'running') = (lease_token IS NOT NULL)", name="lease_token"),
+    CheckConstraint(f"(status = {RUN_RUNNING}) = (lease_token IS NOT NULL)", name="lease_token"),
     # Run history of a job, newest first, keyset-paginated on (scheduled_at, run_id).
     Index("ix_runs_job_id_scheduled_at", "job_id", text("scheduled_at DESC"), text("run_id DESC")),
     # The reaper: expired leases (running runs only: a run's insert and finish skip it).
     Index(
         "ix_runs_lease_expires_at",
         "lease_expires_at",
-        postgresql_where=text("status = 'running'"),
+        postgresql_where=text(f"status = {RUN_RUNNING}"),
     ),
     # The reaper: runs not claimed yet, oldest first (lost messages, manual runs).
-    Index("ix_runs_pending", "scheduled_at", postgresql_where=text("status = 'pending'")),
+    Index("ix_runs_pending", "scheduled_at", postgresql_where=text(f"status = {RUN_PENDING}")),
     # The overlap policy: is this job busy (kit.core.leases.BUSY; migration 0007)?
     Index(
         "ix_runs_busy_job_id",
@@ -310,9 +318,6 @@ dead_letters = Table(
 # maintenance service (kit.maintenance.notifier). The webhook is copied from the job
 # when the run dies, so an edit later does not redirect what was already owed.
 NOTIFICATION_STATUSES = tuple(s.value for s in NotificationStatus)
-FINISHED_NOTIFICATIONS_SQL = _in(
-    "status", tuple(s.value for s in NotificationStatus if s in FINISHED_NOTIFICATIONS)
-)
 
 notifications = Table(
     "notifications",
@@ -326,7 +331,7 @@ notifications = Table(
     _tstz("scheduled_at", nullable=False),
     Column("error", Text),
     Column("target", JSONB, nullable=False),  # the job's `notify` when the run died
-    Column("status", Text, nullable=False, server_default=text("'pending'")),
+    Column("status", Text, nullable=False, server_default=text(NOTIFICATION_PENDING)),
     Column("tries", Integer, nullable=False, server_default=text("0")),
     _tstz("next_at", nullable=False, now_default=True),
     _tstz("sent_at"),
@@ -335,12 +340,14 @@ notifications = Table(
     UniqueConstraint("run_id", "attempt"),  # once per dead letter
     CheckConstraint(_in("status", NOTIFICATION_STATUSES), name="status"),
     # The sender: pending ones, due first.
-    Index("ix_notifications_due", "next_at", postgresql_where=text("status = 'pending'")),
+    Index(
+        "ix_notifications_due", "next_at", postgresql_where=text(f"status = {NOTIFICATION_PENDING}")
+    ),
     # Maintenance: finished ones past their retention.
     Index(
         "ix_notifications_finished",
         "created_at",
-        postgresql_where=text(FINISHED_NOTIFICATIONS_SQL),
+        postgresql_where=text(f"status IN {FINISHED_NOTIFICATIONS_SQL}"),
     ),
 )
 
@@ -362,8 +369,8 @@ idempotency_keys = Table(
 # the task: the delay or nack backoff while queued, the lease expiry while leased, so one
 # partial index serves the lease scan ("visible tasks, oldest first") for both.
 QUEUE_TASK_STATUSES = tuple(s.value for s in TaskStatus)
-FINISHED_TASKS = f"status IN ({', '.join(repr(s.value) for s in TaskStatus if s in FINISHED)})"
-LEASABLE_TASKS = f"status IN ({', '.join(repr(s.value) for s in LEASABLE)})"
+FINISHED_TASKS = f"status IN {FINISHED_TASKS_SQL}"
+LEASABLE_TASKS = f"status IN {LEASABLE_SQL}"
 
 queue_tasks = Table(
     "queue_tasks",
@@ -372,7 +379,7 @@ queue_tasks = Table(
     Column("tenant", Text, nullable=False),
     Column("queue", Text, nullable=False),
     Column("payload", JSONB, nullable=False),
-    Column("status", Text, nullable=False, server_default=text("'queued'")),
+    Column("status", Text, nullable=False, server_default=text(TASK_QUEUED)),
     # Leases granted so far; the first lease is attempt 1.
     Column("attempt", Integer, nullable=False, server_default=text("0")),
     Column("max_attempts", Integer, nullable=False),

@@ -24,6 +24,7 @@ from kit.core.timeutil import to_epoch_ms
 from kit.core.trigger import QUEUED, SKIP_MISFIRE
 from kit.store.db import NOW_SQL
 from kit.store.scheduling import pg_array
+from kit.store.vocab import RUN_PENDING, RUN_SKIPPED
 
 
 def held_sql(run: str, task_type: str | None = None) -> str:
@@ -52,7 +53,7 @@ def _matches(switch: Switch) -> str:
 # A held run: pending (not held back by the overlap policy 'queue', which the switch
 # does not hold), due (its second or its retry time has come).
 _DUE = (
-    f"r.status = 'pending' AND r.skip_reason IS DISTINCT FROM '{QUEUED}' "
+    f"r.status = {RUN_PENDING} AND r.skip_reason IS DISTINCT FROM '{QUEUED}' "
     f"AND greatest(r.scheduled_at, r.retry_at) <= {NOW_SQL}"
 )
 
@@ -169,10 +170,10 @@ def switch_on(
             conn.execute(
                 text(
                     f"""
-                    UPDATE runs SET status = 'skipped', skip_reason = '{SKIP_MISFIRE}',
+                    UPDATE runs SET status = {RUN_SKIPPED}, skip_reason = '{SKIP_MISFIRE}',
                         finished_at = {NOW_SQL},
                         error = :why
-                    WHERE run_id = ANY(CAST(:ids AS uuid[])) AND status = 'pending'
+                    WHERE run_id = ANY(CAST(:ids AS uuid[])) AND status = {RUN_PENDING}
                     """
                 ),
                 {

@@ -8,6 +8,7 @@ from sqlalchemy import Connection, text
 
 from kit.core.trigger import QUEUED
 from kit.core.waiting import TenantLoad
+from kit.store.vocab import RUN_PENDING, RUN_RUNNING
 
 
 def awaiting_sql(alias: str = "", now: str = "now()") -> str:
@@ -17,20 +18,20 @@ def awaiting_sql(alias: str = "", now: str = "now()") -> str:
     a = f"{alias}." if alias else ""
     return (
         f"(greatest({a}scheduled_at, {a}retry_at) <= {now} AND ("
-        f"({a}status = 'pending' AND {a}skip_reason IS DISTINCT FROM '{QUEUED}')"
-        f" OR ({a}status = 'running' AND {a}attempt_started_at IS NULL)))"
+        f"({a}status = {RUN_PENDING} AND {a}skip_reason IS DISTINCT FROM '{QUEUED}')"
+        f" OR ({a}status = {RUN_RUNNING} AND {a}attempt_started_at IS NULL)))"
     )
 
 
 # A tenant's running runs are read through the partial index on running runs
 # (ix_runs_lease_expires_at): as many rows as the fleet runs at once, whatever the
 # history holds.
-_LOAD = """
+_LOAD = f"""
 SELECT count(*) AS running,
     count(*) FILTER (WHERE attempt_started_at >= now() - :window_ms * interval '1 millisecond')
         AS recent
 FROM runs
-WHERE status = 'running' AND tenant = :tenant AND attempt_started_at IS NOT NULL
+WHERE status = {RUN_RUNNING} AND tenant = :tenant AND attempt_started_at IS NOT NULL
 """
 
 

@@ -20,14 +20,14 @@ from kit.core.leases import BUSY, RunStatus
 from kit.core.notify import NotificationStatus
 from kit.core.owed import Outcome
 from kit.core.policies import MisfireKind, OverlapPolicy
-from kit.core.queue_task import FINISHED, LEASABLE, TaskStatus
+from kit.core.queue_task import COUNTED, FINISHED, LEASABLE, TaskStatus
 from kit.core.retry import Jitter
 from kit.core.run_state import RunState
 from kit.core.switches import SwitchAction, SwitchKind
 from kit.core.trigger import SkipReason, TriggerKind
 from kit.core.vocabulary import CLOSED_SETS, render_vocabulary
 from kit.settings import Settings
-from kit.store import schema
+from kit.store import schema, vocab
 from kit.tasks import registry
 from tests.unit.vocabulary_checks import CHECKED_COLUMNS, quoted
 
@@ -81,6 +81,7 @@ def test_the_schemas_sql_subsets_are_the_cores():
     assert set(quoted(schema.BUSY_SQL)) == {s.value for s in BUSY}
     assert set(quoted(schema.FINISHED_TASKS)) == {s.value for s in FINISHED}
     assert tuple(quoted(schema.LEASABLE_TASKS)) == tuple(s.value for s in LEASABLE)
+    assert tuple(quoted(vocab.COUNTED_SQL)) == tuple(s.value for s in COUNTED)
 
 
 def test_the_docs_table_is_generated_from_the_core():
