@@ -188,7 +188,9 @@ def jobs_list(
     page_query = page_query.order_by(jobs.c.name).limit(limit + 1)
     count_query = _filtered(tenant, f, [jobs.c.job_id], with_last_run=False, now=now)
     counted = select(func.count()).select_from(count_query.limit(COUNT_CAP + 1).subquery())
-    with engine.begin() as conn:
+    # Two statements without a transaction around them: under READ COMMITTED each sees
+    # its own snapshot either way, and BEGIN and COMMIT would be two more round trips.
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         rows = conn.execute(page_query).all()
         count = conn.execute(counted).scalar_one()
     out: list[tuple[JobRecord, LastRun | None]] = []
