@@ -23,6 +23,7 @@ load generator does not delay B's own measurement: benchmarks/api_rate.py does.
 
 from __future__ import annotations
 
+import json
 import random
 import sys
 import time
@@ -43,11 +44,14 @@ STATE: dict[str, Any] = {"statuses": {}, "calm_ms": []}
 
 
 @events.request.add_listener
-def _timed(name: str, response_time: float, **_: Any) -> None:
+def _timed(name: str, response_time: float, exception: Any = None, **_: Any) -> None:
     """B's latencies, exact (Locust's own percentiles round to whole milliseconds, too
-    coarse to compare two p99s of a few milliseconds within 10 %)."""
+    coarse to compare two p99s of a few milliseconds within 10 %); with `--calm-log`,
+    each one with the wall time it ended at and whether it failed."""
     if name.startswith("B ") and STATE.get("measuring"):
         STATE["calm_ms"].append(response_time)
+        if "calm_log" in STATE:
+            STATE["calm_log"].append((time.time(), response_time, exception is not None))
 
 
 @events.init_command_line_parser.add_listener
@@ -61,6 +65,9 @@ def _options(parser: Any) -> None:
     g.add_argument("--calm-users", type=int, default=10, help="B's users")
     g.add_argument("--calm-rate", type=float, default=100, help="B's calls/s, all users")
     g.add_argument("--target-p99-ms", type=float, default=0, help="fail if B's p99 passes")
+    g.add_argument(
+        "--calm-log", default="", help="write each B call's [end time, ms, failed] here (JSON)"
+    )
     g.add_argument(
         "--noisy-within-limit",
         action="store_true",
@@ -93,6 +100,8 @@ def _start(environment: Any) -> None:
     STATE["run"] = uuid.uuid4().hex[:8]
     STATE["ready"] = 0
     STATE["environment"] = environment
+    if options.calm_log:
+        STATE["calm_log"] = []
 
 
 events.test_start.add_listener(common.set_up_or_quit(_start))
@@ -179,6 +188,8 @@ def _report(environment: Any, **_: Any) -> None:
     options = environment.parsed_options
     meter: common.CpuMeter = STATE["cpu"]
     meter.stop()
+    if options.calm_log:
+        Path(options.calm_log).write_text(json.dumps(STATE["calm_log"]))
     rows = common.route_rows(environment)
     calm = [r for r in rows if r["name"].startswith("B ")]
     timed: list[float] = STATE["calm_ms"]

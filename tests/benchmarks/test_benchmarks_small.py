@@ -461,6 +461,23 @@ def test_api_rate_series_and_report(api_env: dict[str, str], tmp_path: Path) -> 
     assert len([line for line in out.splitlines() if line.startswith("| 1 |")]) == 3
     assert "B p99 over/within" in out
     plotted(plot)
+    mixed = tmp_path / "interleaved.json"
+    out = bench(
+        "api_rate.py",
+        *("--interleaved", "1", "--slot-s", "6", "--lead-s", "8", "--json", str(mixed)),
+        env=api_env,
+    )
+    slots = read(mixed)
+    assert sorted(r["arm"] for r in slots) == sorted(["alone", "a_within", "a_over"])
+    for r in slots:
+        assert r["b_errors"] == 0 and r["b_requests"] == len(r["b_ms"]) > 0, r
+        if r["arm"] == "alone":
+            assert r["a_statuses"] == {}, r
+        else:  # within its limit A is served (a slot after one over it may begin with 429s)
+            assert r["a_statuses"].get("200", 0) > 0, r
+        if r["arm"] == "a_over":
+            assert r["a_statuses"].get("429", 0) > 0, r
+    assert "a_over/alone: " in out and "95 % interval" in out
     cpu = tmp_path / "cpu.json"
     bench("api_rate.py", "--cpu-per-call", "40", "--json", str(cpu), env=api_env)
     calls = read(cpu)
