@@ -134,26 +134,37 @@ def start_api(limit: float) -> tuple[subprocess.Popen, int, Path]:
     return serve(None, 1, port, work / "api.log"), port, work
 
 
+def _list_request(token: str) -> bytes:
+    return (
+        f"GET /v1/jobs?limit=50 HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {token}\r\n\r\n"
+    ).encode()
+
+
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+) -> str:
+    """Send one request on a keep-alive connection and read its whole answer: its status."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    await reader.readexactly(length)
+    return head.split()[1].decode()
+
+
 async def _calls(port: int, token: str, n: int, connections: int = 4) -> dict[str, int]:
     """n GET /v1/jobs over `connections` keep-alive connections, each call sent when the
     last one's answer is read; the answers by status."""
-    request = (
-        f"GET /v1/jobs?limit=50 HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {token}\r\n\r\n"
-    ).encode()
+    request = _list_request(token)
 
     async def one(k: int) -> dict[str, int]:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         seen: dict[str, int] = {}
         for _ in range(k):
-            writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                int(line.split(b":")[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length:")
-            )
-            await reader.readexactly(length)
-            status = head.split()[1].decode()
+            status = await _exchange(reader, writer, request)
             seen[status] = seen.get(status, 0) + 1
         writer.close()
         return seen
@@ -228,10 +239,7 @@ def drive_a(schedule_path: str) -> None:
     keep-alive connections; its answers by status per slot, written to the schedule's
     `out`. Run as a process of its own (`--drive-a`), niced like A's Locust."""
     plan = json.loads(Path(schedule_path).read_text())
-    request = (
-        f"GET /v1/jobs?limit=50 HTTP/1.1\r\nHost: api\r\n"
-        f"Authorization: Bearer {plan['token']}\r\n\r\n"
-    ).encode()
+    request = _list_request(plan["token"])
     counts: list[dict[str, int]] = [{} for _ in plan["slots"]]
     connections = 4
 
@@ -245,15 +253,7 @@ def drive_a(schedule_path: str) -> None:
             at = start + lane * gap / connections
             while at < end:
                 await asyncio.sleep(max(0.0, at - time.time()))
-                writer.write(request)
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
-                status = head.split()[1].decode()
+                status = await _exchange(reader, writer, request)
                 counts[k][status] = counts[k].get(status, 0) + 1
                 at += gap
             writer.close()
@@ -484,7 +484,8 @@ def main() -> None:
         parser.error("--json is required")
     if args.interleaved:
         rows = interleaved(args)
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+        # a row a line: each slot's thousands of latencies stay on the slot's line
+        Path(args.json).write_text("[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]\n")
         print(table(rows))
         print(pooled(rows))
         if args.plot:
