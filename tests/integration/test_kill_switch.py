@@ -11,10 +11,8 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -31,13 +29,13 @@ from kit.store.jobs import JobCreate, JobSpec, job_create
 from kit.store.reaping import runs_publish_unclaimed
 from kit.store.switches import switch_audit_list, switch_off, switch_on, switches_list
 from kit.store.tokens import token_create
-from kit.transport import RunPublisher, TieredConsumer
+from kit.transport import RunPublisher
 from kit.transport.progress import QueueProgress
-from kit.worker.worker import Worker, task_executor
 from tests.integration.console_client import csrf_of, login
 from tests.integration.test_worker_e2e import publish
 from tests.integration.waiting import wait_until
 from tests.integration.worker_rows import make_job, make_run, run_row
+from tests.integration.workers import running_worker
 
 pytestmark = pytest.mark.integration
 
@@ -56,24 +54,6 @@ def progress(settings: Settings, prefix: str, group: str) -> Iterator[QueueProgr
     p = QueueProgress(settings.kafka_bootstrap, group, topic_prefix=prefix)
     yield p
     p.close()
-
-
-@contextmanager
-def running_worker(
-    engine: Engine, settings: Settings, prefix: str, group: str, publisher: RunPublisher
-) -> Iterator[Worker]:
-    """One worker of 2 slots consuming the test's topics, stopped and closed after."""
-    consumer = TieredConsumer(settings.kafka_bootstrap, group, topic_prefix=prefix)
-    worker = Worker(engine, consumer, publisher, "w1", 2, 30_000, execute=task_executor())
-    stop = threading.Event()
-    thread = threading.Thread(target=worker.run, args=(stop, 5.0), daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        stop.set()
-        thread.join(20)
-        consumer.close()
 
 
 def job_with_misfire(engine: Engine, name: str, kind: str, tenant: str = "acme") -> str:

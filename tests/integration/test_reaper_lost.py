@@ -7,7 +7,6 @@ committed and died before publishing is the same case."""
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,12 +17,12 @@ from sqlalchemy import Engine, text
 
 from kit.reaper.reaper import Reaper
 from kit.settings import Settings
-from kit.transport import RunPublisher, TieredConsumer
+from kit.transport import RunPublisher
 from kit.transport.progress import QueueProgress
-from kit.worker.worker import Worker, task_executor
 from tests.integration.test_worker_e2e import publish
 from tests.integration.waiting import wait_until
 from tests.integration.worker_rows import make_job, make_run, run_row
+from tests.integration.workers import running_worker
 
 pytestmark = pytest.mark.integration
 
@@ -67,12 +66,7 @@ def test_a_lost_message_is_published_again_once_the_workers_read_past_it(
     other = make_job(engine, name="other")
     seen = make_run(engine, other, scheduled_at=run_row(engine, lost).scheduled_at)
     publish(publisher, engine, seen)
-    consumer = TieredConsumer(settings.kafka_bootstrap, group, topic_prefix=prefix)
-    worker = Worker(engine, consumer, publisher, "w1", 2, 30_000, execute=task_executor())
-    stop = threading.Event()
-    thread = threading.Thread(target=worker.run, args=(stop, 5.0), daemon=True)
-    thread.start()
-    try:
+    with running_worker(engine, settings, prefix, group, publisher):
         reaper = Reaper(engine, publisher, GRACE_MS, progress=progress)
 
         def lost_ran() -> bool:
@@ -93,10 +87,6 @@ def test_a_lost_message_is_published_again_once_the_workers_read_past_it(
             )
             == 1
         )
-    finally:
-        stop.set()
-        thread.join(20)
-        consumer.close()
 
 
 def test_nothing_is_published_again_while_the_workers_lag(
