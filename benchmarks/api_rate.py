@@ -48,6 +48,9 @@ from typing import Any
 
 from api_speed import REPO, free_port, migrate_stack, serve, stop
 
+sys.path.insert(0, str(REPO))
+from loadtest.common import percentile as _p
+
 ARMS = ("alone", "a_within", "a_over")
 NOISY_TENANT = "lt-noisy"
 
@@ -263,11 +266,6 @@ def drive_a(schedule_path: str) -> None:
 
     asyncio.run(lanes())
     Path(plan["out"]).write_text(json.dumps(counts))
-
-
-def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else math.nan
 
 
 def interleaved(args: argparse.Namespace) -> list[dict[str, Any]]:
