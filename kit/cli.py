@@ -16,13 +16,14 @@ import io
 import signal
 import sys
 
-from kit.core.errors import FieldError, UsageError
+from kit.core.errors import FieldError, ShardProblem, UsageError
 
 # subcommand name -> module that defines `register(subparsers)`; each registered
 # parser sets `func`, a callable taking the parsed args and returning an exit code.
 SUBCOMMANDS: dict[str, str] = {
     "stack": "kit.stack.cli",
     "db": "kit.store.cli",
+    "shards": "kit.store.cli_shards",
     "tokens": "kit.store.cli_tokens",
     "switch": "kit.api.switch_cli",
     "api": "kit.api.cli",
@@ -100,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, FieldError) as exc:
         print(f"cronfleet {args.command}: {exc}", file=sys.stderr)
         return 2
+    except ShardProblem as exc:
+        print(f"cronfleet {args.command}: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:
         settings_problem = _settings_problem(exc)
         if settings_problem is None:

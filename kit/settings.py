@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,29 @@ def kafka_security_in_use() -> KafkaSecurity:
     return _kafka_security
 
 
+HOME_SHARD = "home"
+_SHARD_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+
+
+def parse_shard_urls(text: str) -> dict[str, str]:
+    """`NAME=URL,NAME=URL` -> {NAME: URL}; a bad pair is named with its reason."""
+    shards: dict[str, str] = {}
+    for number, pair in enumerate(p.strip() for p in text.split(",") if p.strip()):
+        name, sep, url = pair.partition("=")
+        name = name.strip()
+        where = f"shard_urls: pair {number + 1} ({name or pair[:20]!r})"
+        if not sep or not url.strip():
+            raise ValueError(f"{where}: not NAME=URL")
+        if not _SHARD_NAME.fullmatch(name):
+            raise ValueError(f"{where}: a shard's name is a-z first, then a-z, 0-9, - or _")
+        if name == HOME_SHARD:
+            raise ValueError(f"{where}: `{HOME_SHARD}` is the database_url's shard")
+        if name in shards:
+            raise ValueError(f"{where}: named twice")
+        shards[name] = url.strip()
+    return shards
+
+
 def cronfleet_home() -> Path:
     """Where the local stack keeps its data, logs, pid files and connection file."""
     return Path(os.environ.get("CRONFLEET_HOME", Path.home() / ".cronfleet")).expanduser()
@@ -83,6 +107,14 @@ class Settings(BaseSettings):
     database_url: str = Field(
         default="postgresql+psycopg://cronfleet:cronfleet@127.0.0.1:55432/cronfleet",
         description="SQLAlchemy URL of the PostgreSQL database (psycopg 3 driver).",
+    )
+    shard_urls: str = Field(
+        default="",
+        description="The shards beyond the home one (`database_url`), as NAME=URL pairs "
+        "separated by commas: the servers the trigger index's partitions may be spread over "
+        "(docs/shards.md). `cronfleet db upgrade` migrates every one; `cronfleet shards "
+        "check` and every service's start refuse shards that do not answer or are at "
+        "different revisions. Empty: one database.",
     )
     kafka_bootstrap: str = Field(
         default="127.0.0.1:59092", description="Kafka bootstrap servers, comma separated."
@@ -238,19 +270,25 @@ class Settings(BaseSettings):
         ),
     )
 
+    def shards(self) -> dict[str, str]:
+        """Every shard by name, the home shard (`database_url`) first."""
+        return {HOME_SHARD: self.database_url, **parse_shard_urls(self.shard_urls)}
+
     def secret_values(self) -> tuple[str, ...]:
-        """The worker's own secrets, scrubbed from whatever a run records: the database
-        URL and its password (a task never sees them; this is the second line)."""
+        """The worker's own secrets, scrubbed from whatever a run records: every shard's
+        database URL and its password (a task never sees them; this is the second line)."""
         from sqlalchemy.engine import make_url
 
-        values = [self.database_url]
-        try:
-            password = make_url(self.database_url).password
-        except Exception:  # an unparsable URL fails at connect, not here
-            password = None
-        if password:
-            values.append(str(password))
-        return tuple(values)
+        values: list[str] = []
+        for url in self.shards().values():
+            values.append(url)
+            try:
+                password = make_url(url).password
+            except Exception:  # an unparsable URL fails at connect, not here
+                password = None
+            if password:
+                values.append(str(password))
+        return tuple(dict.fromkeys(values))
 
     # Operating at scale: what the maintenance service expires, and the operator's views.
     maintenance_period_ms: int = Field(
@@ -332,6 +370,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
+        self.shards()  # a malformed CRONFLEET_SHARD_URLS fails here, naming the pair
         if self.run_topic_min_insync > self.run_topic_replication:
             raise ValueError(
                 "run_topic_min_insync: must not exceed run_topic_replication "

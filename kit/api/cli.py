@@ -42,10 +42,12 @@ def _serve(args: argparse.Namespace) -> int:
     from kit.api.safe_log import uvicorn_log_config
     from kit.core.errors import UsageError
     from kit.settings import load_settings
+    from kit.store.shards import require_usable
     from kit.tasks.policy import policy_source
     from kit.tasks.tenant_policy import tenant_policy_source
 
     settings = load_settings()
+    require_usable(settings.shards())  # every shard answers, at one revision
     port = args.port if args.port is not None else settings.api_port
     if not 1 <= port <= 65535:
         raise UsageError(f"port: {port} is not between 1 and 65535")

@@ -61,3 +61,8 @@ def all_of(*checks: Callable[[], object]) -> None:
 
 class UsageError(Exception):
     """Bad input on the command line: printed as one line, exit code 2."""
+
+
+class ShardProblem(Exception):
+    """A shard the deployment names cannot be used as it is (down, or at another schema
+    revision than the rest): a service refuses to start on it, saying which and why."""

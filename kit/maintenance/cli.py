@@ -35,11 +35,13 @@ def _run(args: argparse.Namespace) -> int:
     from kit.maintenance.service import Maintenance, MaintenanceMetrics, retention_of
     from kit.settings import load_settings
     from kit.store.db import engine_for
+    from kit.store.shards import require_usable
     from kit.tasks.policy import policy_source
 
     if not 0 <= args.metrics_port <= 65535:
         raise UsageError(f"metrics-port: {args.metrics_port} is not between 0 and 65535")
     settings = load_settings()
+    require_usable(settings.shards())  # every shard answers, at one revision
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
     metrics = MaintenanceMetrics()
     if args.metrics_port:

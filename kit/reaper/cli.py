@@ -29,6 +29,7 @@ def _run(args: argparse.Namespace) -> int:
     from kit.reaper.reaper import Reaper, ReaperMetrics
     from kit.settings import load_settings
     from kit.store.db import engine_for
+    from kit.store.shards import require_usable
     from kit.transport import RunPublisher
     from kit.transport.message import DEFAULT_TOPIC_PREFIX
     from kit.transport.progress import QueueProgress
@@ -36,6 +37,7 @@ def _run(args: argparse.Namespace) -> int:
     if not 0 <= args.metrics_port <= 65535:
         raise UsageError(f"metrics-port: {args.metrics_port} is not between 0 and 65535")
     settings = load_settings()
+    require_usable(settings.shards())  # every shard answers, at one revision
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
     metrics = ReaperMetrics()
     if args.metrics_port:

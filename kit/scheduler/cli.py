@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from kit.core.errors import UsageError
     from kit.scheduler.node import NodeConfig, SchedulerNode, scheduler_engine
     from kit.settings import load_settings
+    from kit.store.shards import require_usable
     from kit.transport import DEFAULT_TOPIC_PREFIX, RunPublisher, ensure_topics
 
     if not 0 <= args.metrics_port <= 65535:
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if not node_id.strip():
         raise UsageError("--node-id: must not be empty")
     settings = load_settings()
+    require_usable(settings.shards())  # every shard answers, at one revision
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

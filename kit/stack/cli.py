@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from kit.settings import stack_env_file
-from kit.stack.process import StackError, load_state
+from kit.stack.process import StackError, load_state, save_state
 
 KAFKA_PREFERRED_PORT = 59092
 
@@ -26,14 +26,26 @@ class Service(Protocol):
 SERVICE_NAMES = ("postgres", "kafka")
 
 
-def service(name: str) -> Service:
+def shard_count() -> int:
+    """How many PostgreSQL clusters the stack runs: the last `up --shards N`, else one."""
+    return load_state().get("shards", 1)
+
+
+def services(name: str, on_disk: bool = False) -> list[Service]:
+    """What `name` stands for: every shard's cluster for postgres (`on_disk`: also those
+    beyond today's count that an earlier `up` made), the broker for kafka."""
     if name == "postgres":
+        from kit.settings import cronfleet_home
         from kit.stack.postgres import Postgres
 
-        return Postgres.default()
+        count = shard_count()
+        if on_disk:
+            while (cronfleet_home() / f"postgres-shard{count}").exists():
+                count += 1
+        return [Postgres.shard(n) for n in range(count)]
     from kit.stack.kafka.broker import Broker
 
-    return Broker.default()
+    return [Broker.default()]
 
 
 def address(name: str) -> str:
@@ -44,9 +56,18 @@ def address(name: str) -> str:
     return f"127.0.0.1:{load_state().get('kafka_port', KAFKA_PREFERRED_PORT)}"
 
 
+def shard_urls() -> str:
+    """The shards beyond the home one, as CRONFLEET_SHARD_URLS takes them."""
+    from kit.stack.postgres import Postgres
+
+    return ",".join(f"shard{n}={Postgres.shard(n).url()}" for n in range(1, shard_count()))
+
+
 def connection_settings() -> dict[str, str]:
+    extra = {"CRONFLEET_SHARD_URLS": urls} if (urls := shard_urls()) else {}
     return {
         "CRONFLEET_DATABASE_URL": address("postgres"),
+        **extra,
         "CRONFLEET_KAFKA_BOOTSTRAP": address("kafka"),
         # one broker: the run topics cannot have more replicas than that
         "CRONFLEET_RUN_TOPIC_REPLICATION": "1",
@@ -80,8 +101,13 @@ def up(args: argparse.Namespace) -> int:
     secure_home(home)
     if changed := tighten(home):
         progress(f"stack: took group and other permissions off {changed} entries in {home}")
+    if args.shards is not None:
+        if args.shards < 1:
+            raise StackError(f"--shards: {args.shards} is not a count of clusters (1 or more)")
+        save_state(shards=args.shards)
     for name in _selected(args):
-        service(name).up()
+        for each in services(name):
+            each.up()
     tighten(home)  # what a tool copied keeping its own modes (Maven's jars: 0644)
     settings = connection_settings()
     write_stack_env(settings)
@@ -92,23 +118,31 @@ def up(args: argparse.Namespace) -> int:
 
 
 def down(args: argparse.Namespace) -> int:
-    # reverse order: the broker first, the database last
+    # reverse order: the broker first, the database last; every shard cluster on disk,
+    # also one a later `up --shards` no longer counts
     for name in reversed(tuple(_selected(args))):
-        service(name).down()
+        for each in services(name, on_disk=True):
+            each.down()
     return 0
 
 
 def status(args: argparse.Namespace) -> int:
     all_answer = True
     for name in _selected(args):
-        answers = service(name).answers()
-        all_answer &= answers
-        shown = address(name)
         if name == "postgres":  # the URL carries the password
             from sqlalchemy.engine import make_url
 
-            shown = make_url(shown).render_as_string(hide_password=True)
-        print(f"{name:<9} {shown:<70} {'answers' if answers else 'DOWN'}")
+            from kit.stack.postgres import Postgres
+
+            for cluster in (Postgres.shard(n) for n in range(shard_count())):
+                answers = cluster.answers()
+                all_answer &= answers
+                shown = make_url(cluster.url()).render_as_string(hide_password=True)
+                print(f"{cluster.name:<15} {shown:<70} {'answers' if answers else 'DOWN'}")
+            continue
+        answers = services(name)[0].answers()
+        all_answer &= answers
+        print(f"{name:<15} {address(name):<70} {'answers' if answers else 'DOWN'}")
         if name == "kafka":
             from kit.stack.kafka.broker import Broker
             from kit.stack.process import port_answers
@@ -117,7 +151,7 @@ def status(args: argparse.Namespace) -> int:
             tls = port_answers(broker.tls_port)
             all_answer &= tls
             shown = f"{broker.tls_bootstrap()} (CA {broker.ca_file})"
-            print(f"{'kafka-tls':<9} {shown:<70} {'answers' if tls else 'DOWN'}")
+            print(f"{'kafka-tls':<15} {shown:<70} {'answers' if tls else 'DOWN'}")
     return 0 if all_answer else 1
 
 
@@ -142,4 +176,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ):
         action = actions.add_parser(name, help=help_text)
         action.add_argument("--only", choices=SERVICE_NAMES, help="just this service")
+        if name == "up":
+            action.add_argument(
+                "--shards",
+                type=int,
+                default=None,
+                metavar="N",
+                help="run N PostgreSQL clusters, the home shard and N-1 more (remembered; "
+                "default: the last --shards, else 1)",
+            )
         action.set_defaults(func=_guarded(func))

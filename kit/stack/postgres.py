@@ -50,13 +50,38 @@ shared_buffers = 256MB
 
 @dataclass(frozen=True)
 class Postgres:
-    """Where the stack's PostgreSQL lives; paths only, state is on disk."""
+    """Where one of the stack's PostgreSQL clusters lives; paths only, state is on disk.
+
+    The home shard is `postgres/` on port 55432; `stack up --shards N` adds clusters
+    `postgres-shard1/` ... on the ports above it (docs/shards.md). They share the role's
+    password file: one stack, one secret.
+    """
 
     root: Path
+    port_key: str = "postgres_port"  # its port's name in the stack's state file
+    preferred_port: int = PREFERRED_PORT
 
     @classmethod
     def default(cls) -> Postgres:
         return cls(cronfleet_home() / "postgres")
+
+    @classmethod
+    def shard(cls, number: int) -> Postgres:
+        """Shard `number` of the local stack; 0 is the home shard (`default()`)."""
+        if number < 0:
+            raise ValueError("a shard's number must not be negative")
+        if number == 0:
+            return cls.default()
+        return cls(
+            cronfleet_home() / f"postgres-shard{number}",
+            port_key=f"postgres_shard{number}_port",
+            preferred_port=PREFERRED_PORT + number,
+        )
+
+    @property
+    def name(self) -> str:
+        """What progress lines and errors call it: `postgres`, `postgres-shard1`, ..."""
+        return self.root.name
 
     @property
     def data(self) -> Path:
@@ -68,7 +93,7 @@ class Postgres:
 
     @property
     def port(self) -> int:
-        return load_state().get("postgres_port", PREFERRED_PORT)
+        return load_state().get(self.port_key, self.preferred_port)
 
     @property
     def socket_dir(self) -> Path:
@@ -120,16 +145,16 @@ class Postgres:
         bin_dir = server_bin_dir()
         if self.pid() is not None:
             if self.answers():
-                progress(f"postgres: already running on 127.0.0.1:{self.port}")
+                progress(f"{self.name}: already running on 127.0.0.1:{self.port}")
                 self._ensure_role_and_database(bin_dir)  # cheap, and heals an older setup
                 return
-            progress("postgres: running but not answering yet; waiting")
+            progress(f"{self.name}: running but not answering yet; waiting")
         else:
             self._prepare(bin_dir)
             self._start(bin_dir)
         self._ensure_role_and_database(bin_dir)
         if not wait_until(self.answers, START_TIMEOUT_S):
-            raise StackError(f"postgres: does not accept connections as {ROLE}; see {self.log}")
+            raise StackError(f"{self.name}: does not accept connections as {ROLE}; see {self.log}")
 
     def _prepare(self, bin_dir: Path) -> None:
         user = postgres_user()
@@ -142,7 +167,7 @@ class Postgres:
         secure_home(self.root.parent)  # installed now: the postgres group may pass
         make_traversable(self.root.parent.parent, user)
         if not (self.data / "PG_VERSION").exists():
-            progress(f"postgres: initialising {self.data}")
+            progress(f"{self.name}: initialising {self.data}")
             as_postgres(
                 bin_dir / "initdb",
                 "-D", str(self.data), "-U", "postgres", "-E", "UTF8", "--no-locale",
@@ -153,7 +178,7 @@ class Postgres:
         made_by = (self.data / "PG_VERSION").read_text().strip()
         if made_by != bin_dir.parent.name:
             raise StackError(
-                f"postgres: {self.data} was made by PostgreSQL {made_by} but the newest server "
+                f"{self.name}: {self.data} was made by PostgreSQL {made_by} but the newest server "
                 f"here is {bin_dir.parent.name}; run `cronfleet stack down` and remove {self.root}"
             )
         # a postmaster.pid whose process is gone would make pg_ctl refuse to start
@@ -162,16 +187,16 @@ class Postgres:
                 (self.data / "postmaster.pid").unlink()
 
     def _start(self, bin_dir: Path) -> None:
-        start_again_on_bind_race("postgres", self.log, lambda: self._start_once(bin_dir))
+        start_again_on_bind_race(self.name, self.log, lambda: self._start_once(bin_dir))
 
     def _start_once(self, bin_dir: Path) -> None:
-        port = choose_port(self.port, "postgres")
-        save_state(postgres_port=port)
+        port = choose_port(self.port, self.name)
+        save_state(**{self.port_key: port})
         conf = self.data / "cronfleet.conf"
         conf.write_text(SERVER_CONF.format(port=port, socket_dir=self.socket_dir))
         user = postgres_user()
         os.chown(conf, user.pw_uid, user.pw_gid)
-        progress(f"postgres: starting PostgreSQL {bin_dir.parent.name} on 127.0.0.1:{port}")
+        progress(f"{self.name}: starting PostgreSQL {bin_dir.parent.name} on 127.0.0.1:{port}")
         try:
             as_postgres(
                 bin_dir / "pg_ctl",
@@ -216,17 +241,17 @@ class Postgres:
     def down(self) -> None:
         pid = self.pid()
         if pid is None:
-            progress("postgres: not running")
+            progress(f"{self.name}: not running")
             return
         bin_dir = server_bin_dir(install=False)
-        progress(f"postgres: stopping (pid {pid})")
+        progress(f"{self.name}: stopping (pid {pid})")
         for mode in ("fast", "immediate"):
             with contextlib.suppress(StackError):
                 as_postgres(bin_dir / "pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "30",
                             "stop")  # fmt: skip
             if self.pid() is None:
                 return
-        raise StackError(f"postgres: pid {pid} did not stop; see {self.log}")
+        raise StackError(f"{self.name}: pid {pid} did not stop; see {self.log}")
 
 
 # --- the Debian server ----------------------------------------------------------------------

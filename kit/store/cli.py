@@ -36,43 +36,50 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
+    """Every shard, the home one first; one that fails stops the rest (each shard's
+    migration is its own transaction: a shard is at the old revision or the new one)."""
     from kit.store import migrate
+    from kit.store.shards import hidden
 
-    url = load_settings().database_url
-    migrate.upgrade(url, args.revision)
-    print(f"database at revision {migrate.current_revision(url)}")
+    shards = load_settings().shards()
+    for name, url in shards.items():
+        migrate.upgrade(url, args.revision)
+        revision = migrate.current_revision(url)
+        if len(shards) == 1:
+            print(f"database at revision {revision}")
+        else:
+            print(f"shard {name} ({hidden(url)}) at revision {revision}")
     return 0
 
 
 def _current(args: argparse.Namespace) -> int:
     from kit.store import migrate
 
-    url = load_settings().database_url
-    current = migrate.current_revision(url)
-    head = migrate.head_revision(url)
-    state = "up to date" if current == head else f"behind (head is {head})"
-    print(f"{current or 'none'} ({state})")
-    return 0 if current == head else 1
+    shards = load_settings().shards()
+    behind = False
+    for name, url in shards.items():
+        current = migrate.current_revision(url)
+        head = migrate.head_revision(url)
+        behind |= current != head
+        state = "up to date" if current == head else f"behind (head is {head})"
+        prefix = "" if len(shards) == 1 else f"shard {name}: "
+        print(f"{prefix}{current or 'none'} ({state})")
+    return 1 if behind else 0
 
 
 def _wait(args: argparse.Namespace) -> int:
     """Exit 0 once a service of this code may start on the database's schema; 1 when the
     schema is still behind after --timeout-s (or the database cannot be reached)."""
     from kit.core.errors import UsageError
-    from kit.store import migrate
 
     if args.timeout_s < 0:
         raise UsageError("timeout-s: must not be negative")
-    url = load_settings().database_url
+    shards = load_settings().shards()
     deadline = time.monotonic() + args.timeout_s
     said = ""
     while True:
-        try:
-            state, current, head = migrate.schema_state(url)
-            line = f"schema {state}: database at {current or 'none'}, this code's head {head}"
-        except Exception as exc:  # unreachable or refused: the same wait, said once
-            state, line = None, f"database not answering: {type(exc).__name__}: {exc}"
-        if state in (migrate.SchemaState.AT_HEAD, migrate.SchemaState.NEWER):
+        ready, line = _every_shard_ready(shards)
+        if ready:
             print(line)
             return 0
         if line != said:
@@ -84,6 +91,24 @@ def _wait(args: argparse.Namespace) -> int:
         time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
 
 
+def _every_shard_ready(shards: dict[str, str]) -> tuple[bool, str]:
+    """(may a service start on every shard's schema, one line of why or why not)."""
+    from kit.store import migrate
+
+    lines = []
+    for name, url in shards.items():
+        where = "database" if len(shards) == 1 else f"shard {name}"
+        try:
+            state, current, head = migrate.schema_state(url)
+        except Exception as exc:  # unreachable or refused: the same wait, said once
+            return False, f"{where} not answering: {type(exc).__name__}: {exc}"
+        line = f"schema {state}: {where} at {current or 'none'}, this code's head {head}"
+        if state not in (migrate.SchemaState.AT_HEAD, migrate.SchemaState.NEWER):
+            return False, line
+        lines.append(line)
+    return True, "; ".join(lines)
+
+
 def _app_role(args: argparse.Namespace) -> int:
     from kit.core.errors import UsageError
     from kit.store import migrate
@@ -91,6 +116,7 @@ def _app_role(args: argparse.Namespace) -> int:
     password = os.environ.get("CRONFLEET_APP_ROLE_PASSWORD", "")
     if not password:
         raise UsageError("CRONFLEET_APP_ROLE_PASSWORD: the role's password, not set")
-    migrate.ensure_app_role(load_settings().database_url, args.name, password)
+    for url in load_settings().shards().values():
+        migrate.ensure_app_role(url, args.name, password)
     print(f"role {args.name}: may log in, read and write the schema's tables; no DDL")
     return 0

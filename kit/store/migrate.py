@@ -41,9 +41,10 @@ def upgrade(database_url: str, revision: str = "head") -> None:
             engine.dispose()
 
 
-def current_revision(database_url: str) -> str | None:
+def current_revision(database_url: str, connect_timeout_s: int | None = None) -> str | None:
     """The revision the database is at (None when never migrated)."""
-    engine = create_engine(database_url, hide_parameters=True)
+    timeout = {} if connect_timeout_s is None else {"connect_timeout": connect_timeout_s}
+    engine = create_engine(database_url, hide_parameters=True, connect_args=timeout)
     try:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()

@@ -49,6 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     from kit.core.errors import UsageError
     from kit.settings import load_settings
     from kit.store.db import engine_for
+    from kit.store.shards import require_usable
     from kit.tasks.policy import policy_source
     from kit.tasks.tenant_policy import tenant_policy_source
     from kit.transport import RunPublisher, TieredConsumer, ensure_topics
@@ -58,6 +59,7 @@ def _run(args: argparse.Namespace) -> int:
     from kit.worker.worker import Worker, WorkerMetrics, task_executor
 
     settings = load_settings()
+    require_usable(settings.shards())  # every shard answers, at one revision
     concurrency = args.concurrency if args.concurrency is not None else settings.worker_concurrency
     if not 1 <= concurrency <= 1024:
         raise UsageError(f"concurrency: {concurrency} is not between 1 and 1024")

@@ -158,3 +158,54 @@ def test_the_stack_home_and_its_files_are_the_owners_alone() -> None:
             if stat.S_IMODE(st.st_mode) & 0o077 & ~passage:
                 open_.append(f"{oct(stat.S_IMODE(st.st_mode))} {path}")
     assert not open_, f"{len(open_)} entries open to group or others, e.g. {open_[:5]}"
+
+
+def test_stack_up_with_shards_runs_a_cluster_each_and_db_upgrade_migrates_them(
+    tmp_path: Path,
+) -> None:
+    """`stack up --shards 2`: two PostgreSQL clusters of their own (data, port, log),
+    stack.env naming the second in CRONFLEET_SHARD_URLS, `db upgrade` migrating both,
+    `shards check` content, and `stack down` stopping both. Its own CRONFLEET_HOME: the
+    shared stack is left alone."""
+    import os
+
+    env = {**os.environ, "CRONFLEET_HOME": str(tmp_path / "home")}
+    env.pop("CRONFLEET_DATABASE_URL", None)
+    env.pop("CRONFLEET_SHARD_URLS", None)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "kit.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env=env,
+        )
+
+    try:
+        up = cli("stack", "up", "--only", "postgres", "--shards", "2")
+        assert up.returncode == 0, up.stderr
+        settings = dict(
+            line.split("=", 1) for line in up.stdout.splitlines() if line.startswith("CRONFLEET_")
+        )
+        assert settings["CRONFLEET_SHARD_URLS"].startswith("shard1=postgresql+psycopg://")
+        status = cli("stack", "status", "--only", "postgres")
+        lines = status.stdout.splitlines()
+        assert [line.split()[0] for line in lines] == ["postgres", "postgres-shard1"]
+        assert all(line.endswith("answers") for line in lines), status.stdout
+        ports = {line.split()[1].rsplit(":", 1)[1] for line in lines}
+        assert len(ports) == 2  # two servers, not two databases of one
+        assert cli("shards", "check").returncode == 1  # neither migrated yet
+        upgraded = cli("db", "upgrade")
+        assert upgraded.returncode == 0, upgraded.stderr
+        assert "shard home" in upgraded.stdout and "shard shard1" in upgraded.stdout
+        check = cli("shards", "check")
+        assert check.returncode == 0, check.stdout + check.stderr
+        # `up` without --shards keeps the count the last one set
+        again = cli("stack", "up", "--only", "postgres")
+        assert "CRONFLEET_SHARD_URLS=shard1=" in again.stdout
+    finally:
+        down = cli("stack", "down", "--only", "postgres")
+    assert down.returncode == 0, down.stderr
+    assert "postgres-shard1: stopping" in down.stderr and "postgres: stopping" in down.stderr
+    assert cli("stack", "status", "--only", "postgres").returncode == 1
