@@ -67,7 +67,7 @@ class Stand:
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "cronfleet-home"
     monkeypatch.setenv("CRONFLEET_HOME", str(home))
-    monkeypatch.setattr(cli, "service", lambda name: Stand(home, name))
+    monkeypatch.setattr(cli, "services", lambda name, on_disk=False: [Stand(home, name)])
     umask = os.umask(0o022)
     yield home
     os.umask(umask)
@@ -86,7 +86,7 @@ def test_up_makes_the_home_private_tightens_what_was_left_and_creates_privately(
     home: Path,
 ) -> None:
     left = old_up_layout(home)
-    assert cli.up(argparse.Namespace(only=None)) == 0
+    assert cli.up(argparse.Namespace(only=None, shards=None)) == 0
     gid = postgres_group()
     if gid is None:
         assert mode(home) == 0o700
