@@ -1,5 +1,4 @@
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -20,13 +19,11 @@ from kit.core.leases import (
     preempt_run,
     release_partition,
     release_run,
-    render_state_table,
     renew_partition,
     retry_due_run,
     return_run,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 TTL = 1000
 
 # --- partition lease
@@ -156,12 +153,6 @@ def test_retry_due_and_cancel():
 
 
 # --- the table
-
-
-def test_state_machine_doc_is_generated_from_the_table():
-    committed = (ROOT / "docs" / "state-machine.md").read_text()
-    regenerate = "python -m kit.core.leases > docs/state-machine.md"
-    assert committed == render_state_table(), f"stale doc; run: {regenerate}"
 
 
 def _every_operation(run):
