@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar, NamedTuple, cast
+from typing import ClassVar, NamedTuple
 
 from kit.core.backlog import claim_room, start_budget
 from kit.core.defaults import KILL_GRACE_MS
@@ -303,7 +303,7 @@ def _always(entry: RunEntry, event: Event, now_ms: int) -> bool:
 
 
 def _past_fence(entry: RunEntry, event: Event, now_ms: int) -> bool:
-    return now_ms >= entry.confirmed_until_ms - entry.facts.lease.margin_ms
+    return now_ms >= entry.fence_at_ms
 
 
 def _is_due(entry: RunEntry, event: Event, now_ms: int) -> bool:
@@ -329,7 +329,8 @@ def _beat_wanted(entry: RunEntry, event: Event, now_ms: int) -> bool:
 
 def _switch_holds(entry: RunEntry, event: Event, now_ms: int) -> bool:
     facts = entry.facts
-    switches = cast(Begin, event).switches  # mostly none: no call then
+    assert isinstance(event, Begin)
+    switches = event.switches  # mostly none: no call then
     return (
         bool(switches) and holding(switches, facts.tenant, facts.tier, facts.task_type) is not None
     )
@@ -340,15 +341,18 @@ def _no_task(entry: RunEntry, event: Event, now_ms: int) -> bool:
 
 
 def _succeeded(entry: RunEntry, event: Event, now_ms: int) -> bool:
-    return cast(Ended, event).ok
+    assert isinstance(event, Ended)
+    return event.ok
 
 
 def _began_and_succeeded(entry: RunEntry, event: Event, now_ms: int) -> bool:
-    return entry.deadline_ms is not None and cast(Ended, event).ok
+    assert isinstance(event, Ended)
+    return entry.deadline_ms is not None and event.ok
 
 
 def _keeper_stopped(entry: RunEntry, event: Event, now_ms: int) -> bool:
-    return not cast(Ended, event).ok and _past_fence(entry, event, now_ms)
+    assert isinstance(event, Ended)
+    return not event.ok and now_ms >= entry.fence_at_ms
 
 
 OTHERWISE = Guard("otherwise", _always)
@@ -377,47 +381,17 @@ _GIVE_BACK = (_X.give_back, _X.free)
 _CANCEL_GIVE_BACK = (_X.cancel, _X.give_back, _X.free)
 
 
-def _begin_rules(source: RunPhase) -> tuple[Rule, ...]:
-    """Its task asks to begin: refused (given back) when a switch went off after the claim
-    or its lease is not confirmed far enough ahead; a deleted job's run is written
-    cancelled; else it starts, and its deadline is set."""
-    return (
-        Rule(source, _E.begin, SWITCH_HOLDS, _P.done, _GIVE_BACK),
-        Rule(source, _E.begin, PAST_FENCE, _P.done, _GIVE_BACK),
-        Rule(source, _E.begin, NO_TASK, _P.finishing, (_X.finish_cancelled,)),
-        Rule(source, _E.begin, OTHERWISE, _P.running),
-    )
-
-
-def _ended_rules(source: RunPhase) -> tuple[Rule, ...]:
-    """Its task returned: the outcome is written, unless the keeper stopped it at its
-    fence while the worker did not run (not a failed attempt: the lease is released)."""
-    return (
-        Rule(source, _E.ended, SUCCEEDED, _P.finishing, (_X.finish_ok,)),
-        Rule(source, _E.ended, KEEPER_STOPPED, _P.done, (_X.release, _X.free)),
-        Rule(source, _E.ended, OTHERWISE, _P.finishing, (_X.finish_failed,)),
-    )
-
-
-def _beats(source: RunPhase) -> tuple[Rule, ...]:
-    return (
-        Rule(source, _E.heartbeat, BEAT_WANTED, source, (_X.beat,)),
-        Rule(source, _E.heartbeat, OTHERWISE, source),
-        Rule(source, _E.beat_confirmed, OTHERWISE, source, (_X.stop_by,)),
-    )
-
-
-def _ignored(source: RunPhase, *events: EventKind) -> tuple[Rule, ...]:
-    """Events that may come late to this phase (from another thread) and change nothing."""
-    return tuple(Rule(source, e, OTHERWISE, source) for e in events)
-
-
+# The table, one row per (phase, event, guard). A group's rows are tried in order; its
+# last row is its `OTHERWISE`. Spelled out row by row, not built by helpers: it is what
+# docs/state-machine.md shows, and what `on` follows.
 TRANSITIONS: tuple[Rule, ...] = (
     # held: claimed ahead of its second
     Rule(_P.held, _E.tick, PAST_FENCE, _P.done, _GIVE_BACK),
     Rule(_P.held, _E.tick, IS_DUE, _P.due, (_X.start,)),
     Rule(_P.held, _E.tick, OTHERWISE, _P.held),
-    *_beats(_P.held),
+    Rule(_P.held, _E.heartbeat, BEAT_WANTED, _P.held, (_X.beat,)),
+    Rule(_P.held, _E.heartbeat, OTHERWISE, _P.held),
+    Rule(_P.held, _E.beat_confirmed, OTHERWISE, _P.held, (_X.stop_by,)),
     Rule(_P.held, _E.beat_lost, OTHERWISE, _P.done, _GIVE_BACK),
     Rule(_P.held, _E.send_back, OTHERWISE, _P.done, _GIVE_BACK),
     Rule(_P.held, _E.stop, OTHERWISE, _P.done, _GIVE_BACK),
@@ -426,17 +400,27 @@ TRANSITIONS: tuple[Rule, ...] = (
     Rule(_P.due, _E.tick, PAST_FENCE, _P.done, _GIVE_BACK),
     Rule(_P.due, _E.tick, OTHERWISE, _P.due),
     Rule(_P.due, _E.placed, OTHERWISE, _P.placed),
-    *_begin_rules(_P.due),
-    *_beats(_P.due),
+    Rule(_P.due, _E.begin, SWITCH_HOLDS, _P.done, _GIVE_BACK),
+    Rule(_P.due, _E.begin, PAST_FENCE, _P.done, _GIVE_BACK),
+    Rule(_P.due, _E.begin, NO_TASK, _P.finishing, (_X.finish_cancelled,)),
+    Rule(_P.due, _E.begin, OTHERWISE, _P.running),
+    Rule(_P.due, _E.heartbeat, BEAT_WANTED, _P.due, (_X.beat,)),
+    Rule(_P.due, _E.heartbeat, OTHERWISE, _P.due),
+    Rule(_P.due, _E.beat_confirmed, OTHERWISE, _P.due, (_X.stop_by,)),
     Rule(_P.due, _E.beat_lost, OTHERWISE, _P.done, _GIVE_BACK),
     Rule(_P.due, _E.stop, OTHERWISE, _P.done, _GIVE_BACK),
     Rule(_P.due, _E.cancelled, OTHERWISE, _P.done, (_X.free,)),
     # placed: holds a slot, its task made, not begun
     Rule(_P.placed, _E.tick, PAST_FENCE, _P.done, _CANCEL_GIVE_BACK),
     Rule(_P.placed, _E.tick, OTHERWISE, _P.placed),
-    *_begin_rules(_P.placed),
+    Rule(_P.placed, _E.begin, SWITCH_HOLDS, _P.done, _GIVE_BACK),
+    Rule(_P.placed, _E.begin, PAST_FENCE, _P.done, _GIVE_BACK),
+    Rule(_P.placed, _E.begin, NO_TASK, _P.finishing, (_X.finish_cancelled,)),
+    Rule(_P.placed, _E.begin, OTHERWISE, _P.running),
     Rule(_P.placed, _E.ended, OTHERWISE, _P.done, (_X.free,)),
-    *_beats(_P.placed),
+    Rule(_P.placed, _E.heartbeat, BEAT_WANTED, _P.placed, (_X.beat,)),
+    Rule(_P.placed, _E.heartbeat, OTHERWISE, _P.placed),
+    Rule(_P.placed, _E.beat_confirmed, OTHERWISE, _P.placed, (_X.stop_by,)),
     Rule(_P.placed, _E.beat_lost, OTHERWISE, _P.done, _CANCEL_GIVE_BACK),
     Rule(_P.placed, _E.preempt, OTHERWISE, _P.preempting, (_X.cancel,)),
     Rule(_P.placed, _E.stop, OTHERWISE, _P.done, _CANCEL_GIVE_BACK),
@@ -445,8 +429,12 @@ TRANSITIONS: tuple[Rule, ...] = (
     Rule(_P.running, _E.tick, PAST_FENCE, _P.giving_back, (_X.cancel,)),
     Rule(_P.running, _E.tick, OVERRAN, _P.stopping, (_X.cancel,)),
     Rule(_P.running, _E.tick, OTHERWISE, _P.running),
-    *_ended_rules(_P.running),
-    *_beats(_P.running),
+    Rule(_P.running, _E.ended, SUCCEEDED, _P.finishing, (_X.finish_ok,)),
+    Rule(_P.running, _E.ended, KEEPER_STOPPED, _P.done, (_X.release, _X.free)),
+    Rule(_P.running, _E.ended, OTHERWISE, _P.finishing, (_X.finish_failed,)),
+    Rule(_P.running, _E.heartbeat, BEAT_WANTED, _P.running, (_X.beat,)),
+    Rule(_P.running, _E.heartbeat, OTHERWISE, _P.running),
+    Rule(_P.running, _E.beat_confirmed, OTHERWISE, _P.running, (_X.stop_by,)),
     Rule(_P.running, _E.beat_lost, OTHERWISE, _P.stopping, (_X.cancel,)),
     Rule(_P.running, _E.preempt, OTHERWISE, _P.preempting, (_X.cancel,)),
     Rule(_P.running, _E.stop, OTHERWISE, _P.giving_back, (_X.cancel,)),
@@ -454,47 +442,67 @@ TRANSITIONS: tuple[Rule, ...] = (
     # stopping: told to stop (its timeout passed, or its lease was found lost)
     Rule(_P.stopping, _E.tick, PAST_FENCE, _P.giving_back),
     Rule(_P.stopping, _E.tick, OTHERWISE, _P.stopping),
-    *_ended_rules(_P.stopping),
+    Rule(_P.stopping, _E.ended, SUCCEEDED, _P.finishing, (_X.finish_ok,)),
+    Rule(_P.stopping, _E.ended, KEEPER_STOPPED, _P.done, (_X.release, _X.free)),
+    Rule(_P.stopping, _E.ended, OTHERWISE, _P.finishing, (_X.finish_failed,)),
     Rule(_P.stopping, _E.beat_confirmed, OTHERWISE, _P.stopping, (_X.stop_by,)),
     Rule(_P.stopping, _E.preempt, OTHERWISE, _P.preempting),
     Rule(_P.stopping, _E.stop, OTHERWISE, _P.giving_back),
     Rule(_P.stopping, _E.cancelled, OTHERWISE, _P.dropping),
-    *_ignored(_P.stopping, _E.heartbeat, _E.beat_lost),
+    Rule(_P.stopping, _E.heartbeat, OTHERWISE, _P.stopping),
+    Rule(_P.stopping, _E.beat_lost, OTHERWISE, _P.stopping),
     # preempting: stopped for a paid run
     Rule(_P.preempting, _E.tick, PAST_FENCE, _P.giving_back),
     Rule(_P.preempting, _E.tick, OTHERWISE, _P.preempting),
     Rule(_P.preempting, _E.ended, BEGAN_AND_SUCCEEDED, _P.finishing, (_X.finish_ok,)),
     Rule(_P.preempting, _E.ended, OTHERWISE, _P.done, (_X.requeue, _X.free)),
-    *_beats(_P.preempting),
+    Rule(_P.preempting, _E.heartbeat, BEAT_WANTED, _P.preempting, (_X.beat,)),
+    Rule(_P.preempting, _E.heartbeat, OTHERWISE, _P.preempting),
+    Rule(_P.preempting, _E.beat_confirmed, OTHERWISE, _P.preempting, (_X.stop_by,)),
     Rule(_P.preempting, _E.cancelled, OTHERWISE, _P.dropping),
-    *_ignored(_P.preempting, _E.begin, _E.beat_lost, _E.preempt, _E.stop),
+    Rule(_P.preempting, _E.begin, OTHERWISE, _P.preempting),
+    Rule(_P.preempting, _E.beat_lost, OTHERWISE, _P.preempting),
+    Rule(_P.preempting, _E.preempt, OTHERWISE, _P.preempting),
+    Rule(_P.preempting, _E.stop, OTHERWISE, _P.preempting),
     # giving_back: fenced, or the worker stops
     Rule(_P.giving_back, _E.ended, OTHERWISE, _P.done, (_X.release, _X.free)),
     Rule(_P.giving_back, _E.beat_confirmed, OTHERWISE, _P.giving_back, (_X.stop_by,)),
     Rule(_P.giving_back, _E.cancelled, OTHERWISE, _P.dropping),
-    *_ignored(_P.giving_back, _E.tick, _E.heartbeat, _E.beat_lost, _E.preempt, _E.stop),
+    Rule(_P.giving_back, _E.tick, OTHERWISE, _P.giving_back),
+    Rule(_P.giving_back, _E.heartbeat, OTHERWISE, _P.giving_back),
+    Rule(_P.giving_back, _E.beat_lost, OTHERWISE, _P.giving_back),
+    Rule(_P.giving_back, _E.preempt, OTHERWISE, _P.giving_back),
+    Rule(_P.giving_back, _E.stop, OTHERWISE, _P.giving_back),
     # dropping: cancelled through the API
     Rule(_P.dropping, _E.ended, OTHERWISE, _P.done, (_X.free,)),
     Rule(_P.dropping, _E.beat_confirmed, OTHERWISE, _P.dropping, (_X.stop_by,)),
-    *_ignored(_P.dropping, _E.tick, _E.heartbeat, _E.beat_lost, _E.preempt, _E.stop, _E.cancelled),
+    Rule(_P.dropping, _E.tick, OTHERWISE, _P.dropping),
+    Rule(_P.dropping, _E.heartbeat, OTHERWISE, _P.dropping),
+    Rule(_P.dropping, _E.beat_lost, OTHERWISE, _P.dropping),
+    Rule(_P.dropping, _E.preempt, OTHERWISE, _P.dropping),
+    Rule(_P.dropping, _E.stop, OTHERWISE, _P.dropping),
+    Rule(_P.dropping, _E.cancelled, OTHERWISE, _P.dropping),
     # finishing: its outcome is being written
     Rule(_P.finishing, _E.written, OTHERWISE, _P.done, (_X.free,)),
-    *_beats(_P.finishing),
-    *_ignored(_P.finishing, _E.tick, _E.beat_lost, _E.preempt, _E.stop, _E.cancelled),
-    # done
-    *_ignored(
-        _P.done,
-        _E.tick,
-        _E.placed,
-        _E.begin,
-        _E.ended,
-        _E.heartbeat,
-        _E.beat_confirmed,
-        _E.beat_lost,
-        _E.preempt,
-        _E.stop,
-        _E.cancelled,
-    ),
+    Rule(_P.finishing, _E.heartbeat, BEAT_WANTED, _P.finishing, (_X.beat,)),
+    Rule(_P.finishing, _E.heartbeat, OTHERWISE, _P.finishing),
+    Rule(_P.finishing, _E.beat_confirmed, OTHERWISE, _P.finishing, (_X.stop_by,)),
+    Rule(_P.finishing, _E.tick, OTHERWISE, _P.finishing),
+    Rule(_P.finishing, _E.beat_lost, OTHERWISE, _P.finishing),
+    Rule(_P.finishing, _E.preempt, OTHERWISE, _P.finishing),
+    Rule(_P.finishing, _E.stop, OTHERWISE, _P.finishing),
+    Rule(_P.finishing, _E.cancelled, OTHERWISE, _P.finishing),
+    # done: late events change nothing
+    Rule(_P.done, _E.tick, OTHERWISE, _P.done),
+    Rule(_P.done, _E.placed, OTHERWISE, _P.done),
+    Rule(_P.done, _E.begin, OTHERWISE, _P.done),
+    Rule(_P.done, _E.ended, OTHERWISE, _P.done),
+    Rule(_P.done, _E.heartbeat, OTHERWISE, _P.done),
+    Rule(_P.done, _E.beat_confirmed, OTHERWISE, _P.done),
+    Rule(_P.done, _E.beat_lost, OTHERWISE, _P.done),
+    Rule(_P.done, _E.preempt, OTHERWISE, _P.done),
+    Rule(_P.done, _E.stop, OTHERWISE, _P.done),
+    Rule(_P.done, _E.cancelled, OTHERWISE, _P.done),
 )
 
 
@@ -540,7 +548,8 @@ def on(entry: RunEntry, event: Event, now_ms: int) -> tuple[RunEntry, tuple[Effe
     rule = rule_for(entry, event, now_ms)
     target = rule.target
     if event.kind is EventKind.beat_confirmed and target is not RunPhase.done:
-        sent_ms = cast(BeatConfirmed, event).sent_ms
+        assert isinstance(event, BeatConfirmed)
+        sent_ms = event.sent_ms
         until = max(entry.confirmed_until_ms, sent_ms + entry.facts.lease.ttl_ms)
         return RunEntry(entry.facts, target, until, entry.deadline_ms), rule.effects
     if target is RunPhase.running and entry.phase is not RunPhase.running:
