@@ -1,5 +1,4 @@
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -20,13 +19,11 @@ from kit.core.leases import (
     preempt_run,
     release_partition,
     release_run,
-    render_state_table,
     renew_partition,
     retry_due_run,
     return_run,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 TTL = 1000
 
 # --- partition lease
@@ -156,12 +153,6 @@ def test_retry_due_and_cancel():
 
 
 # --- the table
-
-
-def test_state_machine_doc_is_generated_from_the_table():
-    committed = (ROOT / "docs" / "state-machine.md").read_text()
-    regenerate = "python -m kit.core.leases > docs/state-machine.md"
-    assert committed == render_state_table(), f"stale doc; run: {regenerate}"
 
 
 def _every_operation(run):
@@ -478,3 +469,17 @@ def test_a_stall_shorter_than_a_lease_less_a_beat_never_reaches_the_fence(
     stall_ms = int(stall * (ttl - beat))
     at = first_fence(ttl, beat, ahead, phase, slow, stall_at % (ahead + 2 * ttl), stall_ms)
     assert at is None, f"fenced at {at} ms by a stall of {stall_ms} ms"
+
+
+def test_the_beat_rule_at_its_edges() -> None:
+    from kit.core.leases import BeatRule, beat_rule
+
+    for ttl, beat in ((0, 1000), (1000, 0), (-1, 1000), (1000, -1)):
+        with pytest.raises(ValueError, match=r"^ttl_ms and beat_ms must be positive$"):
+            beat_rule(ttl, beat, 0)
+    assert beat_rule(1, 1, 0) == BeatRule(tick_ms=1, horizon_ms=4, stall_ms=0)
+    assert beat_rule(100, 10, 0).tick_ms == 1  # a sixteenth of 10 ms is under a millisecond
+    assert beat_rule(60_000, 16_016, 0).tick_ms == 1000  # never more than a second
+    assert beat_rule(1000, 1000, 0).stall_ms == 0  # a beat as long as the lease survives none
+    # a margin and four ticks longer than a beat: they bound the stall survived
+    assert beat_rule(10_000, 1000, 2000) == BeatRule(tick_ms=62, horizon_ms=11_248, stall_ms=7752)
