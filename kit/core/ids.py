@@ -48,6 +48,8 @@ _VERSION = f"{RUN_ID_VERSION:x}"
 _sha1 = hashlib.sha1
 # A hex digit of the digest with its top two bits replaced by the variant (0b10).
 _VARIANT = {f"{n:x}": f"{(n & 0b11) | 0b1000:x}" for n in range(16)}
+# A hex digit's last two bits, shifted under a partition's 10 (the partitioned layout).
+_LOW_2 = {f"{n:x}": n & 0b11 for n in range(16)}
 # Where an id carries its partition: the 10 bits below the version nibble.
 PARTITION_BITS = 10
 _PARTITION_SHIFT = 66
@@ -110,7 +112,7 @@ def partitioned_run_id(job_id: str, scheduled_at: datetime | int, partition: int
     d = _sha1(_NAMESPACE + f"{job_id}/{ms}".encode()).hexdigest()
     t = f"{ms:012x}"
     # The partition's 10 bits, then the last 2 of the 12 digest bits the old layout has.
-    p = f"{(partition << 2) | (int(d[2], 16) & 0b11):03x}"
+    p = f"{(partition << 2) | _LOW_2[d[2]]:03x}"
     return f"{t[:8]}-{t[8:]}-{_VERSION}{p}-{_VARIANT[d[4]]}{d[5:8]}-{d[8:20]}"
 
 

@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import TypeGuard
 
 from kit.core.errors import FieldError, FieldErrors
 from kit.core.ids import partition_of_run_id, partition_of_task_id
@@ -46,7 +47,6 @@ LOCATOR_RULE = "must be host:port/dbname, no user or password (the environment h
 _RANGE = re.compile(r"(?P<first>[0-9]{1,4})(?:-(?P<last>[0-9]{1,4}))?")
 RANGE_RULE = f"must be A-B or one partition, within 0-{LAST_PARTITION} (e.g. 0-511)"
 _MAP_FIELDS = ("epoch", "home", "shards", "ranges")
-_SHARD_FIELDS = ("locator",)
 _RANGE_FIELDS = ("partitions", "shard")
 
 
@@ -143,7 +143,7 @@ def _placement(shard_map: ShardMap) -> tuple[list[str | None], list[tuple[str, s
     if shard_map.home not in seen:
         problems.append(("home", f"{shard_map.home!r} is not a shard of the map"))
     owners: list[str | None] = [None] * PARTITION_COUNT
-    placed_by: list[int] = [-1] * PARTITION_COUNT
+    placed_by: dict[int, int] = {}  # partition -> the range that placed it
     for i, r in enumerate(shard_map.ranges):
         if r.shard not in seen:
             problems.append((f"ranges[{i}].shard", f"{r.shard!r} is not a shard of the map"))
@@ -175,10 +175,12 @@ def _shard_field(name: str) -> str:
 
 
 def _raise(problems: list[tuple[str, str]]) -> None:
-    if len(problems) == 1:
-        raise FieldError(*problems[0])
     if problems:
-        raise FieldErrors(problems)
+        raise _refusal(problems)
+
+
+def _refusal(problems: list[tuple[str, str]]) -> FieldError:
+    return FieldError(*problems[0]) if len(problems) == 1 else FieldErrors(problems)
 
 
 def _unknown(field: str, name: str, shard_map: ShardMap) -> FieldError:
@@ -210,24 +212,22 @@ def parse_shard_map(mapping: object) -> ShardMap:
         for key in mapping
         if key not in _MAP_FIELDS
     ]
-    epoch = _parse_epoch(mapping.get("epoch", 0), problems)
     home = mapping.get("home")
     if not isinstance(home, str):
         problems.append(("home", "must name the shard that holds what has no partition"))
-        home = ""
     shards = _parse_shards(mapping.get("shards"), problems)
     ranges = _parse_ranges(mapping.get("ranges"), problems)
-    _raise(problems)
-    given = ShardMap(epoch, home, shards, ranges)
-    owners = given.owners  # refuses it as `check` does
-    return _stored(given, owners)
+    epoch = mapping.get("epoch", 0)
+    if not _is_epoch(epoch):
+        problems.append(("epoch", "must be a whole number >= 0"))
+    elif isinstance(home, str) and not problems:
+        given = ShardMap(epoch, home, shards, ranges)
+        return _stored(given, given.owners)  # `owners` refuses it as `check` does
+    raise _refusal(problems)
 
 
-def _parse_epoch(raw: object, problems: list[tuple[str, str]]) -> int:
-    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
-        return raw
-    problems.append(("epoch", "must be a whole number >= 0"))
-    return 0
+def _is_epoch(raw: object) -> TypeGuard[int]:
+    return isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0
 
 
 def _parse_shards(raw: object, problems: list[tuple[str, str]]) -> tuple[Shard, ...]:
@@ -241,9 +241,9 @@ def _parse_shards(raw: object, problems: list[tuple[str, str]]) -> tuple[Shard, 
             problems.append((field, "must be a table with a locator"))
             continue
         problems += [
-            (f"{field}.{key}", f"is not a field of a shard ({', '.join(_SHARD_FIELDS)})")
+            (f"{field}.{key}", "is not a field of a shard (it has a locator only)")
             for key in entry
-            if key not in _SHARD_FIELDS
+            if key != "locator"
         ]
         locator = entry.get("locator")
         if not isinstance(locator, str):
@@ -476,8 +476,8 @@ def render_shard_map(shard_map: ShardMap) -> str:
         held = [p for p, owner in enumerate(owners) if owner == shard.name]
         name = f"{shard.name} (home)" if shard.name == shard_map.home else shard.name
         rows.append((name, shard.locator, str(len(held)), format_partitions(held) or "-"))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    name_w, locator_w, count_w = (max(len(row[i]) for row in rows) for i in (0, 1, 2))
     lines = [f"shard map at epoch {shard_map.epoch}, {len(rows) - 1} shards"]
     for name, locator, count, spans in rows:
-        lines.append(f"{name:<{widths[0]}}  {locator:<{widths[1]}}  {count:>{widths[2]}}  {spans}")
+        lines.append(f"{name:<{name_w}}  {locator:<{locator_w}}  {count:>{count_w}}  {spans}")
     return "\n".join(lines)

@@ -69,7 +69,10 @@ def plain(**changes: object) -> dict[str, object]:
 
 
 def problems(exc: pytest.ExceptionInfo[FieldError]) -> list[tuple[str, str]]:
-    return exc.value.problems
+    """The problems of a refusal: one is a FieldError, several a FieldErrors."""
+    found = exc.value.problems
+    assert type(exc.value) is (FieldError if len(found) == 1 else FieldErrors)
+    return found
 
 
 # ---------------------------------------------------------------------------
@@ -149,7 +152,7 @@ def test_the_plain_form_reads_back_as_the_same_map() -> None:
         (plain(shards={"a": A}), [("shards.a", "must be a table with a locator")]),
         (
             plain(shards={"a": {"locator": A, "port": 1}, "b": {"locator": B}}),
-            [("shards.a.port", "is not a field of a shard (locator)")],
+            [("shards.a.port", "is not a field of a shard (it has a locator only)")],
         ),
         (
             plain(shards={"a": {}, "b": {"locator": B}}),
@@ -203,8 +206,31 @@ def test_every_problem_of_the_form_is_reported_at_once() -> None:
         parse_shard_map({"epoch": -1, "shards": {}, "ranges": [], "x": 1})
     assert problems(exc) == [
         ("x", "is not a field of a shard map (epoch, home, shards, ranges)"),
-        ("epoch", "must be a whole number >= 0"),
         ("home", "must name the shard that holds what has no partition"),
+        ("epoch", "must be a whole number >= 0"),
+    ]
+
+
+def test_a_bad_entry_does_not_hide_the_ones_after_it() -> None:
+    with pytest.raises(FieldErrors) as exc:
+        parse_shard_map(
+            plain(
+                shards={"a": A, "b": {}, "c": {"locator": C, "x": 1}},
+                ranges=[
+                    "0-1",
+                    {"partitions": "x", "shard": "a"},
+                    {"partitions": "2-1023", "shard": 5},
+                ],
+            )
+        )
+    rule = "must be host:port/dbname, no user or password (the environment has those)"
+    assert problems(exc) == [
+        ("shards.a", "must be a table with a locator"),
+        ("shards.b.locator", f"is required: it {rule}"),
+        ("shards.c.x", "is not a field of a shard (it has a locator only)"),
+        ("ranges[0]", "must be a table with partitions and shard"),
+        ("ranges[1].partitions", "'x' must be A-B or one partition, within 0-1023 (e.g. 0-511)"),
+        ("ranges[2].shard", "must name a shard of the map"),
     ]
 
 
@@ -257,8 +283,9 @@ def test_an_empty_map_is_refused() -> None:
         ("home", "'a' is not a shard of the map"),
         ("ranges", "partitions 0-1023 are on no shard"),
     ]
-    with pytest.raises(FieldErrors):
+    with pytest.raises(FieldErrors) as exc:
         even_shard_map({})
+    assert problems(exc)[1] == ("home", "'' is not a shard of the map")
 
 
 def test_a_partition_on_no_shard_is_refused() -> None:
@@ -291,12 +318,18 @@ def test_a_range_naming_an_unknown_shard_is_refused() -> None:
 def test_a_range_outside_the_partitions_is_refused(first_last: tuple[int, int]) -> None:
     first, last = first_last
     ranges = (PartitionRange(first, last, "a"), PartitionRange(512, 1023, "b"))
-    found = refusal(valid(ranges=ranges))
-    assert found[0] == (
+    assert refusal(valid(ranges=ranges)) == [
+        (
+            "ranges[0].partitions",
+            f"{first}-{last} must be A-B or one partition, within 0-1023 (e.g. 0-511)",
+        ),
+        ("ranges", "partitions 0-511 are on no shard"),  # the next range is still placed
+    ]
+    one = (PartitionRange(1024, 1024, "a"), *valid().ranges)
+    assert refusal(valid(ranges=one))[0] == (
         "ranges[0].partitions",
-        f"{first}-{last} must be A-B or one partition, within 0-1023 (e.g. 0-511)",
+        "1024 must be A-B or one partition, within 0-1023 (e.g. 0-511)",
     )
-    assert found[1][0] == "ranges"  # what it would have held is on no shard
 
 
 def test_the_last_and_first_partitions_are_in_range() -> None:
@@ -578,6 +611,7 @@ def test_a_move_leaves_out_what_is_there_already_and_splits_at_gaps() -> None:
         PartitionRange(8, 509, "a"),
         PartitionRange(510, 1023, "b"),
     )
+    assert mapping_of(moved)["ranges"][1] == {"partitions": "5", "shard": "b"}
 
 
 def test_a_move_may_empty_a_shard_and_fill_it_again() -> None:
