@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from kit.core import defaults
 from kit.core.errors import FieldError
 from kit.core.outcome import DEFAULT_PAUSE_AFTER_DEAD
+from kit.core.shard_map import NAME_RULE, SHARD_NAME
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,7 @@ def kafka_security_in_use() -> KafkaSecurity:
     return _kafka_security
 
 
-HOME_SHARD = "home"
-_SHARD_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+HOME_SHARD = "home"  # the database_url's shard, by the name the shard map gives it
 
 
 def parse_shard_urls(text: str) -> dict[str, str]:
@@ -78,8 +77,8 @@ def parse_shard_urls(text: str) -> dict[str, str]:
         where = f"shard_urls: pair {number + 1} ({name or pair[:20]!r})"
         if not sep or not url.strip():
             raise ValueError(f"{where}: not NAME=URL")
-        if not _SHARD_NAME.fullmatch(name):
-            raise ValueError(f"{where}: a shard's name is a-z first, then a-z, 0-9, - or _")
+        if not SHARD_NAME.fullmatch(name):
+            raise ValueError(f"{where}: a shard's name {NAME_RULE}")
         if name == HOME_SHARD:
             raise ValueError(f"{where}: `{HOME_SHARD}` is the database_url's shard")
         if name in shards:

@@ -18,6 +18,11 @@ def partition_of(job_id: str, partitions: int = PARTITION_COUNT) -> int:
     return _hash(job_id) % partitions
 
 
+def partition_of_queue(tenant: str, queue: str) -> int:
+    """A pull queue's partition: its tasks live on that partition's shard, together."""
+    return partition_of(f"{tenant}/{queue}")
+
+
 def _hash(job_id: str) -> int:
     return int.from_bytes(blake2b(job_id.encode(), digest_size=8).digest(), "big")
 

@@ -120,7 +120,7 @@ def test_a_shard_that_does_not_answer_is_named_and_its_password_is_not(
         ("shard1", "pair 1 ('shard1'): not NAME=URL"),
         ("home=postgresql://h/d", "`home` is the database_url's shard"),
         ("a=postgresql://h/d,a=postgresql://h/e", "pair 2 ('a'): named twice"),
-        ("Big=postgresql://h/d", "a shard's name is a-z first"),
+        ("Big=postgresql://h/d", "a shard's name must be a plain identifier"),
     ],
 )
 def test_bad_shard_urls_are_refused_naming_the_setting(
