@@ -504,3 +504,17 @@ switch_audit = Table(
     CheckConstraint(_in("action", tuple(a.value for a in SwitchAction)), name="action"),
     Index(None, "at"),
 )
+
+# The shard map (kit.core.shard_map), read on the home shard: at most one row; none means
+# every partition on the home shard. A move's flip is `UPDATE ... WHERE epoch = :seen`.
+shard_map = Table(
+    "shard_map",
+    metadata,
+    Column("id", SmallInteger, primary_key=True, server_default=text("1")),
+    Column("epoch", BigInteger, nullable=False),
+    Column("map", JSONB, nullable=False),
+    Column("actor", Text, nullable=False),
+    _tstz("written_at", nullable=False, now_default=True),
+    CheckConstraint("id = 1", name="one_row"),
+    CheckConstraint("epoch >= 0", name="epoch"),
+)

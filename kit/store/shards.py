@@ -16,7 +16,7 @@ from kit.core.errors import ShardProblem
 from kit.store import migrate
 
 CONNECT_TIMEOUT_S = 5
-__all__ = ["ShardProblem", "ShardState", "problem", "require_usable", "states"]
+__all__ = ["ShardProblem", "ShardState", "catalog_problem", "problem", "require_usable", "states"]
 
 
 @dataclass(frozen=True)
@@ -73,10 +73,23 @@ def problem(found: list[ShardState]) -> str | None:
     return None
 
 
+def catalog_problem(shards: Mapping[str, str]) -> str | None:
+    """One line naming why the home shard's stored map cannot run with these settings."""
+    from kit.core.errors import FieldError
+    from kit.store.shard_catalog import deployed_map, map_problem
+
+    try:
+        shard_map, _ = deployed_map(shards)
+    except FieldError as exc:
+        return f"the stored shard map (home shard, table shard_map): {exc}"
+    return map_problem(shard_map, shards)
+
+
 def require_usable(shards: Mapping[str, str]) -> None:
     """A service's start gate when the deployment has more than one shard (one database
-    keeps today's behaviour: `cronfleet db wait` gates it). Raises ShardProblem."""
+    keeps today's behaviour: `cronfleet db wait` gates it): every shard answers, all at
+    one revision, and the stored map agrees with the settings. Raises ShardProblem."""
     if len(shards) < 2:
         return
-    if (line := problem(states(shards))) is not None:
+    if (line := problem(states(shards)) or catalog_problem(shards)) is not None:
         raise ShardProblem(line)
