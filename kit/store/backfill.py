@@ -31,18 +31,18 @@ from kit.store.db import db_now, is_uuid
 from kit.store.errors import JobNotFound, JobPaused, TierNotAllowed
 from kit.store.jobs import job_read_in
 from kit.store.scheduling import pg_array
-from kit.store.vocab import RUN_PENDING, RUN_SKIPPED
+from kit.store.vocab import KIND_BACKFILL, RUN_PENDING, RUN_SKIPPED
 
 _INSERT = f"""
 INSERT INTO runs (run_id, job_id, tenant, job_version, priority, scheduled_at, attempt,
                   status, trigger_kind, skip_reason)
-SELECT r.id, :job_id, :tenant, :version, :priority, r.at, 1, {RUN_PENDING}, 'backfill', :marker
+SELECT r.id, :job_id, :tenant, :version, :priority, r.at, 1, {RUN_PENDING}, {KIND_BACKFILL}, :marker
 FROM unnest(CAST(:ids AS uuid[]), CAST(:ats AS timestamptz[])) AS r(id, at)
 ON CONFLICT (run_id) DO NOTHING
 RETURNING run_id::text
 """
 _REVIVE = f"""
-UPDATE runs SET status = {RUN_PENDING}, trigger_kind = 'backfill', skip_reason = :marker,
+UPDATE runs SET status = {RUN_PENDING}, trigger_kind = {KIND_BACKFILL}, skip_reason = :marker,
     finished_at = NULL, error = NULL, dispatched_at = NULL, job_version = :version,
     priority = :priority
 WHERE run_id = ANY(CAST(:ids AS uuid[])) AND tenant = :tenant AND status = {RUN_SKIPPED}

@@ -33,6 +33,7 @@ from kit.store.run_history import batch_bounds, in_batch
 from kit.store.scheduling import pg_array, pg_text_array
 from kit.store.switches import held_sql
 from kit.store.vocab import (
+    KIND_RETRY,
     RUN_CANCELLED,
     RUN_DEAD,
     RUN_PENDING,
@@ -582,10 +583,10 @@ def _retry_in(
     for _ in range(1000):
         inserted = conn.execute(
             text(
-                """
+                f"""
                 INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind,
                     attempt, run_scheduled_at)
-                VALUES (:partition_id, :fire_at, :job_id, :job_version, 'retry',
+                VALUES (:partition_id, :fire_at, :job_id, :job_version, {KIND_RETRY},
                     :attempt, :run_scheduled_at)
                 ON CONFLICT DO NOTHING RETURNING fire_at
                 """

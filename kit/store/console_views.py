@@ -27,6 +27,7 @@ from kit.store.runs import run_state_sql
 from kit.store.vocab import (
     BUSY_SQL,
     COUNTED_SQL,
+    KIND_SCHEDULE,
     LEASABLE_SQL,
     RUN_DEAD,
     RUN_PENDING,
@@ -256,7 +257,7 @@ SELECT {_BUCKET.format(col="started_at")} AS b, priority, count(*) AS n,
     -- (a run now, a backfill or a replay starts late on purpose)
     percentile_cont(0.99) WITHIN GROUP (
         ORDER BY extract(epoch FROM started_at - scheduled_at))
-        FILTER (WHERE trigger_kind = 'schedule' AND attempt = 1) AS p99
+        FILTER (WHERE trigger_kind = {KIND_SCHEDULE} AND attempt = 1) AS p99
 FROM r WHERE started_at >= :start AND started_at < :end
 GROUP BY 1, 2
 """

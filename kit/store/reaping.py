@@ -29,7 +29,13 @@ from kit.store.claims import (
 )
 from kit.store.dead_letters import ATTEMPT_BASE_SQL, dead_letter_in
 from kit.store.switches import held_sql
-from kit.store.vocab import BUSY_SQL, RUN_DEAD, RUN_PENDING, RUN_RUNNING
+from kit.store.vocab import (
+    BUSY_SQL,
+    PUBLISHED_BY_REAPER_SQL,
+    RUN_DEAD,
+    RUN_PENDING,
+    RUN_RUNNING,
+)
 
 Publish = Callable[[Sequence[RunPointer]], None]
 DEFAULT_BATCH = 1000
@@ -163,7 +169,7 @@ _PUBLISHED_BY = "greatest(r.created_at, r.retry_at, r.dispatched_at)"
 HELD = held_sql("r")
 _UNCLAIMED = f"""
     SELECT r.run_id, r.job_id, r.attempt, r.scheduled_at, r.priority,
-        r.dispatched_at IS NULL AND (r.trigger_kind IN ('manual', 'backfill')
+        r.dispatched_at IS NULL AND (r.trigger_kind IN {PUBLISHED_BY_REAPER_SQL}
             OR EXISTS (SELECT 1 FROM dead_letters d
                        WHERE d.run_id = r.run_id AND d.replayed_at IS NOT NULL)) AS first
     FROM runs r
@@ -174,7 +180,7 @@ _UNCLAIMED = f"""
       AND (
         -- nobody else publishes these: at once (a retry of one at its retry_at)
         (r.dispatched_at IS NULL AND (r.retry_at IS NULL OR r.retry_at <= {{now}})
-         AND (r.trigger_kind IN ('manual', 'backfill')
+         AND (r.trigger_kind IN {PUBLISHED_BY_REAPER_SQL}
               OR EXISTS (SELECT 1 FROM dead_letters d
                          WHERE d.run_id = r.run_id AND d.replayed_at IS NOT NULL)))
         -- lost: published before the instant the workers have provably read past

@@ -29,10 +29,9 @@ from kit.store.claims import release_queued_in
 from kit.store.db import NOW_SQL, db_now, is_uuid
 from kit.store.errors import RunNotFound, StoreError
 from kit.store.runs import RunRecord, run_record, run_state_sql
-from kit.store.vocab import RUN_CANCELLED
+from kit.store.vocab import KIND_RETRY, RUN_CANCELLED
 
 CANCEL_CHANNEL = "cronfleet_run_cancel"
-NOT_STARTED = (RunStatus.pending.value, RunStatus.retry_scheduled.value)
 FINISHED = tuple(sorted(s.value for s in TERMINAL))
 
 
@@ -86,8 +85,8 @@ def run_cancel(
         if row.status == RunStatus.retry_scheduled:
             conn.execute(
                 text(
-                    """
-                    DELETE FROM triggers WHERE job_id = :job_id AND kind = 'retry'
+                    f"""
+                    DELETE FROM triggers WHERE job_id = :job_id AND kind = {KIND_RETRY}
                       AND run_scheduled_at = :scheduled_at
                     """
                 ),

@@ -34,7 +34,14 @@ from kit.core.timeutil import EPOCH
 from kit.core.trigger import TriggerKind
 from kit.store.db import NOW_SQL
 from kit.store.run_history import batch_bounds, in_batch
-from kit.store.vocab import BUSY_SQL, RUN_CANCELLED, RUN_PENDING, RUN_RETRY_SCHEDULED, RUN_SKIPPED
+from kit.store.vocab import (
+    BUSY_SQL,
+    KIND_SCHEDULE,
+    RUN_CANCELLED,
+    RUN_PENDING,
+    RUN_RETRY_SCHEDULED,
+    RUN_SKIPPED,
+)
 
 
 def pg_array(values: Iterable[int | str]) -> str:
@@ -427,10 +434,10 @@ _NEXT = """
          AS n(p, f, j, v, l)
 """
 _INSERT_TRIGGERS = text(
-    """
+    f"""
     INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt,
                           limits_overlap)
-    SELECT n.p, timestamptz 'epoch' + n.f * interval '1 millisecond', n.j, n.v, 'schedule', 1,
+    SELECT n.p, timestamptz 'epoch' + n.f * interval '1 millisecond', n.j, n.v, {KIND_SCHEDULE}, 1,
            n.l
     """
     + _NEXT
@@ -441,18 +448,18 @@ _INSERT_TRIGGERS = text(
 # the scheduler would drop it as stale and the job would never fire again. (A retry
 # trigger never takes a schedule slot: the kind is in the key.)
 _UPSERT_TRIGGERS = text(
-    """
+    f"""
     INSERT INTO triggers (partition_id, fire_at, job_id, job_version, kind, attempt,
                           limits_overlap)
-    SELECT n.p, timestamptz 'epoch' + n.f * interval '1 millisecond', n.j, n.v, 'schedule', 1,
+    SELECT n.p, timestamptz 'epoch' + n.f * interval '1 millisecond', n.j, n.v, {KIND_SCHEDULE}, 1,
            n.l
     """
     + _NEXT
-    + """
+    + f"""
     ON CONFLICT (partition_id, fire_at, job_id, kind) DO UPDATE
         SET job_version = greatest(triggers.job_version, EXCLUDED.job_version),
             limits_overlap = EXCLUDED.limits_overlap
-        WHERE triggers.kind = 'schedule' AND triggers.job_version < EXCLUDED.job_version
+        WHERE triggers.kind = {KIND_SCHEDULE} AND triggers.job_version < EXCLUDED.job_version
     """
 )
 

@@ -44,6 +44,7 @@ from kit.store.vocab import (
     BUSY_SQL,
     FINISHED_NOTIFICATIONS_SQL,
     FINISHED_TASKS_SQL,
+    KIND_SCHEDULE,
     LEASABLE_SQL,
     NOTIFICATION_PENDING,
     RUN_PENDING,
@@ -164,7 +165,7 @@ triggers = Table(
     _tstz("fire_at", nullable=False),
     Column("job_id", UUID(as_uuid=False), nullable=False),
     Column("job_version", Integer, nullable=False),
-    Column("kind", Text, nullable=False, server_default=text("'schedule'")),
+    Column("kind", Text, nullable=False, server_default=text(KIND_SCHEDULE)),
     Column("attempt", Integer, nullable=False, server_default=text("1")),
     # For a retry trigger: the scheduled time of the run it retries (its run id).
     _tstz("run_scheduled_at"),
@@ -181,7 +182,8 @@ triggers = Table(
     PrimaryKeyConstraint("partition_id", "fire_at", "job_id", "kind"),
     CheckConstraint(_in("kind", TRIGGER_KINDS), name="kind"),
     CheckConstraint(
-        "parked_fire_at IS NULL OR (kind = 'schedule' AND fire_at = 'infinity')", name="parked"
+        f"parked_fire_at IS NULL OR (kind = {KIND_SCHEDULE} AND fire_at = 'infinity')",
+        name="parked",
     ),
     Index(None, "job_id"),
 )

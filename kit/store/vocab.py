@@ -17,6 +17,7 @@ from kit.core.leases import BUSY, RunStatus
 from kit.core.notify import FINISHED_NOTIFICATIONS, NotificationStatus
 from kit.core.queue_task import COUNTED, FINISHED, LEASABLE, TaskStatus
 from kit.core.run_state import RunState
+from kit.core.trigger import TriggerKind
 
 # A value rendered between single quotes must be a plain word: nothing to escape.
 _WORD = re.compile(r"[a-z][a-z_]*")
@@ -54,6 +55,14 @@ RUN_CANCELLED = sql_status(RunStatus.cancelled)
 # The statuses that keep a job busy for its overlap policy (kit.core.leases.BUSY), sorted:
 # the text of the partial index ix_runs_busy_job_id (migration 0007).
 BUSY_SQL = sql_statuses(sorted(BUSY))
+
+# What made a run (runs.trigger_kind) and a trigger row's kind (triggers.kind)
+# (kit.core.trigger.TriggerKind)
+KIND_SCHEDULE = sql_status(TriggerKind.schedule)
+KIND_RETRY = sql_status(TriggerKind.retry)
+KIND_BACKFILL = sql_status(TriggerKind.backfill)
+# Runs nobody else publishes at once: no scheduler scan sends them (kit.store.reaping)
+PUBLISHED_BY_REAPER_SQL = sql_statuses((TriggerKind.manual, TriggerKind.backfill))
 
 # A run's state as the API shows it (kit.core.run_state.RunState; kit.store.runs.run_state_sql)
 STATE_CLAIMED = sql_status(RunState.claimed)

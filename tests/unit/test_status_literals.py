@@ -1,7 +1,7 @@
-"""No status is written as a bare SQL literal outside kit/core and the migrations: the
-store renders every status from the core's enums (kit.store.vocab), so a status renamed
-or a group changed in the core reaches every statement (docs/architecture.md, "Statuses
-in SQL").
+"""No status (nor what made a run: a trigger kind) is written as a bare SQL literal
+outside kit/core and the migrations: the store renders every one from the core's enums
+(kit.store.vocab), so a value renamed or a group changed in the core reaches every
+statement (docs/architecture.md, "Statuses in SQL").
 
 Checked on the source (AST): every string constant in kit/ (docstrings aside; comments
 are not strings) is searched for a status word in single quotes, the way SQL writes a
@@ -22,12 +22,19 @@ from kit.core.leases import RunStatus
 from kit.core.notify import NotificationStatus
 from kit.core.queue_task import TaskStatus
 from kit.core.run_state import RunState
+from kit.core.trigger import TriggerKind
 from kit.store.vocab import sql_status, sql_statuses
 
 ROOT = Path(__file__).resolve().parents[2]
 # The core owns the vocabulary; the migrations are history, kept as they were written.
 EXEMPT = ("kit/core/", "kit/store/migrations/")
-STATUS_ENUMS: tuple[type[StrEnum], ...] = (RunStatus, RunState, TaskStatus, NotificationStatus)
+STATUS_ENUMS: tuple[type[StrEnum], ...] = (
+    RunStatus,
+    RunState,
+    TaskStatus,
+    NotificationStatus,
+    TriggerKind,
+)
 WORDS = sorted({m.value for enum in STATUS_ENUMS for m in enum})
 QUOTED = re.compile("'(" + "|".join(WORDS) + ")'")
 # (path, literal) -> why it may stay. Every entry must still be found (no stale entries).
@@ -100,6 +107,7 @@ def test_the_store_renders_statuses_from_the_core() -> None:
     assert sql_status(RunStatus.running) == "'running'"
     assert sql_statuses((RunStatus.pending, RunStatus.running)) == "('pending', 'running')"
     assert sql_statuses((TaskStatus.leased, TaskStatus.queued)) == "('leased', 'queued')"
+    assert sql_statuses((TriggerKind.manual, TriggerKind.backfill)) == "('manual', 'backfill')"
 
 
 @pytest.mark.parametrize(
