@@ -95,15 +95,27 @@ def template_db(admin_engine: Engine) -> Iterator[str]:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-@pytest.fixture
-def db_url(admin_engine: Engine, template_db: str) -> Iterator[str]:
-    """A fresh, migrated, empty database for this test alone."""
+def _own_database(admin_engine: Engine, template: str | None) -> Iterator[str]:
+    """A database of this test's alone (a copy of `template`, else empty), dropped after."""
     name = f"{_PREFIX}{os.getpid()}_{next(_counter)}"
+    copy = f' TEMPLATE "{template}"' if template else ""
     with admin_engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"{copy}'))
     yield _url_for(admin_engine.url.render_as_string(hide_password=False), name)
     with admin_engine.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def db_url(admin_engine: Engine, template_db: str) -> Iterator[str]:
+    """A fresh, migrated, empty database for this test alone."""
+    yield from _own_database(admin_engine, template_db)
+
+
+@pytest.fixture
+def empty_db_url(admin_engine: Engine) -> Iterator[str]:
+    """A database never migrated (a shard just added to the settings), this test's alone."""
+    yield from _own_database(admin_engine, None)
 
 
 @pytest.fixture

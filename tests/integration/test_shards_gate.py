@@ -9,33 +9,18 @@ Two databases of the stack's server stand for two shards here; `stack up --shard
 from __future__ import annotations
 
 import json
-import os
 import re
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import create_engine, text
 
 from kit.cli import main
 from kit.settings import HOME_SHARD
 from kit.store import migrate
 from kit.store.shard_catalog import locator_of
-from tests.integration.conftest import _PREFIX, _url_for
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def empty_db_url(admin_engine: Engine) -> Iterator[str]:
-    """A database never migrated: a shard just added to the settings."""
-    name = f"{_PREFIX}{os.getpid()}_shard_{uuid.uuid4().hex[:12]}"
-    with admin_engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    yield _url_for(admin_engine.url.render_as_string(hide_password=False), name)
-    with admin_engine.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture
