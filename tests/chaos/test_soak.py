@@ -1,4 +1,4 @@
-"""`cronfleet chaos soak` for 90 seconds (CI's soak; the long ones are in docs/chaos.md):
+"""`cronfleet chaos soak` for 3 minutes (CI's soak; the long ones are in docs/chaos.md):
 the steady mix runs through the random nemesis, the drills' auditor passes it, every
 resource is sampled, and each gets its slope with an interval and a plot."""
 
@@ -15,16 +15,16 @@ from chaos.stack import ChaosStack
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_a_ninety_second_soak_is_audited_and_its_resources_trended(
+def test_a_three_minute_soak_is_audited_and_its_resources_trended(
     chaos_stack: ChaosStack, tmp_path: Path
 ) -> None:
-    result, summary = run_soak(0.025, 10, 1012, tmp_path, chaos_stack, 30, 3, "test: soak 90 s")
+    result, summary = run_soak(0.05, 10, 1012, tmp_path, chaos_stack, 30, 3, "test: soak 3 min")
     print("\n".join(result.notes))
     assert result.error is None, result.error
     assert result.audit is not None and result.passed
     assert result.audit.expected > 1000 and result.audit.lost == []
-    assert len(result.history.faults) >= 2 if result.history else False
-    assert summary["samples"] >= 20
+    assert len(result.history.faults) >= 5 if result.history else False
+    assert summary["samples"] >= 50
     trends = summary["trends"]
     for resource in ("rss_mb:w1", "fds:api", "threads:reaper", "db_size_mb", "broker_lag"):
         assert resource in trends, sorted(trends)
