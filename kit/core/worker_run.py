@@ -350,6 +350,11 @@ def _began_and_succeeded(entry: RunEntry, event: Event, now_ms: int) -> bool:
     return entry.deadline_ms is not None and event.ok
 
 
+def _never_began(entry: RunEntry, event: Event, now_ms: int) -> bool:
+    # preempted while placed, then fenced: its task had no effect, so no attempt is spent
+    return entry.deadline_ms is None
+
+
 def _keeper_stopped(entry: RunEntry, event: Event, now_ms: int) -> bool:
     assert isinstance(event, Ended)
     return not event.ok and now_ms >= entry.fence_at_ms
@@ -364,6 +369,7 @@ SWITCH_HOLDS = Guard("a kill switch holds its tenant, tier or task type", _switc
 NO_TASK = Guard("its job was deleted (no task)", _no_task)
 SUCCEEDED = Guard("it succeeded", _succeeded)
 BEGAN_AND_SUCCEEDED = Guard("it began, and succeeded", _began_and_succeeded)
+NEVER_BEGAN = Guard("its task never began", _never_began)
 KEEPER_STOPPED = Guard("it failed past its fence: the keeper stopped it", _keeper_stopped)
 
 
@@ -465,6 +471,7 @@ TRANSITIONS: tuple[Rule, ...] = (
     Rule(_P.preempting, _E.preempt, OTHERWISE, _P.preempting),
     Rule(_P.preempting, _E.stop, OTHERWISE, _P.preempting),
     # giving_back: fenced, or the worker stops
+    Rule(_P.giving_back, _E.ended, NEVER_BEGAN, _P.done, _GIVE_BACK),
     Rule(_P.giving_back, _E.ended, OTHERWISE, _P.done, (_X.release, _X.free)),
     Rule(_P.giving_back, _E.beat_confirmed, OTHERWISE, _P.giving_back, (_X.stop_by,)),
     Rule(_P.giving_back, _E.cancelled, OTHERWISE, _P.dropping),

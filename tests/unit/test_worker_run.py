@@ -299,6 +299,10 @@ def test_a_preempted_run_goes_back_at_the_same_attempt_unless_it_succeeded() -> 
     unstarted, _ = on(at(P.placed), PREEMPT, 20_000)  # its task never began: no success
     assert step(unstarted, OK, 21_000) == (P.done, (X.requeue, X.free))
     assert step(unstarted, FAILED, 21_000) == (P.done, (X.requeue, X.free))
+    fenced, _ = on(unstarted, TICK, FENCE)  # fenced before its task ended: no attempt spent
+    assert (fenced.phase, fenced.deadline_ms) == (P.giving_back, None)
+    assert step(fenced, FAILED, FENCE + 1) == (P.done, (X.give_back, X.free))
+    assert step(fenced, OK, FENCE + 1) == (P.done, (X.give_back, X.free))
 
 
 def test_a_stopping_worker_gives_back_what_has_not_ended() -> None:
