@@ -35,7 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_run)
 
 
+CLOSE_BOUND_S = 30.0  # closing the consumers, the publisher's flush (10 s) and the pool
+
+
 def _run(args: argparse.Namespace) -> int:
+    import faulthandler
     import logging
     import os
     import signal
@@ -138,9 +142,15 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger(__name__).error("worker %s stops: %s", worker_id, exc)
         return 1
     finally:
+        # Closing must not keep the process alive: a fenced static consumer's close() can
+        # hang (confluentinc/librdkafka#3437), and a worker alive but not consuming keeps
+        # its partitions from every other worker. Past the bound: stacks to stderr, exit 1;
+        # what it held goes back through the reaper.
+        faulthandler.dump_traceback_later(CLOSE_BOUND_S, exit=True)
         consumer.close()
         publisher.close()
         engine.dispose()
+        faulthandler.cancel_dump_traceback_later()
     return 0
 
 

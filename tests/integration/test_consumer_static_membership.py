@@ -14,9 +14,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -158,3 +160,73 @@ def test_a_worker_whose_id_another_worker_takes_exits_saying_why(
             if proc is not None and proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+STALLS = 5  # a stall fences the member only when a request of its old session is late
+STALL_SESSION_MS = 6_000  # the broker's group.min.session.timeout.ms: the shortest session
+
+
+def _broker_pid() -> int:
+    """The pid of `cronfleet stack up`'s broker (its pid file), checked by its command."""
+    home = Path(os.environ.get("CRONFLEET_HOME", Path.home() / ".cronfleet")).expanduser()
+    pid = int((home / "kafka" / "kafka.pid").read_text().split()[0])
+    assert b"kafka.Kafka" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    return pid
+
+
+def test_a_lone_worker_that_fences_itself_in_a_broker_stall_joins_again_and_lives(
+    settings: Settings, db_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """A broker stall longer than the session made a lone static member fence itself
+    (librdkafka#3437): the worker stopped on every such stall, and in the chaos drill
+    `broker-stall` one then hung in close() and kept a tier's partition from the other
+    workers for 15 minutes. Now the tier joins again under its id: the worker lives
+    through the stalls, and stops cleanly (exit 0) when told to."""
+    env = {
+        **os.environ,
+        "CRONFLEET_DATABASE_URL": db_url,
+        "CRONFLEET_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "CRONFLEET_TASK_POLICY_FILE": settings.task_policy_file,
+        "CRONFLEET_TENANT_POLICY_FILE": settings.tenant_policy_file,
+        "CRONFLEET_WORKER_SESSION_TIMEOUT_MS": str(STALL_SESSION_MS),
+    }
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    argv = [sys.executable, "-m", "kit.cli", "worker", "--worker-id", "alone"]
+    argv += ["--topic-prefix", prefix, "--group-id", group, "--drain-s", "1"]
+    log_path = tmp_path / "worker.log"
+    broker = _broker_pid()
+    with log_path.open("wb") as log_file:
+        worker = subprocess.Popen(argv, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+        _wait_log(log_path, "assigned", worker)
+        stalls = 0
+        while stalls < STALLS and "joined again" not in log_path.read_text():
+            stalls += 1
+            os.kill(broker, signal.SIGSTOP)
+            safety = threading.Timer(30.0, os.kill, (broker, signal.SIGCONT))  # whatever
+            safety.start()
+            try:
+                time.sleep(2 * STALL_SESSION_MS / 1000 + 1)  # every session times out
+            finally:
+                os.kill(broker, signal.SIGCONT)
+                safety.cancel()
+            time.sleep(2 * STALL_SESSION_MS / 1000)  # the fence, if any, comes back now
+            assert worker.poll() is None, log_path.read_text()[-3000:]
+        text = log_path.read_text()
+        assert "joined again under the same id" in text, f"{stalls} stalls fenced nothing"
+        assert "stops:" not in text
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=WAIT_S) == 0, log_path.read_text()[-3000:]
+    finally:
+        os.kill(broker, signal.SIGCONT)
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGKILL)
+            worker.wait(timeout=10)
+
+
+def _wait_log(path: Path, needle: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while needle not in path.read_text():
+        assert proc.poll() is None, path.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"waited {WAIT_S:g} s for {needle!r} in the log"
+        time.sleep(0.2)
