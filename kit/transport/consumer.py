@@ -49,8 +49,9 @@ again under the same static id; once the broker answers, the join replaces the o
 member, and a request still carrying the old member id is answered "fenced", which
 librdkafka makes fatal (confluentinc/librdkafka#3437). One worker and a 12 s broker
 stall reproduce it. Stopping the worker then cost a restart per stall, and in the
-chaos drill `broker-stall` (100 cycles) one worker hung in `close()` afterwards, alive
-and still a member, so a tier's partition went unfetched for 15 minutes. So a tier
+chaos drill `broker-stall` (100 cycles) one worker never exited afterwards (most likely
+in `close()`, as librdkafka#3437 reports): alive and still a member, it kept its
+partitions unfetched for 15 minutes. So a tier
 whose own session timed out shortly before (librdkafka's `SESSTMOUT` log line, read
 through the consumer's logger) joins again with a new consumer instead, once per
 session lost; the fenced one is closed in a thread of its own, since that close can

@@ -179,8 +179,8 @@ def test_a_lone_worker_that_fences_itself_in_a_broker_stall_joins_again_and_live
 ) -> None:
     """A broker stall longer than the session made a lone static member fence itself
     (librdkafka#3437): the worker stopped on every such stall, and in the chaos drill
-    `broker-stall` one then hung in close() and kept a tier's partition from the other
-    workers for 15 minutes. Now the tier joins again under its id: the worker lives
+    `broker-stall` one then never exited and kept its partitions from the other workers
+    for 15 minutes. Now the tier joins again under its id: the worker lives
     through the stalls, and stops cleanly (exit 0) when told to."""
     env = {
         **os.environ,
