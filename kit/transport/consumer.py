@@ -43,20 +43,6 @@ since static members do not leave the group on close. Two live members with one 
 fence each other: the older one's consumer fails with a fatal error, which is raised
 (`ConsumerFenced`), never swallowed.
 
-A member can also fence itself. When the broker does not answer for longer than the
-session (a stalled broker, a cut link), librdkafka gives up its session and joins
-again under the same static id; once the broker answers, the join replaces the old
-member, and a request still carrying the old member id is answered "fenced", which
-librdkafka makes fatal (confluentinc/librdkafka#3437). One worker and a 12 s broker
-stall reproduce it. Stopping the worker then cost a restart per stall, and in the
-chaos drill `broker-stall` (100 cycles) one worker never exited afterwards (most likely
-in `close()`, as librdkafka#3437 reports): alive and still a member, it kept its
-partitions unfetched for 15 minutes. So a tier
-whose own session timed out shortly before (librdkafka's `SESSTMOUT` log line, read
-through the consumer's logger) joins again with a new consumer instead, once per
-session lost; the fenced one is closed in a thread of its own, since that close can
-hang. A fence with no session lost before it is another worker's doing, and raised.
-
 Offsets: auto-commit is off. `commit()` commits exactly what `poll_batch` returned,
 malformed messages included: those are handed out by `take_rejected()` for the caller
 to put on the dead-letter topic before it commits, so a poison message is neither
@@ -68,7 +54,6 @@ group: at-least-once. A commit that fails is sent again with the next one
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -94,18 +79,12 @@ _IDLE_WAIT_S = 0.05  # longest block on one tier while nothing is ready
 DEFAULT_SESSION_TIMEOUT_MS = 10_000
 _QUERY_TIMEOUT_S = 5.0
 _STALL_S = 3.0  # a served tier lagging and fetching nothing this long is resumed
-_REJOIN_WITHIN_SESSIONS = 3  # a fence this many sessions after a lost one is our own
 _Rebalance = Callable[[Consumer, list[TopicPartition]], None]
-rdkafka_log = logging.getLogger("kit.transport.rdkafka")
 
 
 class ConsumerFenced(RuntimeError):
     """The broker fenced this consumer (another member joined with its static id, or
     another fatal error): it will never fetch again, so the worker must stop."""
-
-    def __init__(self, message: str, tier: str | None = None) -> None:
-        super().__init__(message)
-        self.tier = tier
 
 
 @dataclass(frozen=True)
@@ -133,23 +112,6 @@ class _Tier:
     stalled_since: float | None = None  # served, lagging, fetching nothing since (monotonic)
     read_to: dict[int, int] = field(default_factory=dict)  # next offset after what was read
     commit_failures: int = 0  # in a row
-    session_lost_at: float | None = None  # librdkafka gave up its session (monotonic)
-    joined_at: float = field(default_factory=time.monotonic)  # this consumer's join
-    generation: int = 0  # consumers made for the tier: callbacks of a fenced one are ignored
-
-
-class _TierLog:
-    """librdkafka's log lines for one tier's consumer, served by its polls: passed on to
-    `kit.transport.rdkafka`, and a lost session noted (see the module's docstring)."""
-
-    def __init__(self, tier: _Tier) -> None:
-        self.tier, self.generation = tier, tier.generation
-
-    def log(self, level: int, fmt: str, *args: object) -> None:
-        line = fmt % args if args else fmt
-        if line.startswith("SESSTMOUT ") and self.generation == self.tier.generation:
-            self.tier.session_lost_at = time.monotonic()
-        rdkafka_log.log(level, "%s: %s", self.tier.topic, line)
 
 
 class TieredConsumer:
@@ -168,98 +130,52 @@ class TieredConsumer:
         self.malformed = 0  # messages skipped because they were not a RunMessage
         self.rebalances = 0  # assignments and revocations seen, every tier
         self.unstalls = 0  # stalled tiers whose partitions were resumed (_stalled)
-        self.rejoins = 0  # tiers that joined again after fencing themselves (_rejoin)
-        self._bootstrap, self._config = bootstrap, config or {}
-        self._session_ms, self._instance_id = session_timeout_ms, instance_id
         self._rejected: list[Rejected] = []
         self._tiers: list[_Tier] = []
         for name in sorted(tiers, key=tier_rank):
             tier = _Tier(name, topic_for(name, topic_prefix))
-            self._join(tier)
+            consumer = Consumer(
+                {
+                    **client_config(bootstrap),
+                    "on_commit": self._on_commit(tier),
+                    "group.id": f"{group_id}.{name}",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "auto.offset.reset": "earliest",
+                    # Short fetch long-polls: a resumed tier fetches again sooner, and the
+                    # cached watermarks behind the drained check stay fresh.
+                    "fetch.wait.max.ms": 100,
+                    "session.timeout.ms": session_timeout_ms,
+                    "heartbeat.interval.ms": max(100, session_timeout_ms // 5),
+                    **({"group.instance.id": f"{instance_id}.{name}"} if instance_id else {}),
+                    **(config or {}),
+                }
+            )
+            tier.consumer = consumer
+            consumer.subscribe(
+                [tier.topic],
+                on_assign=self._on_assign(tier),
+                on_revoke=self._on_revoke(tier),
+                on_lost=self._on_revoke(tier),
+            )
             self._tiers.append(tier)
-
-    def _join(self, tier: _Tier) -> None:
-        tier.generation += 1
-        consumer = Consumer(
-            {
-                **client_config(self._bootstrap),
-                "on_commit": self._on_commit(tier, tier.generation),
-                "logger": _TierLog(tier),
-                "group.id": f"{self.group_id}.{tier.name}",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
-                # Short fetch long-polls: a resumed tier fetches again sooner, and the
-                # cached watermarks behind the drained check stay fresh.
-                "fetch.wait.max.ms": 100,
-                "session.timeout.ms": self._session_ms,
-                "heartbeat.interval.ms": max(100, self._session_ms // 5),
-                **(
-                    {"group.instance.id": f"{self._instance_id}.{tier.name}"}
-                    if self._instance_id
-                    else {}
-                ),
-                **self._config,
-            }
-        )
-        tier.consumer = consumer
-        tier.joined_at = time.monotonic()
-        consumer.subscribe(
-            [tier.topic],
-            on_assign=self._on_assign(tier, tier.generation),
-            on_revoke=self._on_revoke(tier, tier.generation),
-            on_lost=self._on_revoke(tier, tier.generation),
-        )
-
-    def _fenced_by_itself(self, tier: _Tier) -> bool:
-        """Its session was lost shortly before, and this consumer joined before that
-        loss: the fence is its own rejoin's doing (the module's docstring)."""
-        lost = tier.session_lost_at
-        within_s = _REJOIN_WITHIN_SESSIONS * self._session_ms / 1000
-        return lost is not None and lost >= tier.joined_at and time.monotonic() - lost < within_s
-
-    def _rejoin(self, tier: _Tier, why: ConsumerFenced) -> None:
-        """A new consumer for the tier under the same static id. What was read and not
-        returned is dropped (it is fetched again); what was returned and not committed
-        stays owed, and is committed through the new member once it is assigned."""
-        fenced = tier.consumer
-        threading.Thread(target=_close_quietly, args=(fenced,), daemon=True).start()
-        tier.assigned, tier.paused, tier.buffer = None, set(), deque()
-        tier.start.clear()
-        tier.read_to.clear()
-        tier.stalled_since = None
-        self._join(tier)
-        self.rejoins += 1
-        log.warning(
-            "%s: fenced by its own join after its session timed out (the broker did not "
-            "answer for a session): joined again under the same id (%s)",
-            tier.topic,
-            why,
-        )
 
     # -- public -------------------------------------------------------------------------
 
     def poll_batch(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[RunMessage]:
         """Up to `max_messages` runs, all of the highest tier that has any; [] on timeout."""
         deadline = time.monotonic() + timeout_s
-        try:
-            while True:
-                found, blocker = self._poll_once(max_messages)
-                if found:
-                    return found
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return []
-                # Block briefly on the tier expected to produce next (or the top one).
-                tier = blocker or self._tiers[0]
-                fetched = tier.consumer.consume(max_messages, min(remaining, _IDLE_WAIT_S))
-                tier.buffer.extend(_read(tier, fetched))
-        except ConsumerFenced as exc:
-            fenced = next((t for t in self._tiers if t.name == exc.tier), None)
-            if fenced is None or not self._fenced_by_itself(fenced):
-                raise
-            self._rejoin(fenced, exc)
-            return []
+        while True:
+            found, blocker = self._poll_once(max_messages)
+            if found:
+                return found
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            # Block briefly on the tier expected to produce next (or the top one).
+            tier = blocker or self._tiers[0]
+            fetched = tier.consumer.consume(max_messages, min(remaining, _IDLE_WAIT_S))
+            tier.buffer.extend(_read(tier, fetched))
 
     def take_rejected(self) -> list[Rejected]:
         """The malformed messages polled since the last call (their offsets are in the
@@ -291,12 +207,8 @@ class TieredConsumer:
         if tier.commit_failures == 1:  # once a streak: tried again with every commit
             log.warning("commit %s failed (tried again with the next): %s", tier.name, why)
 
-    def _on_commit(
-        self, tier: _Tier, generation: int
-    ) -> Callable[[KafkaError | None, list[TopicPartition]], None]:
+    def _on_commit(self, tier: _Tier) -> Callable[[KafkaError | None, list[TopicPartition]], None]:
         def on_commit(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-            if generation != tier.generation:  # a fenced consumer's, from its closing
-                return  # thread: a commit of it that failed is redelivered (at-least-once)
             failed = {
                 tp.partition: tp.offset
                 for tp in partitions
@@ -544,10 +456,8 @@ class TieredConsumer:
 
     # -- rebalance callbacks ------------------------------------------------------------
 
-    def _on_assign(self, tier: _Tier, generation: int) -> _Rebalance:
+    def _on_assign(self, tier: _Tier) -> _Rebalance:
         def on_assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            if generation != tier.generation:
-                return
             consumer.assign(partitions)
             # librdkafka can keep a partition paused across a re-assignment while our
             # bookkeeping forgets it: resume, so no partition is left unfetched for good.
@@ -564,10 +474,8 @@ class TieredConsumer:
 
         return on_assign
 
-    def _on_revoke(self, tier: _Tier, generation: int) -> _Rebalance:
+    def _on_revoke(self, tier: _Tier) -> _Rebalance:
         def on_revoke(consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            if generation != tier.generation:  # a fenced consumer closing: not this tier's
-                return
             gone = {tp.partition for tp in partitions}
             self.rebalances += 1
             if tier.assigned is not None:
@@ -582,19 +490,9 @@ class TieredConsumer:
         return on_revoke
 
 
-def _close_quietly(consumer: Consumer) -> None:
-    try:
-        consumer.close()
-    except (KafkaException, RuntimeError) as exc:  # fenced: nothing left to close well
-        log.debug("closing a fenced consumer: %s", exc)
-
-
 def _read(tier: _Tier, messages: list[Message]) -> list[Message]:
     """`_ok`, noting how far this consumer has read each partition."""
-    try:
-        out = _ok(messages)
-    except ConsumerFenced as exc:
-        raise ConsumerFenced(str(exc), tier.name) from None
+    out = _ok(messages)
     for m in out:
         p = m.partition()
         tier.read_to[p] = max(tier.read_to.get(p, 0), m.offset() + 1)
