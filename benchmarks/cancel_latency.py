@@ -52,10 +52,10 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
+    try:  # a zombie is gone for our purpose; one that exits between open and read
+        with open(f"/proc/{pid}/stat") as stat:  # raises ESRCH (ProcessLookupError)
             return stat.read().split()[2] != "Z"
-    except FileNotFoundError:
+    except OSError:
         return False
 
 
