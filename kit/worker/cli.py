@@ -1,7 +1,9 @@
 """`cronfleet worker [--worker-id] [--concurrency N] [--metrics-port N]`: a worker.
 
 SIGTERM (or SIGINT): stop consuming, let in-flight runs finish for up to --drain-s,
-then cancel the rest and release their leases to the reaper, and exit 0.
+then cancel the rest and release their leases to the reaper, and exit 0. Closing the
+Kafka clients is bounded (`CLOSE_BOUND_S`): past it, every thread's stack goes to
+stderr and the worker exits 1.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_run)
 
 
-CLOSE_BOUND_S = 30.0  # closing the consumers, the publisher's flush (10 s) and the pool
+CLOSE_BOUND_S = 30.0  # closing the consumers, the publisher's flush (10 s), the database pool
 
 
 def _run(args: argparse.Namespace) -> int:
