@@ -115,8 +115,10 @@ def test_a_worker_cut_off_from_postgresql_stops_its_task_before_the_lease_ends(
     worker must stop the task before the lease it last confirmed runs out, or the reaper
     hands the run to another worker while this one still runs it."""
     ledger = shared_dir / "ledger"
+    # Both the worker's fence and the keeper's lease clock may SIGTERM the group; the trap
+    # ignores the second one, or it would kill `date` and leave "stopped" with no time.
     script = (
-        f"trap 'echo stopped $(date +%s.%N) >> {ledger}; exit 143' TERM; "
+        f"trap 'trap \"\" TERM; echo stopped $(date +%s.%N) >> {ledger}; exit 143' TERM; "
         f"echo started >> {ledger}; sleep 20 & wait; echo finished >> {ledger}"
     )
     job = make_job(engine, task={"type": "command", "argv": ["/bin/sh", "-c", script]})
