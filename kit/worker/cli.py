@@ -3,7 +3,9 @@
 SIGTERM (or SIGINT): stop consuming, let in-flight runs finish for up to --drain-s,
 then cancel the rest and release their leases to the reaper, and exit 0. Closing the
 Kafka clients is bounded (`CLOSE_BOUND_S`): past it, every thread's stack goes to
-stderr and the worker exits 1.
+stderr and the worker exits 1. A worker whose consumer was fenced (another took its
+--worker-id, or a broker stall outlived its session) drains the same way and exits 1
+without closing that consumer.
 """
 
 from __future__ import annotations
@@ -138,21 +140,29 @@ def _run(args: argparse.Namespace) -> int:
         concurrency,
         len(tenants.current().tenants),
     )
+    fenced = False
     try:
         worker.run(stop, drain_s=args.drain_s)
     except ConsumerFenced as exc:  # another worker took this id: say so, exit non-zero
         logging.getLogger(__name__).error("worker %s stops: %s", worker_id, exc)
-        return 1
+        fenced = True
     finally:
-        # Closing must not keep the process alive: a fenced static consumer's close() can
-        # hang (confluentinc/librdkafka#3437), and a worker alive but not consuming keeps
+        # Closing must not keep the process alive: a worker alive but not consuming keeps
         # its partitions from every other worker. Past the bound: stacks to stderr, exit 1;
         # what it held goes back through the reaper.
         faulthandler.dump_traceback_later(CLOSE_BOUND_S, exit=True)
-        consumer.close()
+        if not fenced:
+            consumer.close()
         publisher.close()
         engine.dispose()
         faulthandler.cancel_dump_traceback_later()
+    if fenced:
+        # A fenced consumer is never closed: its close() can hang for good (a rebalance
+        # callback's assign() meets the group's termination, confluentinc/librdkafka#4884;
+        # the chaos drill broker-stall caught it), and a fenced static member has nothing
+        # left to commit or leave. os._exit, not return: the handle's teardown closes it.
+        logging.shutdown()
+        os._exit(1)
     return 0
 
 

@@ -130,7 +130,10 @@ def test_a_worker_whose_id_another_worker_takes_exits_saying_why(
     settings: Settings, db_url: str, prefix: str
 ) -> None:
     """Two `cronfleet worker --worker-id same` processes: the first one's consumers are
-    fenced when the second joins; it stops with exit code 1 and names the cause."""
+    fenced when the second joins; it stops with exit code 1 and names the cause. It never
+    closes the fenced consumer: that close can hang for good (confluentinc/librdkafka#4884,
+    caught by the chaos drill broker-stall), so the first worker runs with a close that
+    hangs planted and must exit before the close bound's watchdog would fire."""
     env = {
         **os.environ,
         "CRONFLEET_DATABASE_URL": db_url,
@@ -141,7 +144,8 @@ def test_a_worker_whose_id_another_worker_takes_exits_saying_why(
     group = f"g-{uuid.uuid4().hex[:8]}"
     argv = [sys.executable, "-m", "kit.cli", "worker", "--worker-id", "same"]
     argv += ["--topic-prefix", prefix, "--group-id", group, "--drain-s", "1"]
-    first = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+    hanging = [sys.executable, "-c", HANG_CLOSE, *argv[argv.index("worker") + 1 :]]
+    first = subprocess.Popen(hanging, env=env, stderr=subprocess.PIPE, text=True)
     second = None
     try:
         time.sleep(5)  # not a measurement: lets the first join before the second
@@ -153,6 +157,7 @@ def test_a_worker_whose_id_another_worker_takes_exits_saying_why(
         assert first.returncode == 1, err
         assert "stops:" in err and "worker-id" in err, err
         assert "Traceback" not in err, err
+        assert "Timeout (0:00:" not in err, err  # the fenced consumer was never closed
     finally:
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
@@ -163,7 +168,7 @@ def test_a_worker_whose_id_another_worker_takes_exits_saying_why(
 HANG_CLOSE = (
     "import sys, time\n"
     "import kit.transport.consumer as c\n"
-    "c.TieredConsumer.close = lambda self: time.sleep(3600)  # librdkafka#3437's hang\n"
+    "c.TieredConsumer.close = lambda self: time.sleep(3600)  # librdkafka#4884: assign() in close\n"
     "from kit.cli import main\n"
     "raise SystemExit(main(['worker', *sys.argv[1:]]))\n"
 )
