@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import statistics
 import tempfile
 import threading
@@ -33,6 +32,7 @@ from kit.core.ids import run_id
 from kit.core.schedule import parse_schedule
 from kit.core.task_policy import TaskPolicy
 from kit.core.timeutil import to_epoch_ms
+from kit.stack.process import running
 from kit.store.jobs import JobCreate, JobSpec, job_create
 from kit.store.run_cancel import run_cancel
 from kit.tasks.policy import PolicySource, local_policy_toml
@@ -45,18 +45,6 @@ POLICY = PolicySource.fixed(
 )
 
 _SEQ = itertools.count()  # run ids are per millisecond: one apart each
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone for our purpose; one that exits between open and read
-        with open(f"/proc/{pid}/stat") as stat:  # raises ESRCH (ProcessLookupError)
-            return stat.read().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def series(
@@ -81,7 +69,7 @@ def series(
         pid = int(pid_file.read_text())
         t0 = time.monotonic()
         run_cancel(engine, "bench", rid, "bench-token")
-        wait(lambda p=pid: not alive(p), timeout_s=60)
+        wait(lambda p=pid: not running(p), timeout_s=60)
         gone = time.monotonic()
         wait(lambda: worker.in_flight() == 0, timeout_s=60)
         told_at = told.get(rid, gone)

@@ -147,6 +147,22 @@ def cmdline(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
 
 
+def running(pid: int) -> bool:
+    """True when `pid` exists and is not a zombie: an exited child not yet reaped (by init,
+    slow to do it in a container) is gone for every caller here."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        pass
+    try:  # one that exits between open and read raises ESRCH (an OSError)
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # comm may hold spaces
+    except (OSError, IndexError):
+        return False
+
+
 def alive(pid: int, marker: str) -> bool:
     """True when `pid` runs and its command line contains `marker` (guards pid reuse)."""
     return marker in cmdline(pid)

@@ -36,6 +36,7 @@ import httpx
 from sqlalchemy.engine import make_url
 
 from kit.settings import load_settings
+from kit.stack.process import running
 from tests.deploy.terraform_files import BOOTSTRAP, MODULES, ROOT, locals_of, render
 
 REGION = "eu-west-1"
@@ -256,17 +257,7 @@ class Machine:
 
     def alive(self) -> bool:
         pid = self.pid()
-        if pid is None:
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        # a zombie (exited, not yet reaped by init here) is not alive
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-        except OSError:
-            return False
+        return pid is not None and running(pid)
 
     def stop(self, sig: int = signal.SIGTERM, wait_s: float = 30.0) -> None:
         pid = self.pid()

@@ -5,7 +5,6 @@ is a 404. The run records who cancelled it."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
+from kit.stack.process import running as process_running
 from kit.store.tokens import token_create
 from tests.integration.test_worker_e2e import (  # noqa: F401 (a fixture)
     Running,
@@ -149,7 +149,7 @@ def test_a_running_task_is_stopped_by_the_cancel_notification_not_the_heartbeat(
 
     wait_until(
         "the task to be stopped by the notification",
-        lambda: not _alive(pid) and not running.worker.in_flight(),
+        lambda: not process_running(pid) and not running.worker.in_flight(),
         WAIT_S,
     )
     row = run_row(engine, rid)
@@ -157,18 +157,6 @@ def test_a_running_task_is_stopped_by_the_cancel_notification_not_the_heartbeat(
     assert row.errors == []  # the stopped attempt wrote nothing over the cancel
     assert running.metrics.value("cronfleet_worker_runs_total", outcome="cancelled") == 1
     assert running.metrics.value("cronfleet_worker_leases_lost_total") == 0  # not the heartbeat
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone for our purpose; so is one gone between open and read (ESRCH)
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_run_claimed_and_held_for_its_second_never_starts_once_cancelled(
