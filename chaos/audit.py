@@ -132,6 +132,9 @@ class Audit:
     # later than the target; a backlog pinned to one worker shows here
     starts_by_worker: dict[str, int] = field(default_factory=dict)
     late_by_worker: dict[str, int] = field(default_factory=dict)
+    # the same by lane, "worker tier" -> [late, started]: one tier's consumer on one worker
+    # (a tier's topic has a partition or two here) stuck behind is told from a slow worker
+    late_by_lane: dict[str, list[int]] = field(default_factory=dict)
     lag_before: LagStats = field(default_factory=LagStats)
     lag_during: LagStats = field(default_factory=LagStats)
     lag_after: LagStats = field(default_factory=LagStats)
@@ -176,6 +179,7 @@ class Audit:
             "late_finishes": self.late_finishes,
             "starts_by_worker": self.starts_by_worker,
             "late_by_worker": self.late_by_worker,
+            "late_by_lane": self.late_by_lane,
             "faults": len(self.faults),
             "recover_s_median": _median(recover),
             "recover_s_max": max(recover) if recover else None,
@@ -401,14 +405,21 @@ def _late_by_worker(result: Audit, history: History, fires: dict[str, Fire]) -> 
     for s in history.starts:
         if s.run_id in fires and (s.run_id not in first or s.at_ms < first[s.run_id].at_ms):
             first[s.run_id] = s
+    tier = {r.run_id: r.priority or "?" for r in history.runs}
     starts: Counter[str] = Counter()
     late: Counter[str] = Counter()
+    lane_starts: Counter[str] = Counter()
+    lane_late: Counter[str] = Counter()
     for run_id, s in first.items():
+        lane = f"{s.worker} {tier.get(run_id, '?')}"
         starts[s.worker] += 1
+        lane_starts[lane] += 1
         if s.at_ms - fires[run_id].at_ms > history.params.lag_ok_ms:
             late[s.worker] += 1
+            lane_late[lane] += 1
     result.starts_by_worker = dict(sorted(starts.items()))
     result.late_by_worker = {w: late[w] for w in sorted(starts)}
+    result.late_by_lane = {k: [lane_late[k], lane_starts[k]] for k in sorted(lane_starts)}
 
 
 def _judge_poison(

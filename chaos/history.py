@@ -20,7 +20,8 @@ def runs_read(engine: Engine) -> list[RunFacts]:
         rows = conn.execute(
             text(
                 "SELECT run_id::text, job_id::text, scheduled_at, status, attempt, skip_reason, "
-                "worker_id, error, created_at, dispatched_at FROM runs WHERE tenant = :t"
+                "worker_id, error, created_at, dispatched_at, priority FROM runs "
+                "WHERE tenant = :t"
             ),
             {"t": TENANT},
         ).all()
@@ -32,6 +33,7 @@ def runs_read(engine: Engine) -> list[RunFacts]:
             *r[3:8],
             created_ms=to_epoch_ms(r[8]),
             dispatched_ms=None if r[9] is None else to_epoch_ms(r[9]),
+            priority=r[10],
         )
         for r in rows
     ]

@@ -37,6 +37,7 @@ class RunFacts:
     error: str | None = None  # the kit's last error text (why a run was cancelled)
     created_ms: int | None = None
     dispatched_ms: int | None = None  # when it was last published by a worker or reaper
+    priority: str | None = None  # its tier: with the worker, the consumer lane it came by
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,6 +154,17 @@ def _markdown(result: DrillResult, data: dict[str, Any], plots: list[str]) -> st
                 )
                 or "—",
             ),
+            (
+                "the same by worker and tier (lanes with late starts, most first)",
+                ", ".join(
+                    f"{lane} {late} / {n}"
+                    for lane, (late, n) in sorted(
+                        a.get("late_by_lane", {}).items(), key=lambda kv: -kv[1][0]
+                    )
+                    if late
+                )
+                or "—",
+            ),
             ("faults injected", a["faults"]),
             (
                 "time to recover after the heal, median / max",

@@ -195,7 +195,11 @@ def test_late_starts_are_counted_by_the_worker_that_first_started_them() -> None
         job, rid = oneoff(at)
         ran.append((job, rid, to_epoch_ms(at), worker, late_ms))
     jobs = [job for job, *_ in ran]
-    runs = [RunFacts(rid, job.job_id, at, "succeeded", 1) for job, rid, at, _, _ in ran]
+    tiers = ["normal", "low", "critical", "low"]
+    runs = [
+        RunFacts(rid, job.job_id, at, "succeeded", 1, priority=tier)
+        for (job, rid, at, _, _), tier in zip(ran, tiers, strict=True)
+    ]
     starts = [line("start", rid, at + late) for _, rid, at, _, late in ran]
     effects = [line("effect", rid, at + late + 50) for _, rid, at, _, late in ran]
     h = history(jobs, runs, starts, effects)
@@ -205,6 +209,13 @@ def test_late_starts_are_counted_by_the_worker_that_first_started_them() -> None
     result = audit(replace(h, starts=tuple(journal)))
     assert result.starts_by_worker == {"w1": 1, "w2": 2, "w3": 1}
     assert result.late_by_worker == {"w1": 0, "w2": 2, "w3": 0}
+    # by lane: w2's two late ones came by two tiers; w3's low lane was on time
+    assert result.late_by_lane == {
+        "w1 normal": [0, 1],
+        "w2 critical": [1, 1],
+        "w2 low": [1, 1],
+        "w3 low": [0, 1],
+    }
 
 
 def test_a_run_left_pending_is_lost_and_the_finding_tells_its_trail() -> None:
