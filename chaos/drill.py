@@ -11,6 +11,7 @@ same faults at the same offsets, not the same interleaving.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import threading
 import time
@@ -69,7 +70,8 @@ class Timings:
             "CRONFLEET_WORKER_SESSION_TIMEOUT_MS": str(self.worker_session_timeout_ms),
             "CRONFLEET_RUN_TOPIC_REPLICATION": "1",
             "CRONFLEET_RUN_TOPIC_MIN_INSYNC": "1",
-            "CRONFLEET_LOG_LEVEL": "WARNING",
+            # WARNING keeps 100 cycles' logs small; INFO adds each consumer's assignments
+            "CRONFLEET_LOG_LEVEL": os.environ.get("CRONFLEET_CHAOS_LOG_LEVEL", "WARNING"),
         }
 
 
