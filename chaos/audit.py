@@ -406,20 +406,16 @@ def _late_by_worker(result: Audit, history: History, fires: dict[str, Fire]) -> 
         if s.run_id in fires and (s.run_id not in first or s.at_ms < first[s.run_id].at_ms):
             first[s.run_id] = s
     tier = {r.run_id: r.priority or "?" for r in history.runs}
-    starts: Counter[str] = Counter()
-    late: Counter[str] = Counter()
-    lane_starts: Counter[str] = Counter()
-    lane_late: Counter[str] = Counter()
+    starts: Counter[tuple[str, str]] = Counter()  # by lane: (worker, tier)
+    late: Counter[tuple[str, str]] = Counter()
     for run_id, s in first.items():
-        lane = f"{s.worker} {tier.get(run_id, '?')}"
-        starts[s.worker] += 1
-        lane_starts[lane] += 1
-        if s.at_ms - fires[run_id].at_ms > history.params.lag_ok_ms:
-            late[s.worker] += 1
-            lane_late[lane] += 1
-    result.starts_by_worker = dict(sorted(starts.items()))
-    result.late_by_worker = {w: late[w] for w in sorted(starts)}
-    result.late_by_lane = {k: [lane_late[k], lane_starts[k]] for k in sorted(lane_starts)}
+        lane = (s.worker, tier.get(run_id, "?"))
+        starts[lane] += 1
+        late[lane] += s.at_ms - fires[run_id].at_ms > history.params.lag_ok_ms
+    workers = sorted({w for w, _ in starts})
+    result.starts_by_worker = {w: sum(n for (v, _), n in starts.items() if v == w) for w in workers}
+    result.late_by_worker = {w: sum(n for (v, _), n in late.items() if v == w) for w in workers}
+    result.late_by_lane = {f"{w} {t}": [late[w, t], starts[w, t]] for w, t in sorted(starts)}
 
 
 def _judge_poison(
