@@ -17,7 +17,10 @@ by thread:
   the claimed runs in a `kit.core.dispatch.TimerWheel` until they are due;
 - at the second the worker's hold thread pops the due runs and starts the inline (noop)
   ones one after another in one batch; a run whose start would come after its confirmed
-  lease less the fence margin is given back instead (`kit.core.leases.return_run`);
+  lease less the fence margin is given back instead. Every such decision (the tick at
+  the second, the begin, the end, the beat) is the kit's own machine's
+  (kit.core.worker_run), which the model's workers feed the kit's events (kit.worker is
+  to interpret the same machine: issue 29);
 - its finisher thread, every turn (0.1 s at most), observes the start lags recorded so
   far, then waits for the starts to end and writes the successes a batch per transaction;
 - its fence thread walks every run it holds every 0.25 s; its heartbeat thread extends,
@@ -59,6 +62,8 @@ import numpy as np
 import simpy
 
 from kit.core import defaults, dispatch, leases
+from kit.core import worker_run as machine
+from kit.core.worker_run import Effect, RunPhase
 
 # A SimPy process: a generator of the events it waits on.
 Process = Generator[simpy.Event, Any, None]
@@ -293,10 +298,18 @@ def http_costs(p: dict[str, float]) -> dict[str, float]:
     }
 
 
+def _ms(t_s: float) -> int:
+    """The model's time (s from T) as the machine's clock (ms)."""
+    return math.floor(t_s * 1000)
+
+
 class StormWorker:
     """One worker process: its main (consume and claim), hold, finisher, fence and
     librdkafka threads, as kit.worker runs them; the Python ones take turns on its
-    interpreter lock."""
+    interpreter lock. What happens to each run it holds is decided by the kit's own
+    machine (kit.core.worker_run): the threads here send it the kit's events in simulated
+    time (claimed, tick, placed, begin, ended, written, heartbeat, beat confirmed) and
+    carry out its effects (what kit.worker is to do: issue 29)."""
 
     def __init__(self, m: StormModel, index: int, prefetch: int, phases: dict[str, float]):
         self.m = m
@@ -308,12 +321,10 @@ class StormWorker:
         self.waiting = 0  # claimed, not started
         self.in_flight = 0  # claimed, not finished
         self.succeeded: deque[int] = deque()
-        self.started: set[int] = set()  # started, ever
-        self.running: set[int] = set()  # started, not finished
         self.beats: list[tuple[float, int]] = []  # (when, runs beaten)
         self.lags = 0  # start lags recorded by the hold thread, not yet observed
         self.starting = False
-        self.confirmed_until: dict[int, float] = {}
+        self.entries: dict[int, machine.RunEntry] = {}  # the machine's, per run held
         self.slots = simpy.Resource(m.env, int(m.sc["concurrency"]))
         self.connections = simpy.Resource(m.env, int(m.sc["connections_per_target"]))
         self.arrived = m.env.event()
@@ -358,11 +369,12 @@ class StormWorker:
             yield env.process(m.cpu.run(self.name, n * c.worker_claim / 2, self.gil))
             m.claim_verdict()
             claimed_at = env.now
+            # the lease runs a ttl past the later of the claim and the run's second
+            # (kit.core.leases.claim_run; kit.worker counts it from before the claim)
+            sent_ms, ahead_ms = _ms(sent), -_ms(claimed_at)  # the second is T: 0 ms
             for r in batch:
                 m.claimed[r] = claimed_at
-                # the lease runs a ttl past the later of the claim and the run's second
-                # (kit.core.leases.claim_run; kit.worker counts it from before the claim)
-                self.confirmed_until[r] = max(sent, 0.0) + m.ttl_s
+                self.entries[r] = machine.claimed(m.facts, sent_ms, ahead_ms)[0]
             yield env.process(m.cpu.run(self.name, n * c.hold_add, self.gil))
             for r in batch:
                 self.wheel.add(0, r)  # every run is due at T (time 0, in ms)
@@ -384,8 +396,14 @@ class StormWorker:
             self.starting = True
             n = len(self.wheel)
             yield env.process(m.cpu.run(self.name, n * m.pop_s, self.gil))
-            due = self.wheel.pop_due(int(env.now * 1000))
-            self.waiting -= len(due)
+            popped = self.wheel.pop_due(int(env.now * 1000))
+            self.waiting -= len(popped)
+            due = []
+            for r in popped:  # the machine's tick at the second: due, or past its fence
+                if Effect.give_back in self._step(r, machine.TICK, _ms(env.now)):
+                    self._given_back(r)
+                else:
+                    due.append(r)
             if m.task != "noop":
                 # handed on in one batch (kit.worker.Worker._start): to the task loop (http)
                 # or a pool thread each (command); each run's start is its own process
@@ -405,31 +423,42 @@ class StormWorker:
                 step = (env.now - t0) / len(part)
                 for k, r in enumerate(part):
                     at = t0 + (k + 1) * step
-                    if at > self.confirmed_until[r] - m.fence_margin_s:
-                        m.give_back(r)
-                        self.in_flight -= 1
+                    if not self._begin(r, at):
                         continue
                     m.started[r] = at
-                    self.started.add(r)
-                    self.running.add(r)
                     self.lags += 1
+                    self._step(r, machine.OK, _ms(at))  # finish_ok: to the finisher
                     self.succeeded.append(r)
             self.starting = False
             if not self.success_ready.triggered:
                 self.success_ready.succeed()
 
+    def _step(self, r: int, event: machine.Event, now_ms: int) -> tuple[Effect, ...]:
+        """The run's machine takes the event (kit.core.worker_run.on); returns its effects."""
+        self.entries[r], effects = machine.on(self.entries[r], event, now_ms)
+        return effects
+
+    def _begin(self, r: int, at: float) -> bool:
+        """kit.worker.Worker._began: the machine's `begin` (refused past the fence: the
+        run is given back); its start is recorded by the caller."""
+        self._step(r, machine.BEGIN, _ms(at))
+        if self.entries[r].phase is RunPhase.running:
+            return True
+        self._given_back(r)
+        return False
+
+    def _given_back(self, r: int) -> None:
+        self.m.give_back(r)
+        self.in_flight -= 1
+        del self.entries[r]
+
     def _began(self, r: int) -> bool:
-        """kit.worker.Worker._began: the run may start while its lease is confirmed past the
-        fence margin (else it is given back); its start is recorded by the caller."""
-        if self.m.env.now > self.confirmed_until[r] - self.m.fence_margin_s:
-            self.m.give_back(r)
-            self.in_flight -= 1
-            return False
-        return True
+        """A slotted run (http, command) placed and begun on its slot's thread."""
+        self._step(r, machine.PLACED, _ms(self.m.env.now))
+        return self._begin(r, self.m.env.now)
 
     def _ended(self, r: int) -> None:
-        self.started.add(r)
-        self.running.add(r)
+        self._step(r, machine.OK, _ms(self.m.env.now))  # finish_ok: to the finisher
         self.lags += 1
         self.succeeded.append(r)
         if not self.success_ready.triggered:
@@ -499,10 +528,11 @@ class StormWorker:
             yield env.process(m.cpu.run("broker", n * c.broker_after))
             yield env.process(m.cpu.run(self.name, n * c.worker_finish / 2, self.gil))
             m.finish_verdict()
+            now_ms = _ms(env.now)
             for r in batch:
                 m.finished[r] = env.now
-                self.confirmed_until.pop(r, None)
-                self.running.discard(r)
+                self._step(r, machine.WRITTEN, now_ms)  # done: free
+                del self.entries[r]
             self.in_flight -= n
 
     def _fence(self, phase_s: float) -> Process:
@@ -530,9 +560,13 @@ class StormWorker:
             while self.starting and env.now < waited:
                 yield env.timeout(0.01)
             sent = env.now
-            horizon = sent + m.ttl_s
-            beaten = [
-                r for r, until in self.confirmed_until.items() if self._beat_wanted(r, until, sent)
+            sent_ms = _ms(sent)
+            beaten = [  # the runs whose `next_beat_ms` came and that the machine beats
+                r
+                for r, e in self.entries.items()
+                if (at := machine.next_beat_ms(e)) is not None
+                and at <= sent_ms
+                and Effect.beat in self._step(r, machine.HEARTBEAT, sent_ms)
             ]
             if beaten:
                 n = len(beaten)
@@ -540,17 +574,11 @@ class StormWorker:
                 yield env.process(m.cpu.run("postgres", n * c.pg_finish))
                 yield env.process(m.cpu.run(self.name, n * c.worker_finish / 2, self.gil))
                 self.beats.append((sent, n))
+                confirmed, now_ms = machine.BeatConfirmed(sent_ms), _ms(env.now)
                 for r in beaten:
-                    if r in self.confirmed_until:
-                        self.confirmed_until[r] = max(self.confirmed_until[r], horizon)
+                    if r in self.entries:
+                        self._step(r, confirmed, now_ms)
             yield env.timeout(m.beat_tick_s)
-
-    def _beat_wanted(self, r: int, until: float, now: float) -> bool:
-        """The kit's rule (kit.core.leases.beat_wanted); noop runs have no timeout."""
-        started = r in self.started
-        return (r in self.running or not started) and leases.beat_wanted(
-            started, int(until * 1000), None, int(now * 1000), self.m.beat_horizon_ms
-        )
 
 
 class StormModel:
@@ -587,11 +615,14 @@ class StormModel:
         ahead = float(sc["scan_ahead_s"])
         self.ahead_ms = defaults.SCAN_AHEAD_MS if ahead < 0 else int(ahead * 1000)
         self.ttl_s = float(sc["run_ttl_s"])
-        margin_ms = leases.fence_margin_ms(int(self.ttl_s * 1000), defaults.KILL_GRACE_MS)
-        self.fence_margin_s = margin_ms / 1000
-        rule = leases.beat_rule(int(self.ttl_s * 1000), int(sc["heartbeat_s"] * 1000), margin_ms)
-        self.beat_horizon_ms = rule.horizon_ms
-        self.beat_tick_s = rule.tick_ms / 1000
+        ttl_ms, beat_ms = int(self.ttl_s * 1000), int(sc["heartbeat_s"] * 1000)
+        lease = machine.lease_terms(ttl_ms, beat_ms)
+        # what the kit's worker knows of every run of the storm (one class: the same task,
+        # lease and second; the run id only names a refused event)
+        self.facts = machine.RunFacts(
+            "storm", 0, lease, self.task, slotted=self.task != "noop", timeout_s=None
+        )
+        self.beat_tick_s = leases.beat_rule(ttl_ms, beat_ms, lease.margin_ms).tick_ms / 1000
         self.sched_gil = simpy.Resource(self.env, 1)
         self.scanned = 0
         self.committed: deque[int] = deque()

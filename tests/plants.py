@@ -295,8 +295,25 @@ def scratch_copy(dest: Path, root: Path = ROOT, names: tuple[str, ...] = _COPIED
     return dest
 
 
+# The worker machine's rules (kit.core.worker_run), each changed in one place: the
+# storm model runs the machine, so the model's tests see the change (issue 29's paired
+# test; the kit's side when kit/worker runs the same machine).
+MACHINE: tuple[Plant, ...] = (
+    Plant(
+        "no_fence",
+        "a worker stops a task whose lease it can no longer confirm",
+        "kit/core/worker_run.py",
+        (("    return now_ms >= entry.fence_at_ms\n", "    return False\n"),),
+        (
+            "tests/sim/test_storm.py::"
+            "test_a_run_past_its_fence_at_its_second_is_given_back_not_started",
+        ),
+    ),
+)
+
+
 def by_name(name: str) -> Plant:
-    for plant in (*PLANTS, *GUARDS):
+    for plant in (*PLANTS, *GUARDS, *MACHINE):
         if plant.name == name:
             return plant
     raise KeyError(name)

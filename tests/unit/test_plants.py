@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.plants import GUARDS, PLANTS, ROOT, Plant, scratch_copy
+from tests.plants import GUARDS, MACHINE, PLANTS, ROOT, Plant, scratch_copy
 
-ALL = (*PLANTS, *GUARDS)
+ALL = (*PLANTS, *GUARDS, *MACHINE)
 
 
 @pytest.mark.parametrize("plant", ALL, ids=lambda p: p.name)
