@@ -241,6 +241,31 @@ def test_a_worker_that_cannot_confirm_its_lease_stops_the_task_and_gives_it_back
     assert row.attempt >= 2 and row.errors[0]["error"].startswith("lease expired")
 
 
+def test_a_task_with_no_keeper_is_stopped_by_the_workers_own_fence(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., Running]
+) -> None:
+    """A `sleep` task has no keeper (kit.tasks.command's stops only commands), so only the
+    worker's fence stops it once the lease can no longer be confirmed (no heartbeats here),
+    and the run is released, not finished. With the fence gone (`Worker._fence_pass`
+    never fencing) this test fails; the test above does not: its command task's keeper
+    stops the task at the same deadline, and the run is released as stopped."""
+    job = make_job(engine, task={"type": "sleep", "seconds": 5})
+    rid = make_run(engine, job)
+    running = start_worker(ttl_ms=1000, heartbeat_ms=600_000)
+    publish(publisher, engine, rid)
+    wait_for(engine, rid, "running")
+    wait_until(
+        "the worker to fence itself",
+        lambda: running.metrics.value("cronfleet_worker_fenced_total") >= 1,
+        timeout_s=3.0,
+    )
+    reaper = Reaper(engine, publisher, 10_000)
+    wait_until("the reaper to re-queue the released run", lambda: reaper.tick().requeued)
+    row = run_row(engine, rid)
+    assert row.attempt >= 2 and row.errors[0]["error"].startswith("lease expired")
+    assert running.metrics.value("cronfleet_worker_stale_finishes_total") == 0
+
+
 def worker_process(
     worker_id: str, settings: Settings, db_url: str, prefix: str
 ) -> tuple[list[str], dict[str, str]]:
