@@ -57,7 +57,7 @@ from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.defaults import KILL_GRACE_MS
 from kit.core.dispatch import TimerWheel, catch_up_order, tier_rank
 from kit.core.durations import LeaseBounds
-from kit.core.fair_share import FairQueue, fair_order, held_share
+from kit.core.fair_share import FairQueue, fair_order, goes_round, held_share
 from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.output import Output
 from kit.core.partitions import PARTITION_COUNT
@@ -462,7 +462,8 @@ class Worker:
         self._on_pool: dict[str, _InFlight] = {}  # runs a pool turn took: each holds a thread
         self._preempted_at = 0.0  # monotonic: the hold thread last looked for preemption
         self._held_by: dict[str, int] = {}  # runs needing a slot held unstarted, by tenant
-        self._sent_back: dict[str, str] = {}  # run id -> tenant: read past, over its share
+        # run id -> (tenant, laps): sent round its topic (read past, or sent back) so often
+        self._sent_back: dict[str, tuple[str, int]] = {}
         self._shown_at = 0.0  # monotonic: the tenants' waiting gauges were set then
         self._lag_now: dict[str, int] | None = None  # the consumer's lag, read once a batch
         self._past_pause = _READ_PAST_PAUSE_S / 2  # doubles while batches are all read past
@@ -601,10 +602,14 @@ class Worker:
         with self._lock:
             shares: dict[str, bool] = {}
             for m in messages:
-                tenant = self._sent_back.get(m.run_id)
-                if tenant is not None and tenant not in shares:
+                seen = self._sent_back.get(m.run_id)
+                if seen is None or not goes_round(seen[1]):
+                    keep.append(m)  # (a run round MAX_LAPS times is claimed and held)
+                    continue
+                tenant = seen[0]
+                if tenant not in shares:
                     shares[tenant] = self._held_by.get(tenant, 0) >= self._share_of(tenant)
-                (past if tenant is not None and shares[tenant] else keep).append(m)
+                (past if shares[tenant] else keep).append(m)
         if past:  # outside the lock: it asks the consumer
             keep += [m for m in past if not self._behind(m.tier)]
             past = [m for m in past if self._behind(m.tier)]
@@ -620,7 +625,8 @@ class Worker:
                     return None
         crash_point("claim.read_past_published", past)
         for m in past:
-            tenant = self._sent_back[m.run_id]
+            tenant, laps = self._sent_back[m.run_id]
+            self._sent_back[m.run_id] = (tenant, laps + 1)
             self.metrics.tenants.sent_back.labels(self.shares.label(tenant)).inc()
         return keep
 
@@ -631,8 +637,11 @@ class Worker:
         claim. If the database does not answer, they are held as any claimed run."""
         if not self.fair_share or not entries:
             return entries
+        laps: dict[str, int] = {}
         for entry in entries:  # claimed: no longer read past
-            self._sent_back.pop(entry.run.run_id, None)
+            seen = self._sent_back.pop(entry.run.run_id, None)
+            if seen is not None:
+                laps[entry.run.run_id] = seen[1]
         keep: list[_InFlight] = []
         excess: list[_InFlight] = []
         with self._lock:
@@ -647,7 +656,7 @@ class Worker:
                 if tenant not in shares:
                     shares[tenant] = self._share_of(tenant)
                 held = self._held_by.get(tenant, 0) + adding.get(tenant, 0)
-                if held < shares[tenant]:
+                if held < shares[tenant] or not goes_round(laps.get(entry.run.run_id, 0)):
                     adding[tenant] = adding.get(tenant, 0) + 1
                     keep.append(entry)
                 else:
@@ -664,7 +673,7 @@ class Worker:
             return entries
         sent = self._sent_back
         for entry in excess:
-            sent[entry.run.run_id] = entry.run.tenant
+            sent[entry.run.run_id] = (entry.run.tenant, laps.get(entry.run.run_id, 0) + 1)
             self.metrics.tenants.sent_back.labels(self.shares.label(entry.run.tenant)).inc()
         while len(sent) > _SENT_BACK_KEPT:
             del sent[next(iter(sent))]

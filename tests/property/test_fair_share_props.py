@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kit.core.fair_share import FairQueue, TenantGate, fair_order, held_share, worker_part
+from kit.core.fair_share import (
+    MAX_LAPS,
+    FairQueue,
+    TenantGate,
+    fair_order,
+    goes_round,
+    held_share,
+    worker_part,
+)
 
 TENANTS = ["a", "b", "c", "d"]
 
@@ -205,3 +213,11 @@ def test_a_batch_in_fair_order_is_the_order_a_queue_starts_it(
         assert ordered == batch  # one tenant: arrival order, as before
     else:
         assert ordered == popped
+
+
+@given(st.integers(min_value=0, max_value=1_000))
+def test_a_run_goes_round_fewer_than_max_laps_times(laps: int) -> None:
+    """The liveness bound on send-backs (the worker-cut drill): a run sent round MAX_LAPS
+    times is held the next time, whatever its tenant holds."""
+    assert MAX_LAPS == 2
+    assert goes_round(laps) is (laps < 2)
