@@ -215,9 +215,9 @@ def test_a_batch_in_fair_order_is_the_order_a_queue_starts_it(
         assert ordered == popped
 
 
-@given(st.integers(min_value=0, max_value=1_000))
-def test_a_run_goes_round_fewer_than_max_laps_times(laps: int) -> None:
+def test_a_run_goes_round_fewer_than_max_laps_times() -> None:
     """The liveness bound on send-backs (the worker-cut drill): a run sent round MAX_LAPS
-    times is held the next time, whatever its tenant holds."""
+    times is held the next time, whatever its tenant holds (each edge spelled out: a
+    drawn `laps` missed 2, and `<=` survived mutation)."""
     assert MAX_LAPS == 2
-    assert goes_round(laps) is (laps < 2)
+    assert [goes_round(n) for n in (0, 1, 2, 3, 1_000)] == [True, True, False, False, False]
