@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ from kit.core.fair_share import (
     goes_round,
     held_share,
     worker_part,
+    worker_rate,
 )
 
 TENANTS = ["a", "b", "c", "d"]
@@ -221,3 +223,47 @@ def test_a_run_goes_round_fewer_than_max_laps_times() -> None:
     drawn `laps` missed 2, and `<=` survived mutation)."""
     assert MAX_LAPS == 2
     assert [goes_round(n) for n in (0, 1, 2, 3, 1_000)] == [True, True, False, False, False]
+
+
+def test_the_workers_part_of_a_fleet_rate() -> None:
+    """A fleet-wide start rate split over the live workers (none read yet: this one)."""
+    assert worker_rate(None, 3) is None
+    assert worker_rate(6.0, 3) == 2.0
+    assert worker_rate(6.0, 1) == 6.0
+    assert worker_rate(6.0, 0) == 6.0
+
+
+@pytest.mark.parametrize("weight", [0.0, -1.0])
+def test_a_weight_of_zero_or_less_is_refused_saying_so(weight: float) -> None:
+    q: FairQueue[str] = FairQueue()
+    with pytest.raises(ValueError) as caught:
+        q.push("r", "a", 0, weight, False)
+    assert str(caught.value) == "weight must be greater than 0"
+    assert len(q) == 0
+
+
+def test_a_tenant_finishing_its_last_run_leaves_nothing_behind() -> None:
+    """The running count never goes below nothing: a finish with none running (a run
+    started before a restart of the gate) leaves no entry, and the last one removes it."""
+    gate = TenantGate()
+    gate.finished("a")
+    assert gate.running == {}
+    gate.started("a", None, 0)
+    gate.started("a", None, 0)
+    gate.finished("a")
+    assert gate.running == {"a": 1}
+    gate.finished("a")
+    assert gate.running == {}
+    assert gate.refusal("a", 1, None, 0) is None
+
+
+def test_a_rate_bucket_holds_one_seconds_starts_and_never_refills_backwards() -> None:
+    """A rate of 0.5 a second still allows one start at once (the bucket holds at least
+    one); a clock read earlier than the last does not add tokens."""
+    gate = TenantGate()
+    assert gate.refusal("a", None, 0.5, 10_000) is None
+    gate.started("a", 0.5, 10_000)
+    assert gate.refusal("a", None, 0.5, 10_000) == "max_starts_per_s"
+    assert gate.refusal("a", None, 0.5, 5_000) == "max_starts_per_s"  # earlier: no refill
+    assert gate.refusal("a", None, 0.5, 11_999) == "max_starts_per_s"
+    assert gate.refusal("a", None, 0.5, 12_000) is None
