@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -218,27 +219,10 @@ def test_a_worker_that_cannot_confirm_its_lease_stops_the_task_and_gives_it_back
     the task before the lease ends and gives the run back (it used to run on and find
     its finish refused, after the reaper had handed the run to someone else)."""
     ledger = shared_dir / "ledger"
-    job = make_job(engine, task=ledger_task(ledger, "sleep 2"))
-    rid = make_run(engine, job)
-    running = start_worker(ttl_ms=1000, heartbeat_ms=600_000)
-    publish(publisher, engine, rid)
-    wait_for(engine, rid, "running")
-    wait_until(
-        "the worker to fence itself",
-        lambda: running.metrics.value("cronfleet_worker_fenced_total") >= 1,
-    )
-    reaper = Reaper(engine, publisher, 10_000)
-
-    def reaped() -> int:
-        counts = reaper.tick()
-        return counts.requeued + counts.dead
-
-    # given back: the reaper sees the lease over and re-queues the run
-    wait_until("the reaper to re-queue the run given back", reaped, poll_s=0.1)
+    running, rid = fenced_run(engine, publisher, start_worker, ledger_task(ledger, "sleep 2"))
+    requeued(engine, publisher, rid)  # given back: the reaper sees the lease over
     assert running.metrics.value("cronfleet_worker_stale_finishes_total") == 0
     assert not ledger.exists()  # the stopped task never reached its effect
-    row = run_row(engine, rid)
-    assert row.attempt >= 2 and row.errors[0]["error"].startswith("lease expired")
 
 
 def test_a_task_with_no_keeper_is_stopped_by_the_workers_own_fence(
@@ -249,21 +233,44 @@ def test_a_task_with_no_keeper_is_stopped_by_the_workers_own_fence(
     and the run is released, not finished. With the fence gone (`Worker._fence_pass`
     never fencing) this test fails; the test above does not: its command task's keeper
     stops the task at the same deadline, and the run is released as stopped."""
-    job = make_job(engine, task={"type": "sleep", "seconds": 5})
-    rid = make_run(engine, job)
+    task = {"type": "sleep", "seconds": 5}
+    running, rid = fenced_run(engine, publisher, start_worker, task, timeout_s=3.0)
+    requeued(engine, publisher, rid)
+    assert running.metrics.value("cronfleet_worker_stale_finishes_total") == 0
+
+
+def fenced_run(
+    engine: Engine,
+    publisher: RunPublisher,
+    start_worker: Callable[..., Running],
+    task: dict[str, Any],
+    **wait: float,
+) -> tuple[Running, str]:
+    """A run of `task` on a worker that never beats (its 1 s lease runs out while the task
+    works), once the worker has fenced it."""
+    rid = make_run(engine, make_job(engine, task=task))
     running = start_worker(ttl_ms=1000, heartbeat_ms=600_000)
     publish(publisher, engine, rid)
     wait_for(engine, rid, "running")
     wait_until(
         "the worker to fence itself",
         lambda: running.metrics.value("cronfleet_worker_fenced_total") >= 1,
-        timeout_s=3.0,
+        **wait,
     )
+    return running, rid
+
+
+def requeued(engine: Engine, publisher: RunPublisher, rid: str) -> None:
+    """The reaper re-queues the run its worker released (attempt + 1, 'lease expired')."""
     reaper = Reaper(engine, publisher, 10_000)
-    wait_until("the reaper to re-queue the released run", lambda: reaper.tick().requeued)
+
+    def reaped() -> int:
+        counts = reaper.tick()
+        return counts.requeued + counts.dead
+
+    wait_until("the reaper to re-queue the run given back", reaped, poll_s=0.1)
     row = run_row(engine, rid)
     assert row.attempt >= 2 and row.errors[0]["error"].startswith("lease expired")
-    assert running.metrics.value("cronfleet_worker_stale_finishes_total") == 0
 
 
 def worker_process(
