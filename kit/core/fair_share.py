@@ -44,8 +44,7 @@ LIMIT_RATE = "max_starts_per_s"
 class _Tenant(Generic[T]):
     runs: deque[T] = field(default_factory=deque)
     weight: float = 1.0
-    start: float = 0.0  # SFQ start tag of its next run (when it has one waiting)
-    finish: float = 0.0  # SFQ finish tag of its last run started
+    start: float = 0.0  # SFQ start tag of its next run: the finish tag of its last
 
 
 @dataclass
@@ -79,7 +78,7 @@ class FairQueue(Generic[T]):
         entry = lane.tenants.get(tenant)
         if entry is None:
             finish = lane.idle.pop(tenant, 0.0)
-            entry = lane.tenants[tenant] = _Tenant(start=max(lane.vtime, finish), finish=finish)
+            entry = lane.tenants[tenant] = _Tenant(start=max(lane.vtime, finish))
         entry.weight = weight
         entry.runs.append(item)
         self._len += 1
@@ -101,11 +100,10 @@ class FairQueue(Generic[T]):
             item = entry.runs.popleft()
             self._len -= 1
             lane.vtime = tag
-            entry.finish = tag + 1.0 / entry.weight
-            entry.start = entry.finish
+            entry.start = tag + 1.0 / entry.weight
             if not entry.runs:
                 del lane.tenants[name]
-                lane.idle[name] = entry.finish
+                lane.idle[name] = entry.start
                 if len(lane.idle) > _IDLE_KEPT:  # older ones are behind vtime by now
                     self._forget(lane)
             if not lane.tenants and not lane.idle:

@@ -267,3 +267,43 @@ def test_a_rate_bucket_holds_one_seconds_starts_and_never_refills_backwards() ->
     assert gate.refusal("a", None, 0.5, 5_000) == "max_starts_per_s"  # earlier: no refill
     assert gate.refusal("a", None, 0.5, 11_999) == "max_starts_per_s"
     assert gate.refusal("a", None, 0.5, 12_000) is None
+
+
+def test_a_tenant_just_served_waits_behind_a_newcomer() -> None:
+    """A tenant whose queue emptied keeps its finish tag: back a moment later it comes
+    after a tenant that has had nothing yet, though it pushed first (losing the tag
+    gives `a` the slot again)."""
+    q: FairQueue[str] = FairQueue()
+    q.push("a1", "a", 0, 1.0, False)
+    assert q.pop() == "a1"
+    q.push("a2", "a", 0, 1.0, False)
+    q.push("b1", "b", 0, 1.0, False)
+    assert [q.pop(), q.pop(), q.pop()] == ["b1", "a2", None]
+
+
+def test_many_tenants_passing_through_one_lane_keep_it_fair() -> None:
+    """More emptied tenants than a lane keeps tags for: the stale ones are dropped and the
+    queue still serves a newcomer before one just served."""
+    q: FairQueue[str] = FairQueue()
+    for i in range(1_100):
+        q.push(f"r{i}", f"t{i}", 0, 1.0, False)
+        assert q.pop() == f"r{i}"
+    q.push("again", "t1099", 0, 1.0, False)
+    q.push("new", "fresh", 0, 1.0, False)
+    assert [q.pop(), q.pop()] == ["new", "again"]
+
+
+def test_a_tenant_whose_class_changed_counts_its_runs_in_both_lanes() -> None:
+    q: FairQueue[str] = FairQueue()
+    q.push("r1", "a", 0, 1.0, True)
+    q.push("r2", "a", 0, 1.0, False)
+    q.push("r3", "a", 1, 1.0, False)
+    assert q.waiting() == {(0, "a"): 2, (1, "a"): 1}
+
+
+def test_a_start_with_no_question_asked_first_still_spends_a_token() -> None:
+    """`started` opens the tenant's bucket itself when no refusal was asked first."""
+    gate = TenantGate()
+    gate.started("a", 1.0, 1_000)
+    assert gate.refusal("a", None, 1.0, 1_000) == "max_starts_per_s"
+    assert gate.refusal("a", None, 1.0, 2_000) is None
