@@ -17,10 +17,12 @@ fault), 2 for bad input. The seed is printed; the same seed replays the same fau
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -159,6 +161,7 @@ def run_drills(args: argparse.Namespace) -> int:
                 f"against a deployment: {runs}",
             )
     print(f"chaos: seed {seed}", file=sys.stderr, flush=True)
+    _stop_on_sigterm()
     opts = RunOptions(
         args.cycles, seed, Path(args.out), plants, model=not args.no_model, target=target
     )
@@ -221,6 +224,7 @@ def run_soak_command(args: argparse.Namespace) -> int:
         raise FieldError("--sample-every", f"{args.sample_every} is not between 1 and 600")
     seed = _seed(args.seed)
     print(f"chaos: seed {seed}", file=sys.stderr, flush=True)
+    _stop_on_sigterm()
     command = shlex.join(
         ["cronfleet", "chaos", "soak", "--hours", f"{args.hours:g}", "--rate", f"{args.rate:g}",
          "--seed", str(seed), "--fault-every", f"{args.fault_every:g}"]
@@ -254,6 +258,18 @@ def run_soak_command(args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0 if result.passed and not summary["not_flat"] else 1
+
+
+def _stop_on_sigterm() -> None:
+    """A drill or soak ended by SIGTERM (`kill`, a CI job's timeout) cleans up as Ctrl-C
+    does: by default the signal ends the process before any `finally`, and the fleet's
+    services, each in a session of its own, went on running beside the next drill."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    with contextlib.suppress(ValueError):  # not the main thread (main() called by a test)
+        signal.signal(signal.SIGTERM, interrupt)
 
 
 def summarise(args: argparse.Namespace) -> int:

@@ -1,6 +1,8 @@
 """What a soak watches, every few seconds, to tell a leak from a level: each process's
-resident and anonymous memory, open file descriptors and threads (the fleet's services,
-the drills' PostgreSQL and its backends, the broker's JVM), the database's connections,
+resident and anonymous memory, open file descriptors, threads and CPU (the share of one
+core since the last sample: where the machine's time goes) for the fleet's services, the
+drills' PostgreSQL and its backends, the broker's JVM and the soak itself (its ledger
+target, side traffic and nemesis), the database's connections,
 size, dead tuples and per-row size of the tables whose row count stays put, and the
 broker's lag (messages the workers' group has not committed, every tier).
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +48,18 @@ def proc_status(pid: int) -> dict[str, float]:
     return out
 
 
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU the process has used (None if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+
+
 class Sampler:
     def __init__(
         self,
@@ -60,6 +75,7 @@ class Sampler:
         self.every_s = every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sampler", daemon=True)
+        self._cpu_last: dict[int, tuple[float, float]] = {}  # pid: (monotonic s, cpu s)
 
     def start(self) -> None:
         self._thread.start()
@@ -76,11 +92,16 @@ class Sampler:
 
     def sample(self) -> dict[str, float]:
         values: dict[str, float] = {}
+        cpu_seen: dict[int, tuple[float, float]] = {}
         for name in self.fleet.names():
             if self.fleet.alive(name):
-                for key, v in proc_status(self.fleet.pid(name)).items():
+                pid = self.fleet.pid(name)
+                for key, v in proc_status(pid).items():
                     values[f"{key}:{name}"] = v
-        self._servers(values)
+                self._cpu(values, f"cpu:{name}", [pid, *descendants(pid)], cpu_seen)
+        self._cpu(values, "cpu:soak", [os.getpid()], cpu_seen)
+        self._servers(values, cpu_seen)
+        self._cpu_last = cpu_seen
         with contextlib.suppress(Exception):  # the database frozen or down: not this time
             self._database(values)
         with contextlib.suppress(Exception):
@@ -89,20 +110,46 @@ class Sampler:
                 values["broker_lag"] = lag
         return values
 
-    def _servers(self, values: dict[str, float]) -> None:
+    def _cpu(
+        self,
+        values: dict[str, float],
+        name: str,
+        pids: list[int],
+        seen: dict[int, tuple[float, float]],
+    ) -> None:
+        """`name`: the share of one core `pids` used since the last sample, over those
+        seen both times (a process started since is counted from the next sample)."""
+        used = span = 0.0
+        for pid in pids:
+            cpu = cpu_seconds(pid)
+            if cpu is None:
+                continue
+            now = time.monotonic()
+            seen[pid] = (now, cpu)
+            if pid in self._cpu_last:
+                then, before = self._cpu_last[pid]
+                used += cpu - before
+                span = max(span, now - then)
+        if span > 0:
+            values[name] = round(used / span, 4)
+
+    def _servers(self, values: dict[str, float], cpu_seen: dict[int, tuple[float, float]]) -> None:
         """PostgreSQL: the postmaster, and its backends summed (their count varies);
         the broker's JVM."""
         root = self.stack.postgres_pid()
         if root is not None:
             for key, v in proc_status(root).items():
                 values[f"{key}:postgres"] = v
-            backends = [proc_status(pid) for pid in descendants(root)]
+            below = descendants(root)
+            backends = [proc_status(pid) for pid in below]
             values["anon_mb:postgres_backends"] = sum(b.get("anon_mb", 0) for b in backends)
             values["fds:postgres_backends"] = sum(b.get("fds", 0) for b in backends)
+            self._cpu(values, "cpu:postgres", [root, *below], cpu_seen)
         broker = self.stack.kafka_pid()
         if broker is not None:
             for key, v in proc_status(broker).items():
                 values[f"{key}:broker"] = v
+            self._cpu(values, "cpu:broker", [broker], cpu_seen)
 
     def _database(self, values: dict[str, float]) -> None:
         with self.engine.connect() as conn:

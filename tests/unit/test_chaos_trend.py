@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from chaos.trend import t_quantile_975, trend
@@ -39,3 +41,33 @@ def test_autocorrelated_samples_widen_the_interval() -> None:
 
 def test_too_few_samples_say_nothing() -> None:
     assert trend([0, 1, 2], [1, 2, 3]) is None
+
+
+def test_a_soak_judges_the_database_by_what_a_run_costs_not_by_its_history(
+    tmp_path: Path,
+) -> None:
+    """The run history grows by design (kept for days): the database's size is reported,
+    not judged; a worker's memory growing as fast fails the soak."""
+    import json
+
+    from chaos.soak import write_soak_report
+
+    rng = np.random.default_rng(11)
+    with (tmp_path / "samples.jsonl").open("w") as f:
+        for i, t in enumerate(np.arange(0, 3600, 10.0)):
+            values = {
+                "db_size_mb": 100 + i * 2.0,
+                "bytes_per_run": 400 + rng.normal(0, 4),
+                "rss_mb:w1": 110 + rng.normal(0, 1),
+            }
+            f.write(json.dumps({"t": t, "v": values}) + "\n")
+    summary = write_soak_report(tmp_path, None, 1.0, 500, "cronfleet chaos soak ...")
+    assert summary["not_flat"] == []
+    assert summary["trends"]["db_size_mb"]["flat"] is False
+    assert "| db_size_mb |" in (tmp_path / "soak.md").read_text()
+    assert "grows with the history kept" in (tmp_path / "soak.md").read_text()
+
+    with (tmp_path / "samples.jsonl").open("w") as f:
+        for i, t in enumerate(np.arange(0, 3600, 10.0)):
+            f.write(json.dumps({"t": t, "v": {"rss_mb:w1": 110 + i * 0.2}}) + "\n")
+    assert write_soak_report(tmp_path, None, 1.0, 500, "...")["not_flat"] == ["rss_mb:w1"]

@@ -1,0 +1,67 @@
+"""A drill ended by SIGTERM stops the fleet it started. Its services run in sessions of
+their own (a fault may stop or kill a whole group), so nothing takes them down with the
+drill: a soak killed by `kill` once left six services running, taking runs from the same
+topics beside the next soak and spoiling its figures."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from chaos.stack import ChaosStack
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_drill_ended_by_sigterm_stops_its_fleet(chaos_stack: ChaosStack, tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "kit.cli", "chaos", "run", "worker-kill", "--cycles", "20",
+            "--seed", "5", "--out", str(tmp_path), "--no-model", "--keep-stack"]  # fmt: skip
+    drill = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while not (tmp_path / "worker-kill" / "journal").exists():
+            assert drill.poll() is None, drill.stdout.read().decode()[-3000:]  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the drill's fleet did not start"
+            time.sleep(0.5)
+        time.sleep(3)
+        services = _children(drill.pid)
+        assert len(services) >= 5, services  # api, two scheduler nodes, workers, reaper
+        drill.send_signal(signal.SIGTERM)
+        code = drill.wait(timeout=180)
+    finally:
+        if drill.poll() is None:
+            drill.kill()
+    time.sleep(1)
+    left = [pid for pid in services if _alive(pid)]
+    for pid in left:
+        os.killpg(pid, signal.SIGKILL)
+    assert left == []
+    assert code == 130  # as after Ctrl-C
