@@ -249,10 +249,13 @@ def goes_round(laps: int) -> bool:
 
 
 def held_share(budget: int, weight: float, others: list[float]) -> int:
-    """How many runs needing a slot one tenant may hold claimed and unstarted on a worker
-    whose start budget (kit.core.backlog.start_budget) is `budget`: its weight's part of
-    the budget among the tenants holding runs there (`others`: their weights) and one
-    more of weight 1, standing for the tenants whose runs are still behind in the stream.
-    So one tenant alone takes half, never all: the rest is room to read past it."""
+    """How many runs needing a slot one tenant may have waiting past their second (its
+    backlog) on a worker whose start budget (kit.core.backlog.start_budget) is `budget`:
+    its weight's part of the budget among the tenants with a backlog there (`others`:
+    their weights) and one more of weight 1, standing for the tenants whose runs are
+    still behind in the stream. So one tenant alone takes half, never all: the rest is
+    room to read past it. Runs claimed ahead of their second do not count: at a steady
+    rate they are the pipeline, and counting them sent half of a lone tenant's runs
+    round its topic whenever the scan-ahead held more than half the budget."""
     total = weight + sum(others) + 1.0
     return max(1, int(budget * weight / total))

@@ -226,6 +226,29 @@ def test_a_tenant_alone_in_a_backlog_has_each_run_sent_round_at_most_max_laps(
         assert conn.execute(text("SELECT max(attempt) FROM runs")).scalar_one() == 1
 
 
+def test_a_tenant_alone_whose_runs_come_ahead_of_their_second_has_none_sent_back(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., tuple[Worker, Recorder]]
+) -> None:
+    """100 runs of one tenant due one every 50 ms from 3 s on, published at once (as a
+    scheduler publishes its scan-ahead), 4 slots and a start budget of 40: the worker
+    claims 40 ahead and more behind them wait in the topic, but a run claimed before its
+    second is no backlog. Counting held runs against the tenant's share (half the budget)
+    sent 20 of the first 40 round the topic, and at a steady 500 runs/s the drills' soak
+    sent runs round all the time."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    job = make_job(engine, {"type": "sleep", "seconds": 0.01}, tenant="steady", name="steady")
+    messages = []
+    for i in range(100):
+        when = now + timedelta(seconds=3, milliseconds=50 * i)
+        rid = make_run(engine, job, when, tenant="steady")
+        messages.append(RunMessage(rid, job, 1, to_epoch_ms(when), "normal"))
+    publisher.publish(messages)
+    worker, rec = start_worker(4, TenantsPolicy(), lease_ttl_ms=20_000)
+    wait_until("every run succeeded", all_succeeded(engine, 100), WAIT_S, lambda: str(rec.starts))
+    assert len(rec.starts) == 100
+    assert worker.metrics.value("cronfleet_worker_tenant_sent_back_total", tenant="steady") == 0
+
+
 def test_http_runs_take_the_task_loops_places_by_fair_share(
     settings: Settings,
     engine: Engine,
