@@ -281,14 +281,15 @@ def test_a_tenant_just_served_waits_behind_a_newcomer() -> None:
     assert [q.pop(), q.pop(), q.pop()] == ["b1", "a2", None]
 
 
-def test_many_tenants_passing_through_one_lane_keep_it_fair() -> None:
-    """More emptied tenants than a lane keeps tags for: the stale ones are dropped and the
-    queue still serves a newcomer before one just served."""
+def test_a_lane_past_the_tags_it_keeps_still_serves_a_newcomer_first() -> None:
+    """The 1,025th emptied tenant makes the lane drop the tags it no longer needs (those
+    not ahead of its virtual time): the lane and the tag just kept stay, so a tenant
+    just served still comes after a newcomer."""
     q: FairQueue[str] = FairQueue()
-    for i in range(1_100):
+    for i in range(1_025):
         q.push(f"r{i}", f"t{i}", 0, 1.0, False)
         assert q.pop() == f"r{i}"
-    q.push("again", "t1099", 0, 1.0, False)
+    q.push("again", "t1024", 0, 1.0, False)
     q.push("new", "fresh", 0, 1.0, False)
     assert [q.pop(), q.pop()] == ["new", "again"]
 
@@ -307,3 +308,13 @@ def test_a_start_with_no_question_asked_first_still_spends_a_token() -> None:
     gate.started("a", 1.0, 1_000)
     assert gate.refusal("a", None, 1.0, 1_000) == "max_starts_per_s"
     assert gate.refusal("a", None, 1.0, 2_000) is None
+
+
+def test_a_drained_queue_gives_every_waiting_run_once_and_is_empty() -> None:
+    """A stopping worker gives back what waits: every run of every lane, then nothing."""
+    q: FairQueue[str] = FairQueue()
+    q.push("a1", "a", 0, 1.0, True)
+    q.push("a2", "a", 0, 1.0, True)
+    q.push("b1", "b", 2, 1.0, False)
+    assert sorted(q.drain()) == ["a1", "a2", "b1"]
+    assert len(q) == 0 and q.pop() is None and q.waiting() == {}
