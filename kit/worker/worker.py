@@ -57,7 +57,7 @@ from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.defaults import KILL_GRACE_MS
 from kit.core.dispatch import TimerWheel, catch_up_order, tier_rank
 from kit.core.durations import LeaseBounds
-from kit.core.fair_share import FairQueue, fair_order, held_share
+from kit.core.fair_share import FairQueue, fair_order, goes_round, held_share
 from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.output import Output
 from kit.core.partitions import PARTITION_COUNT
@@ -461,8 +461,12 @@ class Worker:
         self._owed_turns = 0  # pool turns that found no run they may start
         self._on_pool: dict[str, _InFlight] = {}  # runs a pool turn took: each holds a thread
         self._preempted_at = 0.0  # monotonic: the hold thread last looked for preemption
-        self._held_by: dict[str, int] = {}  # runs needing a slot held unstarted, by tenant
-        self._sent_back: dict[str, str] = {}  # run id -> tenant: read past, over its share
+        # runs needing a slot past their second and waiting for one, by tenant: a tenant's
+        # backlog here, which its fair share bounds (runs claimed ahead of their second
+        # are the pipeline, not a backlog: a lone tenant's were sent back by the half)
+        self._due_by: dict[str, int] = {}
+        # run id -> (tenant, laps): sent round its topic (read past, or sent back) so often
+        self._sent_back: dict[str, tuple[str, int]] = {}
         self._shown_at = 0.0  # monotonic: the tenants' waiting gauges were set then
         self._lag_now: dict[str, int] | None = None  # the consumer's lag, read once a batch
         self._past_pause = _READ_PAST_PAUSE_S / 2  # doubles while batches are all read past
@@ -569,11 +573,11 @@ class Worker:
         )
 
     def _share_of(self, tenant: str) -> int:
-        """Under the lock: how many runs needing a slot `tenant` may hold unstarted here
-        (kit.core.fair_share.held_share of the start budget)."""
+        """Under the lock: how many runs needing a slot `tenant` may have waiting past their
+        second here (kit.core.fair_share.held_share of the start budget)."""
         policy = self.shares.policy()
         budget = start_budget(self.concurrency, self.lease_ttl_ms, self._start_rate.per_s)
-        others = [policy.weight(t) for t in self._held_by if t != tenant]
+        others = [policy.weight(t) for t in self._due_by if t != tenant]
         return held_share(budget, policy.weight(tenant), others)
 
     def _behind(self, tier: str) -> bool:
@@ -589,8 +593,8 @@ class Worker:
     def _read_past(
         self, messages: list[RunMessage], stop: threading.Event
     ) -> list[RunMessage] | None:
-        """Messages of runs this worker sent back (their tenant held more than its share)
-        whose tenant still does: published again at the tail of their topic, unclaimed, so
+        """Messages of runs this worker sent back (their tenant's backlog was over its
+        share) whose tenant's still is: published again at the tail of their topic, unclaimed, so
         that the messages behind them are read. Flushed before the offsets are committed:
         a crash redelivers the batch, and a run's second message claims nothing. Returns
         the messages to claim; None if stopping before they were published."""
@@ -601,10 +605,14 @@ class Worker:
         with self._lock:
             shares: dict[str, bool] = {}
             for m in messages:
-                tenant = self._sent_back.get(m.run_id)
-                if tenant is not None and tenant not in shares:
-                    shares[tenant] = self._held_by.get(tenant, 0) >= self._share_of(tenant)
-                (past if tenant is not None and shares[tenant] else keep).append(m)
+                seen = self._sent_back.get(m.run_id)
+                if seen is None or not goes_round(seen[1]):
+                    keep.append(m)  # (a run round MAX_LAPS times is claimed and held)
+                    continue
+                tenant = seen[0]
+                if tenant not in shares:
+                    shares[tenant] = self._due_by.get(tenant, 0) >= self._share_of(tenant)
+                (past if shares[tenant] else keep).append(m)
         if past:  # outside the lock: it asks the consumer
             keep += [m for m in past if not self._behind(m.tier)]
             past = [m for m in past if self._behind(m.tier)]
@@ -620,23 +628,29 @@ class Worker:
                     return None
         crash_point("claim.read_past_published", past)
         for m in past:
-            tenant = self._sent_back[m.run_id]
+            tenant, laps = self._sent_back[m.run_id]
+            self._sent_back[m.run_id] = (tenant, laps + 1)
             self.metrics.tenants.sent_back.labels(self.shares.label(tenant)).inc()
         return keep
 
     def _over_share(self, entries: list[_InFlight]) -> list[_InFlight]:
-        """The claimed runs to hold; a tenant's runs needing a slot beyond its share are
-        given back at once (pending at the same attempt, published again at the tail:
-        `_give_back`'s path) and remembered, so that next time they are read past without a
-        claim. If the database does not answer, they are held as any claimed run."""
+        """The claimed runs to hold; a tenant's runs needing a slot while its backlog (runs
+        past their second waiting for one) is at its share are given back at once (pending
+        at the same attempt, published again at the tail: `_give_back`'s path) and
+        remembered, so that next time they are read past without a claim. If the database
+        does not answer, they are held as any claimed run."""
         if not self.fair_share or not entries:
             return entries
+        laps: dict[str, int] = {}
         for entry in entries:  # claimed: no longer read past
-            self._sent_back.pop(entry.run.run_id, None)
+            seen = self._sent_back.pop(entry.run.run_id, None)
+            if seen is not None:
+                laps[entry.run.run_id] = seen[1]
         keep: list[_InFlight] = []
         excess: list[_InFlight] = []
+        now_ms = self.clock.db_ms(time.monotonic()) if self.clock.known else math.inf
         with self._lock:
-            adding: dict[str, int] = {}
+            adding: dict[str, int] = {}  # of this batch, the runs due already
             shares: dict[str, int] = {}
             for entry in entries:
                 spec = entry.run.task_spec
@@ -646,9 +660,10 @@ class Worker:
                 tenant = entry.run.tenant
                 if tenant not in shares:
                     shares[tenant] = self._share_of(tenant)
-                held = self._held_by.get(tenant, 0) + adding.get(tenant, 0)
-                if held < shares[tenant]:
-                    adding[tenant] = adding.get(tenant, 0) + 1
+                backlog = self._due_by.get(tenant, 0) + adding.get(tenant, 0)
+                if backlog < shares[tenant] or not goes_round(laps.get(entry.run.run_id, 0)):
+                    due = to_epoch_ms(entry.run.due_at or entry.run.scheduled_at) <= now_ms
+                    adding[tenant] = adding.get(tenant, 0) + due
                     keep.append(entry)
                 else:
                     excess.append(entry)
@@ -664,7 +679,7 @@ class Worker:
             return entries
         sent = self._sent_back
         for entry in excess:
-            sent[entry.run.run_id] = entry.run.tenant
+            sent[entry.run.run_id] = (entry.run.tenant, laps.get(entry.run.run_id, 0) + 1)
             self.metrics.tenants.sent_back.labels(self.shares.label(entry.run.tenant)).inc()
         while len(sent) > _SENT_BACK_KEPT:
             del sent[next(iter(sent))]
@@ -766,8 +781,6 @@ class Worker:
                 spec = run.task_spec
                 entry.slotted = spec is None or spec.get("type") not in self.inline_tasks
                 self._slotted_waiting += entry.slotted
-                if entry.slotted:
-                    self._held_by[run.tenant] = self._held_by.get(run.tenant, 0) + 1
             self._waiting += len(entries)
             self._gauges()
             self._held_changed.notify_all()
@@ -832,6 +845,8 @@ class Worker:
                 if entry.slotted and not entry.counted_out:
                     entry.due_waiting = True
                     self._due_waiting += 1
+                    tenant = entry.run.tenant
+                    self._due_by[tenant] = self._due_by.get(tenant, 0) + 1
         for entry in due:
             spec = entry.run.task_spec
             kind = spec.get("type") if spec is not None else None
@@ -1168,17 +1183,17 @@ class Worker:
                 self._waiting -= 1
                 self._slotted_waiting -= entry.slotted
                 self._due_waiting -= entry.due_waiting
-                if entry.slotted:
-                    self._held_less(entry.run.tenant, 1)
+                if entry.due_waiting:
+                    self._due_less(entry.run.tenant)
                 self._gauges()
 
-    def _held_less(self, tenant: str, n: int) -> None:
-        """Under the lock: `n` of the tenant's runs needing a slot no longer wait."""
-        left = self._held_by.get(tenant, 0) - n
+    def _due_less(self, tenant: str) -> None:
+        """Under the lock: one of the tenant's runs past its second no longer waits."""
+        left = self._due_by.get(tenant, 0) - 1
         if left > 0:
-            self._held_by[tenant] = left
+            self._due_by[tenant] = left
         else:
-            self._held_by.pop(tenant, None)
+            self._due_by.pop(tenant, None)
 
     def _loop_slots(self) -> asyncio.Semaphore | FairSlots[_InFlight]:
         """The `concurrency` places of the task loop's runs (made on the loop): handed
@@ -1664,7 +1679,7 @@ class Worker:
                 entry.cancel.set()
             self._wheel = TimerWheel()  # what was held is in `left`: given back below
             self._waiting = self._slotted_waiting = self._due_waiting = 0
-            self._held_by.clear()
+            self._due_by.clear()
             for entry in self._in_flight.values():
                 entry.counted_out = True
             self._gauges()

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
+from kit.core.fair_share import MAX_LAPS
 from kit.core.tenancy import TenantLimits, TenantsPolicy
 from kit.core.timeutil import to_epoch_ms
 from kit.settings import Settings
@@ -202,6 +203,50 @@ def test_a_tenant_behind_a_backlog_in_the_topic_is_read_past_it(
     assert attempts == 1
     sent_back = worker.metrics.value("cronfleet_worker_tenant_sent_back_total", tenant="noisy")
     assert sent_back > 0
+
+
+def test_a_tenant_alone_in_a_backlog_has_each_run_sent_round_at_most_max_laps(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., tuple[Worker, Recorder]]
+) -> None:
+    """One tenant's 120 runs due at once, one slot, a start budget of 10: the worker holds
+    the tenant's share (5) and sends the rest round, but a run sent round MAX_LAPS times is
+    kept the next time, whatever the tenant holds. With nobody else behind, send-backs
+    only fed themselves: runs went round a dozen times in the worker-cut drill and started
+    20 minutes late (docs/chaos.md). Every run succeeds once, at attempt 1."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    alone = plant(engine, "alone", 120, 0.02, now - timedelta(seconds=3))
+    publisher.publish(alone)
+    worker, rec = start_worker(1, TenantsPolicy(), lease_ttl_ms=20_000)
+    wait_until("every run succeeded", all_succeeded(engine, 120), WAIT_S, lambda: str(rec.starts))
+    assert len(rec.starts) == 120  # none ran twice
+    sent_round = worker.metrics.value("cronfleet_worker_tenant_sent_back_total", tenant="alone")
+    assert 0 < sent_round <= MAX_LAPS * 120
+    assert all(laps <= MAX_LAPS for _, laps in worker._sent_back.values())
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT max(attempt) FROM runs")).scalar_one() == 1
+
+
+def test_a_tenant_alone_whose_runs_come_ahead_of_their_second_has_none_sent_back(
+    engine: Engine, publisher: RunPublisher, start_worker: Callable[..., tuple[Worker, Recorder]]
+) -> None:
+    """100 runs of one tenant due one every 50 ms from 3 s on, published at once (as a
+    scheduler publishes its scan-ahead), 4 slots and a start budget of 40: the worker
+    claims 40 ahead and more behind them wait in the topic, but a run claimed before its
+    second is no backlog. Counting held runs against the tenant's share (half the budget)
+    sent 20 of the first 40 round the topic, and at a steady 500 runs/s the drills' soak
+    sent runs round all the time."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    job = make_job(engine, {"type": "sleep", "seconds": 0.01}, tenant="steady", name="steady")
+    messages = []
+    for i in range(100):
+        when = now + timedelta(seconds=3, milliseconds=50 * i)
+        rid = make_run(engine, job, when, tenant="steady")
+        messages.append(RunMessage(rid, job, 1, to_epoch_ms(when), "normal"))
+    publisher.publish(messages)
+    worker, rec = start_worker(4, TenantsPolicy(), lease_ttl_ms=20_000)
+    wait_until("every run succeeded", all_succeeded(engine, 100), WAIT_S, lambda: str(rec.starts))
+    assert len(rec.starts) == 100
+    assert worker.metrics.value("cronfleet_worker_tenant_sent_back_total", tenant="steady") == 0
 
 
 def test_http_runs_take_the_task_loops_places_by_fair_share(

@@ -12,10 +12,20 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kit.core.fair_share import FairQueue, TenantGate, fair_order, held_share, worker_part
+from kit.core.fair_share import (
+    MAX_LAPS,
+    FairQueue,
+    TenantGate,
+    fair_order,
+    goes_round,
+    held_share,
+    worker_part,
+    worker_rate,
+)
 
 TENANTS = ["a", "b", "c", "d"]
 
@@ -205,3 +215,106 @@ def test_a_batch_in_fair_order_is_the_order_a_queue_starts_it(
         assert ordered == batch  # one tenant: arrival order, as before
     else:
         assert ordered == popped
+
+
+def test_a_run_goes_round_fewer_than_max_laps_times() -> None:
+    """The liveness bound on send-backs (the worker-cut drill): a run sent round MAX_LAPS
+    times is held the next time, whatever its tenant holds (each edge spelled out: a
+    drawn `laps` missed 2, and `<=` survived mutation)."""
+    assert MAX_LAPS == 2
+    assert [goes_round(n) for n in (0, 1, 2, 3, 1_000)] == [True, True, False, False, False]
+
+
+def test_the_workers_part_of_a_fleet_rate() -> None:
+    """A fleet-wide start rate split over the live workers (none read yet: this one)."""
+    assert worker_rate(None, 3) is None
+    assert worker_rate(6.0, 3) == 2.0
+    assert worker_rate(6.0, 1) == 6.0
+    assert worker_rate(6.0, 0) == 6.0
+
+
+@pytest.mark.parametrize("weight", [0.0, -1.0])
+def test_a_weight_of_zero_or_less_is_refused_saying_so(weight: float) -> None:
+    q: FairQueue[str] = FairQueue()
+    with pytest.raises(ValueError) as caught:
+        q.push("r", "a", 0, weight, False)
+    assert str(caught.value) == "weight must be greater than 0"
+    assert len(q) == 0
+
+
+def test_a_tenant_finishing_its_last_run_leaves_nothing_behind() -> None:
+    """The running count never goes below nothing: a finish with none running (a run
+    started before a restart of the gate) leaves no entry, and the last one removes it."""
+    gate = TenantGate()
+    gate.finished("a")
+    assert gate.running == {}
+    gate.started("a", None, 0)
+    gate.started("a", None, 0)
+    gate.finished("a")
+    assert gate.running == {"a": 1}
+    gate.finished("a")
+    assert gate.running == {}
+    assert gate.refusal("a", 1, None, 0) is None
+
+
+def test_a_rate_bucket_holds_one_seconds_starts_and_never_refills_backwards() -> None:
+    """A rate of 0.5 a second still allows one start at once (the bucket holds at least
+    one); a clock read earlier than the last does not add tokens."""
+    gate = TenantGate()
+    assert gate.refusal("a", None, 0.5, 10_000) is None
+    gate.started("a", 0.5, 10_000)
+    assert gate.refusal("a", None, 0.5, 10_000) == "max_starts_per_s"
+    assert gate.refusal("a", None, 0.5, 5_000) == "max_starts_per_s"  # earlier: no refill
+    assert gate.refusal("a", None, 0.5, 11_999) == "max_starts_per_s"
+    assert gate.refusal("a", None, 0.5, 12_000) is None
+
+
+def test_a_tenant_just_served_waits_behind_a_newcomer() -> None:
+    """A tenant whose queue emptied keeps its finish tag: back a moment later it comes
+    after a tenant that has had nothing yet, though it pushed first (losing the tag
+    gives `a` the slot again)."""
+    q: FairQueue[str] = FairQueue()
+    q.push("a1", "a", 0, 1.0, False)
+    assert q.pop() == "a1"
+    q.push("a2", "a", 0, 1.0, False)
+    q.push("b1", "b", 0, 1.0, False)
+    assert [q.pop(), q.pop(), q.pop()] == ["b1", "a2", None]
+
+
+def test_a_lane_past_the_tags_it_keeps_still_serves_a_newcomer_first() -> None:
+    """The 1,025th emptied tenant makes the lane drop the tags it no longer needs (those
+    not ahead of its virtual time): the lane and the tag just kept stay, so a tenant
+    just served still comes after a newcomer."""
+    q: FairQueue[str] = FairQueue()
+    for i in range(1_025):
+        q.push(f"r{i}", f"t{i}", 0, 1.0, False)
+        assert q.pop() == f"r{i}"
+    q.push("again", "t1024", 0, 1.0, False)
+    q.push("new", "fresh", 0, 1.0, False)
+    assert [q.pop(), q.pop()] == ["new", "again"]
+
+
+def test_a_tenant_whose_class_changed_counts_its_runs_in_both_lanes() -> None:
+    q: FairQueue[str] = FairQueue()
+    q.push("r1", "a", 0, 1.0, True)
+    q.push("r2", "a", 0, 1.0, False)
+    q.push("r3", "a", 1, 1.0, False)
+    assert q.waiting() == {(0, "a"): 2, (1, "a"): 1}
+
+
+def test_a_start_with_no_question_asked_first_still_spends_a_token() -> None:
+    """`started` opens the tenant's bucket itself when no refusal was asked first."""
+    gate = TenantGate()
+    gate.started("a", 1.0, 1_000)
+    assert gate.refusal("a", None, 1.0, 1_000) == "max_starts_per_s"
+    assert gate.refusal("a", None, 1.0, 2_000) is None
+
+
+def test_a_drained_queue_gives_every_waiting_run_once_and_is_empty() -> None:
+    """A stopping worker gives back what waits: every run of every lane, then nothing."""
+    q: FairQueue[str] = FairQueue()
+    q.push("a1", "a", 0, 1.0, True)
+    q.push("a2", "a", 0, 1.0, True)
+    q.push("b1", "b", 2, 1.0, False)
+    assert sorted(q.drain()) == ["a1", "a2", "b1"]
+    assert len(q) == 0 and q.pop() is None and q.waiting() == {}
