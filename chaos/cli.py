@@ -220,6 +220,12 @@ def run_soak_command(args: argparse.Namespace) -> int:
         raise FieldError("--rate", f"{args.rate} is not in (0, 50000]")
     if not 30 <= args.fault_every <= 3600:
         raise FieldError("--fault-every", f"{args.fault_every} is not between 30 and 3600")
+    if args.fault_every > args.hours * 3600:
+        raise FieldError(
+            "--fault-every",
+            f"{args.fault_every:g} s is longer than the soak ({args.hours * 3600:g} s): its one "
+            "nemesis cycle would keep it running that long",
+        )
     if not 1 <= args.sample_every <= 600:
         raise FieldError("--sample-every", f"{args.sample_every} is not between 1 and 600")
     seed = _seed(args.seed)
