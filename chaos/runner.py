@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import socket
+import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -88,6 +89,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _progress(name: str, done: int, cycles: int, started: float) -> None:
+    """A line per cycle on stderr (a 100-cycle drill takes half an hour): done, elapsed,
+    and the time left at the pace so far."""
+    elapsed = time.monotonic() - started
+    left = elapsed / done * (cycles - done)
+    print(f"chaos: {name}: cycle {done}/{cycles}, {elapsed / 60:.1f} min, about "
+          f"{left / 60:.1f} min of cycles left", file=sys.stderr, flush=True)  # fmt: skip
+
+
 def run_drill(drill: Drill, stack: ChaosStack, opts: RunOptions, command: str) -> DrillResult:
     started = time.monotonic()
     # absolute: tasks run in a directory of their own and are handed the ledger's path
@@ -118,7 +128,10 @@ def run_drill(drill: Drill, stack: ChaosStack, opts: RunOptions, command: str) -
                 begin = ctx.now_ms()
                 drill.cycle(ctx, i)
                 ctx.cycles.append((begin, ctx.now_ms()))
+                _progress(drill.name, i + 1, opts.cycles, started)
             drill.heal_all(ctx)
+            print(f"chaos: {drill.name}: healed; waiting for the fleet to settle, then the "
+                  "audit", file=sys.stderr, flush=True)  # fmt: skip
             _settle(ctx)
             ctx.workload.pause_all()
             _wait_quiet(ctx)
