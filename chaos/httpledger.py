@@ -11,6 +11,7 @@ second the soak's bulk is http tasks to this target instead."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -74,6 +75,13 @@ class LedgerServer(ThreadingHTTPServer):
             else:
                 self._done.add(key)
                 os.write(self._effects, f"effect {key} {attempt} {now} {pid}\n".encode())
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A worker killed or cut off mid-request resets its connection: the nemesis's
+        doing, not the target's error, so no traceback on the soak's stderr."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
 
     def stop(self) -> None:
         self.shutdown()
