@@ -178,8 +178,8 @@ def wait_for(what: str, check: Callable[[], object], timeout_s: float, every_s: 
         time.sleep(every_s)
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live process below `pid` (children, their children, ...), from /proc."""
+def process_children() -> dict[int, list[int]]:
+    """Each live process's children, from one pass over /proc."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -191,6 +191,13 @@ def descendants(pid: int) -> list[int]:
         fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) > 1 and fields[0] not in ("Z", "X"):
             children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def descendants(pid: int, children: dict[int, list[int]] | None = None) -> list[int]:
+    """Every live process below `pid` (children, their children, ...), from /proc, or
+    from `children` (process_children) when several are looked up at once."""
+    children = process_children() if children is None else children
     out: list[int] = []
     todo = [pid]
     while todo:

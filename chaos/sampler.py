@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, text
 
-from chaos.fleet import DrillFleet, descendants
+from chaos.fleet import DrillFleet, descendants, process_children
 from chaos.stack import ChaosStack
 
 # tables whose live rows stay about the same through a soak: their size per row is bloat
@@ -93,14 +93,15 @@ class Sampler:
     def sample(self) -> dict[str, float]:
         values: dict[str, float] = {}
         cpu_seen: dict[int, tuple[float, float]] = {}
+        tree = process_children()  # one pass over /proc for every process's descendants
         for name in self.fleet.names():
             if self.fleet.alive(name):
                 pid = self.fleet.pid(name)
                 for key, v in proc_status(pid).items():
                     values[f"{key}:{name}"] = v
-                self._cpu(values, f"cpu:{name}", [pid, *descendants(pid)], cpu_seen)
+                self._cpu(values, f"cpu:{name}", [pid, *descendants(pid, tree)], cpu_seen)
         self._cpu(values, "cpu:soak", [os.getpid()], cpu_seen)
-        self._servers(values, cpu_seen)
+        self._servers(values, cpu_seen, tree)
         self._cpu_last = cpu_seen
         with contextlib.suppress(Exception):  # the database frozen or down: not this time
             self._database(values)
@@ -133,14 +134,19 @@ class Sampler:
         if span > 0:
             values[name] = round(used / span, 4)
 
-    def _servers(self, values: dict[str, float], cpu_seen: dict[int, tuple[float, float]]) -> None:
+    def _servers(
+        self,
+        values: dict[str, float],
+        cpu_seen: dict[int, tuple[float, float]],
+        tree: dict[int, list[int]],
+    ) -> None:
         """PostgreSQL: the postmaster, and its backends summed (their count varies);
         the broker's JVM."""
         root = self.stack.postgres_pid()
         if root is not None:
             for key, v in proc_status(root).items():
                 values[f"{key}:postgres"] = v
-            below = descendants(root)
+            below = descendants(root, tree)
             backends = [proc_status(pid) for pid in below]
             values["anon_mb:postgres_backends"] = sum(b.get("anon_mb", 0) for b in backends)
             values["fds:postgres_backends"] = sum(b.get("fds", 0) for b in backends)

@@ -248,6 +248,13 @@ def goes_round(laps: int) -> bool:
     return laps < MAX_LAPS
 
 
+def holds(backlog: int, share: int, laps: int) -> bool:
+    """Whether a worker holds a tenant's run (claims it, or keeps it claimed) rather than
+    send it round its topic: the tenant's backlog there (its runs past their second
+    waiting for a slot) is under its share, or the run has gone round MAX_LAPS times."""
+    return backlog < share or not goes_round(laps)
+
+
 def held_share(budget: int, weight: float, others: list[float]) -> int:
     """How many runs needing a slot one tenant may have waiting past their second (its
     backlog) on a worker whose start budget (kit.core.backlog.start_budget) is `budget`:

@@ -57,7 +57,7 @@ from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.defaults import KILL_GRACE_MS
 from kit.core.dispatch import TimerWheel, catch_up_order, tier_rank
 from kit.core.durations import LeaseBounds
-from kit.core.fair_share import FairQueue, fair_order, goes_round, held_share
+from kit.core.fair_share import FairQueue, fair_order, held_share, holds
 from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.output import Output
 from kit.core.partitions import PARTITION_COUNT
@@ -603,16 +603,16 @@ class Worker:
         keep: list[RunMessage] = []
         past: list[RunMessage] = []
         with self._lock:
-            shares: dict[str, bool] = {}
+            shares: dict[str, tuple[int, int]] = {}  # tenant: (backlog, share)
             for m in messages:
                 seen = self._sent_back.get(m.run_id)
-                if seen is None or not goes_round(seen[1]):
-                    keep.append(m)  # (a run round MAX_LAPS times is claimed and held)
+                if seen is None:
+                    keep.append(m)
                     continue
-                tenant = seen[0]
+                tenant, laps = seen
                 if tenant not in shares:
-                    shares[tenant] = self._due_by.get(tenant, 0) >= self._share_of(tenant)
-                (past if shares[tenant] else keep).append(m)
+                    shares[tenant] = (self._due_by.get(tenant, 0), self._share_of(tenant))
+                (keep if holds(*shares[tenant], laps) else past).append(m)
         if past:  # outside the lock: it asks the consumer
             keep += [m for m in past if not self._behind(m.tier)]
             past = [m for m in past if self._behind(m.tier)]
@@ -661,7 +661,7 @@ class Worker:
                 if tenant not in shares:
                     shares[tenant] = self._share_of(tenant)
                 backlog = self._due_by.get(tenant, 0) + adding.get(tenant, 0)
-                if backlog < shares[tenant] or not goes_round(laps.get(entry.run.run_id, 0)):
+                if holds(backlog, shares[tenant], laps.get(entry.run.run_id, 0)):
                     due = to_epoch_ms(entry.run.due_at or entry.run.scheduled_at) <= now_ms
                     adding[tenant] = adding.get(tenant, 0) + due
                     keep.append(entry)

@@ -14,23 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from chaos.fleet import process_children
 from chaos.stack import ChaosStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
 
 
 def _alive(pid: int) -> bool:
@@ -52,7 +41,7 @@ def test_a_drill_ended_by_sigterm_stops_its_fleet(chaos_stack: ChaosStack, tmp_p
             assert time.monotonic() < deadline, "the drill's fleet did not start"
             time.sleep(0.5)
         time.sleep(3)
-        services = _children(drill.pid)
+        services = process_children().get(drill.pid, [])
         assert len(services) >= 5, services  # api, two scheduler nodes, workers, reaper
         drill.send_signal(signal.SIGTERM)
         code = drill.wait(timeout=180)

@@ -23,6 +23,7 @@ from kit.core.fair_share import (
     fair_order,
     goes_round,
     held_share,
+    holds,
     worker_part,
     worker_rate,
 )
@@ -318,3 +319,12 @@ def test_a_drained_queue_gives_every_waiting_run_once_and_is_empty() -> None:
     q.push("b1", "b", 2, 1.0, False)
     assert sorted(q.drain()) == ["a1", "a2", "b1"]
     assert len(q) == 0 and q.pop() is None and q.waiting() == {}
+
+
+def test_a_run_is_held_under_its_tenants_share_or_after_its_laps() -> None:
+    """The worker's one rule for a tenant's run, read again or just claimed: held while the
+    tenant's backlog is under its share, sent round at the share, held anyway once it
+    has gone round MAX_LAPS times (each edge spelled out)."""
+    assert [holds(b, 5, 0) for b in (0, 4, 5, 6)] == [True, True, False, False]
+    assert [holds(9, 5, laps) for laps in (1, 2, 3)] == [False, True, True]
+    assert holds(0, 1, 0) and not holds(1, 1, 1)
