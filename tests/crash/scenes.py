@@ -10,6 +10,7 @@ import contextlib
 import os
 import signal
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 
@@ -107,11 +108,14 @@ FAIR_TENANT = "crash-fair"  # not the drills' tenant: the ledger's audit never s
 def _a_burst_behind_which_w1_reads(f: CrashFleet) -> None:
     """A tenant's burst of 150 short runs, due now, on w1 alone: far over its share of w1's
     start budget (8 slots and a 4 s lease start 16 runs in half a lease), so w1 sends the
-    excess back and, meeting those runs again with more behind them, reads past them."""
+    excess back and, meeting those runs again with more behind them, reads past them.
+    Called again every 10 s until w1 reads past (a slow machine), so each burst is a job
+    of its own name."""
     from kit.core.timeutil import to_epoch_ms
     from kit.transport import RunMessage, RunPublisher
 
-    job = make_job(f.engine, {"type": "sleep", "seconds": 0.2}, tenant=FAIR_TENANT, name="burst")
+    name = f"burst-{uuid.uuid4().hex[:8]}"
+    job = make_job(f.engine, {"type": "sleep", "seconds": 0.2}, tenant=FAIR_TENANT, name=name)
     at = datetime.now(UTC).replace(microsecond=0)
     messages = []
     for i in range(150):
