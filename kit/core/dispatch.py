@@ -9,7 +9,7 @@ worked by priority first, then by age (`catch_up_order`).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 from typing import Generic, TypeVar
 
@@ -102,6 +102,30 @@ class TimerWheel(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._heap)
+
+
+def tier_to_serve(heads: Sequence[int | None], now_ms: int | None) -> int | None:
+    """Which tier a worker reads next (its index in rank order), given the due time in
+    ms of each tier's next message: None when the tier has none, 0 when it has some not
+    yet fetched (they may be due now). The tier whose next run is due soonest, every run
+    already due counting as due now, the higher tier within one second; None when no
+    tier has anything. With `now_ms` None, strict rank order.
+
+    Why by due time and not strictly by rank: the scheduler publishes runs up to its
+    scan-ahead before their second, so a steady higher tier is never drained, and a
+    worker whose claim budget is full of its runs due in a few seconds never read a
+    lower tier's runs due now (a 45-minute soak at 500 runs/s: the low tier 42,000 runs
+    behind while every higher tier kept up). A backlog of runs already due is still
+    served highest tier first."""
+    best: tuple[int, int] | None = None
+    pick: int | None = None
+    for rank, due in enumerate(heads):
+        if due is None:
+            continue
+        key = (0 if now_ms is None else max(due, now_ms) // 1000, rank)
+        if best is None or key < best:
+            best, pick = key, rank
+    return pick
 
 
 def catch_up_order(

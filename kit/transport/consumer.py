@@ -1,22 +1,26 @@
-"""Consuming the run queue, highest priority tier first.
+"""Consuming the run queue: runs due now before runs due later, the highest tier first.
 
 Design: one Kafka consumer per tier (group `<group_id>.<tier>`), polled in rank order
-from one thread. `poll_batch` serves the highest tier that has something; a tier is
-only passed over when it is *known to be drained*: every partition assigned to this
-consumer has a known high watermark and the next offset to read is at it, with
-nothing held locally. While a higher tier has backlog, or its state is not yet known
-(no assignment yet, no watermark yet), every lower tier waits: its partitions are
-paused (librdkafka stops fetching them) and it is still polled so it keeps its group
-membership; the few messages that were already fetched before the pause are held in
-a local buffer, not dropped, and served first when the tier's turn comes.
+from one thread. Each tier's next message is fetched and held in a local buffer (its
+partitions then paused, so librdkafka fetches no more of it), and `poll_batch` serves
+the tier whose next run is due soonest, every run already due counting as due now and
+the higher tier winning within a second (kit.core.dispatch.tier_to_serve). A tier whose
+next message is not here yet but which is not *known to be drained* (every partition
+assigned to this consumer has a known high watermark and the next offset to read is at
+it) counts as due now: while a higher tier's state is unknown (no assignment yet, no
+watermark yet, a fetch in flight), every lower tier waits. So a backlog of due runs
+comes back highest tier first, and a steady higher tier whose runs are published ahead
+of their second (the scheduler's scan-ahead) no longer holds back a lower tier's runs
+that are due now. Without a clock (`now_ms` None) the order is strictly by rank.
 
 Why not one consumer subscribed to every tier topic, pausing lower partitions? Its
 `consume()` hands back whatever fetch responses arrived, mixed across tiers, so
 strict order needs seeks back on every mixed batch, and a lower tier would be served
 whenever a higher fetch is merely slow. With one consumer per tier each `consume()`
 returns one tier only, so "critical before low" is a property of the loop order plus
-the drained check, which the integration tests can show: with backlog in both, every
-critical message comes back before any low one, even a low one published first.
+the due-time rule, which the integration tests can show: with a due backlog in both,
+every critical message comes back before any low one, even a low one published first,
+and a low run due now comes back before critical runs due seconds later.
 
 The known limit: "drained" uses the watermark cached from the last fetch response,
 so a message produced to a higher tier less than one fetch round trip ago may let a
@@ -68,7 +72,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from kit.core.dispatch import PRIORITY_TIERS, tier_rank
+from kit.core.dispatch import PRIORITY_TIERS, tier_rank, tier_to_serve
 from kit.core.offsets import PendingOffsets
 from kit.transport.kafka_client import client_config
 from kit.transport.message import DEFAULT_TOPIC_PREFIX, MessageError, RunMessage, topic_for
@@ -162,11 +166,15 @@ class TieredConsumer:
 
     # -- public -------------------------------------------------------------------------
 
-    def poll_batch(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[RunMessage]:
-        """Up to `max_messages` runs, all of the highest tier that has any; [] on timeout."""
+    def poll_batch(
+        self, max_messages: int = 500, timeout_s: float = 1.0, now_ms: int | None = None
+    ) -> list[RunMessage]:
+        """Up to `max_messages` runs, all of one tier: the one whose next run is due
+        soonest by `now_ms` (the highest within a second, kit.core.dispatch.tier_to_serve),
+        or with `now_ms` None the highest tier that has any; [] on timeout."""
         deadline = time.monotonic() + timeout_s
         while True:
-            found, blocker = self._poll_once(max_messages)
+            found, blocker = self._poll_once(max_messages, now_ms)
             if found:
                 return found
             remaining = deadline - time.monotonic()
@@ -269,25 +277,47 @@ class TieredConsumer:
 
     # -- the loop -----------------------------------------------------------------------
 
-    def _poll_once(self, max_messages: int) -> tuple[list[RunMessage], _Tier | None]:
+    def _poll_once(
+        self, max_messages: int, now_ms: int | None
+    ) -> tuple[list[RunMessage], _Tier | None]:
+        heads = [self._head(tier, max_messages) for tier in self._tiers]
+        pick = tier_to_serve(heads, now_ms)
         found: list[RunMessage] = []
         blocker: _Tier | None = None
-        for tier in self._tiers:
-            if blocker is not None:
-                self._hold(tier)
-                tier.stalled_since = None  # held on purpose
+        for rank, tier in enumerate(self._tiers):
+            if rank != pick:
+                if tier.buffer:  # its next run is known: nothing more fetched until served
+                    self._hold(tier)
+                    tier.stalled_since = None  # held on purpose
+                else:  # fetching and nothing came: stalled, if the broker has more
+                    self._stalled(tier)
                 continue
             self._release(tier)
             raw = self._take(tier, max_messages)
             if raw:
                 found = self._decode(tier, raw)
-                blocker = tier
                 tier.stalled_since = None
             else:
-                if not self._drained(tier):
-                    blocker = tier
+                blocker = tier
                 self._stalled(tier)
         return found, blocker
+
+    def _head(self, tier: _Tier, max_messages: int) -> int | None:
+        """The due time (ms) of the tier's next message, fetched if none is held here; 0
+        when it has messages not fetched yet (they may be due now), None when it has none.
+        A malformed head counts as due now: it is served, and so rejected, at once."""
+        if not tier.buffer:
+            self._release(tier)
+            # at least one: a consume of none serves no rebalance, so a tier would never
+            # be assigned while the caller asks for nothing (a worker at its budget)
+            fetched = tier.consumer.consume(max(1, max_messages), 0)
+            tier.buffer.extend(_read(tier, fetched))
+        if not tier.buffer:
+            return None if self._drained(tier) else 0
+        try:
+            return RunMessage.from_bytes(tier.buffer[0].value()).scheduled_at_ms
+        except MessageError:
+            return 0
 
     def _stalled(self, tier: _Tier) -> None:
         """A tier not held that fetched nothing for `_STALL_S` while the broker has

@@ -504,7 +504,11 @@ class Worker:
                 free = self._wait_for_slot(stop)
                 if free == 0:
                     continue
-                messages = self.consumer.poll_batch(max_messages=free, timeout_s=0.5)
+                messages = self.consumer.poll_batch(
+                    max_messages=free,
+                    timeout_s=0.5,
+                    now_ms=int(self.clock.db_ms(time.monotonic())),  # runs due now first
+                )
                 if time.monotonic() - last_lag > _LAG_EVERY_S:
                     last_lag = time.monotonic()
                     for tier, lag in self.consumer.lag_by_tier().items():

@@ -69,13 +69,15 @@ def runs(tier: str, n: int, tag: str = "") -> list[RunMessage]:
     ]
 
 
-def drain(consumer: TieredConsumer, n: int, batch: int = 500) -> list[RunMessage]:
+def drain(
+    consumer: TieredConsumer, n: int, batch: int = 500, now_ms: int | None = None
+) -> list[RunMessage]:
     """Poll until n messages came back (or the deadline), then once more for extras."""
     got: list[RunMessage] = []
     deadline = time.monotonic() + WAIT_S
     while len(got) < n and time.monotonic() < deadline:
-        got += consumer.poll_batch(batch, 0.5)
-    got += consumer.poll_batch(batch, 1.0)
+        got += consumer.poll_batch(batch, 0.5, now_ms)
+    got += consumer.poll_batch(batch, 1.0, now_ms)
     return got
 
 
@@ -163,13 +165,17 @@ def test_consumer_reports_lag_per_tier_before_consuming(bootstrap: str, prefix: 
         assert consumer.lag_by_tier()["low"] == 0
 
 
-def test_critical_backlog_is_served_before_any_low_message(bootstrap: str, prefix: str) -> None:
+@pytest.mark.parametrize("clock", [False, True], ids=["no-clock", "worker-clock"])
+def test_critical_backlog_is_served_before_any_low_message(
+    bootstrap: str, prefix: str, clock: bool
+) -> None:
+    """Runs already due (as the worker's clock says, or without one): strictly by tier."""
     publisher = RunPublisher(bootstrap, topic_prefix=prefix)
     publisher.publish(runs("low", 1, "-first"))  # a low run published before any critical
     publisher.publish(runs("low", 300) + runs("normal", 50))
     publisher.publish(runs("critical", 200))
     with TieredConsumer(bootstrap, f"g-{prefix}", topic_prefix=prefix) as consumer:
-        got = drain(consumer, 551, batch=25)
+        got = drain(consumer, 551, batch=25, now_ms=int(time.time() * 1000) if clock else None)
     tiers = [m.tier for m in got]
     assert len(got) == 551
     assert tiers == ["critical"] * 200 + ["normal"] * 50 + ["low"] * 301
@@ -194,6 +200,33 @@ def test_critical_published_mid_backlog_preempts_the_rest_of_low(
     assert len(critical_at) == 30
     assert critical_at[-1] < 600
     assert got[-1].tier == "low"
+
+
+def test_a_low_run_due_now_comes_before_critical_runs_published_for_later(
+    bootstrap: str, prefix: str
+) -> None:
+    """The scheduler publishes runs up to its scan-ahead before their second, so a steady
+    critical tier is never drained; served strictly by rank, a worker never read the low
+    runs due now (the soak's low tier fell 42,000 runs behind). Served by due time, with
+    the worker's clock, they come first."""
+    now = int(time.time() * 1000)
+    later = [
+        RunMessage(_id(f"later-{prefix}-{i}"), _id(f"job-{i % 17}"), 1, now + 8_000, "critical")
+        for i in range(200)
+    ]
+    due = [
+        RunMessage(_id(f"due-{prefix}-{i}"), _id(f"job-{i % 17}"), 1, now - 500, "low")
+        for i in range(20)
+    ]
+    RunPublisher(bootstrap, topic_prefix=prefix).publish(later + due)
+    with TieredConsumer(bootstrap, f"g-{prefix}", topic_prefix=prefix) as consumer:
+        got: list[RunMessage] = []
+        deadline = time.monotonic() + WAIT_S
+        while len(got) < 220 and time.monotonic() < deadline:
+            got += consumer.poll_batch(10, 0.5, now_ms=now)
+    tiers = [m.tier for m in got]
+    assert sorted(m.run_id for m in got) == sorted(m.run_id for m in later + due)
+    assert tiers == ["low"] * 20 + ["critical"] * 200
 
 
 def test_uncommitted_messages_are_redelivered_to_the_group(bootstrap: str, prefix: str) -> None:

@@ -4,7 +4,13 @@ timer wheel pops exactly the due items in (due, tier, insertion) order."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kit.core.dispatch import PRIORITY_TIERS, TimerWheel, catch_up_order, tier_rank
+from kit.core.dispatch import (
+    PRIORITY_TIERS,
+    TimerWheel,
+    catch_up_order,
+    tier_rank,
+    tier_to_serve,
+)
 from kit.core.invariants import InvariantViolation, check_unique_runs
 from kit.core.policies import (
     MISFIRE_KINDS,
@@ -91,3 +97,35 @@ def test_unique_runs_checker_agrees_with_a_set(runs):
         assert duplicate
     else:
         assert not duplicate
+
+
+heads = st.lists(
+    st.one_of(st.none(), st.just(0), st.integers(NOW_MS - 86_400_000, NOW_MS + 86_400_000)),
+    min_size=0,
+    max_size=len(PRIORITY_TIERS),
+)
+
+
+@settings(max_examples=300)
+@given(heads, st.integers(NOW_MS - 3_600_000, NOW_MS + 3_600_000))
+def test_the_tier_served_is_one_with_the_soonest_second_and_the_highest_within_it(heads, now):
+    pick = tier_to_serve(heads, now)
+    present = [i for i, h in enumerate(heads) if h is not None]
+    if not present:
+        assert pick is None
+        return
+    assert pick in present
+    second = {i: max(heads[i], now) // 1000 for i in present}
+    soonest = min(second.values())
+    assert second[pick] == soonest
+    assert pick == min(i for i in present if second[i] == soonest)
+    # anything already due (or unknown) outranks every run due in a later second
+    if any(heads[i] <= now for i in present):
+        assert heads[pick] <= now or second[pick] == now // 1000
+
+
+@settings(max_examples=200)
+@given(heads)
+def test_without_a_clock_the_highest_tier_with_anything_is_served(heads):
+    present = [i for i, h in enumerate(heads) if h is not None]
+    assert tier_to_serve(heads, None) == (present[0] if present else None)

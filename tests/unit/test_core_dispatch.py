@@ -9,6 +9,7 @@ from kit.core.dispatch import (
     rescan_at_once,
     scan_window,
     tier_rank,
+    tier_to_serve,
 )
 from kit.core.errors import FieldError
 
@@ -77,3 +78,35 @@ def test_scans_fall_on_whole_periods_so_a_second_is_reached_a_scan_ahead_before_
     assert now == t - SCAN_AHEAD_MS
     with pytest.raises(FieldError, match="scan_period_ms"):
         next_scan_at_ms(0, 0)
+
+
+NOW = 1_800_000_000_000  # ms
+
+
+def test_a_due_backlog_is_served_highest_tier_first():
+    assert tier_to_serve([NOW - 5_000, None, NOW - 60_000, NOW], NOW) == 0
+    assert tier_to_serve([None, None, NOW - 60_000, NOW - 1], NOW) == 2
+
+
+def test_a_lower_tiers_run_due_now_comes_before_a_higher_tiers_run_due_later():
+    # the soak's starvation: critical and high published ahead, low due now
+    assert tier_to_serve([NOW + 3_000, NOW + 1_000, None, NOW - 200], NOW) == 3
+    assert tier_to_serve([NOW + 8_000, None, None, NOW + 2_000], NOW) == 3
+
+
+def test_within_one_second_the_higher_tier_wins():
+    second = (NOW // 1000 + 5) * 1000
+    assert tier_to_serve([second + 900, None, None, second], NOW) == 0
+    assert tier_to_serve([second + 1_000, None, None, second + 999], NOW) == 3
+
+
+def test_a_tier_with_messages_not_fetched_yet_counts_as_due_now():
+    # 0: lag known, next message not here: a lower tier's due run must wait for it
+    assert tier_to_serve([0, None, None, NOW - 10_000], NOW) == 0
+    assert tier_to_serve([NOW + 5_000, None, 0, None], NOW) == 2
+
+
+def test_nothing_anywhere_serves_no_tier_and_no_clock_is_strict_rank_order():
+    assert tier_to_serve([None, None, None, None], NOW) is None
+    assert tier_to_serve([], NOW) is None
+    assert tier_to_serve([None, NOW + 60_000, None, NOW - 60_000], None) == 1
