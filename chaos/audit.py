@@ -28,6 +28,7 @@ no right to. Pure: no I/O, no clock; every instant comes in the history.
 from __future__ import annotations
 
 import math
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -217,7 +218,7 @@ def expected_fires(job: JobFacts, end_ms: int, scan_ahead_ms: int) -> list[Fire]
     schedule = parse_schedule(job.schedule, now=created)
     if job.kind == "oneoff":
         at = schedule.at  # type: ignore[union-attr]
-        return [Fire(make_run_id(job.job_id, at), job.job_id, _ms(at))]
+        return [Fire(sys.intern(make_run_id(job.job_id, at)), job.job_id, _ms(at))]
     stop_ms = job.paused_ms if job.paused_ms is not None else end_ms
     band_to = stop_ms + scan_ahead_ms + PAUSE_BAND_EXTRA_MS
     owed = owed_fires(
@@ -227,7 +228,10 @@ def expected_fires(job: JobFacts, end_ms: int, scan_ahead_ms: int) -> list[Fire]
         from_epoch_ms(min(band_to, end_ms)),
         MAX_FIRES_PER_JOB,
     )
-    return [Fire(f.run_id, job.job_id, _ms(f.at), optional=_ms(f.at) >= stop_ms) for f in owed]
+    return [
+        Fire(sys.intern(f.run_id), job.job_id, _ms(f.at), optional=_ms(f.at) >= stop_ms)
+        for f in owed
+    ]  # run ids shared with the records read (chaos.history)
 
 
 # -- the verdicts -----------------------------------------------------------------------

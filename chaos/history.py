@@ -3,6 +3,7 @@ witness's writes, the workers' execution journals and the tasks' own ledger."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from sqlalchemy import Engine, text
@@ -16,7 +17,11 @@ from kit.worker.journal import read_journal
 
 
 def runs_read(engine: Engine) -> list[RunFacts]:
-    with engine.connect() as conn:
+    """The drill tenant's runs, streamed, their repeated strings shared (sys.intern): the
+    run id with the journal's, the ledger's and the witness's records of the same run."""
+    out: list[RunFacts] = []
+    s = _interned
+    with engine.connect().execution_options(stream_results=True, yield_per=20_000) as conn:
         rows = conn.execute(
             text(
                 "SELECT run_id::text, job_id::text, scheduled_at, status, attempt, skip_reason, "
@@ -24,19 +29,28 @@ def runs_read(engine: Engine) -> list[RunFacts]:
                 "WHERE tenant = :t"
             ),
             {"t": TENANT},
-        ).all()
-    return [
-        RunFacts(
-            r[0],
-            r[1],
-            to_epoch_ms(r[2]),
-            *r[3:8],
-            created_ms=to_epoch_ms(r[8]),
-            dispatched_ms=None if r[9] is None else to_epoch_ms(r[9]),
-            priority=r[10],
         )
-        for r in rows
-    ]
+        for r in rows:
+            out.append(
+                RunFacts(
+                    sys.intern(r[0]),
+                    sys.intern(r[1]),
+                    to_epoch_ms(r[2]),
+                    sys.intern(r[3]),
+                    r[4],
+                    s(r[5]),
+                    s(r[6]),
+                    r[7],
+                    created_ms=to_epoch_ms(r[8]),
+                    dispatched_ms=None if r[9] is None else to_epoch_ms(r[9]),
+                    priority=s(r[10]),
+                )
+            )
+    return out
+
+
+def _interned(value: str | None) -> str | None:
+    return None if value is None else sys.intern(value)
 
 
 def paused_at(engine: Engine) -> dict[str, int]:
@@ -58,7 +72,7 @@ def journal_read(journal_dir: Path) -> list[Start]:
     out: list[Start] = []
     for path in sorted(journal_dir.glob("*.journal")):
         for run_id, attempt, started_ms, worker in read_journal(path):
-            out.append(Start(run_id, attempt, started_ms, worker))
+            out.append(Start(sys.intern(run_id), attempt, started_ms, sys.intern(worker)))
     return out
 
 

@@ -17,6 +17,7 @@ database alone, never in the kit's schema or migrations.
 
 from __future__ import annotations
 
+import sys
 import time
 from datetime import datetime
 
@@ -151,27 +152,45 @@ def _ms(value: datetime | None) -> int | None:
 
 
 def writes_read(engine: Engine) -> list[Write]:
-    with engine.connect() as conn:
-        rows = conn.execute(text("SELECT * FROM chaos_writes ORDER BY seq")).mappings().all()
-    return [
-        Write(
-            seq=r["seq"],
-            at_ms=to_epoch_ms(r["at"]),
-            tx_now_ms=to_epoch_ms(r["tx_now"]),
-            writer=r["writer"],
-            kind=r["kind"],
-            partition_id=r["partition_id"],
-            lease_owner=r["lease_owner"],
-            lease_epoch=r["lease_epoch"],
-            lease_expires_ms=_ms(r["lease_expires_at"]),
-            run_id=None if r["run_id"] is None else str(r["run_id"]),
-            old_status=r["old_status"],
-            new_status=r["new_status"],
-            old_worker=r["old_worker"],
-            new_worker=r["new_worker"],
-            old_attempt=r["old_attempt"],
-            new_attempt=r["new_attempt"],
-            old_lease_expires_ms=_ms(r["old_lease_expires_at"]),
-        )
-        for r in rows
-    ]
+    """Every witnessed write, streamed and with its repeated strings shared (sys.intern):
+    a soak's history holds millions, and a row mapping each, then a record with its own
+    copies of the same few statuses and writers, is what made the auditor's memory grow
+    by kilobytes a run."""
+    out: list[Write] = []
+    s = _interned
+    with engine.connect().execution_options(stream_results=True, yield_per=20_000) as conn:
+        rows = conn.execute(text(f"SELECT {_WRITE_COLUMNS} FROM chaos_writes ORDER BY seq"))
+        for r in rows:
+            out.append(
+                Write(
+                    seq=r[0],
+                    at_ms=to_epoch_ms(r[1]),
+                    tx_now_ms=to_epoch_ms(r[2]),
+                    writer=s(r[3]),
+                    kind=s(r[4]),
+                    partition_id=r[5],
+                    lease_owner=s(r[6]),
+                    lease_epoch=r[7],
+                    lease_expires_ms=_ms(r[8]),
+                    run_id=s(r[9]),
+                    old_status=s(r[10]),
+                    new_status=s(r[11]),
+                    old_worker=s(r[12]),
+                    new_worker=s(r[13]),
+                    old_attempt=r[14],
+                    new_attempt=r[15],
+                    old_lease_expires_ms=_ms(r[16]),
+                )
+            )
+    return out
+
+
+_WRITE_COLUMNS = (
+    "seq, at, tx_now, writer, kind, partition_id, lease_owner, lease_epoch, lease_expires_at, "
+    "run_id::text, old_status, new_status, old_worker, new_worker, old_attempt, new_attempt, "
+    "old_lease_expires_at"
+)
+
+
+def _interned(value: str | None) -> str | None:
+    return None if value is None else sys.intern(value)

@@ -30,6 +30,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,17 +153,19 @@ class LedgerLine:
 def read_lines(path: Path) -> list[LedgerLine]:
     out: list[LedgerLine] = []
     try:
-        text = path.read_text(errors="replace")
+        f = path.open(errors="replace")
     except FileNotFoundError:
         return out
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) != 5:
-            continue  # a line cut short by a kill mid-write: nothing to learn from it
-        try:
-            out.append(LedgerLine(parts[0], parts[1], int(parts[2]), int(parts[3]), int(parts[4])))
-        except ValueError:
-            continue
+    with f:  # line by line, keys shared with the run records (a soak's ledger: millions)
+        for line in f:
+            parts = line.split()
+            if len(parts) != 5:
+                continue  # a line cut short by a kill mid-write: nothing to learn from it
+            try:
+                event, key = sys.intern(parts[0]), sys.intern(parts[1])
+                out.append(LedgerLine(event, key, int(parts[2]), int(parts[3]), int(parts[4])))
+            except ValueError:
+                continue
     return out
 
 
