@@ -46,6 +46,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 class LedgerServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's listen backlog is 5: the soak's first fires open ~200 connections at
+    # once (64 per worker), the kernel drops the SYNs past it and the clients send them
+    # again after 1, 3, 7, 15 and 31 s, so a few runs "start" that late by the ledger
+    request_queue_size = 1024
 
     def __init__(self, ledger: Path) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)

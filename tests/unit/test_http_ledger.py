@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
 import time
 from pathlib import Path
 
@@ -36,3 +37,22 @@ def test_an_effect_is_made_once_per_key_and_a_reset_client_says_nothing(
     effects = (tmp_path / "effects.log").read_text().splitlines()
     assert len(effects) == 1 and "run-1" in effects[0]
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_target_listens_with_a_backlog_for_a_fleets_first_connections(
+    tmp_path: Path,
+) -> None:
+    """A soak's first fires open ~200 connections at once; with socketserver's backlog of 5
+    the kernel dropped the SYNs past it and a few runs reached the target 7-31 s late (the
+    clients' SYN retransmits). The kernel's own view of the listening socket (`ss`: a
+    listener's Send-Q is its backlog) must show room for them."""
+    server = LedgerServer(tmp_path).start()
+    try:
+        port = server.server_address[1]
+        shown = subprocess.run(
+            ["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        assert shown[0] == "LISTEN"
+        assert int(shown[2]) >= 1024
+    finally:
+        server.stop()
