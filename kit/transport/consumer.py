@@ -293,6 +293,10 @@ class TieredConsumer:
                     self._stalled(tier)
                 continue
             self._release(tier)
+            if not tier.buffer:  # its next run was not known: fetched, then decided again
+                tier.buffer.extend(_read(tier, tier.consumer.consume(max_messages, 0)))
+                if tier.buffer:
+                    return self._poll_once(max_messages, now_ms)
             raw = self._take(tier, max_messages)
             if raw:
                 found = self._decode(tier, raw)
