@@ -10,7 +10,7 @@ from sqlalchemy import Engine, text
 
 from chaos import ledger
 from chaos.instrument import writes_read
-from chaos.records import FaultWindow, History, JobFacts, Params, RunFacts, Start
+from chaos.records import FaultWindow, History, JobFacts, Params, RunFacts, Start, interned
 from chaos.workload import TENANT, CreatedJob
 from kit.core.timeutil import to_epoch_ms
 from kit.worker.journal import read_journal
@@ -20,7 +20,7 @@ def runs_read(engine: Engine) -> list[RunFacts]:
     """The drill tenant's runs, streamed, their repeated strings shared (sys.intern): the
     run id with the journal's, the ledger's and the witness's records of the same run."""
     out: list[RunFacts] = []
-    s = _interned
+    s = interned
     with engine.connect().execution_options(stream_results=True, yield_per=20_000) as conn:
         rows = conn.execute(
             text(
@@ -47,10 +47,6 @@ def runs_read(engine: Engine) -> list[RunFacts]:
                 )
             )
     return out
-
-
-def _interned(value: str | None) -> str | None:
-    return None if value is None else sys.intern(value)
 
 
 def paused_at(engine: Engine) -> dict[str, int]:

@@ -17,13 +17,12 @@ database alone, never in the kit's schema or migrations.
 
 from __future__ import annotations
 
-import sys
 import time
 from datetime import datetime
 
 from sqlalchemy import Engine, text
 
-from chaos.records import Write
+from chaos.records import Write, interned
 from kit.core.timeutil import to_epoch_ms
 
 INSTALL = """
@@ -157,7 +156,7 @@ def writes_read(engine: Engine) -> list[Write]:
     copies of the same few statuses and writers, is what made the auditor's memory grow
     by kilobytes a run."""
     out: list[Write] = []
-    s = _interned
+    s = interned
     with engine.connect().execution_options(stream_results=True, yield_per=20_000) as conn:
         rows = conn.execute(text(f"SELECT {_WRITE_COLUMNS} FROM chaos_writes ORDER BY seq"))
         for r in rows:
@@ -190,7 +189,3 @@ _WRITE_COLUMNS = (
     "run_id::text, old_status, new_status, old_worker, new_worker, old_attempt, new_attempt, "
     "old_lease_expires_at"
 )
-
-
-def _interned(value: str | None) -> str | None:
-    return None if value is None else sys.intern(value)

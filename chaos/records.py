@@ -6,6 +6,7 @@ the same host clock here (one machine); skewed services never write these times.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,3 +116,9 @@ class History:
     end_ms: int  # when the history was read (the fleet was quiet)
     params: Params
     notes: tuple[str, ...] = field(default=())
+
+
+def interned(value: str | None) -> str | None:
+    """One shared copy of a string the history repeats (statuses, writers, run ids across
+    its records): a soak's history holds millions of them."""
+    return None if value is None else sys.intern(value)
