@@ -293,15 +293,10 @@ class TieredConsumer:
                     self._stalled(tier)
                 continue
             self._release(tier)
-            if not tier.buffer:  # its next run was not known: fetched, then decided again
-                tier.buffer.extend(_read(tier, tier.consumer.consume(max_messages, 0)))
-                if tier.buffer:
-                    return self._poll_once(max_messages, now_ms)
-            raw = self._take(tier, max_messages)
-            if raw:
-                found = self._decode(tier, raw)
+            if tier.buffer:  # its next run is known: served
+                found = self._decode(tier, self._take(tier, max_messages))
                 tier.stalled_since = None
-            else:
+            else:  # not known yet: poll_batch waits on it, then the choice is made again
                 blocker = tier
                 self._stalled(tier)
         return found, blocker
