@@ -16,7 +16,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from sqlalchemy import text
 
@@ -85,9 +85,12 @@ def postgres_stall(ctx: DrillContext, cycle: int, hold_s: float, once: bool) -> 
             time.sleep(hold_s)
 
 
-def broker_stall(ctx: DrillContext, cycle: int, hold_s: float) -> None:
+def broker_stall(
+    ctx: DrillContext, cycle: int, hold_s: float, during: Callable[[], None] | None = None
+) -> None:
     """Freeze the drills' broker (its JVM's process group) for `hold_s`: it accepts TCP
-    connections and answers nothing."""
+    connections and answers nothing. `during` runs while it is frozen (a second fault,
+    which must end within `hold_s`)."""
     root = ctx.stack.kafka_pid()
     if root is None:
         raise StackFailure("kafka of the drills' stack is not running; nothing to freeze")
@@ -97,7 +100,10 @@ def broker_stall(ctx: DrillContext, cycle: int, hold_s: float) -> None:
             os.killpg(root, signal.SIGSTOP)
         pids = _stop_tree(root, below)
         with frozen(ctx, pids):
-            time.sleep(hold_s)
+            thaw_at = time.monotonic() + hold_s
+            if during is not None:
+                during()
+            time.sleep(max(0.0, thaw_at - time.monotonic()))
         with contextlib.suppress(ProcessLookupError):
             os.killpg(root, signal.SIGCONT)
 

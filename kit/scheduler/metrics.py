@@ -21,7 +21,20 @@ RUNS_SKIPPED = Counter(
 )
 RUNS_PUBLISHED = Counter("cronfleet_runs_published_total", "Run messages confirmed.", ["node"])
 PUBLISH_FAILED = Counter(
-    "cronfleet_publish_failed_total", "Run messages not confirmed (left to the reaper).", ["node"]
+    "cronfleet_publish_failed_total",
+    "Run messages the broker did not confirm (kept to send again; past the node's limit,"
+    " left to the reaper).",
+    ["node"],
+)
+RUNS_UNSENT = Gauge(
+    "cronfleet_runs_unsent",
+    "Committed runs the broker did not confirm, kept by the node to send again.",
+    ["node"],
+)
+RUNS_RESENT = Counter(
+    "cronfleet_runs_resent_total",
+    "Runs kept from a failed publish and sent again by their node.",
+    ["node"],
 )
 FENCED_REFUSED = Counter(
     "cronfleet_fenced_commits_refused_total",

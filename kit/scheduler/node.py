@@ -5,9 +5,10 @@ A run is published as soon as it is committed, up to the scan-ahead before its s
 worker claims it ahead and starts it at its second by the database's clock
 (kit/worker). So at a top-of-hour burst the node's work (scan, insert, publish) and the
 workers' claims happen before the second, and what is left after it is the task and its
-finish. The node writes nothing after the publish: should it die between commit and
-publish, the reaper finds the run unclaimed once the workers have read past where its
-message would be (kit.core.recovery) and publishes it.
+finish. A run the broker does not confirm is kept and sent again as soon as the broker
+answers (kit.core.unsent), and marked as published then; should the node die between
+commit and publish, the reaper finds the run unclaimed once the workers have read past
+where its message would be (kit.core.recovery) and publishes it.
 
 Tests drive the same object step by step: `lease_pass()`, `scan_once(now=...)`,
 `publish_held()`; `start()`/`stop()` run the threads. Several nodes can live in one
@@ -29,10 +30,12 @@ from sqlalchemy import Engine
 
 from kit.core.defaults import SCAN_AHEAD_MS, SCAN_PERIOD_MS, misfire_grace_ms
 from kit.core.dispatch import catch_up_order, next_scan_at_ms
+from kit.core.unsent import UNSENT_LIMIT, Unsent
 from kit.crash import crash_point
 from kit.scheduler import metrics as m
 from kit.scheduler.leases import LeasePass, PartitionLeases
 from kit.scheduler.scan import DEFAULT_BATCH, HeldRun, JobViews, ScanResult, scan_partitions
+from kit.store.claims import runs_mark_published_in
 from kit.transport import PublishError, RunMessage
 from kit.transport.publisher import Encoded
 
@@ -57,6 +60,7 @@ class NodeConfig:
     heartbeat_ms: int = 2000
     scan_batch: int = DEFAULT_BATCH
     scan_period_ms: int = SCAN_PERIOD_MS
+    unsent_limit: int = UNSENT_LIMIT  # runs kept to send again while the broker is away
 
     @property
     def misfire_grace_ms(self) -> int:
@@ -80,8 +84,6 @@ def scheduler_engine(database_url: str, config: NodeConfig, pool_size: int = 4) 
     must end that transaction soon, or every other node's lease pass waits on those rows
     (and their own leases run out meanwhile) for as long as the server believes the dead
     client lives: hours of TCP keepalive. So the server ends a node's transaction left
-    idle for half a lease, and a connection whose sent data goes unacknowledged that long
-    (found by the chaos drill `scheduler-partition`). Half a lease is far above the gap
     idle for half a lease, and a connection whose sent data goes unacknowledged that long
     (found by the chaos drill `scheduler-partition`). A scan's Python work between two
     statements grows with its batch (5-9 s for 20,000 varied cron triggers on 2 cores,
@@ -126,6 +128,7 @@ class SchedulerNode:
         self._committed: queue.SimpleQueue[list[HeldRun] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._unpublished = 0  # committed runs not yet handed to the broker
+        self._unsent: Unsent[HeldRun] = Unsent(config.unsent_limit)  # the publish thread's
         self._stop_scanning = threading.Event()
         self._killed = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -177,14 +180,14 @@ class SchedulerNode:
         return result
 
     def held(self) -> int:
-        """Committed runs not yet handed to the broker."""
+        """Committed runs not yet handed to the broker, or kept to send again."""
         with self._lock:
-            return self._unpublished
+            return self._unpublished + len(self._unsent)
 
     def publish_held(self) -> list[HeldRun]:
-        """Publish every run the scans committed so far, highest tier first (then oldest);
-        returns those the broker confirmed. A run it did not confirm stays pending: the
-        reaper publishes it once the workers have read past where it would be."""
+        """Publish every run the scans committed so far, and those kept from a failed
+        publish whose time to try again has come, highest tier first (then oldest);
+        returns those the broker confirmed."""
         due: list[HeldRun] = []
         while True:
             try:
@@ -195,18 +198,68 @@ class SchedulerNode:
                 due += batch
         return self._publish_all(due)
 
-    def _publish_all(self, runs: list[HeldRun]) -> list[HeldRun]:
-        if not runs:
+    def _publish_all(self, runs: list[HeldRun], final: bool = False) -> list[HeldRun]:
+        """Send `runs` with the kept ones that are due (all of them when `final`); what
+        the broker does not confirm is kept for the next try, past the limit left to the
+        reaper."""
+        now_ms = wall_ms()
+        again = self._unsent.take_all() if final else self._unsent.due(now_ms)
+        if not runs and not again:
             return []
-        runs = catch_up_order(runs, lambda r: r.tier, lambda r: r.due_ms)
+        ordered = catch_up_order(runs + again, lambda r: r.tier, lambda r: r.due_ms)
         sent: list[HeldRun] = []
+        failed: list[HeldRun] = []
+        left: list[HeldRun] = []
         try:
-            for i in range(0, len(runs), PUBLISH_CHUNK):
-                sent += self._publish(runs[i : i + PUBLISH_CHUNK])
+            for i in range(0, len(ordered), PUBLISH_CHUNK):
+                chunk = ordered[i : i + PUBLISH_CHUNK]
+                try:
+                    ok = self._publish(chunk)
+                except Exception:
+                    log.exception("%s: publish failed; its runs are kept", self.node_id)
+                    ok = []
+                sent += ok
+                if len(ok) < len(chunk):
+                    confirmed = {r.run_id for r in ok}
+                    failed += [r for r in chunk if r.run_id not in confirmed]
         finally:
             with self._lock:
                 self._unpublished -= len(runs)
+                if failed:
+                    left = self._unsent.failed(failed, wall_ms())
+                elif sent:
+                    self._unsent.sent()
+            m.RUNS_UNSENT.labels(self.node_id).set(len(self._unsent))
+        if failed:
+            m.PUBLISH_FAILED.labels(self.node_id).inc(len(failed))
+            log.error(
+                "%s: %d runs not confirmed by the broker, kept to send again (%d kept%s)",
+                self.node_id,
+                len(failed),
+                len(self._unsent),
+                f"; {len(left)} past the limit left to the reaper" if left else "",
+            )
+        if again:
+            self._mark_resent(again, sent)
         return sent
+
+    def _mark_resent(self, again: list[HeldRun], sent: list[HeldRun]) -> None:
+        """Runs sent again are marked published now, so that the reaper, which counts a
+        lost message from a run's last publish, does not send them a third time while
+        they wait in a backlog. Should the mark fail, the reaper may send a duplicate
+        message, which claims nothing."""
+        kept = {r.run_id for r in again}
+        resent = [r.run_id for r in sent if r.run_id in kept]
+        if not resent:
+            return
+        m.RUNS_RESENT.labels(self.node_id).inc(len(resent))
+        log.warning("%s: %d runs kept from a failed publish sent again", self.node_id, len(resent))
+        try:
+            with self.engine.begin() as conn:
+                for i in range(0, len(resent), PUBLISH_CHUNK):
+                    runs_mark_published_in(conn, resent[i : i + PUBLISH_CHUNK])
+        except Exception:
+            log.exception("%s: could not mark %d runs sent again", self.node_id, len(resent))
 
     def _publish(self, runs: list[HeldRun]) -> list[HeldRun]:
         """Produce and flush; the runs whose delivery was confirmed. A held run is its
@@ -216,8 +269,7 @@ class SchedulerNode:
             ok = runs
         except PublishError as exc:
             failed = set(exc.failed_run_ids)
-            m.PUBLISH_FAILED.labels(self.node_id).inc(len(failed))
-            log.error("%s: %s (the reaper publishes them later)", self.node_id, exc)
+            log.error("%s: %s", self.node_id, exc)
             ok = [r for r in runs if r.run_id not in failed]
             acked = exc.acked_ms
         # Dispatch lag (docs/life-of-a-run.md, "Lags"): the broker's acknowledgement of
@@ -256,7 +308,8 @@ class SchedulerNode:
 
     def kill(self) -> None:
         """Stop both threads at once, publishing nothing more and releasing nothing:
-        what a SIGKILL leaves behind (committed, unpublished runs are the reaper's)."""
+        what a SIGKILL leaves behind (committed runs unpublished or kept unsent are the
+        reaper's)."""
         self._killed.set()
         self._stop_scanning.set()
         self._committed.put(None)
@@ -284,9 +337,14 @@ class SchedulerNode:
 
     def _publish_loop(self) -> None:
         """Publish each scan's runs as soon as they are committed; a burst's next scan
-        batch proceeds meanwhile. Batches already waiting are published together."""
+        batch proceeds meanwhile. Batches already waiting are published together, and
+        runs kept from a failed publish go with them once their time comes."""
         while not self._killed.is_set():
-            batch = self._committed.get()
+            wait_ms = self._unsent.wait_ms(wall_ms())
+            try:
+                batch = self._committed.get(timeout=None if wait_ms < 0 else wait_ms / 1000)
+            except queue.Empty:
+                batch = []  # only the kept runs are due
             if self._killed.is_set():
                 return
             end = batch is None
@@ -301,7 +359,7 @@ class SchedulerNode:
                 else:
                     runs += more
             try:
-                self._publish_all(runs)
+                self._publish_all(runs, final=end)
             except Exception:
                 log.exception("%s: publish failed; runs left to the reaper", self.node_id)
             if end:

@@ -223,6 +223,39 @@ def test_a_running_node_publishes_each_run_once_ahead_of_its_second(
     assert rows(engine, "SELECT owner FROM partition_leases WHERE owner IS NOT NULL") == []
 
 
+def test_runs_the_broker_did_not_confirm_are_sent_again_when_it_answers(
+    engine, make_node, settings, prefix
+) -> None:
+    """A broker that is away: the node keeps what it committed, sends it once the broker
+    answers (not after the workers' group has read past it, the reaper's rule), and marks
+    it published then, so that the reaper does not send it a third time."""
+    start = datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC)
+    jobs = [create(engine, f"away-{i}", {"at": "2030-01-01T00:01:02Z"}, start) for i in range(3)]
+    node = owned_node(make_node)
+    away = RunPublisher("127.0.0.1:9", topic_prefix=prefix, config={"message.timeout.ms": 500})
+    node.publisher = away  # a broker nobody answers at
+    ahead = timedelta(milliseconds=node.config.scan_ahead_ms)
+    scan = node.scan_once(now=datetime(2030, 1, 1, 0, 1, 2, tzinfo=UTC) - ahead)
+    assert len(scan.held) == 3
+    assert node.publish_held() == [] and node.held() == 3  # kept, not left to the reaper
+    assert all(r.dispatched_at is None for j in jobs for r in runs_of(engine, j))
+
+    back = RunPublisher(settings.kafka_bootstrap, topic_prefix=prefix, linger_ms=1)
+    node.publisher = back  # the broker answers again
+    try:
+        sent = wait_until("the kept runs sent again", lambda: node.publish_held() or None, 10)
+    finally:
+        back.close()
+    assert sorted(h.run_id for h in sent) == sorted(h.run_id for h in scan.held)
+    assert node.held() == 0 and node.publish_held() == []
+    assert Counter(m.run_id for m in messages(settings, prefix)) == {
+        h.run_id: 1 for h in scan.held
+    }
+    for job in jobs:
+        (run,) = runs_of(engine, job)
+        assert run.status == "pending" and run.dispatched_at is not None  # the reaper waits
+
+
 # -- membership, leases, fencing --------------------------------------------------------
 
 
