@@ -37,6 +37,8 @@ from kit.tasks.tenant_policy import local_tenants_toml
 from kit.transport.progress import QueueProgress
 
 QUIET_TIMEOUT_S = 120.0
+TOPICS = "chaos"  # a drill's run topics: chaos.<tag>.<tier>
+GROUPS = "chaos"  # its workers' consumer groups: chaos-<tag>.<tier>
 BUSY = "('pending', 'running', 'retry_scheduled')"
 
 
@@ -48,7 +50,7 @@ class RunOptions:
     plants: dict[str, str] = field(default_factory=dict)  # role -> wrapper module
     timings: Timings = field(default_factory=Timings)
     model: bool = True
-    keep_db: bool = False
+    keep_db: bool = False  # keep the drill's database and topics (to look at them)
     target: Any = None  # chaos.target.Target: a deployed fleet instead of the drills' own
 
 
@@ -171,6 +173,8 @@ def run_drill(drill: Drill, stack: ChaosStack, opts: RunOptions, command: str) -
     if not opts.keep_db and opts.target is None:
         with contextlib.suppress(Exception):
             stack.database_drop(db_name)
+        with contextlib.suppress(Exception):
+            stack.kafka_forget(f"{TOPICS}.{tag}.", f"{GROUPS}-{tag}.")
     passed = error is None and result_audit is not None and result_audit.passed
     model = None
     if opts.model:
@@ -241,6 +245,7 @@ def _context(
 
     ledger_dir = out / "ledger"
     ledger.prepare(ledger_dir, local_run_as())  # before anything is made for the drill
+    stack.kafka_forget(f"{TOPICS}.", f"{GROUPS}-")  # what earlier drills left
     url = stack.database_create(db_name)
     migrate.upgrade(url)
     engine = engine_for(url, pool_size=4)
@@ -277,8 +282,8 @@ def _context(
         out=out,
         ledger_dir=ledger_dir,
         timings=opts.timings,
-        prefix=f"chaos.{tag}",
-        group=f"chaos-{tag}",
+        prefix=f"{TOPICS}.{tag}",
+        group=f"{GROUPS}-{tag}",
     )
 
 

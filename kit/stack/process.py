@@ -192,9 +192,12 @@ def terminate(pid: int, marker: str, grace_s: float = 30.0) -> None:
     raise StackError(f"process {pid} did not stop after SIGKILL")
 
 
-def log_tail(path: Path, lines: int = 25) -> str:
+def log_tail(path: Path, lines: int = 25, max_bytes: int = 256 * 1024) -> str:
+    """The last `lines` lines, read from the file's last `max_bytes` (a log may be large)."""
     try:
-        text = path.read_text(errors="replace").splitlines()
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - max_bytes))
+            text = f.read().decode(errors="replace").splitlines()
     except OSError:
         return f"(no log at {path})"
     return "\n".join(text[-lines:])

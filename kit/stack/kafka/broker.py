@@ -68,14 +68,31 @@ group.initial.rebalance.delay.ms=0
 log.retention.hours=24
 """
 
-LOG4J2_PROPERTIES = """# written by `cronfleet stack up`: broker log to stdout, i.e. kafka.log
+LOG4J2_PROPERTIES = """# written by `cronfleet stack up`:
+# the broker's log in logs/server.log, rolled at 64 MB and five kept (unrolled, a soak's
+# broker log reached 15 GB); warnings and errors also to stdout, i.e. kafka.log, with
+# what the JVM itself prints
 status = warn
 appender.out.type = Console
 appender.out.name = out
 appender.out.layout.type = PatternLayout
 appender.out.layout.pattern = [%d] %p %m (%c)%n
+appender.out.filter.threshold.type = ThresholdFilter
+appender.out.filter.threshold.level = WARN
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.filePattern = ${sys:kafka.logs.dir}/server.log.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 64MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 4
 rootLogger.level = INFO
 rootLogger.appenderRef.out.ref = out
+rootLogger.appenderRef.file.ref = file
 logger.kafka.name = kafka
 logger.kafka.level = INFO
 logger.state.name = state.change.logger
