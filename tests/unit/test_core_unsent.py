@@ -56,10 +56,19 @@ def test_a_stopping_node_takes_them_all_before_their_time() -> None:
     assert unsent.due(1) == [] and unsent.take_all() == ["a"]
 
 
-@pytest.mark.parametrize(("limit", "first", "cap"), [(-1, 1, 1), (1, 0, 1), (1, 5, 4)])
-def test_bad_settings_are_refused(limit: int, first: int, cap: int) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("limit", "first", "cap", "says"),
+    [(-1, 1, 1, "limit must not be negative"), (1, 0, 1, "need 0 < first_ms <= cap_ms"),
+     (1, 5, 4, "need 0 < first_ms <= cap_ms")],
+)  # fmt: skip
+def test_bad_settings_are_refused_saying_which(limit: int, first: int, cap: int, says: str) -> None:
+    with pytest.raises(ValueError, match=f"^{says}$"):
         Unsent(limit=limit, first_ms=first, cap_ms=cap)
+
+
+def test_the_smallest_settings_are_accepted() -> None:
+    unsent: Unsent[str] = Unsent(limit=0, first_ms=1, cap_ms=1)
+    assert unsent.failed(["a"], now_ms=0) == ["a"] and len(unsent) == 0
 
 
 @given(
