@@ -248,9 +248,7 @@ def test_runs_the_broker_did_not_confirm_are_sent_again_when_it_answers(
         back.close()
     assert sorted(h.run_id for h in sent) == sorted(h.run_id for h in scan.held)
     assert node.held() == 0 and node.publish_held() == []
-    assert Counter(m.run_id for m in messages(settings, prefix)) == {
-        h.run_id: 1 for h in scan.held
-    }
+    assert Counter(m.run_id for m in messages(settings, prefix)) == {h.run_id: 1 for h in scan.held}
     for job in jobs:
         (run,) = runs_of(engine, job)
         assert run.status == "pending" and run.dispatched_at is not None  # the reaper waits
