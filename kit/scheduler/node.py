@@ -42,6 +42,7 @@ from kit.transport.publisher import Encoded
 log = logging.getLogger(__name__)
 
 PUBLISH_CHUNK = 5000  # runs per produce + flush
+MARK_CHUNK = 500  # runs marked published again per transaction (kit.core.unsent)
 
 
 class Publisher(Protocol):
@@ -246,20 +247,23 @@ class SchedulerNode:
     def _mark_resent(self, again: list[HeldRun], sent: list[HeldRun]) -> None:
         """Runs sent again are marked published now, so that the reaper, which counts a
         lost message from a run's last publish, does not send them a third time while
-        they wait in a backlog. Should the mark fail, the reaper may send a duplicate
-        message, which claims nothing."""
+        they wait in a backlog. The workers claim them meanwhile: each mark is a short
+        transaction of `MARK_CHUNK` runs, so that no claim waits long on its row locks.
+        Should a mark fail, the reaper may send a duplicate message, which claims
+        nothing."""
         kept = {r.run_id for r in again}
         resent = [r.run_id for r in sent if r.run_id in kept]
         if not resent:
             return
         m.RUNS_RESENT.labels(self.node_id).inc(len(resent))
         log.warning("%s: %d runs kept from a failed publish sent again", self.node_id, len(resent))
-        try:
-            with self.engine.begin() as conn:
-                for i in range(0, len(resent), PUBLISH_CHUNK):
-                    runs_mark_published_in(conn, resent[i : i + PUBLISH_CHUNK])
-        except Exception:
-            log.exception("%s: could not mark %d runs sent again", self.node_id, len(resent))
+        for i in range(0, len(resent), MARK_CHUNK):
+            chunk = resent[i : i + MARK_CHUNK]
+            try:
+                with self.engine.begin() as conn:
+                    runs_mark_published_in(conn, chunk)
+            except Exception:
+                log.exception("%s: could not mark %d runs sent again", self.node_id, len(chunk))
 
     def _publish(self, runs: list[HeldRun]) -> list[HeldRun]:
         """Produce and flush; the runs whose delivery was confirmed. A held run is its
