@@ -1,7 +1,7 @@
 """A drill's report: `result.json` (the verdict, every count, every finding) and
-`report.md` with two plots: each run's start lag against its scheduled time with the
-fault windows shaded, and the counts per cycle; beside the measurement, what the
-capacity model predicted for the same fault."""
+`report.md` with three plots: each run's start lag against its scheduled time with the
+fault windows shaded, each worker's task starts a second, and the counts per cycle;
+beside the measurement, what the capacity model predicted for the same fault."""
 
 from __future__ import annotations
 
@@ -82,6 +82,8 @@ def _plots(result: DrillResult) -> list[str]:
     plt.close(fig)
     names.append("lag.png")
 
+    names.append(_starts_plot(result, t0, plt))
+
     if audit.cycles:
         fig, ax = plt.subplots(figsize=(11, 3.5))
         xs = [c.cycle for c in audit.cycles]
@@ -103,6 +105,34 @@ def _plots(result: DrillResult) -> list[str]:
         plt.close(fig)
         names.append("cycles.png")
     return names
+
+
+def _starts_plot(result: DrillResult, t0: int, plt: Any) -> str:
+    """Each worker's task starts a second (the execution journal) against the wall clock,
+    the faults shaded: where a worker stalled, and how fast it caught up after."""
+    from collections import Counter
+
+    history = result.history
+    assert history is not None
+    by_worker: dict[str, Counter[int]] = {}
+    for start in history.starts:
+        by_worker.setdefault(start.worker, Counter())[(start.at_ms - t0) // 1000] += 1
+    fig, ax = plt.subplots(figsize=(11, 3.5))
+    for f in history.faults:
+        ax.axvspan((f.start_ms - t0) / 1000, (f.heal_ms - t0) / 1000,
+                   color=COLOURS.get(f.kind, "tab:pink"), alpha=0.18)  # fmt: skip
+    for worker in sorted(by_worker):
+        seconds = by_worker[worker]
+        xs = range(min(seconds), max(seconds) + 1)
+        ax.plot(list(xs), [seconds.get(x, 0) for x in xs], linewidth=0.8, label=worker)
+    ax.set_xlabel("wall time (s from the first run's second)")
+    ax.set_ylabel("task starts per second")
+    ax.set_title(f"{result.drill}: each worker's starts a second, the faults shaded")
+    ax.legend(loc="upper right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(result.out / "starts.png", dpi=110)
+    plt.close(fig)
+    return "starts.png"
 
 
 def _lag(stats: dict[str, Any]) -> str:

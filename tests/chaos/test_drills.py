@@ -42,7 +42,9 @@ def test_drill_passes_and_its_fault_happened(
     assert a.stale_writes == [], a.stale_writes[:5]
     assert a.unexpected_effects == [] and a.unexpected_runs == []
     assert len(result.history.faults) >= CI_CYCLES, "the drill never injected its fault"
-    assert (tmp_path / name / "report.md").is_file()
+    report = (tmp_path / name / "report.md").read_text()
+    assert all(f"({plot})" in report for plot in ("lag.png", "starts.png", "cycles.png"))
+    assert all((tmp_path / name / plot).stat().st_size > 0 for plot in ("lag.png", "starts.png"))
     assert result.passed
     assert leftover_tasks(tmp_path / name / "ledger") == [], "the drill left tasks running"
 
