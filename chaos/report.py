@@ -73,14 +73,10 @@ def _plots(result: DrillResult) -> list[str]:
     )
     ax.axhline(history.params.lag_ok_ms / 1000, color="tab:red", linewidth=0.8, linestyle="--",
                label="2 s target")  # fmt: skip
-    ax.set_xlabel("scheduled time (s from the first run)")
-    ax.set_ylabel("start lag (s)")
-    ax.set_title(f"{result.drill}: start lag around the faults (shaded)")
-    ax.legend(loc="upper right", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(result.out / "lag.png", dpi=110)
-    plt.close(fig)
-    names.append("lag.png")
+    names.append(
+        _saved(plt, fig, ax, result.out / "lag.png", "scheduled time (s from the first run)",
+               "start lag (s)", f"{result.drill}: start lag around the faults (shaded)")
+    )  # fmt: skip
 
     names.append(_starts_plot(result, t0, plt))
 
@@ -125,14 +121,21 @@ def _starts_plot(result: DrillResult, t0: int, plt: Any) -> str:
         seconds = by_worker[worker]
         xs = range(min(seconds), max(seconds) + 1)
         ax.plot(list(xs), [seconds.get(x, 0) for x in xs], linewidth=0.8, label=worker)
-    ax.set_xlabel("wall time (s from the first run's second)")
-    ax.set_ylabel("task starts per second")
-    ax.set_title(f"{result.drill}: each worker's starts a second, the faults shaded")
+    return _saved(plt, fig, ax, result.out / "starts.png",
+                  "wall time (s from the first run's second)", "task starts per second",
+                  f"{result.drill}: each worker's starts a second, the faults shaded")  # fmt: skip
+
+
+def _saved(plt: Any, fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str, title: str) -> str:
+    """Label, save and close a time plot; its file name."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(loc="upper right", fontsize=7)
     fig.tight_layout()
-    fig.savefig(result.out / "starts.png", dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
-    return "starts.png"
+    return path.name
 
 
 def _lag(stats: dict[str, Any]) -> str:
