@@ -8,6 +8,7 @@ and losing one broker loses no run message; the one-broker local stack writes 1 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 
@@ -88,3 +89,23 @@ def _wait_for_leaders(admin: AdminClient, topics: list[str], timeout_s: float) -
         if time.monotonic() >= deadline:
             raise TopicError(f"topics without a leader after {timeout_s} s: {not_ready}")
         time.sleep(0.1)
+
+
+def topics_forget(bootstrap: str, topic_prefix: str, group_prefix: str) -> list[str]:
+    """Delete the topics and consumer groups whose names start so (a run of the drills or
+    a test is done with its own). A group that still has members (a static member stays
+    for its session) is left as it is. Returns the topics deleted."""
+    admin = AdminClient({**client_config(bootstrap)})
+    names = admin.list_topics(timeout=30).topics
+    topics = sorted(t for t in names if t.startswith(topic_prefix))
+    if topics:
+        for done in admin.delete_topics(topics, operation_timeout=60).values():
+            with contextlib.suppress(Exception):  # deleted meanwhile, or a later call's
+                done.result(timeout=120)
+    listed = admin.list_consumer_groups(request_timeout=30).result(timeout=60)
+    groups = sorted(g.group_id for g in listed.valid if g.group_id.startswith(group_prefix))
+    if groups:
+        for done in admin.delete_consumer_groups(groups, request_timeout=30).values():
+            with contextlib.suppress(Exception):  # not empty yet: a later call's
+                done.result(timeout=60)
+    return topics

@@ -8,17 +8,27 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from chaos.stack import ChaosStack
 from kit.transport import ensure_topics, topic_for
+from tests.integration.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 
 def _topics(admin: AdminClient, prefix: str) -> set[str]:
     return {t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix)}
+
+
+def _committed(consumer: Consumer, offset: TopicPartition) -> bool:
+    """A broker just started answers a commit "coordinator load in progress" for a while."""
+    try:
+        consumer.commit(offsets=[offset], asynchronous=False)
+    except KafkaException:
+        return False
+    return True
 
 
 def _groups(admin: AdminClient, prefix: str) -> set[str]:
@@ -34,11 +44,12 @@ def test_forgetting_a_drills_topics_and_groups_leaves_everything_else(
     ensure_topics(bootstrap, 1, prefix=f"chaos.{tag}")
     ensure_topics(bootstrap, 1, prefix=f"kept.{tag}")
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{tag}.normal"})
-    consumer.commit(offsets=[TopicPartition(topic_for("normal", f"chaos.{tag}"), 0, 0)],
-                    asynchronous=False)  # fmt: skip
+    offset = TopicPartition(topic_for("normal", f"chaos.{tag}"), 0, 0)
+    wait_until("the group's first commit", lambda: _committed(consumer, offset), 60)
     consumer.close()  # what a stopped drill's worker group leaves: offsets, no members
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    assert _groups(admin, f"chaos-{tag}.") == {f"chaos-{tag}.normal"}
+    listed = lambda: _groups(admin, f"chaos-{tag}.") == {f"chaos-{tag}.normal"}  # noqa: E731
+    wait_until("the group listed", listed, 60)
 
     gone = chaos_stack.kafka_forget(f"chaos.{tag}.", f"chaos-{tag}.")
 
