@@ -15,7 +15,19 @@ from kit.settings import use_kafka_security as use_security
 __all__ = ["KafkaSecurity", "client_config", "use_security"]
 
 
+# librdkafka doubles its wait between attempts to reach a broker that is away up to
+# reconnect.backoff.max.ms (default 10 s, with -25 % to +50 % jitter): a client could
+# then sleep through most of that after the broker is back, and every run it publishes
+# or reads waits with it (benchmarks/broker_restart.py).
+RECONNECT_BACKOFF_MAX_MS = 1000
+
+
 def client_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
     """A librdkafka configuration: the brokers, the process's security, then `extra`.
     Keys use librdkafka's dotted names; pass them as a dict with `**{...}`."""
-    return {"bootstrap.servers": bootstrap, **kafka_security_in_use().config(), **extra}
+    return {
+        "bootstrap.servers": bootstrap,
+        "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
+        **kafka_security_in_use().config(),
+        **extra,
+    }

@@ -10,7 +10,12 @@ import pytest
 
 from kit.core.errors import FieldError
 from kit.settings import load_settings
-from kit.transport.kafka_client import KafkaSecurity, client_config, use_security
+from kit.transport.kafka_client import (
+    RECONNECT_BACKOFF_MAX_MS,
+    KafkaSecurity,
+    client_config,
+    use_security,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -19,9 +24,21 @@ def _plaintext_after() -> Iterator[None]:
     use_security(KafkaSecurity())
 
 
-def test_plaintext_adds_nothing() -> None:
+def test_plaintext_adds_no_security_setting() -> None:
     load_settings()
-    assert client_config("b:1", **{"acks": "all"}) == {"bootstrap.servers": "b:1", "acks": "all"}
+    assert client_config("b:1", **{"acks": "all"}) == {
+        "bootstrap.servers": "b:1",
+        "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
+        "acks": "all",
+    }
+
+
+def test_every_client_tries_a_broker_that_was_away_again_within_a_second() -> None:
+    """librdkafka's default backs off up to 10 s; a caller may still choose its own."""
+    assert client_config("b:1")["reconnect.backoff.max.ms"] <= 1000
+    assert (
+        client_config("b:1", **{"reconnect.backoff.max.ms": 50})["reconnect.backoff.max.ms"] == 50
+    )
 
 
 def test_loading_tls_settings_puts_every_client_on_tls(tmp_path: Path) -> None:
