@@ -43,7 +43,7 @@ import math
 import random
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,7 +56,7 @@ from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
 from kit.core.backlog import StartRate, claim_room, start_budget
 from kit.core.defaults import KILL_GRACE_MS
 from kit.core.dispatch import TimerWheel, catch_up_order, tier_rank
-from kit.core.durations import LeaseBounds
+from kit.core.durations import LeaseBounds, remeasure_due
 from kit.core.fair_share import FairQueue, fair_order, held_share, holds
 from kit.core.leases import beat_rule, beat_wanted, fence_margin_ms
 from kit.core.output import Output
@@ -121,6 +121,7 @@ _WOKE_AFTER_S = 1.0  # a fence pass this late: the process did not run (Worker._
 FINISH_BATCH = 1000  # successes written per transaction, at most
 DURATIONS_EVERY_S = 10.0  # how often a worker measures again the jobs it ran
 DURATIONS_BATCH = 2000  # jobs measured per refresh, at most
+MEASURED_KEPT = 100_000  # jobs whose last measure a worker remembers (~30 MB at most)
 LOOP_WRITERS = 2  # threads writing the task loop's failures and give-backs
 CLAIM_BATCH = 2000  # runs claimed per statement, at most
 DEFAULT_PREFETCH = 10_000
@@ -389,6 +390,8 @@ class Worker:
         )
         self._finished_jobs: set[str] = set()  # jobs whose runs succeeded since the refresh
         self._durations_at = 0.0  # monotonic: the last refresh of their durations
+        # job -> (monotonic ms of its last measure here, samples it had), oldest first
+        self._measured: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self.partitions = partitions
         self.execute = execute or task_executor()
         # task types the executor runs without effect or wait: started in batches on the
@@ -1350,23 +1353,38 @@ class Worker:
             self._refresh_durations()
 
     def _refresh_durations(self, force: bool = False) -> None:
-        """Every DURATIONS_EVERY_S, measure again the jobs whose runs succeeded here since
-        (at most DURATIONS_BATCH of them) and write their durations and sized lease
-        (kit.store.durations), on the finisher's thread; a failure is retried next time."""
+        """Every DURATIONS_EVERY_S, measure the jobs whose runs succeeded here since and
+        are due a measure (kit.core.durations.remeasure_due; at most DURATIONS_BATCH of
+        them) and write their durations and sized lease (kit.store.durations), on the
+        finisher's thread; a failure is retried next time."""
         now = time.monotonic()
         if not self._finished_jobs or (not force and now - self._durations_at < DURATIONS_EVERY_S):
             return
         self._durations_at = now
-        jobs = set()
+        now_ms = int(now * 1000)
+        measured = self._measured
+        jobs: set[str] = set()
         while self._finished_jobs and len(jobs) < DURATIONS_BATCH:
-            jobs.add(self._finished_jobs.pop())
+            job = self._finished_jobs.pop()
+            at_ms, samples = measured.get(job, (None, 0))
+            if remeasure_due(at_ms, samples, now_ms):
+                jobs.add(job)
+        if not jobs:
+            return
         try:
-            job_durations_refresh(self.engine, jobs, self.lease_bounds)
+            written = job_durations_refresh(self.engine, jobs, self.lease_bounds)
         except Exception as exc:
             self._finished_jobs |= jobs
             log.warning(
                 "measuring the durations of %d jobs failed (again later): %s", len(jobs), exc
             )
+            return
+        for job in jobs:
+            found = written.get(job)
+            measured[job] = (now_ms, found[0].samples if found else 0)
+            measured.move_to_end(job)
+        while len(measured) > MEASURED_KEPT:  # a job forgotten is only measured sooner
+            measured.popitem(last=False)
 
     def _yield_to_starts(self) -> None:
         """Let the second's starts have the interpreter lock and the cores first, for at

@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select, update
 
-from kit.core.durations import LeaseBounds
+from kit.core.durations import MIN_SAMPLES, LeaseBounds
 from kit.core.timeutil import to_epoch_ms
 from kit.settings import Settings
 from kit.store.claims import Claim, runs_claim
@@ -161,3 +161,34 @@ def test_runs_three_times_the_default_lease_are_never_run_twice_while_the_worker
     with engine.begin() as conn:
         sized = conn.execute(select(jobs.c.lease_ttl_ms).where(jobs.c.job_id == job)).scalar_one()
     assert sized is not None and sized >= 9_000  # 1.5 x p99 of runs of 6 s and more
+
+
+def test_a_worker_measures_a_job_with_enough_samples_again_only_minutes_later(
+    engine: Engine, worker_run: Callable[..., Worker]
+) -> None:
+    """A measure reads up to RECENT runs of the job: a job measured with MIN_SAMPLES is
+    not measured again at the worker's next refresh (REMEASURE_MS), one short of them is."""
+    sampled = make_job(engine, name="sampled")
+    measured_runs(engine, sampled, [300] * MIN_SAMPLES)
+    young = make_job(engine, name="young")
+    measured_runs(engine, young, [300] * (MIN_SAMPLES - 1))
+    worker = worker_run(2_000, LeaseBounds(1_000, 60_000))
+
+    def measured_at() -> dict[str, datetime]:
+        with engine.begin() as conn:
+            rows = conn.execute(
+                select(jobs.c.job_id, jobs.c.durations_at).where(
+                    jobs.c.job_id.in_([sampled, young])
+                )
+            ).all()
+        return {str(r.job_id): r.durations_at for r in rows}
+
+    worker._finished_jobs |= {sampled, young}  # their runs succeeded here
+    worker._refresh_durations(force=True)
+    first = measured_at()
+    assert first[sampled] is not None and first[young] is not None
+    worker._finished_jobs |= {sampled, young}  # and succeeded again
+    worker._refresh_durations(force=True)
+    again = measured_at()
+    assert again[sampled] == first[sampled], "measured again within REMEASURE_MS"
+    assert again[young] > first[young], "a job short of MIN_SAMPLES waits for its next measure"

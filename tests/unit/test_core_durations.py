@@ -6,10 +6,13 @@ import pytest
 
 from kit.core.durations import (
     MIN_SAMPLES,
+    RECENT,
+    REMEASURE_MS,
     Durations,
     LeaseBounds,
     durations_of,
     quantile,
+    remeasure_due,
     sized_lease_ms,
 )
 
@@ -47,3 +50,15 @@ def test_bounds_must_be_ordered_and_positive() -> None:
         LeaseBounds(2_000, 1_000)
     with pytest.raises(ValueError):
         LeaseBounds(0, 1_000)
+
+
+def test_a_job_never_measured_or_short_of_samples_is_measured_at_every_refresh() -> None:
+    assert remeasure_due(None, 0, now_ms=1_000)
+    assert remeasure_due(1_000, MIN_SAMPLES - 1, now_ms=1_001)
+
+
+def test_a_measured_job_is_measured_again_only_after_the_interval() -> None:
+    assert not remeasure_due(1_000, MIN_SAMPLES, now_ms=1_000 + REMEASURE_MS - 1)
+    assert remeasure_due(1_000, MIN_SAMPLES, now_ms=1_000 + REMEASURE_MS)
+    assert not remeasure_due(1_000, RECENT, now_ms=60_000, every_ms=60_000)
+    assert remeasure_due(1_000, RECENT, now_ms=61_000, every_ms=60_000)
