@@ -106,9 +106,12 @@ class DrillContext:
         return time.time_ns() // 1_000_000
 
     def sleep_until(self, at_ms: int) -> None:
-        left = (at_ms - self.now_ms()) / 1000
-        if left > 0:
-            time.sleep(left)
+        """In slices of a second: a signal sent to the process may wake another of its
+        threads, and Python runs its handler (SIGTERM's: stop the drill) only when the
+        main thread comes back; a soak's one long sleep between cycles (minutes) went on
+        through a SIGTERM and a Ctrl-C."""
+        while (left := (at_ms - self.now_ms()) / 1000) > 0:
+            time.sleep(min(left, 1.0))
 
     @contextlib.contextmanager
     def fault(self, kind: str, target: str, cycle: int, once: bool = False) -> Iterator[None]:

@@ -54,3 +54,51 @@ def test_a_drill_ended_by_sigterm_stops_its_fleet(chaos_stack: ChaosStack, tmp_p
         os.killpg(pid, signal.SIGKILL)
     assert left == []
     assert code == 130  # as after Ctrl-C
+
+
+SLEEPER = """
+import signal, sys, threading, time
+from chaos.drill import DrillContext
+
+class Clock:
+    def now_ms(self):
+        return int(time.time() * 1000)
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt(signum)
+
+signal.signal(signal.SIGTERM, interrupt)
+# the main thread blocks SIGTERM, so the kernel hands it to the other thread, as it may
+# in a drill whose ledger, sampler and supervisor threads run beside the main one
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+ready = threading.Event()
+
+def other():
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    ready.set()
+    time.sleep(60)
+
+threading.Thread(target=other, daemon=True).start()
+ready.wait()
+print("sleeping", flush=True)
+start = time.monotonic()
+try:
+    DrillContext.sleep_until(Clock(), Clock().now_ms() + 30_000)
+except KeyboardInterrupt:
+    print(f"stopped {time.monotonic() - start:.1f}", flush=True)
+"""
+
+
+def test_a_signal_taken_by_another_thread_stops_a_drill_between_its_cycles() -> None:
+    """A soak sleeps minutes between nemesis cycles; a SIGTERM received by another of its
+    threads went unheard until that sleep ended (the 2-hour soak went on through two)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLEEPER], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "sleeping"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert out.startswith("stopped"), out
+    assert float(out.split()[1]) < 5.0, f"the sleep went on after the signal: {out}"
