@@ -62,3 +62,15 @@ def test_a_measured_job_is_measured_again_only_after_the_interval() -> None:
     assert remeasure_due(1_000, MIN_SAMPLES, now_ms=1_000 + REMEASURE_MS)
     assert not remeasure_due(1_000, RECENT, now_ms=60_000, every_ms=60_000)
     assert remeasure_due(1_000, RECENT, now_ms=61_000, every_ms=60_000)
+
+
+def test_bounds_may_pin_the_lease_to_one_length_and_refuse_a_zero_or_crossed_pair() -> None:
+    assert LeaseBounds(1, 1).clamp(5_000) == 1
+    for lo, hi in ((0, 5), (6, 5)):
+        with pytest.raises(ValueError, match=r"^lease bounds: need 0 < min_ms <= max_ms$"):
+            LeaseBounds(lo, hi)
+
+
+def test_the_quantile_of_nothing_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"^quantile of nothing$"):
+        quantile([], 0.5)
