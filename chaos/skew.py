@@ -7,8 +7,9 @@ leaves it.
 
 libfaketime also wraps pthread_cond_timedwait, which CPython's GIL waits on at every
 hand-over between threads. With its "forced monotonic fix" on (its default on glibc
-2.30 and later) a threaded Python process under it did a third to a fifth of the work
-of the same process without it, and a 2-hour soak's skewed worker fell behind its
+2.30 and later) a threaded Python process under it did a tenth of the work of the same
+process without it, at 1.5 cores (`benchmarks/skewed_threads.py`), and a 2-hour soak's
+skewed worker fell behind its
 partitions from the first minute (its fence thread starved 1.3-4.4 s at a time, 26
 times in 15 minutes). The monotonic clock is not faked here, so the fix has nothing to
 correct: FAKETIME_FORCE_MONOTONIC_FIX=0 turns it off, and timed waits still last what
