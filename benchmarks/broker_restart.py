@@ -20,13 +20,14 @@ import contextlib
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from pathlib import Path
+
+from series_report import every_run, write_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "bench-restart"
@@ -175,11 +176,8 @@ def main() -> None:
         for key in ("answers_s", "first_confirm_s", "first_read_s"):
             values = [r[key] for r in mine if r[key] is not None]
             if values:
-                print(f"{label} {key}: median {statistics.median(values):.2f} "
-                      f"(every run: {', '.join(f'{v:.2f}' for v in values)})")  # fmt: skip
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rounds": rows}, indent=2) + "\n")
+                print(every_run(f"{label} {key}", values))
+    write_rows(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from series_report import every_run, write_rows
 
 from chaos.skew import libfaketime_path
 
@@ -96,11 +97,8 @@ def main() -> None:
                       f"  {row['worst_wake_gap_ms']:>17.0f}", flush=True)  # fmt: skip
     for name in arms:
         work = [r["work_per_s"] for r in rows if r["arm"] == name]
-        print(f"{name}: work/s median {statistics.median(work):.0f} "
-              f"(every run: {', '.join(f'{w:.0f}' for w in work)})")  # fmt: skip
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"rounds": rows}, indent=2) + "\n")
+        print(every_run(f"{name}: work/s", work, ".0f"))
+    write_rows(args.json, rows)
 
 
 if __name__ == "__main__":
