@@ -614,6 +614,37 @@ def test_loadtest_report_reads_the_kept_series(tmp_path: Path) -> None:
     plotted(docs / "storms.png")
 
 
+def test_skewed_threads(tmp_path: Path) -> None:
+    """skewed_threads.py at one short round: each of its three arms ran once, did work on
+    CPU, and the medians came out through series_report.py with the rows written."""
+    out = bench("skewed_threads.py", "--rounds", "1", "--seconds", "0.5",
+                "--json", str(tmp_path / "s.json"))  # fmt: skip
+    rows = read(tmp_path / "s.json")["rounds"]
+    arms = ["plain", "faketime, default", "faketime, fix off"]
+    assert [r["arm"] for r in rows] == arms
+    for r in rows:
+        assert r["work_per_s"] > 0 and r["cpu_cores"] > 0 and r["worst_wake_gap_ms"] >= 0
+    for name in arms:
+        assert f"{name}: work/s: median " in out and "(every run: " in out
+
+
+@stack
+def test_broker_restart(tmp_path: Path) -> None:
+    """broker_restart.py at one round in a stack home of its own: the broker was killed
+    and came back, and both long-lived clients were back within the script's bound."""
+    home = tmp_path / "home"
+    out = bench("broker_restart.py", "--rounds", "1", "--home", str(home),
+                "--json", str(tmp_path / "b.json"), timeout_s=420)  # fmt: skip
+    (row,) = read(tmp_path / "b.json")["rounds"]
+    assert row["kit"] == "this" and row["read_before_kill"] > 0
+    assert row["answers_s"] > 0
+    # both clients back after the broker answered: a run confirmed, a run read
+    assert row["first_confirm_s"] is not None and row["first_confirm_s"] > 0
+    assert row["first_read_s"] is not None and row["first_read_s"] > 0
+    assert "this answers_s: median " in out
+    assert not (home / "kafka" / "kafka.pid").exists()  # stopped at the end
+
+
 # -- every benchmark has its test ---------------------------------------------------------------
 
 # Each file of benchmarks/ (but its results) and the test here that runs it.
@@ -648,6 +679,9 @@ COVERED: dict[str, Callable[..., None]] = {
     "scan_clock.py": test_trigger_index,
     "paused_scan.py": test_paused_scan,
     "one_worker.py": test_preempt_lag,
+    "broker_restart.py": test_broker_restart,
+    "skewed_threads.py": test_skewed_threads,
+    "series_report.py": test_skewed_threads,
 }
 
 
