@@ -47,7 +47,7 @@ if [ ! -x "$TOFU" ]; then
 fi
 export CRONFLEET_TOFU="$TOFU"
 
-echo "==> building the load tests' ledger endpoint (Go, loadtest/ledger)"
+echo "==> building the Go HTTP targets (loadtest/ledger, chaos/ledgerd)"
 bash scripts/build_ledger.sh
 
 echo "==> starting the local stack (PostgreSQL, Kafka)"

@@ -1,6 +1,7 @@
-"""chaos.httpledger: the soak's HTTP target records an effect once per key, and a client
-that resets its connection mid-request (a worker killed by the nemesis) costs no
-traceback on the soak's output."""
+"""chaos.httpledger: the soak's HTTP target (chaos/ledgerd, built by
+scripts/build_ledger.sh) records an effect once per key in chaos.ledger's line format,
+refuses a request without its key, and a client that resets its connection mid-request
+(a worker killed by the nemesis) costs no traceback on the soak's output."""
 
 from __future__ import annotations
 
@@ -36,7 +37,30 @@ def test_an_effect_is_made_once_per_key_and_a_reset_client_says_nothing(
         server.stop()
     effects = (tmp_path / "effects.log").read_text().splitlines()
     assert len(effects) == 1 and "run-1" in effects[0]
+    lines = [line.split() for line in (tmp_path / "exec.log").read_text().splitlines()]
+    assert [(e, k, a) for e, k, a, _, _ in lines] == [
+        ("start", "run-1", "1"),
+        ("start", "run-1", "2"),
+        ("dedup", "run-1", "2"),
+    ]
+    assert all(abs(int(ms) / 1000 - time.time()) < 60 and pid.isdigit() for *_, ms, pid in lines)
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_request_without_its_key_or_attempt_is_refused_and_recorded_nowhere(
+    tmp_path: Path,
+) -> None:
+    server = LedgerServer(tmp_path).start()
+    try:
+        for headers in ({}, {"Idempotency-Key": "run-1"}, {"Idempotency-Key": "run-1",
+                        "X-Cronfleet-Attempt": "one"}):  # fmt: skip
+            assert httpx.post(f"{server.url}/effect", headers=headers).status_code == 400
+        assert httpx.post(f"{server.url}/ok").status_code == 200
+    finally:
+        server.stop()
+    assert (tmp_path / "exec.log").read_text() == ""
+    assert (tmp_path / "effects.log").read_text() == ""
+    assert server._proc is None
 
 
 def test_the_target_listens_with_a_backlog_for_a_fleets_first_connections(

@@ -1,0 +1,3 @@
+module cronfleet.local/chaos/ledgerd
+
+go 1.22
