@@ -268,6 +268,9 @@ def one_run(args: argparse.Namespace, code: str, label: str, out_dir: Path) -> d
     # runs from the tree it is to run, and says which kit it imported
     tree = code or str(REPO)
     env["PYTHONPATH"] = tree
+    if args.trace_starts:  # each worker records where its runs' start lag goes
+        env["PYTHONPATH"] += os.pathsep + str(REPO / "benchmarks" / "start_trace")
+        env["STARTTRACE_DIR"] = str(args.trace_starts.resolve() / name)
     imported = subprocess.run(
         [sys.executable, "-c", "import kit; print(kit.__file__)"],
         cwd=tree,
@@ -475,6 +478,11 @@ def main() -> int:
     ap.add_argument("--max-wait-s", type=float, default=240, help="bound on the wait")
     ap.add_argument(
         "--profile", action="store_true", help="py-spy the scheduler and worker-1 (--gil)"
+    )
+    ap.add_argument(
+        "--trace-starts",
+        type=Path,
+        help="benchmarks/start_trace in each worker, into DIR/<run> (start_phases.py reads it)",
     )
     ap.add_argument("--series", type=int, default=1, help="rounds (baseline, then this code)")
     ap.add_argument("--baseline-ref", default="", help="also run the kit at this commit")

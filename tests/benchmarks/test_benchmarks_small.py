@@ -244,15 +244,19 @@ def test_life_of_a_run_sustain(admin_url: str, tmp_path: Path) -> None:
 
 @stack
 def test_http_tasks_burst(admin_url: str, ledger: Path, tmp_path: Path) -> None:
-    """http_tasks.py: every http task's request reached the Go ledger once."""
+    """http_tasks.py: every http task's request reached the Go ledger once; with
+    --trace-starts its worker ran benchmarks/start_trace, and start_phases.py reads
+    where each run's start lag went (released, then on the loop, then begun)."""
     jobs = 40
+    out, trace = tmp_path / "out", tmp_path / "trace"
     bench(
         "http_tasks.py",
         *("burst", "--jobs", str(jobs), "--lead-s", "14", "--workers", "1"),
-        *("--concurrency", "64", "--max-wait-s", "120", "--out", str(tmp_path)),
+        *("--concurrency", "64", "--max-wait-s", "120", "--out", str(out)),
+        *("--trace-starts", str(trace)),
     )
-    (summary,) = read(tmp_path / "summary.json")
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    (summary,) = read(out / "summary.json")
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
     r = read(run_dir / f"{run_dir.name}.json")
     assert (summary["phase"], summary["runs"]) == (r["phase"], r["runs"])
     assert (r["expected"], r["runs"], r["arrived"], r["requests"]) == (jobs,) * 4
@@ -261,6 +265,20 @@ def test_http_tasks_burst(admin_url: str, ledger: Path, tmp_path: Path) -> None:
     assert (r["attempt_2_or_more"], r["not_done_after_wait"]) == (0, 0)
     assert sum(row[1] for row in r["by_second"]) == jobs
     plotted(run_dir / f"{run_dir.name}.png")
+    (worker_trace,) = (trace / run_dir.name).glob("*.tsv")  # the one worker's
+    rows = [[float(c or "nan") for c in line.split("\t")]
+            for line in worker_trace.read_text().splitlines()]  # fmt: skip
+    assert len(rows) >= jobs  # and the warm-up's
+    for _, *phases in rows:  # in order; nan where a run did not pass (started off the loop)
+        passed = [at for at in phases if at == at]
+        assert passed[0] >= 0 and passed == sorted(passed) and passed[-1] == phases[-1]
+    phases = bench("start_phases.py", str(trace / run_dir.name), "--skip-s", "0",
+                   "--json", str(tmp_path / "phases.json"))  # fmt: skip
+    got = read(tmp_path / "phases.json")
+    assert got["runs"] == len(rows) and got["workers"] == 1
+    order = ["released", "on_loop", "first_step", "connected", "began"]  # all on the loop
+    assert [got[p]["p50"] for p in order] == sorted(got[p]["p50"] for p in order)
+    assert "one worker's second" in phases
 
 
 @stack
@@ -645,6 +663,23 @@ def test_broker_restart(tmp_path: Path) -> None:
     assert not (home / "kafka" / "kafka.pid").exists()  # stopped at the end
 
 
+def test_cpu_by_offset(tmp_path: Path) -> None:
+    """cpu_by_offset.py for 2 s beside a process that spins: a row per 50 ms of the
+    second, the spinner's CPU in them (about a core: some bins hold it)."""
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 30\n"
+                             "while time.time() < end: pass"])  # fmt: skip
+    try:
+        out = bench("cpu_by_offset.py", "--seconds", "2", "--top", "40",
+                    "--json", str(tmp_path / "cpu.json"))  # fmt: skip
+    finally:
+        spin.kill()
+        spin.wait()
+    bins = read(tmp_path / "cpu.json")["bins"]
+    assert [b["from_ms"] for b in bins] == list(range(0, 1000, 50))
+    assert sum(b["all"] for b in bins) / len(bins) > 0.5  # the spinner's core, at least half
+    assert out.splitlines()[0].startswith("# python benchmarks/cpu_by_offset.py")
+
+
 # -- every benchmark has its test ---------------------------------------------------------------
 
 # Each file of benchmarks/ (but its results) and the test here that runs it.
@@ -682,6 +717,9 @@ COVERED: dict[str, Callable[..., None]] = {
     "broker_restart.py": test_broker_restart,
     "skewed_threads.py": test_skewed_threads,
     "series_report.py": test_skewed_threads,
+    "cpu_by_offset.py": test_cpu_by_offset,
+    "start_phases.py": test_http_tasks_burst,
+    "start_trace/sitecustomize.py": test_http_tasks_burst,
 }
 
 
