@@ -5,9 +5,10 @@ it, its task's first step ran, it had its connection (http) and its start was st
 every phase's p50 / p90 / p99 / max, and how the starts of one worker's second spread
 (first, median, last).
 
-    python benchmarks/start_phases.py STARTTRACE_DIR [--skip-s 60] [--json OUT.json]
+    python benchmarks/start_phases.py STARTTRACE_DIR [--skip-s 60] [--window-s S] [--json OUT.json]
 
-`--skip-s` leaves out runs due in the first seconds of the trace (the fleet warming up).
+`--skip-s` leaves out runs due in the first seconds of the trace (the fleet warming up),
+`--window-s` those due more than S seconds after that (a fault, another measurement).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
-def read(folder: Path, skip_s: float) -> dict[str, list[tuple[float, ...]]]:
+def read(folder: Path, skip_s: float, window_s: float) -> dict[str, list[tuple[float, ...]]]:
     """Each worker's rows: due, then each of PHASES (nan: the run did not pass there)."""
     rows: dict[str, list[tuple[float, ...]]] = {}
     for path in sorted(folder.glob("*.tsv")):
@@ -42,20 +43,23 @@ def read(folder: Path, skip_s: float) -> dict[str, list[tuple[float, ...]]]:
         raise SystemExit(f"{folder}: no trace (STARTTRACE_DIR of a worker started with "
                          "benchmarks/start_trace on its PYTHONPATH)")  # fmt: skip
     first = min(r[0] for mine in rows.values() for r in mine)
-    return {k: [r for r in v if r[0] - first >= skip_s] for k, v in rows.items()}
+    end = skip_s + window_s
+    return {k: [r for r in v if skip_s <= r[0] - first < end] for k, v in rows.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace", type=Path)
     ap.add_argument("--skip-s", type=float, default=60.0)
+    ap.add_argument("--window-s", type=float, default=float("inf"))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    rows = read(args.trace, args.skip_s)
+    rows = read(args.trace, args.skip_s, args.window_s)
     every = [r for mine in rows.values() for r in mine]
     if not every:
         raise SystemExit(f"no run due after the first {args.skip_s:g} s")
-    print(f"# python benchmarks/start_phases.py {args.trace} --skip-s {args.skip_s:g}")
+    window = "" if args.window_s == float("inf") else f" --window-s {args.window_s:g}"
+    print(f"# python benchmarks/start_phases.py {args.trace} --skip-s {args.skip_s:g}{window}")
     print(f"{len(every)} first attempts, {len(rows)} worker process(es)")
     print(f"{'phase':<9} {'runs':>7} {'p50 s':>7} {'p90 s':>7} {'p99 s':>7} {'max s':>7}")
     summary: dict[str, object] = {"runs": len(every), "workers": len(rows)}

@@ -271,14 +271,17 @@ def test_http_tasks_burst(admin_url: str, ledger: Path, tmp_path: Path) -> None:
     assert len(rows) >= jobs  # and the warm-up's
     for _, *phases in rows:  # in order; nan where a run did not pass (started off the loop)
         passed = [at for at in phases if at == at]
-        assert passed[0] >= 0 and passed == sorted(passed) and passed[-1] == phases[-1]
-    phases = bench("start_phases.py", str(trace / run_dir.name), "--skip-s", "0",
-                   "--json", str(tmp_path / "phases.json"))  # fmt: skip
+        # released by the database clock's estimate, stamped by the wall clock: one host
+        assert passed[0] > -0.05 and passed == sorted(passed) and passed[-1] == phases[-1]
+    report = bench(
+        "start_phases.py", str(trace / run_dir.name), "--skip-s", "0", "--window-s", "600",
+        "--json", str(tmp_path / "phases.json"),
+    )  # fmt: skip
     got = read(tmp_path / "phases.json")
     assert got["runs"] == len(rows) and got["workers"] == 1
     order = ["released", "on_loop", "first_step", "connected", "began"]  # all on the loop
     assert [got[p]["p50"] for p in order] == sorted(got[p]["p50"] for p in order)
-    assert "one worker's second" in phases
+    assert "one worker's second" in report
 
 
 @stack
